@@ -1,0 +1,265 @@
+//! Command line and `TENURE_*` environment settings, and their validation.
+//! Every flag has an environment equivalent; a flag wins over the variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::store::BucketConfig;
+use crate::telemetry::LogFormat;
+use crate::validate::Limits;
+
+/// Tenure: lease coordination with fencing tokens over NATS JetStream.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API. Without --nats-url, starts a local nats-server.
+    Serve(Config),
+}
+
+/// Everything `tenure serve` needs.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address the gRPC API listens on.
+    #[arg(long, env = "TENURE_LISTEN", default_value = "127.0.0.1:7419")]
+    pub listen: SocketAddr,
+
+    /// NATS server or cluster URL(s), comma-separated. Absent: start and
+    /// supervise a local nats-server (data under --data-dir).
+    #[arg(long, env = "TENURE_NATS_URL")]
+    pub nats_url: Option<String>,
+
+    /// NATS user name (with --nats-password).
+    #[arg(long, env = "TENURE_NATS_USER", requires = "nats_password")]
+    pub nats_user: Option<String>,
+
+    /// NATS password (with --nats-user).
+    #[arg(
+        long,
+        env = "TENURE_NATS_PASSWORD",
+        hide_env_values = true,
+        requires = "nats_user"
+    )]
+    pub nats_password: Option<String>,
+
+    /// NATS authentication token.
+    #[arg(long, env = "TENURE_NATS_TOKEN", hide_env_values = true)]
+    pub nats_token: Option<String>,
+
+    /// NATS credentials file (JWT and nkey seed).
+    #[arg(long, env = "TENURE_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+
+    /// CA certificate (PEM) to verify the NATS server's TLS certificate;
+    /// setting it requires TLS.
+    #[arg(long, env = "TENURE_NATS_TLS_CA")]
+    pub nats_tls_ca: Option<PathBuf>,
+
+    /// KV bucket holding the leases.
+    #[arg(long, env = "TENURE_BUCKET", default_value = "tenure")]
+    pub bucket: String,
+
+    /// Replicas of the bucket's stream when Tenure creates it (1, 3 or 5).
+    #[arg(long, env = "TENURE_REPLICAS", default_value_t = 1)]
+    pub replicas: usize,
+
+    /// Shortest TTL granted (whole seconds, at least 1s).
+    #[arg(long, env = "TENURE_MIN_TTL", default_value = "1s", value_parser = parse_duration)]
+    pub min_ttl: Duration,
+
+    /// Longest TTL accepted.
+    #[arg(long, env = "TENURE_MAX_TTL", default_value = "1h", value_parser = parse_duration)]
+    pub max_ttl: Duration,
+
+    /// TTL granted when a request gives none.
+    #[arg(long, env = "TENURE_DEFAULT_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub default_ttl: Duration,
+
+    /// How long expiry markers and release tombstones stay in the bucket.
+    #[arg(long, env = "TENURE_MARKER_TTL", default_value = "15m", value_parser = parse_duration)]
+    pub marker_ttl: Duration,
+
+    /// Longest wait an Acquire may ask for.
+    #[arg(long, env = "TENURE_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
+    pub max_wait: Duration,
+
+    /// Folder for the local nats-server's store (only without --nats-url).
+    #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
+    pub data_dir: PathBuf,
+
+    /// nats-server binary for the local server. Default: .tools/bin/nats-server,
+    /// then the PATH.
+    #[arg(long, env = "TENURE_NATS_SERVER")]
+    pub nats_server: Option<PathBuf>,
+
+    /// Log line format.
+    #[arg(long, env = "TENURE_LOG_FORMAT", value_enum, default_value = "human")]
+    pub log_format: LogFormat,
+
+    /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
+    #[arg(long, env = "TENURE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// Checks the settings against each other; the message says what to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        let whole = |d: Duration| d.subsec_nanos() == 0;
+        if self.bucket.is_empty()
+            || !self
+                .bucket
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "--bucket {:?} is invalid: use letters, digits, '-' and '_'",
+                self.bucket
+            ));
+        }
+        if !matches!(self.replicas, 1..=5) {
+            return Err(format!(
+                "--replicas {} is invalid: use 1 to 5 (3 on a 3-node cluster)",
+                self.replicas
+            ));
+        }
+        for (flag, d) in [
+            ("--min-ttl", self.min_ttl),
+            ("--max-ttl", self.max_ttl),
+            ("--default-ttl", self.default_ttl),
+            ("--marker-ttl", self.marker_ttl),
+        ] {
+            if d < Duration::from_secs(1) || !whole(d) {
+                return Err(format!(
+                    "{flag} {d:?} is invalid: NATS counts TTLs in whole seconds, at least 1s"
+                ));
+            }
+        }
+        if self.max_ttl < self.min_ttl {
+            return Err(format!(
+                "--max-ttl {:?} is below --min-ttl {:?}",
+                self.max_ttl, self.min_ttl
+            ));
+        }
+        if self.default_ttl < self.min_ttl || self.default_ttl > self.max_ttl {
+            return Err(format!(
+                "--default-ttl {:?} must lie between --min-ttl and --max-ttl",
+                self.default_ttl
+            ));
+        }
+        Ok(())
+    }
+
+    /// The TTL and wait limits requests are checked against.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            min_ttl_s: self.min_ttl.as_secs(),
+            max_ttl_s: self.max_ttl.as_secs(),
+            default_ttl_s: self.default_ttl.as_secs(),
+            max_wait: self.max_wait,
+        }
+    }
+
+    /// The bucket settings.
+    pub fn bucket_config(&self) -> BucketConfig {
+        BucketConfig {
+            bucket: self.bucket.clone(),
+            replicas: self.replicas,
+            marker_ttl: self.marker_ttl,
+        }
+    }
+
+    /// Settings for tests and embedding: defaults, with this NATS URL.
+    pub fn for_nats(url: &str) -> Config {
+        let cli = Cli::parse_from([
+            "tenure",
+            "serve",
+            "--nats-url",
+            url,
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        match cli.command {
+            Command::Serve(config) => config,
+        }
+    }
+}
+
+/// Parses "1500ms", "10s", "5m", "1h" (or a bare number of seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; use e.g. 500ms, 10s, 5m, 1h"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => {
+            return Err(format!(
+                "{text:?} has unknown unit {unit:?}; use ms, s, m or h"
+            ))
+        }
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Durations parse in the units the README documents.
+    #[test]
+    fn durations() {
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    /// Defaults are valid; sub-second and inverted TTL bounds are not.
+    #[test]
+    fn validation() {
+        let c = Config::for_nats("nats://127.0.0.1:4222");
+        assert!(c.validate().is_ok());
+        assert!(Config {
+            min_ttl: Duration::from_millis(500),
+            ..c.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            max_ttl: Duration::from_secs(5),
+            default_ttl: Duration::from_secs(10),
+            ..c.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            bucket: "a.b".into(),
+            ..c.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(Config { replicas: 0, ..c }.validate().is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! The input rules. Each check returns an `INVALID_*` [`Error`] whose message
+//! quotes the rule, so a caller can fix the request without reading code.
+//! Nothing is written to the bucket before every check has passed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use crate::error::{Error, Reason, Result};
+
+/// Longest lease name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest holder, in bytes.
+pub const MAX_HOLDER_LEN: usize = 256;
+/// Shortest caller-chosen lease key.
+pub const MIN_KEY_LEN: usize = 16;
+/// Longest caller-chosen lease key.
+pub const MAX_KEY_LEN: usize = 256;
+/// Most metadata entries.
+pub const MAX_METADATA_ENTRIES: usize = 16;
+/// Most metadata bytes (keys plus values).
+pub const MAX_METADATA_BYTES: usize = 1024;
+
+/// The server's TTL and wait bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Shortest TTL granted, whole seconds (at least 1: NATS's precision).
+    pub min_ttl_s: u64,
+    /// Longest TTL accepted, whole seconds.
+    pub max_ttl_s: u64,
+    /// TTL granted when a request gives none, whole seconds.
+    pub default_ttl_s: u64,
+    /// Longest `wait` an Acquire may ask for.
+    pub max_wait: Duration,
+}
+
+const NAME_RULE: &str = "1 to 255 characters from [-/_=.a-zA-Z0-9], not starting or ending with '.' and without empty levels ('..')";
+
+/// Checks a lease name (a KV key).
+pub fn name(name: &str) -> Result<&str> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-/_=.".contains(&b));
+    if name.is_empty()
+        || name.len() > MAX_NAME_LEN
+        || !ok_chars
+        || name.starts_with('.')
+        || name.ends_with('.')
+        || name.contains("..")
+    {
+        return Err(Error::new(
+            Reason::InvalidName,
+            format!(
+                "lease name {:?} is invalid: use {NAME_RULE}",
+                truncate(name)
+            ),
+        )
+        .with("rule", NAME_RULE));
+    }
+    Ok(name)
+}
+
+/// Checks a watch target: a lease name, `prefix.>` for a subtree, or `>` for
+/// the whole bucket.
+pub fn watch_filter(filter: &str) -> Result<&str> {
+    if filter == ">" {
+        return Ok(filter);
+    }
+    let base = filter.strip_suffix(".>").unwrap_or(filter);
+    name(base).map_err(|_| {
+        Error::new(
+            Reason::InvalidName,
+            format!(
+                "watch target {:?} is invalid: give a lease name, 'prefix.>' or '>'; names use {NAME_RULE}",
+                truncate(filter)
+            ),
+        )
+        .with("rule", NAME_RULE)
+    })?;
+    Ok(filter)
+}
+
+/// Checks a holder: 1 to 256 bytes, no control characters.
+pub fn holder(holder: &str) -> Result<&str> {
+    if holder.is_empty() || holder.len() > MAX_HOLDER_LEN || holder.chars().any(char::is_control) {
+        return Err(Error::new(
+            Reason::InvalidHolder,
+            format!(
+                "holder must be 1 to {MAX_HOLDER_LEN} bytes of printable text (got {} bytes)",
+                holder.len()
+            ),
+        ));
+    }
+    Ok(holder)
+}
+
+/// Turns a requested TTL into the granted whole seconds: rounded up, raised
+/// to the minimum, refused above the maximum. `None` grants `fallback`.
+pub fn ttl(
+    requested: Option<&prost_types::Duration>,
+    limits: &Limits,
+    fallback: u64,
+) -> Result<u64> {
+    let Some(d) = requested else {
+        return Ok(fallback);
+    };
+    let invalid = |what: String| {
+        Error::new(
+            Reason::InvalidTtl,
+            format!(
+                "ttl {what}: give a positive duration up to {}s (granted in whole seconds, rounded up, at least {}s)",
+                limits.max_ttl_s, limits.min_ttl_s
+            ),
+        )
+        .with("min_ttl_seconds", limits.min_ttl_s)
+        .with("max_ttl_seconds", limits.max_ttl_s)
+    };
+    if d.seconds < 0 || d.nanos < 0 || (d.seconds == 0 && d.nanos == 0) {
+        return Err(invalid(format!(
+            "{}s {}ns is not positive",
+            d.seconds, d.nanos
+        )));
+    }
+    if d.nanos >= 1_000_000_000 {
+        return Err(invalid(format!(
+            "has {} nanos, more than a second",
+            d.nanos
+        )));
+    }
+    let secs = (d.seconds as u64).saturating_add(u64::from(d.nanos > 0));
+    if secs > limits.max_ttl_s {
+        return Err(invalid(format!("{}s is above the maximum", d.seconds)));
+    }
+    Ok(secs.max(limits.min_ttl_s))
+}
+
+/// Checks a caller's lease key; an empty one means "mint one".
+pub fn lease_key(key: &str) -> Result<Option<&str>> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    if key.len() < MIN_KEY_LEN
+        || key.len() > MAX_KEY_LEN
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(Error::new(
+            Reason::InvalidLeaseKey,
+            format!(
+                "lease_key must be {MIN_KEY_LEN} to {MAX_KEY_LEN} printable ASCII characters without spaces, \
+                 or empty to have one minted (got {} bytes)",
+                key.len()
+            ),
+        ));
+    }
+    Ok(Some(key))
+}
+
+/// Checks the key presented by Renew and Release: it must be given.
+pub fn presented_key(key: &str) -> Result<&str> {
+    lease_key(key)?.ok_or_else(|| {
+        Error::new(
+            Reason::InvalidLeaseKey,
+            "lease_key is required: pass the key returned by Acquire",
+        )
+    })
+}
+
+/// Mints a lease key: 32 random bytes, hex.
+pub fn mint_key() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+/// Checks an expected revision: it must be given.
+pub fn revision(revision: u64) -> Result<u64> {
+    if revision == 0 {
+        return Err(Error::new(
+            Reason::InvalidRevision,
+            "expected_revision is required: pass the revision from the last Acquire or Renew reply",
+        ));
+    }
+    Ok(revision)
+}
+
+/// Checks metadata size.
+pub fn metadata(map: &HashMap<String, String>) -> Result<BTreeMap<String, String>> {
+    let bytes: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if map.len() > MAX_METADATA_ENTRIES
+        || bytes > MAX_METADATA_BYTES
+        || map.keys().any(String::is_empty)
+    {
+        return Err(Error::new(
+            Reason::InvalidMetadata,
+            format!(
+                "metadata must have at most {MAX_METADATA_ENTRIES} entries with non-empty keys and at most \
+                 {MAX_METADATA_BYTES} bytes of keys and values (got {} entries, {bytes} bytes)",
+                map.len()
+            ),
+        ));
+    }
+    Ok(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+/// Checks an Acquire wait; `None` or zero means "do not wait".
+pub fn wait(
+    requested: Option<&prost_types::Duration>,
+    limits: &Limits,
+) -> Result<Option<Duration>> {
+    let Some(d) = requested else {
+        return Ok(None);
+    };
+    let invalid = || {
+        Error::new(
+            Reason::InvalidWait,
+            format!(
+                "wait must be between 0 and {}s (got {}s {}ns)",
+                limits.max_wait.as_secs(),
+                d.seconds,
+                d.nanos
+            ),
+        )
+    };
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(invalid());
+    }
+    let wait = Duration::new(d.seconds as u64, d.nanos as u32);
+    if wait > limits.max_wait {
+        return Err(invalid());
+    }
+    Ok((!wait.is_zero()).then_some(wait))
+}
+
+/// Checks watch event-type filters: every value must be a known event type.
+pub fn event_types(values: &[i32]) -> Result<Vec<crate::proto::EventType>> {
+    use crate::proto::EventType;
+    values
+        .iter()
+        .map(|&v| match EventType::try_from(v) {
+            Ok(t) if t != EventType::Unspecified => Ok(t),
+            _ => Err(Error::new(
+                Reason::InvalidArgument,
+                format!("event_types contains {v}, which is not an EventType; use values 1 to 7 (see tenure.v1.EventType)"),
+            )
+            .with("field", "event_types")),
+        })
+        .collect()
+}
+
+/// Shortens user input quoted back in messages.
+fn truncate(s: &str) -> String {
+    if s.len() <= 64 {
+        s.to_string()
+    } else {
+        let mut end = 64;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            min_ttl_s: 1,
+            max_ttl_s: 3600,
+            default_ttl_s: 10,
+            max_wait: Duration::from_secs(300),
+        }
+    }
+
+    fn d(seconds: i64, nanos: i32) -> prost_types::Duration {
+        prost_types::Duration { seconds, nanos }
+    }
+
+    /// Names follow the KV key rule; watch targets may add '.>'.
+    #[test]
+    fn names() {
+        for good in ["a", "jobs.nightly", "a-b_c/d=e.F9"] {
+            assert!(name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            ".a",
+            "a.",
+            "a..b",
+            "a b",
+            "a*",
+            "a>",
+            "ünï",
+            &"x".repeat(256),
+        ] {
+            assert_eq!(name(bad).unwrap_err().reason, Reason::InvalidName, "{bad}");
+        }
+        assert!(watch_filter("jobs.>").is_ok());
+        assert!(watch_filter(">").is_ok());
+        assert!(watch_filter("jobs.*").is_err());
+        assert!(watch_filter(".>").is_err());
+    }
+
+    /// TTLs round up to whole seconds, never below the minimum, never above the maximum.
+    #[test]
+    fn ttls() {
+        let l = limits();
+        assert_eq!(ttl(None, &l, 10).unwrap(), 10);
+        assert_eq!(ttl(Some(&d(0, 300_000_000)), &l, 10).unwrap(), 1);
+        assert_eq!(ttl(Some(&d(1, 500_000_000)), &l, 10).unwrap(), 2);
+        assert_eq!(ttl(Some(&d(5, 0)), &l, 10).unwrap(), 5);
+        let l5 = Limits { min_ttl_s: 5, ..l };
+        assert_eq!(ttl(Some(&d(2, 0)), &l5, 10).unwrap(), 5);
+        for bad in [
+            d(0, 0),
+            d(-1, 0),
+            d(0, -5),
+            d(3601, 0),
+            d(3600, 1),
+            d(1, 1_000_000_000),
+        ] {
+            assert_eq!(
+                ttl(Some(&bad), &l, 10).unwrap_err().reason,
+                Reason::InvalidTtl,
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// Keys are optional at Acquire, required and well-formed elsewhere.
+    #[test]
+    fn keys() {
+        assert_eq!(lease_key("").unwrap(), None);
+        assert!(lease_key("short").is_err());
+        assert!(lease_key("has a space in it ok").is_err());
+        assert!(lease_key("0123456789abcdef").unwrap().is_some());
+        assert!(presented_key("").is_err());
+        assert_eq!(mint_key().len(), 64);
+        assert_ne!(mint_key(), mint_key());
+    }
+
+    /// Metadata, waits and event types are bounded and typed.
+    #[test]
+    fn others() {
+        let big: HashMap<_, _> = [("k".to_string(), "v".repeat(2000))].into();
+        assert_eq!(metadata(&big).unwrap_err().reason, Reason::InvalidMetadata);
+        let many: HashMap<_, _> = (0..17).map(|i| (i.to_string(), String::new())).collect();
+        assert!(metadata(&many).is_err());
+        assert!(metadata(&HashMap::new()).unwrap().is_empty());
+        let l = limits();
+        assert_eq!(wait(Some(&d(0, 0)), &l).unwrap(), None);
+        assert!(wait(Some(&d(-1, 0)), &l).is_err());
+        assert!(wait(Some(&d(301, 0)), &l).is_err());
+        assert!(event_types(&[3, 5]).is_ok());
+        assert_eq!(
+            event_types(&[99]).unwrap_err().reason,
+            Reason::InvalidArgument
+        );
+        assert!(event_types(&[0]).is_err());
+        assert!(holder("").is_err());
+        assert!(holder("a\nb").is_err());
+        assert!(holder("worker 1").is_ok());
+        assert!(revision(0).is_err());
+    }
+}
