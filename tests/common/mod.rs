@@ -1,0 +1,138 @@
+//! Test harness: a real nats-server per test (temp store, free port on
+//! 127.0.0.1, stopped by PID on drop) and an in-process Tenure over it.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tenure::config::Config;
+use tenure::embedded::{find_binary, NatsProcess};
+use tenure::proto::lease_service_client::LeaseServiceClient;
+use tenure::proto::{self, AcquireRequest};
+use tenure::server::{self, Running};
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// A nats-server with a temporary store.
+pub struct Nats {
+    /// The running process (None while killed).
+    pub process: Option<NatsProcess>,
+    /// Its port, kept across restarts.
+    pub port: u16,
+    /// The store folder (deleted on drop).
+    pub dir: tempfile::TempDir,
+}
+
+impl Nats {
+    /// Starts a fresh server.
+    pub async fn start() -> Nats {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
+        let process = NatsProcess::spawn(&bin, dir.path(), None).await.expect("start nats-server");
+        Nats { port: process.port, process: Some(process), dir }
+    }
+
+    /// The client URL.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server.
+    pub async fn kill(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill().await;
+        }
+    }
+
+    /// Starts the server again on the same port with the same store.
+    pub async fn restart(&mut self) {
+        let bin = find_binary(None).unwrap();
+        self.process = Some(NatsProcess::spawn(&bin, self.dir.path(), Some(self.port)).await.expect("restart"));
+    }
+
+    /// A JetStream context for inspecting the bucket directly.
+    pub async fn jetstream(&self) -> jetstream::Context {
+        jetstream::new(async_nats::connect(self.url()).await.expect("connect to nats"))
+    }
+}
+
+/// Tenure in-process over its own nats-server.
+pub struct Tenure {
+    /// The NATS server underneath.
+    pub nats: Nats,
+    /// The running server.
+    pub running: Option<Running>,
+    /// The settings it runs with.
+    pub config: Config,
+}
+
+impl Tenure {
+    /// Tenure with default settings.
+    pub async fn start() -> Tenure {
+        Tenure::start_with(|_| {}).await
+    }
+
+    /// Tenure with adjusted settings.
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Tenure {
+        let nats = Nats::start().await;
+        let mut config = Config::for_nats(&nats.url());
+        adjust(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let running = server::start(&config, &nats.url(), listener).await.expect("tenure starts");
+        Tenure { nats, running: Some(running), config }
+    }
+
+    /// A gRPC client.
+    pub async fn client(&self) -> LeaseServiceClient<Channel> {
+        LeaseServiceClient::new(self.channel().await)
+    }
+
+    /// A gRPC channel to the server.
+    pub async fn channel(&self) -> Channel {
+        let addr = self.running.as_ref().unwrap().addr();
+        Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.expect("connect to tenure")
+    }
+
+    /// The bucket's last sequence: unchanged means nothing was written.
+    pub async fn last_sequence(&self) -> u64 {
+        let js = self.nats.jetstream().await;
+        let mut stream = js.get_stream(format!("KV_{}", self.config.bucket)).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    }
+}
+
+/// An Acquire request with a TTL in seconds.
+pub fn acquire_req(name: &str, holder: &str, ttl_s: i64) -> AcquireRequest {
+    AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl: Some(secs(ttl_s)),
+        ..Default::default()
+    }
+}
+
+/// A protobuf duration of whole seconds.
+pub fn secs(s: i64) -> prost_types::Duration {
+    prost_types::Duration { seconds: s, nanos: 0 }
+}
+
+/// The ErrorInfo reason of a status (panics when absent: every error has one).
+pub fn reason(status: &tonic::Status) -> String {
+    let info = status.get_details_error_info().unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    assert_eq!(info.domain, "tenure.v1");
+    info.reason
+}
+
+/// Acquires and unwraps the lease and key.
+pub async fn acquire(client: &mut LeaseServiceClient<Channel>, req: AcquireRequest) -> (proto::Lease, String) {
+    let resp = client.acquire(req).await.expect("acquire").into_inner();
+    (resp.lease.unwrap(), resp.lease_key)
+}
+
+/// Bounds a wait in a test so a bug fails it instead of hanging it.
+pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within 30s"))
+}

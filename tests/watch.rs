@@ -1,0 +1,117 @@
+//! WatchLease: snapshot, marker, then live events in order, for one name and
+//! for a subtree.
+
+mod common;
+
+use common::*;
+use tenure::proto::lease_service_client::LeaseServiceClient;
+use tenure::proto::{EventType, LeaseEvent, ReleaseRequest, RenewRequest, WatchLeaseRequest};
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+async fn watch(c: &mut LeaseServiceClient<Channel>, name: &str) -> Streaming<tenure::proto::WatchLeaseResponse> {
+    c.watch_lease(WatchLeaseRequest { name: name.into(), event_types: vec![] }).await.unwrap().into_inner()
+}
+
+async fn next(s: &mut Streaming<tenure::proto::WatchLeaseResponse>) -> LeaseEvent {
+    within("next watch event", s.message()).await.expect("stream ok").expect("stream open").event.unwrap()
+}
+
+fn kind(e: &LeaseEvent) -> EventType {
+    EventType::try_from(e.r#type).unwrap()
+}
+
+/// Runs the lifecycle ACQUIRED → RENEWED → RELEASED on `name`, then
+/// ACQUIRED → EXPIRED on `name2`, and checks a watch of `target` sees both in
+/// order after the snapshot (which holds `pre`, acquired before the watch).
+async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (pre_lease, pre_key) = acquire(&mut c, acquire_req(pre, "early", 60)).await;
+    let mut s = watch(&mut c, target).await;
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token), (EventType::Current, pre, pre_lease.fencing_token));
+    assert_eq!(e.lease.as_ref().unwrap().holder, "early");
+    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    if pre == name {
+        // Free the name for the lifecycle; the watch sees that first.
+        c.release(ReleaseRequest { name: pre.into(), expected_revision: pre_lease.revision, lease_key: pre_key })
+            .await
+            .unwrap();
+        let e = next(&mut s).await;
+        assert_eq!((kind(&e), e.holder.as_str()), (EventType::Released, "early"));
+    }
+
+    let (lease, key) = acquire(&mut c, acquire_req(name, "alice", 30)).await;
+    let renewed = c
+        .renew(RenewRequest { name: name.into(), expected_revision: lease.revision, lease_key: key.clone(), ttl: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    let released = c
+        .release(ReleaseRequest { name: name.into(), expected_revision: renewed.revision, lease_key: key })
+        .await
+        .unwrap()
+        .into_inner();
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.name.as_str(), e.revision, e.fencing_token), (EventType::Acquired, name, lease.revision, lease.fencing_token));
+    assert_eq!(e.holder, "alice");
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.revision, e.fencing_token), (EventType::Renewed, renewed.revision, lease.fencing_token));
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.revision, e.fencing_token, e.holder.as_str()), (EventType::Released, released.revision, lease.fencing_token, "alice"));
+
+    let (short, _) = acquire(&mut c, acquire_req(name2, "bob", 1)).await;
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token), (EventType::Acquired, name2, short.fencing_token));
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token, e.holder.as_str()), (EventType::Expired, name2, short.fencing_token, "bob"));
+    assert!(e.revision > short.revision);
+}
+
+/// A single-name watch: CURRENT, SNAPSHOT_COMPLETE, then the lifecycle.
+#[tokio::test]
+async fn single_name_sees_snapshot_then_events_in_order() {
+    lifecycle("w.one", "w.one", "w.one", "w.one").await;
+}
+
+/// A subtree watch over `w.>` sees every name below it, and nothing else.
+#[tokio::test]
+async fn subtree_sees_every_name_below() {
+    lifecycle("w.>", "w.pre", "w.a.b", "w.c").await;
+}
+
+/// An empty snapshot is completed at once; a filter keeps only the asked types.
+#[tokio::test]
+async fn empty_snapshot_and_filters() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut s = c
+        .watch_lease(WatchLeaseRequest { name: "f.>".into(), event_types: vec![EventType::Released as i32] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    acquire(&mut c, acquire_req("other", "x", 30)).await;
+    let (lease, key) = acquire(&mut c, acquire_req("f.a", "alice", 30)).await;
+    c.release(ReleaseRequest { name: "f.a".into(), expected_revision: lease.revision, lease_key: key }).await.unwrap();
+    let e = next(&mut s).await;
+    assert_eq!((kind(&e), e.name.as_str()), (EventType::Released, "f.a"));
+}
+
+/// Shutdown ends open watch streams with UNAVAILABLE instead of hanging.
+#[tokio::test]
+async fn shutdown_ends_watches_with_unavailable() {
+    let mut t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut s = watch(&mut c, ">").await;
+    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    let running = t.running.take().unwrap();
+    let stopping = tokio::spawn(running.shutdown());
+    let err = within("watch ends", s.message()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(reason(&err), "SHUTTING_DOWN");
+    within("shutdown completes", stopping).await.unwrap();
+}
