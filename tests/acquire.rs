@@ -15,7 +15,8 @@ async fn racing_acquirers_exactly_one_wins() {
         let name = format!("race.r{round}");
         let tasks: Vec<_> = (0..8)
             .map(|i| {
-                let mut client = tenure::proto::lease_service_client::LeaseServiceClient::new(channel.clone());
+                let mut client =
+                    tenure::proto::lease_service_client::LeaseServiceClient::new(channel.clone());
                 let req = acquire_req(&name, &format!("h{i}"), 30);
                 tokio::spawn(async move { client.acquire(req).await })
             })
@@ -24,7 +25,9 @@ async fn racing_acquirers_exactly_one_wins() {
         for task in tasks {
             match task.await.unwrap() {
                 Ok(_) => winners += 1,
-                Err(status) => assert_eq!(reason(&status), "LEASE_HELD", "round {round}: {status:?}"),
+                Err(status) => {
+                    assert_eq!(reason(&status), "LEASE_HELD", "round {round}: {status:?}")
+                }
             }
         }
         assert_eq!(winners, 1, "round {round}");
@@ -43,14 +46,21 @@ async fn retried_acquire_returns_the_same_lease() {
     assert_eq!(key, "alice-secret-key-0001");
     let (again, _) = acquire(&mut c, req.clone()).await;
     assert_eq!(again.fencing_token, first.fencing_token);
-    assert!(again.revision > first.revision, "the retry renews the holding");
+    assert!(
+        again.revision > first.revision,
+        "the retry renews the holding"
+    );
     // The old revision still works as a retried renew; the new one releases.
     req.lease_key = "someone-elses-key-0002".into();
     let err = c.acquire(req).await.unwrap_err();
     assert_eq!(reason(&err), "LEASE_HELD");
-    c.release(ReleaseRequest { name: "retry.a".into(), expected_revision: again.revision, lease_key: key })
-        .await
-        .expect("release with the retry's revision");
+    c.release(ReleaseRequest {
+        name: "retry.a".into(),
+        expected_revision: again.revision,
+        lease_key: key,
+    })
+    .await
+    .expect("release with the retry's revision");
 }
 
 /// A minted key is long and random, and it is what proves ownership.
@@ -61,7 +71,12 @@ async fn minted_key_proves_ownership() {
     let (lease, key) = acquire(&mut c, acquire_req("mint.a", "bob", 10)).await;
     assert_eq!(key.len(), 64);
     let renewed = c
-        .renew(RenewRequest { name: "mint.a".into(), expected_revision: lease.revision, lease_key: key, ttl: None })
+        .renew(RenewRequest {
+            name: "mint.a".into(),
+            expected_revision: lease.revision,
+            lease_key: key,
+            ttl: None,
+        })
         .await
         .unwrap()
         .into_inner()
@@ -81,13 +96,24 @@ async fn wait_returns_when_released() {
     req.wait = Some(secs(60));
     let waiting = tokio::spawn(async move { waiter.acquire(req).await });
     // The waiter is blocked while the lease is held: a probe still sees the first holder.
-    let err = c.acquire(acquire_req("wait.rel", "probe", 5)).await.unwrap_err();
+    let err = c
+        .acquire(acquire_req("wait.rel", "probe", 5))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_HELD");
     assert!(!waiting.is_finished());
-    c.release(ReleaseRequest { name: "wait.rel".into(), expected_revision: held.revision, lease_key: key })
+    c.release(ReleaseRequest {
+        name: "wait.rel".into(),
+        expected_revision: held.revision,
+        lease_key: key,
+    })
+    .await
+    .unwrap();
+    let got = within("waiter acquires", waiting)
         .await
-        .unwrap();
-    let got = within("waiter acquires", waiting).await.unwrap().expect("waiter acquires").into_inner();
+        .unwrap()
+        .expect("waiter acquires")
+        .into_inner();
     let lease = got.lease.unwrap();
     assert_eq!(lease.holder, "second");
     assert!(lease.fencing_token > held.fencing_token);
@@ -113,7 +139,10 @@ async fn wait_runs_out_with_a_clear_status() {
     let mut c = t.client().await;
     acquire(&mut c, acquire_req("wait.out", "first", 60)).await;
     let mut req = acquire_req("wait.out", "second", 5);
-    req.wait = Some(prost_types::Duration { seconds: 0, nanos: 300_000_000 });
+    req.wait = Some(prost_types::Duration {
+        seconds: 0,
+        nanos: 300_000_000,
+    });
     let err = c.acquire(req).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(reason(&err), "LEASE_HELD");

@@ -7,11 +7,20 @@ use common::*;
 use tenure::proto::{EventType, GetLeaseRequest, ReleaseRequest, RenewRequest, WatchLeaseRequest};
 
 fn renew(name: &str, rev: u64, key: &str) -> RenewRequest {
-    RenewRequest { name: name.into(), expected_revision: rev, lease_key: key.into(), ttl: None }
+    RenewRequest {
+        name: name.into(),
+        expected_revision: rev,
+        lease_key: key.into(),
+        ttl: None,
+    }
 }
 
 fn release(name: &str, rev: u64, key: &str) -> ReleaseRequest {
-    ReleaseRequest { name: name.into(), expected_revision: rev, lease_key: key.into() }
+    ReleaseRequest {
+        name: name.into(),
+        expected_revision: rev,
+        lease_key: key.into(),
+    }
 }
 
 /// A wrong lease key cannot renew or release, even with the right revision.
@@ -21,12 +30,26 @@ async fn wrong_key_is_not_held_and_writes_nothing() {
     let mut c = t.client().await;
     let (lease, _key) = acquire(&mut c, acquire_req("own.key", "alice", 30)).await;
     let before = t.last_sequence().await;
-    let err = c.renew(renew("own.key", lease.revision, "not-the-right-key-000")).await.unwrap_err();
+    let err = c
+        .renew(renew("own.key", lease.revision, "not-the-right-key-000"))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
-    let err = c.release(release("own.key", lease.revision, "not-the-right-key-000")).await.unwrap_err();
+    let err = c
+        .release(release("own.key", lease.revision, "not-the-right-key-000"))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     assert_eq!(t.last_sequence().await, before, "nothing written");
-    let now = c.get_lease(GetLeaseRequest { name: "own.key".into() }).await.unwrap().into_inner().lease.unwrap();
+    let now = c
+        .get_lease(GetLeaseRequest {
+            name: "own.key".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
     assert_eq!(now, lease);
 }
 
@@ -39,7 +62,9 @@ async fn foreign_revision_is_not_held() {
     let mut req = acquire_req("own.rev", "alice", 30);
     req.lease_key = "alice-secret-key-0001".into();
     let (first, key) = acquire(&mut c, req.clone()).await;
-    c.release(release("own.rev", first.revision, &key)).await.unwrap();
+    c.release(release("own.rev", first.revision, &key))
+        .await
+        .unwrap();
     let (second, _) = acquire(&mut c, req).await;
     assert!(second.fencing_token > first.fencing_token);
     let before = t.last_sequence().await;
@@ -59,12 +84,26 @@ async fn retried_renew_with_stale_revision_succeeds() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("own.retry", "alice", 30)).await;
-    let r1 = c.renew(renew("own.retry", lease.revision, &key)).await.unwrap().into_inner().lease.unwrap();
+    let r1 = c
+        .renew(renew("own.retry", lease.revision, &key))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
     // The reply of r1 was "lost": the client retries with the old revision.
-    let r2 = c.renew(renew("own.retry", lease.revision, &key)).await.unwrap().into_inner().lease.unwrap();
+    let r2 = c
+        .renew(renew("own.retry", lease.revision, &key))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
     assert_eq!(r2.fencing_token, lease.fencing_token);
     assert!(r2.revision > r1.revision);
-    c.release(release("own.retry", r1.revision, &key)).await.expect("release with a stale revision of the same holding");
+    c.release(release("own.retry", r1.revision, &key))
+        .await
+        .expect("release with a stale revision of the same holding");
 }
 
 /// A fresh replica (no cache) verifies against the bucket and behaves the
@@ -74,20 +113,45 @@ async fn second_replica_renews_and_refuses_alike() {
     let t = Tenure::start().await;
     let config = t.config.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let other = tenure::server::start(&config, &t.nats.url(), listener).await.unwrap();
-    let mut c1 = t.client().await;
-    let mut c2 = tenure::proto::lease_service_client::LeaseServiceClient::connect(format!("http://{}", other.addr()))
+    let other = tenure::server::start(&config, &t.nats.url(), listener)
         .await
         .unwrap();
+    let mut c1 = t.client().await;
+    let mut c2 = tenure::proto::lease_service_client::LeaseServiceClient::connect(format!(
+        "http://{}",
+        other.addr()
+    ))
+    .await
+    .unwrap();
     let (lease, key) = acquire(&mut c1, acquire_req("own.replica", "alice", 30)).await;
-    let r = c2.renew(renew("own.replica", lease.revision, &key)).await.unwrap().into_inner().lease.unwrap();
+    let r = c2
+        .renew(renew("own.replica", lease.revision, &key))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
     assert_eq!(r.fencing_token, lease.fencing_token);
     // Replica 1 still remembers the old revision; its CAS fails and it falls back to a read.
-    let r = c1.renew(renew("own.replica", r.revision, &key)).await.unwrap().into_inner().lease.unwrap();
-    let err = c2.release(release("own.replica", r.revision, "wrong-key-wrong-key-1")).await.unwrap_err();
+    let r = c1
+        .renew(renew("own.replica", r.revision, &key))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    let err = c2
+        .release(release("own.replica", r.revision, "wrong-key-wrong-key-1"))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
-    c2.release(release("own.replica", r.revision, &key)).await.unwrap();
-    let err = c1.renew(renew("own.replica", r.revision, &key)).await.unwrap_err();
+    c2.release(release("own.replica", r.revision, &key))
+        .await
+        .unwrap();
+    let err = c1
+        .renew(renew("own.replica", r.revision, &key))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     other.shutdown().await;
 }
@@ -99,22 +163,36 @@ async fn after_expiry_is_not_held() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let mut events = c
-        .watch_lease(WatchLeaseRequest { name: "own.exp".into(), event_types: vec![EventType::Expired as i32] })
+        .watch_lease(WatchLeaseRequest {
+            name: "own.exp".into(),
+            event_types: vec![EventType::Expired as i32],
+        })
         .await
         .unwrap()
         .into_inner();
     let (lease, key) = acquire(&mut c, acquire_req("own.exp", "alice", 1)).await;
     loop {
-        let event = within("expiry", events.message()).await.unwrap().unwrap().event.unwrap();
+        let event = within("expiry", events.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .event
+            .unwrap();
         if event.r#type == EventType::Expired as i32 {
             break;
         }
     }
     let before = t.last_sequence().await;
-    let err = c.renew(renew("own.exp", lease.revision, &key)).await.unwrap_err();
+    let err = c
+        .renew(renew("own.exp", lease.revision, &key))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     assert!(err.message().contains("EXPIRED"), "{}", err.message());
-    let err = c.release(release("own.exp", lease.revision, &key)).await.unwrap_err();
+    let err = c
+        .release(release("own.exp", lease.revision, &key))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     assert_eq!(t.last_sequence().await, before, "nothing written");
 }
@@ -125,12 +203,25 @@ async fn release_twice_reports_already_released() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("own.twice", "alice", 30)).await;
-    c.release(release("own.twice", lease.revision, &key)).await.unwrap();
-    let err = c.release(release("own.twice", lease.revision, &key)).await.unwrap_err();
+    c.release(release("own.twice", lease.revision, &key))
+        .await
+        .unwrap();
+    let err = c
+        .release(release("own.twice", lease.revision, &key))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     let info = tonic_types::StatusExt::get_details_error_info(&err).unwrap();
-    assert_eq!(info.metadata.get("state").map(String::as_str), Some("RELEASED"));
-    let err = c.get_lease(GetLeaseRequest { name: "own.twice".into() }).await.unwrap_err();
+    assert_eq!(
+        info.metadata.get("state").map(String::as_str),
+        Some("RELEASED")
+    );
+    let err = c
+        .get_lease(GetLeaseRequest {
+            name: "own.twice".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert_eq!(reason(&err), "LEASE_NOT_FOUND");
 }

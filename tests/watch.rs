@@ -9,12 +9,26 @@ use tenure::proto::{EventType, LeaseEvent, ReleaseRequest, RenewRequest, WatchLe
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-async fn watch(c: &mut LeaseServiceClient<Channel>, name: &str) -> Streaming<tenure::proto::WatchLeaseResponse> {
-    c.watch_lease(WatchLeaseRequest { name: name.into(), event_types: vec![] }).await.unwrap().into_inner()
+async fn watch(
+    c: &mut LeaseServiceClient<Channel>,
+    name: &str,
+) -> Streaming<tenure::proto::WatchLeaseResponse> {
+    c.watch_lease(WatchLeaseRequest {
+        name: name.into(),
+        event_types: vec![],
+    })
+    .await
+    .unwrap()
+    .into_inner()
 }
 
 async fn next(s: &mut Streaming<tenure::proto::WatchLeaseResponse>) -> LeaseEvent {
-    within("next watch event", s.message()).await.expect("stream ok").expect("stream open").event.unwrap()
+    within("next watch event", s.message())
+        .await
+        .expect("stream ok")
+        .expect("stream open")
+        .event
+        .unwrap()
 }
 
 fn kind(e: &LeaseEvent) -> EventType {
@@ -30,44 +44,93 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
     let (pre_lease, pre_key) = acquire(&mut c, acquire_req(pre, "early", 60)).await;
     let mut s = watch(&mut c, target).await;
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token), (EventType::Current, pre, pre_lease.fencing_token));
+    assert_eq!(
+        (kind(&e), e.name.as_str(), e.fencing_token),
+        (EventType::Current, pre, pre_lease.fencing_token)
+    );
     assert_eq!(e.lease.as_ref().unwrap().holder, "early");
     assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
     if pre == name {
         // Free the name for the lifecycle; the watch sees that first.
-        c.release(ReleaseRequest { name: pre.into(), expected_revision: pre_lease.revision, lease_key: pre_key })
-            .await
-            .unwrap();
+        c.release(ReleaseRequest {
+            name: pre.into(),
+            expected_revision: pre_lease.revision,
+            lease_key: pre_key,
+        })
+        .await
+        .unwrap();
         let e = next(&mut s).await;
-        assert_eq!((kind(&e), e.holder.as_str()), (EventType::Released, "early"));
+        assert_eq!(
+            (kind(&e), e.holder.as_str()),
+            (EventType::Released, "early")
+        );
     }
 
     let (lease, key) = acquire(&mut c, acquire_req(name, "alice", 30)).await;
     let renewed = c
-        .renew(RenewRequest { name: name.into(), expected_revision: lease.revision, lease_key: key.clone(), ttl: None })
+        .renew(RenewRequest {
+            name: name.into(),
+            expected_revision: lease.revision,
+            lease_key: key.clone(),
+            ttl: None,
+        })
         .await
         .unwrap()
         .into_inner()
         .lease
         .unwrap();
     let released = c
-        .release(ReleaseRequest { name: name.into(), expected_revision: renewed.revision, lease_key: key })
+        .release(ReleaseRequest {
+            name: name.into(),
+            expected_revision: renewed.revision,
+            lease_key: key,
+        })
         .await
         .unwrap()
         .into_inner();
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.name.as_str(), e.revision, e.fencing_token), (EventType::Acquired, name, lease.revision, lease.fencing_token));
+    assert_eq!(
+        (kind(&e), e.name.as_str(), e.revision, e.fencing_token),
+        (
+            EventType::Acquired,
+            name,
+            lease.revision,
+            lease.fencing_token
+        )
+    );
     assert_eq!(e.holder, "alice");
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.revision, e.fencing_token), (EventType::Renewed, renewed.revision, lease.fencing_token));
+    assert_eq!(
+        (kind(&e), e.revision, e.fencing_token),
+        (EventType::Renewed, renewed.revision, lease.fencing_token)
+    );
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.revision, e.fencing_token, e.holder.as_str()), (EventType::Released, released.revision, lease.fencing_token, "alice"));
+    assert_eq!(
+        (kind(&e), e.revision, e.fencing_token, e.holder.as_str()),
+        (
+            EventType::Released,
+            released.revision,
+            lease.fencing_token,
+            "alice"
+        )
+    );
 
     let (short, _) = acquire(&mut c, acquire_req(name2, "bob", 1)).await;
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token), (EventType::Acquired, name2, short.fencing_token));
+    assert_eq!(
+        (kind(&e), e.name.as_str(), e.fencing_token),
+        (EventType::Acquired, name2, short.fencing_token)
+    );
     let e = next(&mut s).await;
-    assert_eq!((kind(&e), e.name.as_str(), e.fencing_token, e.holder.as_str()), (EventType::Expired, name2, short.fencing_token, "bob"));
+    assert_eq!(
+        (
+            kind(&e),
+            e.name.as_str(),
+            e.fencing_token,
+            e.holder.as_str()
+        ),
+        (EventType::Expired, name2, short.fencing_token, "bob")
+    );
     assert!(e.revision > short.revision);
 }
 
@@ -89,14 +152,23 @@ async fn empty_snapshot_and_filters() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let mut s = c
-        .watch_lease(WatchLeaseRequest { name: "f.>".into(), event_types: vec![EventType::Released as i32] })
+        .watch_lease(WatchLeaseRequest {
+            name: "f.>".into(),
+            event_types: vec![EventType::Released as i32],
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
     acquire(&mut c, acquire_req("other", "x", 30)).await;
     let (lease, key) = acquire(&mut c, acquire_req("f.a", "alice", 30)).await;
-    c.release(ReleaseRequest { name: "f.a".into(), expected_revision: lease.revision, lease_key: key }).await.unwrap();
+    c.release(ReleaseRequest {
+        name: "f.a".into(),
+        expected_revision: lease.revision,
+        lease_key: key,
+    })
+    .await
+    .unwrap();
     let e = next(&mut s).await;
     assert_eq!((kind(&e), e.name.as_str()), (EventType::Released, "f.a"));
 }

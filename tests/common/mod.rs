@@ -29,8 +29,14 @@ impl Nats {
     pub async fn start() -> Nats {
         let dir = tempfile::tempdir().expect("temp dir");
         let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
-        let process = NatsProcess::spawn(&bin, dir.path(), None).await.expect("start nats-server");
-        Nats { port: process.port, process: Some(process), dir }
+        let process = NatsProcess::spawn(&bin, dir.path(), None)
+            .await
+            .expect("start nats-server");
+        Nats {
+            port: process.port,
+            process: Some(process),
+            dir,
+        }
     }
 
     /// The client URL.
@@ -48,12 +54,20 @@ impl Nats {
     /// Starts the server again on the same port with the same store.
     pub async fn restart(&mut self) {
         let bin = find_binary(None).unwrap();
-        self.process = Some(NatsProcess::spawn(&bin, self.dir.path(), Some(self.port)).await.expect("restart"));
+        self.process = Some(
+            NatsProcess::spawn(&bin, self.dir.path(), Some(self.port))
+                .await
+                .expect("restart"),
+        );
     }
 
     /// A JetStream context for inspecting the bucket directly.
     pub async fn jetstream(&self) -> jetstream::Context {
-        jetstream::new(async_nats::connect(self.url()).await.expect("connect to nats"))
+        jetstream::new(
+            async_nats::connect(self.url())
+                .await
+                .expect("connect to nats"),
+        )
     }
 }
 
@@ -79,8 +93,14 @@ impl Tenure {
         let mut config = Config::for_nats(&nats.url());
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let running = server::start(&config, &nats.url(), listener).await.expect("tenure starts");
-        Tenure { nats, running: Some(running), config }
+        let running = server::start(&config, &nats.url(), listener)
+            .await
+            .expect("tenure starts");
+        Tenure {
+            nats,
+            running: Some(running),
+            config,
+        }
     }
 
     /// A gRPC client.
@@ -91,13 +111,20 @@ impl Tenure {
     /// A gRPC channel to the server.
     pub async fn channel(&self) -> Channel {
         let addr = self.running.as_ref().unwrap().addr();
-        Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.expect("connect to tenure")
+        Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to tenure")
     }
 
     /// The bucket's last sequence: unchanged means nothing was written.
     pub async fn last_sequence(&self) -> u64 {
         let js = self.nats.jetstream().await;
-        let mut stream = js.get_stream(format!("KV_{}", self.config.bucket)).await.unwrap();
+        let mut stream = js
+            .get_stream(format!("KV_{}", self.config.bucket))
+            .await
+            .unwrap();
         stream.info().await.unwrap().state.last_sequence
     }
 }
@@ -114,18 +141,26 @@ pub fn acquire_req(name: &str, holder: &str, ttl_s: i64) -> AcquireRequest {
 
 /// A protobuf duration of whole seconds.
 pub fn secs(s: i64) -> prost_types::Duration {
-    prost_types::Duration { seconds: s, nanos: 0 }
+    prost_types::Duration {
+        seconds: s,
+        nanos: 0,
+    }
 }
 
 /// The ErrorInfo reason of a status (panics when absent: every error has one).
 pub fn reason(status: &tonic::Status) -> String {
-    let info = status.get_details_error_info().unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
     assert_eq!(info.domain, "tenure.v1");
     info.reason
 }
 
 /// Acquires and unwraps the lease and key.
-pub async fn acquire(client: &mut LeaseServiceClient<Channel>, req: AcquireRequest) -> (proto::Lease, String) {
+pub async fn acquire(
+    client: &mut LeaseServiceClient<Channel>,
+    req: AcquireRequest,
+) -> (proto::Lease, String) {
     let resp = client.acquire(req).await.expect("acquire").into_inner();
     (resp.lease.unwrap(), resp.lease_key)
 }

@@ -1,0 +1,118 @@
+//! Expiry: a lease that is not renewed ends after its TTL; one that is renewed
+//! stays; and a lease written over a marker or a tombstone still expires.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tenure::proto::{EventType, ReleaseRequest, RenewRequest, WatchLeaseRequest};
+
+/// Waits on a watch stream for the next EXPIRED event and returns its token.
+async fn next_expiry(s: &mut tonic::Streaming<tenure::proto::WatchLeaseResponse>) -> u64 {
+    loop {
+        let e = within("expiry", s.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .event
+            .unwrap();
+        if e.r#type == EventType::Expired as i32 {
+            return e.fencing_token;
+        }
+    }
+}
+
+/// A lease nobody renews expires, and then another holder acquires it
+/// without waiting.
+#[tokio::test]
+async fn unrenewed_lease_expires_and_is_free() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut s = c
+        .watch_lease(WatchLeaseRequest {
+            name: "exp.a".into(),
+            event_types: vec![EventType::Expired as i32],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (lease, _) = acquire(&mut c, acquire_req("exp.a", "alice", 1)).await;
+    assert_eq!(lease.ttl.unwrap().seconds, 1);
+    assert_eq!(next_expiry(&mut s).await, lease.fencing_token);
+    let (next, _) = acquire(&mut c, acquire_req("exp.a", "bob", 1)).await;
+    assert!(next.fencing_token > lease.fencing_token);
+}
+
+/// A lease renewed every TTL/3 stays held for more than 5 TTLs: every renewal
+/// succeeds with the same token and a rival is refused throughout.
+#[tokio::test]
+async fn renewed_lease_stays_held_for_five_ttls() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (lease, key) = acquire(&mut c, acquire_req("exp.keep", "alice", 2)).await;
+    let mut revision = lease.revision;
+    let started = tokio::time::Instant::now();
+    let mut interval = tokio::time::interval(Duration::from_millis(666));
+    interval.tick().await;
+    while started.elapsed() < Duration::from_millis(10_500) {
+        interval.tick().await;
+        let renewed = c
+            .renew(RenewRequest {
+                name: "exp.keep".into(),
+                expected_revision: revision,
+                lease_key: key.clone(),
+                ttl: None,
+            })
+            .await
+            .expect("renewal within the TTL succeeds")
+            .into_inner()
+            .lease
+            .unwrap();
+        assert_eq!(renewed.fencing_token, lease.fencing_token);
+        revision = renewed.revision;
+        let err = c
+            .acquire(acquire_req("exp.keep", "rival", 2))
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&err), "LEASE_HELD");
+    }
+}
+
+/// A lease acquired over an expiry marker, and one acquired over a release
+/// tombstone, still expire: Tenure never takes the async-nats create/update
+/// path that drops the TTL. The raw message carries Nats-TTL.
+#[tokio::test]
+async fn lease_over_marker_or_tombstone_still_expires() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut s = c
+        .watch_lease(WatchLeaseRequest {
+            name: "exp.over".into(),
+            event_types: vec![EventType::Expired as i32],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // 1. Expire once, leaving a MaxAge marker as the last message.
+    let (first, _) = acquire(&mut c, acquire_req("exp.over", "a", 1)).await;
+    assert_eq!(next_expiry(&mut s).await, first.fencing_token);
+    // 2. Acquire over the marker: it must expire too.
+    let (over_marker, _) = acquire(&mut c, acquire_req("exp.over", "b", 1)).await;
+    let js = t.nats.jetstream().await;
+    let stream = js.get_stream("KV_tenure").await.unwrap();
+    let raw = stream.get_raw_message(over_marker.revision).await.unwrap();
+    assert_eq!(raw.headers.get("Nats-TTL").map(|v| v.as_str()), Some("1"));
+    assert_eq!(next_expiry(&mut s).await, over_marker.fencing_token);
+    // 3. Acquire and release, leaving a tombstone; acquire over it: it expires.
+    let (held, key) = acquire(&mut c, acquire_req("exp.over", "c", 30)).await;
+    c.release(ReleaseRequest {
+        name: "exp.over".into(),
+        expected_revision: held.revision,
+        lease_key: key,
+    })
+    .await
+    .unwrap();
+    let (over_tombstone, _) = acquire(&mut c, acquire_req("exp.over", "d", 1)).await;
+    assert_eq!(next_expiry(&mut s).await, over_tombstone.fencing_token);
+}
