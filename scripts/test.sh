@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every check and test of the project: formatting, lints, the Rust unit
+# and integration tests (real nats-server processes), the benchmark smoke run,
+# and each client's tests. Installs what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.tools/bin:$PATH"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "tools"
+scripts/tools.sh
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test"
+cargo build --quiet
+cargo test
+
+step "benchmark smoke run"
+cargo bench --bench latency -- --quick
+
+for lang in go python typescript java; do
+  if [ -x "clients/$lang/test.sh" ]; then
+    step "clients/$lang"
+    "clients/$lang/test.sh"
+  fi
+done
+
+if [ -x scripts/gen-clients.sh ]; then
+  step "generated client code is up to date with proto/"
+  scripts/gen-clients.sh --check
+fi

@@ -1,0 +1,156 @@
+//! The README's grpcurl walkthrough, run for real against the `tenure`
+//! binary with its managed local nats-server.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// The grpcurl commands between the walkthrough markers of README.md.
+fn walkthrough_commands() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme
+        .find("<!-- walkthrough:start -->")
+        .expect("start marker");
+    let end = readme.find("<!-- walkthrough:end -->").expect("end marker");
+    readme[start..end]
+        .lines()
+        .filter(|l| l.starts_with("grpcurl "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// What each walkthrough command must print, in order.
+const EXPECTED: &[&[&str]] = &[
+    &["tenure.v1.LeaseService", "grpc.health.v1.Health"],
+    &["rpc Acquire", "rpc WatchLease"],
+    &[
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"1\"",
+        "\"leaseKey\": \"my-secret-lease-key-1\"",
+    ],
+    &["\"fencingToken\": \"1\"", "\"revision\": \"2\""],
+    &["\"holder\": \"worker-1\"", "\"revision\": \"2\""],
+    &["EVENT_TYPE_CURRENT", "EVENT_TYPE_SNAPSHOT_COMPLETE"],
+    &["\"revision\": \"3\""],
+    &["\"holder\": \"worker-2\"", "\"fencingToken\": \"4\""],
+];
+
+/// Every README walkthrough command runs and prints what the README says,
+/// and SIGTERM stops the service (and its nats-server) cleanly.
+#[tokio::test]
+async fn readme_walkthrough_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = root.join(".tools/bin");
+    assert!(
+        tools.join("grpcurl").is_file(),
+        "grpcurl missing: run scripts/tools.sh"
+    );
+    let commands = walkthrough_commands();
+    assert_eq!(
+        commands.len(),
+        EXPECTED.len(),
+        "README walkthrough and test disagree on the steps"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .current_dir(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    // Ready when health says SERVING.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = async {
+            let channel =
+                tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
+                    .ok()?
+                    .connect()
+                    .await
+                    .ok()?;
+            let mut h = HealthClient::new(channel);
+            let r = h
+                .check(HealthCheckRequest {
+                    service: "tenure.v1.LeaseService".into(),
+                })
+                .await
+                .ok()?;
+            Some(r.into_inner().status == 1)
+        };
+        if ready.await == Some(true) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tenure did not become ready"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "tenure exited at start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (command, expected) in commands.iter().zip(EXPECTED) {
+        let command = command.replace("localhost:7419", &format!("127.0.0.1:{port}"));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !command.contains("-max-time") {
+            assert!(out.status.success(), "{command}\n{text}");
+        }
+        for want in *expected {
+            assert!(
+                text.contains(want),
+                "{command}\nmissing {want:?} in:\n{text}"
+            );
+        }
+    }
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let ports = std::fs::read_dir(data.path().join("nats/ports"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        ports, 0,
+        "nats-server removed its ports file: it was stopped"
+    );
+}
