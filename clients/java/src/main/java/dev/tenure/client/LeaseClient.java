@@ -1,0 +1,370 @@
+package dev.tenure.client;
+
+import static java.util.concurrent.TimeUnit.NANOSECONDS;
+
+import dev.tenure.v1.AcquireRequest;
+import dev.tenure.v1.AcquireResponse;
+import dev.tenure.v1.EventType;
+import dev.tenure.v1.GetLeaseRequest;
+import dev.tenure.v1.Lease;
+import dev.tenure.v1.LeaseEvent;
+import dev.tenure.v1.LeaseServiceGrpc;
+import dev.tenure.v1.WatchLeaseRequest;
+import dev.tenure.v1.WatchLeaseResponse;
+import io.grpc.Channel;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.StatusRuntimeException;
+import io.grpc.stub.ClientCallStreamObserver;
+import io.grpc.stub.ClientResponseObserver;
+import io.grpc.stub.StreamObserver;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * The entry point of the Tenure Java client: acquires leases as {@link Session}s, reads and
+ * watches leases, and gives access to the raw generated stubs.
+ *
+ * <pre>{@code
+ * try (LeaseClient client = LeaseClient.connect("127.0.0.1:7419");
+ *     Session session = client.acquire("jobs.nightly", "worker-1", Duration.ofSeconds(10))) {
+ *   while (session.isHeld()) { ... write with session.getFencingToken() ... }
+ * }
+ * }</pre>
+ *
+ * <p>A client is thread-safe and meant to be shared. Its renewals run on one {@link
+ * ScheduledExecutorService} (its own daemon thread unless one is given), and loss listeners on a
+ * small pool of daemon threads of its own.
+ */
+public final class LeaseClient implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(LeaseClient.class.getName());
+  private static final SecureRandom RANDOM = new SecureRandom();
+
+  /** A running watch fed to a {@link StreamObserver}; close it to stop the stream. */
+  public interface Subscription extends AutoCloseable {
+    /** Cancels the watch; the observer is called no more. */
+    @Override
+    void close();
+  }
+
+  private final ManagedChannel ownedChannel;
+  private final LeaseServiceGrpc.LeaseServiceBlockingStub blockingStub;
+  private final LeaseServiceGrpc.LeaseServiceStub asyncStub;
+  private final ScheduledExecutorService scheduler;
+  private final boolean ownsScheduler;
+  private final ExecutorService callbacks;
+  private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
+
+  /**
+   * Connects to a Tenure server over plaintext gRPC. The client owns the channel and shuts it
+   * down on {@link #close()}.
+   *
+   * @param target a gRPC target such as {@code "127.0.0.1:7419"} or {@code "dns:///tenure:7419"}
+   * @return a client
+   */
+  public static LeaseClient connect(String target) {
+    ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    return new LeaseClient(channel, channel, null);
+  }
+
+  /**
+   * A client over a channel the caller owns (and shuts down after closing this client), e.g. one
+   * with TLS or interceptors.
+   *
+   * @param channel the channel to the Tenure server
+   */
+  public LeaseClient(Channel channel) {
+    this(channel, null, null);
+  }
+
+  /**
+   * A client over a channel and a scheduler the caller owns; renewals run on {@code scheduler}.
+   *
+   * @param channel the channel to the Tenure server
+   * @param scheduler where renewals and safe-deadline checks run; tasks must not be delayed much
+   */
+  public LeaseClient(Channel channel, ScheduledExecutorService scheduler) {
+    this(channel, null, Objects.requireNonNull(scheduler, "scheduler"));
+  }
+
+  private LeaseClient(
+      Channel channel, ManagedChannel ownedChannel, ScheduledExecutorService scheduler) {
+    Objects.requireNonNull(channel, "channel");
+    this.ownedChannel = ownedChannel;
+    this.blockingStub = LeaseServiceGrpc.newBlockingStub(channel);
+    this.asyncStub = LeaseServiceGrpc.newStub(channel);
+    this.ownsScheduler = scheduler == null;
+    this.scheduler =
+        scheduler != null
+            ? scheduler
+            : Executors.newSingleThreadScheduledExecutor(daemonThreads("tenure-renewal"));
+    this.callbacks = Executors.newCachedThreadPool(daemonThreads("tenure-callback"));
+  }
+
+  /**
+   * Takes lease {@code name} for {@code holder}, failing at once if someone else holds it.
+   *
+   * @param name the lease name
+   * @param holder who takes it
+   * @param ttl the TTL to ask for (rounded up to whole seconds by the server)
+   * @return the held session, renewing in the background
+   * @throws TenureException {@code LEASE_HELD} (with {@link TenureException#getHolder()}) when
+   *     another holder has it, {@code INVALID_*} for bad arguments, or a transport failure
+   */
+  public Session acquire(String name, String holder, Duration ttl) {
+    return acquire(AcquireOptions.builder(name, holder).ttl(ttl).build());
+  }
+
+  /**
+   * Takes lease {@code name} for {@code holder}, waiting up to {@code wait} for it to become free.
+   *
+   * @param name the lease name
+   * @param holder who takes it
+   * @param ttl the TTL to ask for (rounded up to whole seconds by the server)
+   * @param wait how long to wait while someone else holds it; zero fails at once
+   * @return the held session, renewing in the background
+   * @throws TenureException {@code LEASE_HELD} when the wait ran out, and as {@link
+   *     #acquire(String, String, Duration)}
+   */
+  public Session acquire(String name, String holder, Duration ttl, Duration wait) {
+    return acquire(AcquireOptions.builder(name, holder).ttl(ttl).wait(wait).build());
+  }
+
+  /**
+   * Takes a lease as {@code options} say. Without a lease key in the options, the client mints a
+   * random one, so the caller may retry a failed call with the same key (see {@link
+   * AcquireOptions.Builder#leaseKey(String)}).
+   *
+   * @param options name, holder, TTL, wait, metadata and renewal settings
+   * @return the held session, renewing in the background
+   * @throws TenureException when the server refuses or cannot be reached
+   */
+  public Session acquire(AcquireOptions options) {
+    String key = options.getLeaseKey() != null ? options.getLeaseKey() : mintKey();
+    AcquireRequest.Builder request =
+        AcquireRequest.newBuilder()
+            .setName(options.getName())
+            .setHolder(options.getHolder())
+            .setLeaseKey(key)
+            .putAllMetadata(options.getMetadata());
+    if (options.getTtl() != null) {
+      request.setTtl(toProto(options.getTtl()));
+    }
+    if (!options.getWait().isZero()) {
+      request.setWait(toProto(options.getWait()));
+    }
+    Duration timeout = options.getRpcTimeout().plus(options.getWait());
+    long send = System.nanoTime();
+    AcquireResponse reply;
+    try {
+      reply =
+          blockingStub.withDeadlineAfter(timeout.toNanos(), NANOSECONDS).acquire(request.build());
+    } catch (StatusRuntimeException e) {
+      throw TenureException.from(e);
+    }
+    Session session = new Session(this, options, reply.getLease(), reply.getLeaseKey(), send);
+    sessions.add(session);
+    session.start();
+    return session;
+  }
+
+  /**
+   * The current holding of a name.
+   *
+   * @param name the lease name
+   * @return the lease as stored
+   * @throws TenureException {@code LEASE_NOT_FOUND} when nobody holds it
+   */
+  public Lease getLease(String name) {
+    try {
+      return blockingStub
+          .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+          .getLease(GetLeaseRequest.newBuilder().setName(name).build())
+          .getLease();
+    } catch (StatusRuntimeException e) {
+      throw TenureException.from(e);
+    }
+  }
+
+  /**
+   * Watches one lease name or a subtree ({@code "jobs.>"}, or {@code ">"} for all) as a blocking
+   * iterator: first a {@code CURRENT} event per held lease, then {@code SNAPSHOT_COMPLETE}, then
+   * every change. Close it to stop.
+   *
+   * @param nameOrPrefix the name or subtree
+   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
+   * @return the running watch
+   */
+  public LeaseWatch watch(String nameOrPrefix, EventType... types) {
+    return new LeaseWatch(asyncStub, watchRequest(nameOrPrefix, types));
+  }
+
+  /**
+   * Watches one lease name or a subtree, pushing each event to {@code observer} (on a gRPC
+   * thread). Errors reach {@code observer.onError} as {@link TenureException}s. After {@link
+   * Subscription#close()}, the observer is called no more.
+   *
+   * @param nameOrPrefix the name or subtree
+   * @param observer receives the events
+   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
+   * @return a handle that cancels the watch
+   */
+  public Subscription watch(
+      String nameOrPrefix, StreamObserver<LeaseEvent> observer, EventType... types) {
+    Objects.requireNonNull(observer, "observer");
+    ObserverWatch watch = new ObserverWatch(observer);
+    asyncStub.watchLease(watchRequest(nameOrPrefix, types), watch);
+    return watch;
+  }
+
+  /**
+   * The generated blocking stub over this client's channel, for calls the helper does not wrap.
+   *
+   * @return the blocking stub
+   */
+  public LeaseServiceGrpc.LeaseServiceBlockingStub blockingStub() {
+    return blockingStub;
+  }
+
+  /**
+   * The generated asynchronous stub over this client's channel.
+   *
+   * @return the async stub
+   */
+  public LeaseServiceGrpc.LeaseServiceStub asyncStub() {
+    return asyncStub;
+  }
+
+  /**
+   * Releases every session still open (best effort), stops the renewal scheduler if the client
+   * owns it, and shuts down the channel if the client opened it.
+   */
+  @Override
+  public void close() {
+    for (Session session : new ArrayList<>(sessions)) {
+      session.close();
+    }
+    if (ownsScheduler) {
+      scheduler.shutdownNow();
+    }
+    callbacks.shutdown();
+    if (ownedChannel != null) {
+      ownedChannel.shutdown();
+      try {
+        if (!ownedChannel.awaitTermination(5, TimeUnit.SECONDS)) {
+          ownedChannel.shutdownNow();
+        }
+      } catch (InterruptedException e) {
+        ownedChannel.shutdownNow();
+        Thread.currentThread().interrupt();
+      }
+    }
+  }
+
+  ScheduledExecutorService scheduler() {
+    return scheduler;
+  }
+
+  void forget(Session session) {
+    sessions.remove(session);
+  }
+
+  void callback(Runnable task) {
+    try {
+      callbacks.execute(task);
+    } catch (RejectedExecutionException e) {
+      LOG.log(Level.FINE, "client closed; running the callback inline", e);
+      task.run();
+    }
+  }
+
+  private static WatchLeaseRequest watchRequest(String nameOrPrefix, EventType... types) {
+    WatchLeaseRequest.Builder request =
+        WatchLeaseRequest.newBuilder().setName(Objects.requireNonNull(nameOrPrefix, "name"));
+    for (EventType type : types) {
+      request.addEventTypes(type);
+    }
+    return request.build();
+  }
+
+  static com.google.protobuf.Duration toProto(Duration d) {
+    return com.google.protobuf.Duration.newBuilder()
+        .setSeconds(d.getSeconds())
+        .setNanos(d.getNano())
+        .build();
+  }
+
+  private static String mintKey() {
+    byte[] bytes = new byte[32];
+    RANDOM.nextBytes(bytes);
+    return HexFormat.of().formatHex(bytes);
+  }
+
+  private static ThreadFactory daemonThreads(String prefix) {
+    AtomicInteger count = new AtomicInteger();
+    return runnable -> {
+      Thread thread = new Thread(runnable, prefix + "-" + count.incrementAndGet());
+      thread.setDaemon(true);
+      return thread;
+    };
+  }
+
+  /** Adapts the generated stream to a {@code StreamObserver<LeaseEvent>} that can be cancelled. */
+  private static final class ObserverWatch
+      implements ClientResponseObserver<WatchLeaseRequest, WatchLeaseResponse>, Subscription {
+    private final StreamObserver<LeaseEvent> observer;
+    private volatile ClientCallStreamObserver<WatchLeaseRequest> call;
+    private volatile boolean closed;
+
+    ObserverWatch(StreamObserver<LeaseEvent> observer) {
+      this.observer = observer;
+    }
+
+    @Override
+    public void beforeStart(ClientCallStreamObserver<WatchLeaseRequest> requestStream) {
+      this.call = requestStream;
+    }
+
+    @Override
+    public void onNext(WatchLeaseResponse value) {
+      if (!closed) {
+        observer.onNext(value.getEvent());
+      }
+    }
+
+    @Override
+    public void onError(Throwable t) {
+      if (!closed) {
+        observer.onError(TenureException.from(t));
+      }
+    }
+
+    @Override
+    public void onCompleted() {
+      if (!closed) {
+        observer.onCompleted();
+      }
+    }
+
+    @Override
+    public void close() {
+      closed = true;
+      call.cancel("watch closed by the client", null);
+    }
+  }
+}

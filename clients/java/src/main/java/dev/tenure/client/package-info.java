@@ -1,0 +1,13 @@
+/**
+ * A thin session helper over the generated Tenure gRPC stubs ({@code dev.tenure.v1}).
+ *
+ * <p>{@link dev.tenure.client.LeaseClient#acquire} takes a lease and returns a {@link
+ * dev.tenure.client.Session} that renews it in the background and tells you, through {@link
+ * dev.tenure.client.Session#isHeld()} and a {@link dev.tenure.client.Session.LossListener}, the
+ * moment it can no longer be sure it holds the lease. Closing the session (try-with-resources)
+ * releases the lease. {@link dev.tenure.client.LeaseClient#watch} streams lease events, every
+ * failure is a {@link dev.tenure.client.TenureException} with a typed {@link
+ * dev.tenure.client.TenureException.Reason}, and {@link dev.tenure.client.FencingGuard} shows how a
+ * downstream store uses fencing tokens.
+ */
+package dev.tenure.client;

@@ -1,0 +1,263 @@
+package dev.tenure.client;
+
+import static dev.tenure.client.TenureException.Reason.INVALID_NAME;
+import static dev.tenure.client.TenureException.Reason.LEASE_HELD;
+import static dev.tenure.client.TenureException.Reason.LEASE_NOT_FOUND;
+import static dev.tenure.client.TenureException.Reason.LEASE_NOT_HELD;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.tenure.v1.Lease;
+import dev.tenure.v1.ReleaseRequest;
+import io.grpc.Status;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalLong;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** Sessions against a real Tenure server: the round trip, races, fencing, loss and errors. */
+class SessionTest {
+  private static final Duration ONE_SECOND = Duration.ofSeconds(1);
+  private static final Duration TWO_SECONDS = Duration.ofSeconds(2);
+
+  private static TenureServer server;
+  private static LeaseClient client;
+  private static LeaseClient other;
+
+  @BeforeAll
+  static void startServer() throws Exception {
+    server = TenureServer.start();
+    client = LeaseClient.connect(server.target());
+    other = LeaseClient.connect(server.target());
+  }
+
+  @AfterAll
+  static void stopServer() throws Exception {
+    if (client != null) {
+      client.close();
+    }
+    if (other != null) {
+      other.close();
+    }
+    if (server != null) {
+      server.close();
+    }
+  }
+
+  @Test
+  void acquireRenewReleaseRoundTrip() throws Exception {
+    Session session = client.acquire("round.trip", "holder-a", ONE_SECOND);
+    BlockingQueue<Lease> renewals = Await.renewals(session);
+    assertTrue(session.isHeld());
+    assertEquals("round.trip", session.getName());
+    assertEquals("holder-a", session.getHolder());
+    assertEquals(ONE_SECOND, session.getGrantedTtl());
+    assertTrue(session.getFencingToken() > 0);
+    assertEquals(session.getFencingToken(), session.getRevision(), "acquire's revision is the token");
+    assertEquals(64, session.getLeaseKey().length(), "a minted 32-byte hex key");
+    assertTrue(session.getTimeLeft().compareTo(ONE_SECOND) < 0, "the margin comes off the TTL");
+
+    Lease stored = client.getLease("round.trip");
+    assertEquals("holder-a", stored.getHolder());
+    assertEquals(session.getFencingToken(), stored.getFencingToken());
+
+    Lease renewed = Await.renewal(renewals);
+    assertTrue(renewed.getRevision() > session.getFencingToken(), "a renewal writes a new revision");
+    assertEquals(session.getFencingToken(), renewed.getFencingToken());
+    assertTrue(session.getRevision() >= renewed.getRevision());
+    assertTrue(session.isHeld());
+
+    long released = session.release();
+    assertTrue(released > renewed.getRevision());
+    assertFalse(session.isHeld());
+    assertTrue(session.getLoss().isEmpty(), "a release is not a loss");
+    TenureException gone = assertThrows(TenureException.class, () -> client.getLease("round.trip"));
+    assertEquals(LEASE_NOT_FOUND, gone.getReason());
+    assertEquals(Status.Code.NOT_FOUND, gone.getStatusCode());
+    assertEquals(0, session.release(), "a second release does nothing");
+  }
+
+  @Test
+  void tryWithResourcesReleases() {
+    try (Session session = client.acquire("scoped.lease", "scoped", TWO_SECONDS)) {
+      assertTrue(session.isHeld());
+      assertEquals("scoped", client.getLease("scoped.lease").getHolder());
+    }
+    TenureException gone = assertThrows(TenureException.class, () -> client.getLease("scoped.lease"));
+    assertEquals(LEASE_NOT_FOUND, gone.getReason());
+  }
+
+  @Test
+  void racingSessionsOneWins() throws Exception {
+    int racers = 4;
+    ExecutorService pool = Executors.newFixedThreadPool(racers);
+    CountDownLatch start = new CountDownLatch(1);
+    List<Future<Session>> results = new ArrayList<>();
+    try {
+      for (int i = 0; i < racers; i++) {
+        LeaseClient via = i % 2 == 0 ? client : other;
+        String holder = "racer-" + i;
+        results.add(
+            pool.submit(
+                () -> {
+                  start.await();
+                  return via.acquire("race.one", holder, TWO_SECONDS);
+                }));
+      }
+      start.countDown();
+      List<Session> winners = new ArrayList<>();
+      List<TenureException> losers = new ArrayList<>();
+      for (Future<Session> result : results) {
+        try {
+          winners.add(result.get(Await.BOUND.toSeconds(), TimeUnit.SECONDS));
+        } catch (java.util.concurrent.ExecutionException e) {
+          losers.add((TenureException) e.getCause());
+        }
+      }
+      assertEquals(1, winners.size(), "exactly one racer wins");
+      Session winner = winners.get(0);
+      assertTrue(winner.isHeld());
+      assertEquals(racers - 1, losers.size());
+      for (TenureException loser : losers) {
+        assertEquals(LEASE_HELD, loser.getReason());
+        assertEquals(Status.Code.FAILED_PRECONDITION, loser.getStatusCode());
+        assertEquals(winner.getHolder(), loser.getHolder().orElseThrow());
+        assertEquals(OptionalLong.of(winner.getFencingToken()), loser.getFencingToken());
+      }
+      winner.release();
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  @Test
+  void fencingTokenIsStableAcrossRenewalsAndGreaterForTheNextHolder() throws Exception {
+    Session first = client.acquire("fence.one", "first", ONE_SECOND);
+    long token = first.getFencingToken();
+    BlockingQueue<Lease> renewals = Await.renewals(first);
+    Lease r1 = Await.renewal(renewals);
+    Lease r2 = Await.renewal(renewals);
+    assertTrue(r2.getRevision() > r1.getRevision());
+    assertEquals(token, r1.getFencingToken());
+    assertEquals(token, r2.getFencingToken());
+    assertEquals(token, first.getFencingToken());
+    first.release();
+
+    Session second = other.acquire("fence.one", "second", ONE_SECOND);
+    assertTrue(second.getFencingToken() > token, "the next holder's token is greater");
+
+    FencingGuard store = new FencingGuard();
+    assertTrue(store.accept("row-1", token));
+    assertTrue(store.accept("row-1", second.getFencingToken()));
+    assertFalse(store.accept("row-1", token), "the old holder's write is fenced off");
+    second.release();
+  }
+
+  @Test
+  void stalledHolderLosesTheLeaseWhenItIsTakenOverAfterExpiry() throws Exception {
+    Session stalled = client.acquire("stall.one", "stalled", ONE_SECOND);
+    CompletableFuture<Session.Loss> loss = Await.loss(stalled);
+    stalled.pauseRenewals();
+
+    // The successor waits for the lease; it gets it once the stalled holding expires.
+    Session successor =
+        other.acquire("stall.one", "successor", TWO_SECONDS, Await.BOUND.dividedBy(2));
+    assertFalse(stalled.isHeld(), "the stalled holder must not believe it holds a taken lease");
+    assertTrue(successor.isHeld(), "a waited acquire still has a fresh safe deadline");
+    assertTrue(successor.getFencingToken() > stalled.getFencingToken());
+
+    Session.Loss lost = Await.get(loss);
+    assertEquals(Session.LossReason.DEADLINE_PASSED, lost.getReason());
+    assertTrue(stalled.getLoss().isPresent());
+
+    // The stalled holder wakes up: the server no longer lets it act on the lease.
+    TenureException refused = assertThrows(TenureException.class, stalled::release);
+    assertEquals(LEASE_NOT_HELD, refused.getReason());
+    assertEquals("successor", client.getLease("stall.one").getHolder());
+    successor.release();
+  }
+
+  @Test
+  void renewalRefusedWithLeaseNotHeldSignalsLossAtOnce() throws Exception {
+    Session victim = client.acquire("revoke.one", "victim", TWO_SECONDS);
+    CompletableFuture<Session.Loss> loss = Await.loss(victim);
+    // Someone else with the key (a duplicate process, an operator's tool) releases it.
+    other
+        .blockingStub()
+        .release(
+            ReleaseRequest.newBuilder()
+                .setName("revoke.one")
+                .setExpectedRevision(victim.getRevision())
+                .setLeaseKey(victim.getLeaseKey())
+                .build());
+
+    Session.Loss lost = Await.get(loss);
+    assertEquals(Session.LossReason.NOT_HELD, lost.getReason());
+    assertEquals(LEASE_NOT_HELD, lost.getCause().orElseThrow().getReason());
+    assertFalse(victim.isHeld());
+    assertEquals(lost, victim.getLoss().orElseThrow());
+
+    // A listener added after the loss hears of it too.
+    assertEquals(lost, Await.get(Await.loss(victim)));
+    victim.close();
+  }
+
+  @Test
+  void errorsCarryTypedReasons() throws Exception {
+    TenureException badName =
+        assertThrows(TenureException.class, () -> client.acquire(".bad.", "x", ONE_SECOND));
+    assertEquals(INVALID_NAME, badName.getReason());
+    assertEquals(Status.Code.INVALID_ARGUMENT, badName.getStatusCode());
+    assertFalse(badName.isRetryable());
+
+    try (Session holder = client.acquire("errors.held", "owner", TWO_SECONDS)) {
+      TenureException held =
+          assertThrows(TenureException.class, () -> other.acquire("errors.held", "x", ONE_SECOND));
+      assertEquals(LEASE_HELD, held.getReason());
+      assertEquals("owner", held.getHolder().orElseThrow());
+      assertEquals(OptionalLong.of(holder.getFencingToken()), held.getFencingToken());
+      assertEquals("2", held.getMetadata().get("ttl_seconds"));
+
+      TenureException waited =
+          assertThrows(
+              TenureException.class,
+              () -> other.acquire("errors.held", "x", ONE_SECOND, Duration.ofMillis(300)));
+      assertEquals(LEASE_HELD, waited.getReason(), "a wait that runs out fails with LEASE_HELD");
+      assertTrue(holder.isHeld());
+    }
+
+    TenureException missing =
+        assertThrows(TenureException.class, () -> client.getLease("errors.missing"));
+    assertEquals(LEASE_NOT_FOUND, missing.getReason());
+  }
+
+  @Test
+  void unreachableServerIsAnUnknownRetryableError() throws Exception {
+    int port;
+    try (java.net.ServerSocket socket =
+        new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+      port = socket.getLocalPort();
+    }
+    try (LeaseClient nowhere = LeaseClient.connect("127.0.0.1:" + port)) {
+      TenureException e =
+          assertThrows(TenureException.class, () -> nowhere.acquire("x.y", "z", ONE_SECOND));
+      assertEquals(TenureException.Reason.UNKNOWN, e.getReason());
+      assertEquals(Status.Code.UNAVAILABLE, e.getStatusCode());
+      assertTrue(e.isRetryable());
+      assertNotEquals("", e.getMessage());
+    }
+  }
+}

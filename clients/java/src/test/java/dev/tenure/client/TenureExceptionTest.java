@@ -1,0 +1,76 @@
+package dev.tenure.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.google.protobuf.Any;
+import com.google.rpc.Code;
+import com.google.rpc.ErrorInfo;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.protobuf.StatusProto;
+import java.util.OptionalLong;
+import org.junit.jupiter.api.Test;
+
+/** Reading ErrorInfo out of gRPC statuses, without a server. */
+class TenureExceptionTest {
+  private static StatusRuntimeException status(Code code, String domain, String reason) {
+    ErrorInfo info =
+        ErrorInfo.newBuilder()
+            .setDomain(domain)
+            .setReason(reason)
+            .putMetadata("holder", "someone")
+            .putMetadata("fencing_token", "42")
+            .build();
+    return StatusProto.toStatusRuntimeException(
+        com.google.rpc.Status.newBuilder()
+            .setCode(code.getNumber())
+            .setMessage("lease \"a\" is held")
+            .addDetails(Any.pack(info))
+            .build());
+  }
+
+  @Test
+  void readsTheReasonAndMetadata() {
+    TenureException e =
+        TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "LEASE_HELD"));
+    assertEquals(TenureException.Reason.LEASE_HELD, e.getReason());
+    assertEquals("LEASE_HELD", e.getReasonText());
+    assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatusCode());
+    assertEquals("someone", e.getHolder().orElseThrow());
+    assertEquals(OptionalLong.of(42), e.getFencingToken());
+    assertEquals("LEASE_HELD: lease \"a\" is held", e.getMessage());
+    assertFalse(e.isRetryable());
+    assertSame(e, TenureException.from(e));
+  }
+
+  @Test
+  void unknownReasonsAndOtherDomainsAreUnknown() {
+    TenureException newer =
+        TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "SOMETHING_NEW"));
+    assertEquals(TenureException.Reason.UNKNOWN, newer.getReason());
+    assertEquals("SOMETHING_NEW", newer.getReasonText());
+
+    TenureException foreign =
+        TenureException.from(status(Code.FAILED_PRECONDITION, "example.com", "LEASE_HELD"));
+    assertEquals(TenureException.Reason.UNKNOWN, foreign.getReason());
+    assertTrue(foreign.getMetadata().isEmpty());
+  }
+
+  @Test
+  void transportFailuresAreRetryable() {
+    TenureException down =
+        TenureException.from(Status.UNAVAILABLE.withDescription("refused").asRuntimeException());
+    assertEquals(TenureException.Reason.UNKNOWN, down.getReason());
+    assertEquals(Status.Code.UNAVAILABLE, down.getStatusCode());
+    assertTrue(down.isRetryable());
+    assertTrue(
+        TenureException.from(status(Code.UNAVAILABLE, "tenure.v1", "NATS_UNAVAILABLE"))
+            .isRetryable());
+    assertFalse(
+        TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "LEASE_NOT_HELD"))
+            .isRetryable());
+  }
+}

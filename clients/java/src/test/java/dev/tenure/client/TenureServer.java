@@ -1,0 +1,180 @@
+package dev.tenure.client;
+
+import dev.tenure.v1.GetLeaseRequest;
+import dev.tenure.v1.LeaseServiceGrpc;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.StatusRuntimeException;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+/**
+ * A real Tenure server for the tests: {@code tenure serve} on a free 127.0.0.1 port with a fresh
+ * data dir, supervising its own nats-server. The binaries come from {@code TENURE_BIN} and {@code
+ * NATS_SERVER}, defaulting to {@code target/debug/tenure} and {@code .tools/bin/nats-server} under
+ * the repository root (system property {@code tenure.root}, set by the pom).
+ */
+final class TenureServer implements AutoCloseable {
+  private static final long READY_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(30);
+
+  private final Process process;
+  private final Path dataDir;
+  private final Path log;
+  private final String target;
+
+  private TenureServer(Process process, Path dataDir, Path log, String target) {
+    this.process = process;
+    this.dataDir = dataDir;
+    this.log = log;
+    this.target = target;
+  }
+
+  /** Starts a server and waits until it answers RPCs. */
+  static TenureServer start() throws Exception {
+    Path root = Paths.get(System.getProperty("tenure.root", "../..")).toAbsolutePath().normalize();
+    Path tenure = binary(root, "TENURE_BIN", "target/debug/tenure");
+    Path nats = binary(root, "NATS_SERVER", ".tools/bin/nats-server");
+    IllegalStateException failure = null;
+    for (int attempt = 0; attempt < 3; attempt++) {
+      int port = freePort();
+      Path dataDir = Files.createTempDirectory("tenure-java-");
+      Path log = dataDir.resolve("tenure.log");
+      Process process =
+          new ProcessBuilder(
+                  tenure.toString(),
+                  "serve",
+                  "--listen",
+                  "127.0.0.1:" + port,
+                  "--data-dir",
+                  dataDir.resolve("data").toString(),
+                  "--nats-server",
+                  nats.toString(),
+                  "--log-format",
+                  "json")
+              .redirectErrorStream(true)
+              .redirectOutput(log.toFile())
+              .start();
+      TenureServer server = new TenureServer(process, dataDir, log, "127.0.0.1:" + port);
+      try {
+        server.awaitReady();
+        return server;
+      } catch (IllegalStateException e) {
+        // Most likely another process took the port between our probe and the bind: retry.
+        failure = e;
+        server.close();
+      }
+    }
+    throw failure;
+  }
+
+  /** The gRPC target, {@code 127.0.0.1:PORT}. */
+  String target() {
+    return target;
+  }
+
+  /** Stops the server with SIGTERM (it stops its nats-server too) and waits for it to exit. */
+  void stop() throws InterruptedException {
+    if (!process.isAlive()) {
+      return;
+    }
+    List<ProcessHandle> children = process.descendants().toList();
+    process.destroy();
+    if (!process.waitFor(10, TimeUnit.SECONDS)) {
+      process.destroyForcibly();
+      process.waitFor(5, TimeUnit.SECONDS);
+    }
+    for (ProcessHandle child : children) {
+      child.destroyForcibly();
+    }
+  }
+
+  /** Stops the server (see {@link #stop()}) and deletes its data dir. */
+  @Override
+  public void close() {
+    try {
+      stop();
+    } catch (InterruptedException e) {
+      process.destroyForcibly();
+      Thread.currentThread().interrupt();
+    } finally {
+      deleteTree(dataDir);
+    }
+  }
+
+  private void awaitReady() throws InterruptedException {
+    long deadline = System.nanoTime() + READY_TIMEOUT_NANOS;
+    ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    try {
+      LeaseServiceGrpc.LeaseServiceBlockingStub stub = LeaseServiceGrpc.newBlockingStub(channel);
+      while (true) {
+        if (!process.isAlive()) {
+          throw new IllegalStateException("tenure exited with " + process.exitValue() + ":\n" + logText());
+        }
+        try {
+          stub.withDeadlineAfter(1, TimeUnit.SECONDS)
+              .getLease(GetLeaseRequest.newBuilder().setName("readiness-probe").build());
+          return;
+        } catch (StatusRuntimeException e) {
+          if (TenureException.from(e).getReason() == TenureException.Reason.LEASE_NOT_FOUND) {
+            return;
+          }
+        }
+        if (System.nanoTime() - deadline > 0) {
+          throw new IllegalStateException("tenure did not become ready in 30 s:\n" + logText());
+        }
+        // Nothing to await but the server itself: poll its readiness at a short interval.
+        Thread.sleep(100);
+      }
+    } finally {
+      channel.shutdownNow();
+    }
+  }
+
+  /** The server's log, for failure messages. */
+  String logText() {
+    try {
+      return Files.readString(log, StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      return "(no log: " + e + ")";
+    }
+  }
+
+  private static Path binary(Path root, String env, String fallback) {
+    String value = System.getenv(env);
+    Path path = value == null || value.isEmpty() ? root.resolve(fallback) : root.resolve(value);
+    if (!Files.isExecutable(path)) {
+      throw new IllegalStateException(
+          path
+              + " is missing: run scripts/tools.sh and `cargo build` at the repository root, or set "
+              + env);
+    }
+    return path;
+  }
+
+  private static int freePort() throws IOException {
+    try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+      return socket.getLocalPort();
+    }
+  }
+
+  private static void deleteTree(Path dir) {
+    if (!Files.exists(dir)) {
+      return;
+    }
+    try (Stream<Path> paths = Files.walk(dir)) {
+      paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+}

@@ -1,0 +1,39 @@
+"""Python client for Tenure, the gRPC lease-coordination service.
+
+The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
+``lease_pb2_grpc``); on top of them:
+
+- :class:`TenureClient` — a grpc.aio connection: :meth:`~TenureClient.acquire`,
+  :meth:`~TenureClient.get`, :meth:`~TenureClient.watch`.
+- :class:`Session` — one held lease, renewed in the background; :attr:`~Session.lost`
+  (an :class:`asyncio.Event`), :meth:`~Session.is_held`, :meth:`~Session.release`.
+- :class:`TenureError` — a failed call with its typed :class:`Reason`.
+- :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
+"""
+
+from ._client import AcquireContext, LeaseWatch, TenureClient
+from ._errors import DOMAIN, Reason, TenureError
+from ._gen import lease_pb2, lease_pb2_grpc
+from ._session import LossCause, Session
+from ._types import EventType, Lease, LeaseEvent
+from .fencing import FencingGuard, StaleTokenError
+
+__all__ = [
+    "AcquireContext",
+    "DOMAIN",
+    "EventType",
+    "FencingGuard",
+    "Lease",
+    "LeaseEvent",
+    "LeaseWatch",
+    "LossCause",
+    "Reason",
+    "Session",
+    "StaleTokenError",
+    "TenureClient",
+    "TenureError",
+    "lease_pb2",
+    "lease_pb2_grpc",
+]
+
+__version__ = "0.1.0"

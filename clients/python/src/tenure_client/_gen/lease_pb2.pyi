@@ -1,0 +1,167 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_CURRENT: _ClassVar[EventType]
+    EVENT_TYPE_SNAPSHOT_COMPLETE: _ClassVar[EventType]
+    EVENT_TYPE_ACQUIRED: _ClassVar[EventType]
+    EVENT_TYPE_RENEWED: _ClassVar[EventType]
+    EVENT_TYPE_RELEASED: _ClassVar[EventType]
+    EVENT_TYPE_EXPIRED: _ClassVar[EventType]
+    EVENT_TYPE_REVOKED: _ClassVar[EventType]
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_CURRENT: EventType
+EVENT_TYPE_SNAPSHOT_COMPLETE: EventType
+EVENT_TYPE_ACQUIRED: EventType
+EVENT_TYPE_RENEWED: EventType
+EVENT_TYPE_RELEASED: EventType
+EVENT_TYPE_EXPIRED: EventType
+EVENT_TYPE_REVOKED: EventType
+
+class Lease(_message.Message):
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    holder: str
+    fencing_token: int
+    revision: int
+    ttl: _duration_pb2.Duration
+    metadata: _containers.ScalarMap[str, str]
+    acquire_time: _timestamp_pb2.Timestamp
+    renew_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    holder: str
+    ttl: _duration_pb2.Duration
+    lease_key: str
+    wait: _duration_pb2.Duration
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("lease", "lease_key")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    lease_key: str
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., lease_key: _Optional[str] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("name", "expected_revision", "lease_key", "ttl")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_revision: int
+    lease_key: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("name", "expected_revision", "lease_key")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_revision: int
+    lease_key: str
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class GetLeaseRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetLeaseResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class WatchLeaseRequest(_message.Message):
+    __slots__ = ("name", "event_types")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    event_types: _containers.RepeatedScalarFieldContainer[EventType]
+    def __init__(self, name: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ...) -> None: ...
+
+class WatchLeaseResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: LeaseEvent
+    def __init__(self, event: _Optional[_Union[LeaseEvent, _Mapping]] = ...) -> None: ...
+
+class LeaseEvent(_message.Message):
+    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    type: EventType
+    name: str
+    revision: int
+    holder: str
+    fencing_token: int
+    lease: Lease
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,330 @@
+"""The :class:`Session`: one held lease, kept alive by a background renewal."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Optional
+
+from ._errors import Reason, TenureError
+from ._gen import lease_pb2
+from ._types import Lease
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import TenureClient
+
+_log = logging.getLogger("tenure_client")
+
+#: First pause before retrying a renewal that failed with a retryable error;
+#: it doubles up to the renew interval, and never runs past the safe deadline.
+_FIRST_RETRY = 0.05
+
+
+class LossCause(enum.Enum):
+    """Why a :class:`Session` stopped holding its lease."""
+
+    #: :meth:`Session.release` was called (or the ``async with`` block ended).
+    RELEASED = "released"
+    #: A renewal was refused with LEASE_NOT_HELD or LEASE_NOT_FOUND: the lease
+    #: expired and may have passed to another holder.
+    NOT_HELD = "not_held"
+    #: No renewal got through before the safe deadline (server unreachable,
+    #: NATS away, renewals paused).
+    DEADLINE = "deadline"
+    #: A renewal failed with an error that retrying cannot fix (other than
+    #: NOT_HELD), e.g. INVALID_* or RECORD_UNREADABLE.
+    RENEW_FAILED = "renew_failed"
+    #: The :class:`TenureClient` was closed while the session was live.
+    CLOSED = "closed"
+
+
+class Session:
+    """One held lease, renewed in the background until released or lost.
+
+    Get one from :meth:`TenureClient.acquire`. While :meth:`is_held` is True
+    the caller may act as holder, passing :attr:`fencing_token` with every
+    write to a downstream store. When the lease is lost, :attr:`lost` is set:
+    as soon as a renewal is refused (LEASE_NOT_HELD), and no later than
+    :attr:`safe_deadline` when renewals cannot get through. :meth:`is_held`
+    compares against the clock itself, so it turns False at the safe deadline
+    even if the event loop was too busy to run the renewal task.
+
+    Use it as an async context manager to release it at the end of a block::
+
+        async with client.acquire("jobs.nightly", "worker-1", ttl=10) as s:
+            ...
+
+    Attributes:
+        name: the lease name.
+        holder: who holds it (as given to acquire).
+        fencing_token: the holding's fencing token (constant across renewals).
+        revision: the revision from the last Acquire or Renew reply (the one
+            the next Renew or Release presents).
+        lease_key: the ownership secret (the caller's own, or minted).
+        ttl: the granted time to live in seconds (whole seconds).
+        safe_deadline: the :func:`time.monotonic` time at which the session
+            stops believing it holds the lease: the send time of the last
+            successful Acquire/Renew + ``ttl`` - ``safety_margin``.
+        lease: the last :class:`Lease` the server returned.
+        renew_fraction: renewals are sent every ``ttl * renew_fraction``.
+        safety_margin: seconds subtracted from the TTL for the safe deadline.
+        lost: an :class:`asyncio.Event` set once the session no longer holds
+            the lease (lost or released); never cleared.
+        lost_cause: the :class:`LossCause` once :attr:`lost` is set.
+        lost_error: the :class:`TenureError` behind the loss, if any (for
+            DEADLINE: the last failed renewal's error, if one failed).
+        lost_at: the :func:`time.monotonic` time the loss was marked.
+    """
+
+    def __init__(
+        self,
+        client: "TenureClient",
+        lease: Lease,
+        lease_key: str,
+        sent: float,
+        *,
+        renew_fraction: float,
+        safety_margin: Optional[float],
+    ) -> None:
+        self._client = client
+        self.name = lease.name
+        self.holder = lease.holder
+        self.fencing_token = lease.fencing_token
+        self.lease_key = lease_key
+        self.renew_fraction = renew_fraction
+        self._margin_given = safety_margin
+        self.lost = asyncio.Event()
+        self.lost_cause: Optional[LossCause] = None
+        self.lost_error: Optional[TenureError] = None
+        self.lost_at: Optional[float] = None
+        self._last_error: Optional[TenureError] = None
+        self._task: Optional[asyncio.Task[None]] = None
+        self._renewing = asyncio.Event()
+        self._renewing.set()
+        # Set by _update: revision, ttl, lease, safety_margin, safe_deadline.
+        self.revision = 0
+        self.ttl = 0.0
+        self.safety_margin = 0.0
+        self.safe_deadline = 0.0
+        self._next_renew_at = 0.0
+        self.lease = lease
+        self._update(lease, sent)
+
+    def __repr__(self) -> str:
+        state = "held" if self.is_held() else f"lost:{self.lost_cause}"
+        return (
+            f"Session(name={self.name!r}, holder={self.holder!r}, "
+            f"fencing_token={self.fencing_token}, revision={self.revision}, {state})"
+        )
+
+    # ---- the holder's view -------------------------------------------------
+
+    def is_held(self) -> bool:
+        """Whether the caller may still act as holder: the lease was neither
+        lost nor released, and the safe deadline has not passed."""
+        return not self.lost.is_set() and time.monotonic() < self.safe_deadline
+
+    def remaining(self) -> float:
+        """Seconds left until the safe deadline (0 once lost or past it)."""
+        if self.lost.is_set():
+            return 0.0
+        return max(0.0, self.safe_deadline - time.monotonic())
+
+    async def renew(self, *, timeout: float = 5.0) -> Lease:
+        """Renews now, besides the background renewals (e.g. before a long
+        step), and returns the renewed :class:`Lease`. On success the safe
+        deadline moves forward from this call's send time.
+
+        Raises:
+            TenureError: the renewal failed; with reason LEASE_NOT_HELD the
+                session is marked lost (cause NOT_HELD). Also raised with
+                reason LEASE_NOT_HELD and no code if the session was already
+                lost or released.
+        """
+        if self.lost.is_set():
+            raise TenureError(
+                Reason.LEASE_NOT_HELD,
+                f"the session no longer holds lease {self.name!r} ({self.lost_cause.value})",
+                metadata={"state": "LOST"},
+            )
+        try:
+            return await self._renew_once(timeout=timeout)
+        except TenureError as err:
+            if not err.retryable:
+                self._lose(_cause_of(err), err)
+            raise
+
+    # ---- ending ------------------------------------------------------------
+
+    async def release(self, *, timeout: float = 5.0) -> bool:
+        """Stops renewing and releases the lease on the server, presenting
+        the current revision, so the next holder can take it at once.
+
+        :attr:`lost` is set (cause RELEASED) before the call is sent, so the
+        holder stops acting first. Returns True when this call ended the
+        holding, False when there was nothing to release (already released,
+        or lost to LEASE_NOT_HELD). Calling it again is harmless.
+
+        Raises:
+            TenureError: the server could not be reached or refused for
+                another reason; the lease then ends at its TTL by itself.
+        """
+        cause = self.lost_cause
+        await self._stop_renewing()
+        if cause in (LossCause.RELEASED, LossCause.NOT_HELD):
+            return False
+        self._lose(LossCause.RELEASED)
+        request = lease_pb2.ReleaseRequest(
+            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+        )
+        try:
+            await self._client._unary(self._client.stub.Release, request, timeout)
+        except TenureError as err:
+            if err.reason in (Reason.LEASE_NOT_HELD, Reason.LEASE_NOT_FOUND):
+                return False
+            raise
+        return True
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        """Releases the lease. A retryable failure (server away) is logged,
+        not raised: the lease then ends at its TTL by itself."""
+        try:
+            await self.release()
+        except TenureError as err:
+            if not err.retryable:
+                raise
+            _log.warning("tenure: could not release %r (%s); it will expire", self.name, err)
+
+    # ---- testing hooks -----------------------------------------------------
+
+    def pause_renewals(self) -> None:
+        """Stops sending renewals, as a stalled process would (for tests and
+        drills). The safe deadline still applies: :attr:`lost` is set with
+        cause DEADLINE when it passes."""
+        self._renewing.clear()
+
+    def resume_renewals(self) -> None:
+        """Undoes :meth:`pause_renewals` (a due renewal is sent at once)."""
+        self._renewing.set()
+
+    # ---- internals ---------------------------------------------------------
+
+    def _update(self, lease: Lease, sent: float) -> None:
+        """Takes a successful Acquire/Renew reply for a request sent at `sent`
+        (monotonic) and moves the safe deadline and the next renewal."""
+        self.lease = lease
+        self.revision = lease.revision
+        self.ttl = lease.ttl
+        self.safety_margin = (
+            self._margin_given if self._margin_given is not None else lease.ttl / 10
+        )
+        self.safe_deadline = sent + lease.ttl - self.safety_margin
+        self._next_renew_at = sent + lease.ttl * self.renew_fraction
+
+    def _start(self) -> None:
+        """Starts the background renewal task."""
+        self._task = asyncio.create_task(self._run(), name=f"tenure-renew:{self.name}")
+
+    async def _renew_once(self, timeout: float) -> Lease:
+        """Sends one Renew with the last revision and takes its reply."""
+        request = lease_pb2.RenewRequest(
+            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+        )
+        sent = time.monotonic()
+        reply = await self._client._unary(self._client.stub.Renew, request, timeout)
+        lease = Lease.from_proto(reply.lease)
+        if lease.fencing_token != self.fencing_token:
+            # The server promises a constant token; never trust a reply that
+            # says otherwise.
+            raise TenureError(
+                Reason.LEASE_NOT_HELD,
+                f"renewal returned fencing token {lease.fencing_token}, "
+                f"expected {self.fencing_token}",
+            )
+        # Replies can cross (a manual renew() beside the background loop):
+        # only a newer revision moves the session forward.
+        if not self.lost.is_set() and lease.revision > self.revision:
+            self._update(lease, sent)
+        return lease
+
+    async def _run(self) -> None:
+        """The renewal loop: renew every ``ttl * renew_fraction``, retry
+        retryable failures with backoff, give up at the safe deadline."""
+        retry = _FIRST_RETRY
+        while True:
+            now = time.monotonic()
+            if now >= self.safe_deadline:
+                self._lose(LossCause.DEADLINE, self._last_error)
+                return
+            if not self._renewing.is_set():
+                try:
+                    await asyncio.wait_for(self._renewing.wait(), self.safe_deadline - now)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            if now < self._next_renew_at:
+                await asyncio.sleep(min(self._next_renew_at, self.safe_deadline) - now)
+                continue
+            try:
+                # A renewal still in flight at the safe deadline is useless.
+                await self._renew_once(timeout=self.safe_deadline - now)
+                self._last_error = None
+                retry = _FIRST_RETRY
+            except TenureError as err:
+                if not err.retryable:
+                    self._lose(_cause_of(err), err)
+                    return
+                _log.debug("tenure: renewal of %r failed, retrying: %s", self.name, err)
+                self._last_error = err
+                self._next_renew_at = time.monotonic() + retry
+                retry = min(retry * 2, max(self.ttl * self.renew_fraction, _FIRST_RETRY))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. the channel was closed under us
+                _log.debug("tenure: renewal of %r raised %r, retrying", self.name, exc)
+                self._next_renew_at = time.monotonic() + retry
+                retry = min(retry * 2, max(self.ttl * self.renew_fraction, _FIRST_RETRY))
+
+    def _lose(self, cause: LossCause, error: Optional[TenureError] = None) -> None:
+        """Marks the session lost (once) and sets :attr:`lost`."""
+        if self.lost.is_set():
+            return
+        self.lost_cause = cause
+        self.lost_error = error
+        self.lost_at = time.monotonic()
+        self.lost.set()
+        if cause is not LossCause.RELEASED:
+            _log.info("tenure: lost lease %r (%s)", self.name, cause.value)
+
+    async def _stop_renewing(self) -> None:
+        """Cancels the renewal task and waits for it to end."""
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        if task is asyncio.current_task():
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            # Our own cancellation must still propagate.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+
+    async def _abandon(self) -> None:
+        """Stops renewing without releasing (the client is closing)."""
+        await self._stop_renewing()
+        self._lose(LossCause.CLOSED)
+
+
+def _cause_of(err: TenureError) -> LossCause:
+    """The loss cause of a renewal refused with a final error."""
+    if err.reason in (Reason.LEASE_NOT_HELD, Reason.LEASE_NOT_FOUND):
+        return LossCause.NOT_HELD
+    return LossCause.RENEW_FAILED

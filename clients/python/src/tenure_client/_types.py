@@ -1,0 +1,132 @@
+"""Plain Python views of Tenure's messages: :class:`Lease`, :class:`LeaseEvent`
+and :class:`EventType`, plus duration conversion."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+from google.protobuf import duration_pb2
+
+from ._gen import lease_pb2
+
+#: A duration given as seconds or as a :class:`datetime.timedelta`.
+Seconds = Union[float, int, _dt.timedelta]
+
+
+def to_seconds(value: Seconds) -> float:
+    """Seconds of a float/int or a timedelta."""
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def to_duration(value: Seconds) -> duration_pb2.Duration:
+    """A protobuf Duration of `value` seconds (nanosecond precision)."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(round(to_seconds(value) * 1_000_000_000))
+    return d
+
+
+class EventType(enum.IntEnum):
+    """The kind of a :class:`LeaseEvent`; the values are the proto's."""
+
+    #: A lease held when the watch started (part of the snapshot).
+    CURRENT = lease_pb2.EVENT_TYPE_CURRENT
+    #: End of the snapshot: every later event is a live change.
+    SNAPSHOT_COMPLETE = lease_pb2.EVENT_TYPE_SNAPSHOT_COMPLETE
+    #: A new holding (a new fencing token).
+    ACQUIRED = lease_pb2.EVENT_TYPE_ACQUIRED
+    #: A renewal of the current holding.
+    RENEWED = lease_pb2.EVENT_TYPE_RENEWED
+    #: A holder ended its holding.
+    RELEASED = lease_pb2.EVENT_TYPE_RELEASED
+    #: A holding ran out of time.
+    EXPIRED = lease_pb2.EVENT_TYPE_EXPIRED
+    #: An operator removed the holding.
+    REVOKED = lease_pb2.EVENT_TYPE_REVOKED
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _time(ts, present: bool) -> Optional[_dt.datetime]:
+    return ts.ToDatetime(tzinfo=_dt.timezone.utc) if present else None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One holding of a name, as the server stores it.
+
+    Attributes:
+        name: the lease name.
+        holder: who holds it.
+        fencing_token: constant across renewals, strictly greater for every
+            later holder of the name; pass it to downstream stores.
+        revision: the revision of the latest write of this holding.
+        ttl: the granted time to live, seconds (whole seconds).
+        metadata: the key/value map given at acquire.
+        acquire_time: when it was acquired (server clock, UTC).
+        renew_time: when it was last written (server clock, UTC).
+    """
+
+    name: str
+    holder: str
+    fencing_token: int
+    revision: int
+    ttl: float
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    acquire_time: Optional[_dt.datetime] = None
+    renew_time: Optional[_dt.datetime] = None
+
+    @classmethod
+    def from_proto(cls, msg: lease_pb2.Lease) -> "Lease":
+        """The view of a `tenure.v1.Lease` message."""
+        return cls(
+            name=msg.name,
+            holder=msg.holder,
+            fencing_token=msg.fencing_token,
+            revision=msg.revision,
+            ttl=msg.ttl.ToNanoseconds() / 1e9,
+            metadata=dict(msg.metadata),
+            acquire_time=_time(msg.acquire_time, msg.HasField("acquire_time")),
+            renew_time=_time(msg.renew_time, msg.HasField("renew_time")),
+        )
+
+
+@dataclass(frozen=True)
+class LeaseEvent:
+    """One change of a lease, or one entry of a watch's initial snapshot.
+
+    Attributes:
+        type: what happened.
+        name: the lease it happened to ("" for SNAPSHOT_COMPLETE).
+        revision: the revision of the change.
+        holder: the holder concerned ("" when the watch never saw it).
+        fencing_token: the token of the holding concerned (0 when unknown).
+        lease: the full holding for CURRENT, ACQUIRED and RENEWED.
+        time: when the change was written (server clock, UTC), if known.
+    """
+
+    type: EventType
+    name: str
+    revision: int
+    holder: str
+    fencing_token: int
+    lease: Optional[Lease] = None
+    time: Optional[_dt.datetime] = None
+
+    @classmethod
+    def from_proto(cls, msg: lease_pb2.LeaseEvent) -> "LeaseEvent":
+        """The view of a `tenure.v1.LeaseEvent` message."""
+        return cls(
+            type=EventType(msg.type),
+            name=msg.name,
+            revision=msg.revision,
+            holder=msg.holder,
+            fencing_token=msg.fencing_token,
+            lease=Lease.from_proto(msg.lease) if msg.HasField("lease") else None,
+            time=_time(msg.time, msg.HasField("time")),
+        )

@@ -1,0 +1,86 @@
+"""Fencing on the downstream side: reject writes from a holder whose lease
+has passed on.
+
+A holder can be paused (GC, swap, a stalled VM) past its lease and then
+write, believing it still holds. The fencing token stops that: Tenure gives
+every new holder of a name a strictly greater token, so a store that
+remembers the highest token it has seen for a resource, and refuses smaller
+ones, never accepts a write from an old holder after a newer holder has
+written.
+
+:class:`FencingGuard` does this in memory, for a single process that fronts
+a resource. A real store must do the check and the write atomically; in SQL,
+keep the token in the row and make the write conditional on it::
+
+    -- once: ALTER TABLE jobs ADD COLUMN fencing_token BIGINT NOT NULL DEFAULT 0;
+    UPDATE jobs
+       SET state = :state, fencing_token = :token
+     WHERE id = :id AND fencing_token <= :token;
+    -- 0 rows updated: a newer holder has written; stop acting as holder.
+
+(For an insert, use ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE
+jobs.fencing_token <= EXCLUDED.fencing_token``.)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, Optional
+
+
+class StaleTokenError(Exception):
+    """A write carried a fencing token below the highest seen for its
+    resource.
+
+    Attributes:
+        resource: the resource written to.
+        token: the token the write carried.
+        highest: the highest token seen for the resource.
+    """
+
+    def __init__(self, resource: str, token: int, highest: int) -> None:
+        super().__init__(
+            f"fencing token {token} for {resource!r} is stale (highest seen: {highest})"
+        )
+        self.resource = resource
+        self.token = token
+        self.highest = highest
+
+
+class FencingGuard:
+    """Remembers, per resource, the highest fencing token seen, and accepts a
+    token only if it is at least that high. Thread-safe.
+
+    Example::
+
+        guard = FencingGuard()
+        guard.check("orders", session.fencing_token)  # raises if stale
+        store.write(...)
+    """
+
+    def __init__(self) -> None:
+        self._highest: Dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def accept(self, resource: str, token: int) -> bool:
+        """True (and remembers `token`) if `token` is at least the highest
+        seen for `resource`; False if it is stale."""
+        with self._lock:
+            if token < self._highest.get(resource, 0):
+                return False
+            self._highest[resource] = token
+            return True
+
+    def check(self, resource: str, token: int) -> None:
+        """Like :meth:`accept`, but raises :class:`StaleTokenError` instead
+        of returning False."""
+        with self._lock:
+            highest = self._highest.get(resource, 0)
+            if token < highest:
+                raise StaleTokenError(resource, token, highest)
+            self._highest[resource] = token
+
+    def highest(self, resource: str) -> Optional[int]:
+        """The highest token seen for `resource`, or None."""
+        with self._lock:
+            return self._highest.get(resource)

@@ -1,0 +1,132 @@
+"""Starts a real Tenure server (with its own nats-server) for the tests.
+
+`TENURE_BIN` (default: target/debug/tenure in the repo) and `NATS_SERVER`
+(default: .tools/bin/nats-server in the repo) choose the binaries.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import grpc
+
+from tenure_client import lease_pb2, lease_pb2_grpc
+from tenure_client._errors import Reason, TenureError
+
+REPO = Path(__file__).resolve().parents[3]
+READY_TIMEOUT = 30.0
+STOP_GRACE = 8.0
+
+
+def _binary(env: str, default: Path) -> str:
+    path = Path(os.environ.get(env) or default)
+    if not path.is_absolute():
+        path = REPO / path
+    if not path.is_file():
+        raise RuntimeError(
+            f"{path} not found (set {env}); build with `cargo build` and run scripts/tools.sh"
+        )
+    return str(path)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TenureServer:
+    """One `tenure serve` process on 127.0.0.1 with a fresh data dir."""
+
+    def __init__(self) -> None:
+        self.tenure = _binary("TENURE_BIN", Path("target/debug/tenure"))
+        self.nats = _binary("NATS_SERVER", Path(".tools/bin/nats-server"))
+        self.data_dir = tempfile.mkdtemp(prefix="tenure-py-")
+        self.log_path = os.path.join(self.data_dir, "tenure.log")
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+
+    @property
+    def target(self) -> str:
+        """The server's gRPC address."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "TenureServer":
+        """Starts the server and waits until it answers (bounded)."""
+        for _ in range(3):  # another process may take the port first
+            self.port = _free_port()
+            store = tempfile.mkdtemp(dir=self.data_dir, prefix="data-")
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(
+                [
+                    self.tenure, "serve",
+                    "--listen", self.target,
+                    "--data-dir", store,
+                    "--nats-server", self.nats,
+                    "--log-format", "json",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own group: tenure and its nats-server
+            )
+            log.close()
+            if self._wait_ready():
+                return self
+        self.stop()
+        raise RuntimeError(f"tenure did not become ready; log:\n{self.log_tail()}")
+
+    def _wait_ready(self) -> bool:
+        """Retries GetLease on an unused name until the server answers
+        LEASE_NOT_FOUND; False if the process exits first."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        with grpc.insecure_channel(self.target) as channel:
+            stub = lease_pb2_grpc.LeaseServiceStub(channel)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    return False
+                try:
+                    stub.GetLease(lease_pb2.GetLeaseRequest(name="readiness.probe"), timeout=1)
+                    return True
+                except grpc.RpcError as err:
+                    if TenureError.from_rpc_error(err).reason is Reason.LEASE_NOT_FOUND:
+                        return True
+                # Not answering yet: the wait is the retry interval of a
+                # bounded readiness poll (there is no event to await).
+                time.sleep(0.1)
+        raise RuntimeError(f"tenure not ready after {READY_TIMEOUT}s; log:\n{self.log_tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> Optional[int]:
+        """Sends `sig`, waits for the exit (SIGKILL to the group after a
+        grace period) and returns the exit code."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return proc.returncode
+
+    def cleanup(self) -> None:
+        """Stops the server and removes its data dir."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,14 @@
+/**
+ * Tenure client for Node.js: the generated gRPC stubs of `tenure.v1` and a
+ * thin session helper that renews a lease in the background and signals its
+ * loss through an AbortSignal.
+ *
+ * @packageDocumentation
+ */
+export { TenureClient, type AcquireOptions, type ClientOptions, type WatchOptions } from "./client";
+export { Session, type RenewalOptions } from "./session";
+export { FencingGuard } from "./fencing";
+export { ERROR_DOMAIN, LeaseLostError, Reason, TenureError, type LossReason } from "./errors";
+export { EventType, eventTypeToJSON, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
+/** The raw generated messages and stubs of `tenure.v1`. */
+export * as v1 from "./gen/tenure/v1/lease";

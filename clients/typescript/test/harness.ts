@@ -1,0 +1,170 @@
+/**
+ * Starts a real Tenure server (which starts its own nats-server) for a test
+ * file, and small helpers to await events with a bound.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+
+import { Reason, TenureClient, TenureError, type LeaseEvent } from "../src";
+
+/** The repository root: the first parent folder holding proto/tenure. */
+export const repoRoot: string = (() => {
+  let dir = __dirname;
+  while (!existsSync(join(dir, "proto", "tenure"))) {
+    const parent = resolve(dir, "..");
+    if (parent === dir) throw new Error(`no repository root above ${__dirname}`);
+    dir = parent;
+  }
+  return dir;
+})();
+
+/** The compiled client's entry point, for child processes. */
+export const clientEntry = resolve(__dirname, "..", "src", "index.js");
+
+/** A free TCP port on 127.0.0.1 (free when asked; the server binds it right after). */
+async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const server = createServer();
+    server.unref();
+    server.on("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? ok(address.port) : fail(new Error("no port"))));
+    });
+  });
+}
+
+/** One running Tenure server with a fresh data directory. */
+export class TenureServer {
+  /** "127.0.0.1:port" of the gRPC listener. */
+  readonly address: string;
+  /** Resolves with the exit code (or signal name) once the process has exited. */
+  readonly exited: Promise<number | string>;
+  readonly #child: ChildProcess;
+  readonly #dataDir: string;
+  readonly #logs: string[] = [];
+
+  private constructor(address: string, child: ChildProcess, dataDir: string) {
+    this.address = address;
+    this.#child = child;
+    this.#dataDir = dataDir;
+    child.stdout?.on("data", (chunk: Buffer) => this.#logs.push(chunk.toString()));
+    child.stderr?.on("data", (chunk: Buffer) => this.#logs.push(chunk.toString()));
+    this.exited = new Promise((ok) => child.once("exit", (code, signal) => ok(code ?? signal ?? "unknown")));
+  }
+
+  /**
+   * Starts `tenure serve` on a free port and waits (at most 30 s) until a
+   * GetLease call gets a proper answer from it.
+   */
+  static async start(): Promise<TenureServer> {
+    const bin = process.env.TENURE_BIN ?? join(repoRoot, "target", "debug", "tenure");
+    const nats = process.env.NATS_SERVER ?? join(repoRoot, ".tools", "bin", "nats-server");
+    for (const [what, path] of [["TENURE_BIN", bin], ["NATS_SERVER", nats]]) {
+      if (!existsSync(path)) throw new Error(`${what} ${path} does not exist (cargo build; scripts/tools.sh)`);
+    }
+    const dataDir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
+    const address = `127.0.0.1:${await freePort()}`;
+    const child = spawn(
+      bin,
+      ["serve", "--listen", address, "--data-dir", dataDir, "--nats-server", nats, "--log-format", "json", "--shutdown-grace", "1s"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    const server = new TenureServer(address, child, dataDir);
+    try {
+      await server.#waitReady(30_000);
+    } catch (err) {
+      await server.stop();
+      throw err;
+    }
+    return server;
+  }
+
+  /** Retries GetLease until the server answers it (LEASE_NOT_FOUND), the process dies, or time runs out. */
+  async #waitReady(timeoutMs: number): Promise<void> {
+    const client = new TenureClient(this.address);
+    const until = Date.now() + timeoutMs;
+    let exited = false;
+    void this.exited.then(() => (exited = true));
+    try {
+      for (;;) {
+        try {
+          await client.getLease("readiness.probe", { timeoutMs: 1000 });
+          return;
+        } catch (err) {
+          if (err instanceof TenureError && err.reason === Reason.LEASE_NOT_FOUND) return;
+          if (exited) throw new Error(`tenure exited during startup:\n${this.logs()}`);
+          if (Date.now() > until) throw new Error(`tenure not ready after ${timeoutMs} ms: ${err}\n${this.logs()}`);
+        }
+        await delay(100);
+      }
+    } finally {
+      client.close();
+    }
+  }
+
+  /** What the server printed so far. */
+  logs(): string {
+    return this.#logs.join("");
+  }
+
+  /**
+   * Stops the server with SIGTERM (it stops its nats-server too), SIGKILL
+   * after 10 s, awaits the exit and removes the data directory.
+   */
+  async stop(): Promise<void> {
+    if (this.#child.exitCode === null && this.#child.signalCode === null) {
+      this.#child.kill("SIGTERM");
+      const timer = setTimeout(() => this.#child.kill("SIGKILL"), 10_000);
+      await this.exited;
+      clearTimeout(timer);
+    }
+    rmSync(this.#dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Rejects after `ms` with a message naming what was awaited. */
+export async function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, fail) => {
+    timer = setTimeout(() => fail(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Resolves with the signal's reason once it aborts (at once if it has). */
+export function aborted(signal: AbortSignal): Promise<unknown> {
+  if (signal.aborted) return Promise.resolve(signal.reason);
+  return new Promise((ok) => signal.addEventListener("abort", () => ok(signal.reason), { once: true }));
+}
+
+/** Reads events from a watch until one matches, at most `ms` milliseconds. */
+export async function nextMatching(
+  events: AsyncIterator<LeaseEvent>,
+  what: string,
+  match: (event: LeaseEvent) => boolean,
+  ms = 10_000,
+): Promise<LeaseEvent> {
+  return within(ms, what, (async () => {
+    for (;;) {
+      const next = await events.next();
+      if (next.done) throw new Error(`watch ended while waiting for ${what}`);
+      if (match(next.value)) return next.value;
+    }
+  })());
+}
+
+/** A lease name unique to this process and call, under `prefix`. */
+let counter = 0;
+export function uniqueName(prefix: string): string {
+  counter += 1;
+  return `${prefix}.p${process.pid}-${counter}`;
+}
