@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Reason, Result};
 use crate::record::{KeyHash, Record, Released};
+use crate::shutdown::Shutdown;
 use crate::store::{CasError, Entry, Kind, Store};
 
 /// How many times a call re-reads and retries after losing a CAS race before
@@ -66,14 +67,17 @@ pub struct Leases {
     store: Store,
     /// Records this replica wrote or read, by name.
     cache: Arc<KeyCache>,
+    /// Ends waiting Acquires when the server shuts down.
+    shutdown: Shutdown,
 }
 
 impl Leases {
-    /// Lease operations over `store`.
-    pub fn new(store: Store) -> Leases {
+    /// Lease operations over `store`; waits end when `shutdown` fires.
+    pub fn new(store: Store, shutdown: Shutdown) -> Leases {
         Leases {
             store,
             cache: Arc::new(KeyCache::default()),
+            shutdown,
         }
     }
 
@@ -91,6 +95,7 @@ impl Leases {
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
         let mut follow = self.store.follow(&args.name, false).await.ok();
+        let mut shutdown = self.shutdown.clone();
         loop {
             let held = match self.try_acquire(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
@@ -106,6 +111,9 @@ impl Leases {
                     }
                 };
                 tokio::select! {
+                    _ = shutdown.recv() => {
+                        return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
+                    }
                     _ = tokio::time::sleep_until(deadline) => {
                         let message = format!("{} (gave up after waiting {wait:?})", held.message);
                         return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));

@@ -91,7 +91,11 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| Error::new(Reason::Internal, format!("reflection: {e}")))?;
-    let api = LeaseApi::new(Leases::new(store), config.limits(), trigger.subscribe());
+    let api = LeaseApi::new(
+        Leases::new(store, trigger.subscribe()),
+        config.limits(),
+        trigger.subscribe(),
+    );
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         conn.inspect(|stream| {
             let _ = stream.set_nodelay(true);

@@ -149,3 +149,26 @@ async fn wait_runs_out_with_a_clear_status() {
     assert!(err.message().contains("\"first\""), "{}", err.message());
     assert!(err.message().contains("waiting"), "{}", err.message());
 }
+
+/// Shutdown ends a waiting Acquire at once with SHUTTING_DOWN, instead of
+/// holding the server open for the grace period.
+#[tokio::test]
+async fn shutdown_ends_a_waiting_acquire() {
+    let mut t = Tenure::start().await;
+    let mut c = t.client().await;
+    acquire(&mut c, acquire_req("wait.stop", "first", 60)).await;
+    let mut waiter = t.client().await;
+    let mut req = acquire_req("wait.stop", "second", 5);
+    req.wait = Some(secs(120));
+    let waiting = tokio::spawn(async move { waiter.acquire(req).await });
+    // Make sure the waiter is in: a probe is refused while the lease is held.
+    let err = c
+        .acquire(acquire_req("wait.stop", "probe", 5))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "LEASE_HELD");
+    within("shutdown", t.running.take().unwrap().shutdown()).await;
+    let err = within("waiter ends", waiting).await.unwrap().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(reason(&err), "SHUTTING_DOWN");
+}
