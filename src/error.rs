@@ -40,6 +40,8 @@ pub enum Reason {
     RecordUnreadable,
     /// NATS cannot be reached or did not answer in time.
     NatsUnavailable,
+    /// A watch fell too far behind and was ended.
+    WatchLagged,
     /// The server is shutting down.
     ShuttingDown,
     /// An unexpected failure; the message says what.
@@ -63,6 +65,7 @@ impl Reason {
             Reason::LeaseNotFound => "LEASE_NOT_FOUND",
             Reason::RecordUnreadable => "RECORD_UNREADABLE",
             Reason::NatsUnavailable => "NATS_UNAVAILABLE",
+            Reason::WatchLagged => "WATCH_LAGGED",
             Reason::ShuttingDown => "SHUTTING_DOWN",
             Reason::Internal => "INTERNAL",
         }
@@ -83,6 +86,7 @@ impl Reason {
             Reason::LeaseHeld | Reason::LeaseNotHeld => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
+            Reason::WatchLagged => Code::ResourceExhausted,
             Reason::NatsUnavailable | Reason::ShuttingDown => Code::Unavailable,
             Reason::Internal => Code::Internal,
         }

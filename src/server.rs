@@ -23,6 +23,7 @@ use crate::proto::lease_service_server::LeaseServiceServer;
 use crate::service::LeaseApi;
 use crate::shutdown::Trigger;
 use crate::store::Store;
+use crate::watch::Hub;
 
 /// The health service name of the lease API.
 pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
@@ -91,8 +92,9 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| Error::new(Reason::Internal, format!("reflection: {e}")))?;
+    let hub = Hub::start(store.clone(), trigger.subscribe()).await?;
     let api = LeaseApi::new(
-        Leases::new(store, trigger.subscribe()),
+        Leases::new(store, hub, trigger.subscribe()),
         config.limits(),
         trigger.subscribe(),
     );

@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
@@ -16,7 +15,7 @@ use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
 use crate::shutdown::Shutdown;
 use crate::validate::{self, Limits};
-use crate::watch::{self, Event, EventKind};
+use crate::watch::{Event, EventKind, Filter};
 
 /// How much of a client's gRPC deadline an Acquire wait leaves for the reply.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
@@ -149,9 +148,12 @@ impl LeaseService for LeaseApi {
             .into_iter()
             .filter_map(event_kind)
             .collect();
-        let events =
-            watch::watch(self.leases.store(), filter, kinds, self.shutdown.clone()).await?;
-        let stream = ReceiverStream::new(events).map(|item| {
+        let subscription = self
+            .leases
+            .hub()
+            .watch(Filter::parse(filter), kinds)
+            .await?;
+        let stream = subscription.into_stream().map(|item| {
             item.map(|e| proto::WatchLeaseResponse {
                 event: Some(event(e)),
             })

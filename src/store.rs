@@ -191,6 +191,17 @@ impl Store {
         }
     }
 
+    /// The bucket's last revision (stream sequence), from the stream leader.
+    pub async fn last_revision(&self) -> Result<u64> {
+        self.ensure_connected()?;
+        let info = self
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| Error::nats("reading the bucket's position", e))?;
+        Ok(info.state.last_sequence)
+    }
+
     /// The last message of a lease name, read from the stream leader;
     /// `None` when the name has no message at all.
     pub async fn last(&self, name: &str) -> Result<Option<Entry>> {
