@@ -243,6 +243,24 @@ impl Store {
         self.publish(name, msg).await
     }
 
+    /// Writes an operator revoke if the name's last revision is `expected`:
+    /// a `KV-Operation: PURGE` message (what `nats kv purge` writes, so
+    /// watchers classify it as REVOKED) whose payload says who revoked and
+    /// why. Like a tombstone it carries the marker TTL. Returns its revision.
+    pub async fn purge(
+        &self,
+        name: &str,
+        payload: bytes::Bytes,
+        expected: u64,
+    ) -> Result<u64, CasError> {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .header("KV-Operation", "PURGE")
+            .expected_last_subject_sequence(expected)
+            .ttl(self.marker_ttl);
+        self.publish(name, msg).await
+    }
+
     /// Sends one conditional publish and waits for its acknowledgement.
     async fn publish(
         &self,
@@ -258,9 +276,13 @@ impl Store {
         match ack {
             Ok(ack) => Ok(ack.sequence),
             Err(err) => match err.kind() {
-                PublishErrorKind::WrongLastSequence => Err(CasError::Conflict {
-                    current: wrong_last_sequence(&err.to_string()),
-                }),
+                PublishErrorKind::WrongLastSequence => {
+                    // Counted here, the one place every lost race passes.
+                    crate::metrics::cas_conflict();
+                    Err(CasError::Conflict {
+                        current: wrong_last_sequence(&err.to_string()),
+                    })
+                }
                 _ => Err(CasError::Failed(Error::nats("the write", err))),
             },
         }
