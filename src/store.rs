@@ -18,6 +18,7 @@ use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, strea
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
+use tracing::Instrument;
 
 use crate::error::{Error, Reason, Result};
 use crate::record::{Record, Released};
@@ -196,7 +197,13 @@ impl Store {
     pub async fn last(&self, name: &str) -> Result<Option<Entry>> {
         self.ensure_connected()?;
         let subject = format!("{}{}", self.prefix, name);
-        match self.stream.get_last_raw_message_by_subject(&subject).await {
+        let read = self.stream.get_last_raw_message_by_subject(&subject);
+        match read
+            .instrument(
+                tracing::debug_span!("nats.get_last", otel.kind = "client", subject = %subject),
+            )
+            .await
+        {
             Ok(msg) => Ok(Some(Entry {
                 name: name.to_string(),
                 revision: msg.sequence,
@@ -269,10 +276,15 @@ impl Store {
     ) -> Result<u64, CasError> {
         self.ensure_connected().map_err(CasError::Failed)?;
         let subject = format!("{}{}", self.prefix, name);
-        let ack = match self.js.send_publish(subject, msg).await {
-            Ok(ack) => ack.await,
-            Err(err) => Err(err),
-        };
+        let span = tracing::debug_span!("nats.publish", otel.kind = "client", subject = %subject);
+        let ack = async {
+            match self.js.send_publish(subject, msg).await {
+                Ok(ack) => ack.await,
+                Err(err) => Err(err),
+            }
+        }
+        .instrument(span)
+        .await;
         match ack {
             Ok(ack) => Ok(ack.sequence),
             Err(err) => match err.kind() {
