@@ -292,9 +292,12 @@ async fn follow_connection(
     store: Store,
     health: HealthReporter,
 ) {
+    // The first Connected event is the initial connection, not a reconnect.
+    let mut lost = false;
     while let Some(event) = events.recv().await {
         match event {
             Event::Disconnected => {
+                lost = true;
                 METRICS.nats_connected.set(0);
                 tracing::warn!("NATS connection lost; reconnecting");
                 set_health(&health, ServingStatus::NotServing).await;
@@ -314,7 +317,9 @@ async fn follow_connection(
                 }
                 if store.is_connected() {
                     METRICS.nats_connected.set(1);
-                    METRICS.nats_reconnects.inc();
+                    if std::mem::take(&mut lost) {
+                        METRICS.nats_reconnects.inc();
+                    }
                     tracing::info!("NATS connected and bucket verified; serving");
                     set_health(&health, ServingStatus::Serving).await;
                 }

@@ -63,6 +63,11 @@ async fn metrics_move_with_the_traffic() {
     let (status, before) = get(addr, "/metrics").await;
     assert!(status.contains("200"), "{status}");
     assert_eq!(sample(&before, "tenure_nats_connected"), 1.0);
+    assert_eq!(
+        sample(&before, "tenure_nats_reconnects_total"),
+        0.0,
+        "the first connection is not a reconnect"
+    );
 
     let mut c = t.client().await;
     let (lease, key) = acquire(
