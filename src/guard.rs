@@ -61,7 +61,12 @@ impl Guarded {
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
         crate::telemetry::set_parent(&span, request.metadata());
-        let started = Instant::now();
+        let mut outcome = Outcome {
+            method,
+            started: Instant::now(),
+            span: span.clone(),
+            done: false,
+        };
         let result = async {
             let caller = self.auth.authenticate(&request)?;
             Span::current().record("identity", caller.identity.as_str());
@@ -74,13 +79,42 @@ impl Guarded {
         }
         .instrument(span.clone())
         .await;
-        let code = match &result {
+        outcome.finish(match &result {
             Ok(_) => Code::Ok,
             Err(status) => status.code(),
-        };
-        METRICS.rpc(method, code, started.elapsed());
-        span.record("outcome", code_name(code));
+        });
         result
+    }
+}
+
+/// Records how an RPC ended, in metrics and on its span. A call whose
+/// future is dropped before it finishes (its deadline passed, or the client
+/// went away) is recorded as CANCELLED when it is dropped.
+struct Outcome {
+    /// The RPC method.
+    method: &'static str,
+    /// When it started.
+    started: Instant,
+    /// Its span.
+    span: Span,
+    /// Whether it was recorded.
+    done: bool,
+}
+
+impl Outcome {
+    /// Records the call's gRPC code.
+    fn finish(&mut self, code: Code) {
+        self.done = true;
+        METRICS.rpc(self.method, code, self.started.elapsed());
+        self.span.record("outcome", code_name(code));
+    }
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(Code::Cancelled);
+        }
     }
 }
 
