@@ -33,7 +33,7 @@
 //! - [`embedded`]: starts and supervises a local nats-server when no NATS URL
 //!   is given.
 //! - [`shutdown`]: the shutdown signal shared by long-running tasks.
-//! - [`telemetry`]: log set-up.
+//! - [`telemetry`]: logs, OTLP traces and W3C trace-context propagation.
 //! - [`proto`]: the generated gRPC types.
 
 pub mod admin;
