@@ -103,36 +103,39 @@ impl Leases {
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
-        let mut follow = self.hub.follow(Filter::Name(args.name.clone())).await.ok();
+        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        let mut follow = self
+            .hub
+            .follow(Filter::Name(args.name.clone()), ends)
+            .await
+            .ok();
         let mut shutdown = self.shutdown.clone();
         loop {
             let held = match self.try_acquire(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             };
-            // Sleep until the lease looks free, the poll tick, or the deadline.
-            let tick = Instant::now() + WAIT_POLL;
-            loop {
-                let freed = async {
-                    match follow.as_mut() {
-                        Some(f) => f.next().await,
-                        None => std::future::pending().await,
+            // Sleep until the lease may be free (a release, expiry or revoke
+            // of this name), the poll tick, or the deadline.
+            let freed = async {
+                match follow.as_mut() {
+                    Some(f) => f.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.recv() => {
+                    return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                    return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
+                }
+                _ = tokio::time::sleep(WAIT_POLL) => {}
+                event = freed => {
+                    if event.is_err() {
+                        follow = None;
                     }
-                };
-                tokio::select! {
-                    _ = shutdown.recv() => {
-                        return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
-                    }
-                    _ = tokio::time::sleep_until(deadline) => {
-                        let message = format!("{} (gave up after waiting {wait:?})", held.message);
-                        return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
-                    }
-                    _ = tokio::time::sleep_until(tick) => break,
-                    event = freed => match event {
-                        Ok(e) if matches!(e.kind, EventKind::Acquired | EventKind::Renewed) => continue,
-                        Ok(_) => break,
-                        Err(_) => { follow = None; break; }
-                    },
                 }
             }
         }

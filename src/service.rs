@@ -161,6 +161,41 @@ impl LeaseService for LeaseApi {
         });
         Ok(Response::new(Box::pin(stream)))
     }
+
+    async fn list_leases(
+        &self,
+        request: Request<proto::ListLeasesRequest>,
+    ) -> Result<Response<proto::ListLeasesResponse>, Status> {
+        self.check_running()?;
+        let req = request.into_inner();
+        let prefix = crate::admin::prefix(&req.prefix)?;
+        let page =
+            crate::admin::list(self.leases.store(), prefix, req.page_size, &req.page_token).await?;
+        Ok(Response::new(proto::ListLeasesResponse {
+            leases: page.leases.iter().map(lease).collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    async fn revoke_lease(
+        &self,
+        request: Request<proto::RevokeLeaseRequest>,
+    ) -> Result<Response<proto::RevokeLeaseResponse>, Status> {
+        self.check_running()?;
+        let by = request
+            .extensions()
+            .get::<crate::auth::Caller>()
+            .map_or_else(|| "anonymous".to_string(), |c| c.identity.clone());
+        let req = request.into_inner();
+        let name = validate::name(&req.name)?;
+        let why = crate::admin::reason(&req.reason)?;
+        let (revision, holding) =
+            crate::admin::revoke(self.leases.store(), name, req.fencing_token, why, &by).await?;
+        Ok(Response::new(proto::RevokeLeaseResponse {
+            revision,
+            revoked: Some(lease(&holding)),
+        }))
+    }
 }
 
 /// A holding as a proto `Lease`.

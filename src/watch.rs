@@ -215,10 +215,10 @@ impl Hub {
         self.subscribe(filter, kinds, true, position).await
     }
 
-    /// Follows `filter` without a snapshot. Every change written after this
-    /// returns is delivered.
-    pub async fn follow(&self, filter: Filter) -> Result<Subscription> {
-        self.subscribe(filter, Vec::new(), false, 0).await
+    /// Follows `filter` without a snapshot, keeping only `kinds` (empty:
+    /// all). Every change written after this returns is delivered.
+    pub async fn follow(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
+        self.subscribe(filter, kinds, false, 0).await
     }
 
     /// Registers a subscription and waits for the hub to confirm it.

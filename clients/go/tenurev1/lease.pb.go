@@ -899,6 +899,251 @@ func (x *LeaseEvent) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ListLeasesRequest selects the holdings to list.
+type ListLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix keeps only names that start with it (plain string prefix, e.g.
+	// "jobs."); empty lists every lease.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// page_size is the most leases in one response: 0 means 100, and values
+	// above 1000 are lowered to 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the next_page_token of the previous response, to continue
+	// after it; empty starts at the first name.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeasesRequest) Reset() {
+	*x = ListLeasesRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeasesRequest) ProtoMessage() {}
+
+func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
+func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListLeasesRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListLeasesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLeasesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListLeasesResponse is one page of holdings.
+type ListLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leases are the live holdings of this page, sorted by name.
+	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	// next_page_token continues the listing in the next request; empty when
+	// this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeasesResponse) Reset() {
+	*x = ListLeasesResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeasesResponse) ProtoMessage() {}
+
+func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
+func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListLeasesResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *ListLeasesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RevokeLeaseRequest names the holding to end.
+type RevokeLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lease to revoke.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason says why, for the audit log and the revoke message in the
+	// bucket: 1 to 256 bytes of printable text.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// fencing_token, when not 0, revokes only the holding with this token
+	// (LEASE_NOT_FOUND if the name has passed to another holding since);
+	// 0 revokes whatever holding is current.
+	FencingToken  uint64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLeaseRequest) Reset() {
+	*x = RevokeLeaseRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLeaseRequest) ProtoMessage() {}
+
+func (x *RevokeLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLeaseRequest.ProtoReflect.Descriptor instead.
+func (*RevokeLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RevokeLeaseRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeLeaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokeLeaseRequest) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+// RevokeLeaseResponse confirms a revoke.
+type RevokeLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the bucket revision of the revoke.
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// revoked is the holding that was ended.
+	Revoked       *Lease `protobuf:"bytes,2,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLeaseResponse) Reset() {
+	*x = RevokeLeaseResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLeaseResponse) ProtoMessage() {}
+
+func (x *RevokeLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLeaseResponse.ProtoReflect.Descriptor instead.
+func (*RevokeLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RevokeLeaseResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RevokeLeaseResponse) GetRevoked() *Lease {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -961,7 +1206,22 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12#\n" +
 	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\x12&\n" +
 	"\x05lease\x18\x06 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\xdb\x01\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"g\n" +
+	"\x11ListLeasesRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"f\n" +
+	"\x12ListLeasesResponse\x12(\n" +
+	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x12RevokeLeaseRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"]\n" +
+	"\x13RevokeLeaseResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12*\n" +
+	"\arevoked\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\arevoked*\xdb\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -970,14 +1230,17 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_RENEWED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_REVOKED\x10\a2\xe0\x02\n" +
+	"\x12EVENT_TYPE_REVOKED\x10\a2\xf9\x03\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
 	"\aRelease\x12\x19.tenure.v1.ReleaseRequest\x1a\x1a.tenure.v1.ReleaseResponse\x12C\n" +
 	"\bGetLease\x12\x1a.tenure.v1.GetLeaseRequest\x1a\x1b.tenure.v1.GetLeaseResponse\x12K\n" +
 	"\n" +
-	"WatchLease\x12\x1c.tenure.v1.WatchLeaseRequest\x1a\x1d.tenure.v1.WatchLeaseResponse0\x01BX\n" +
+	"WatchLease\x12\x1c.tenure.v1.WatchLeaseRequest\x1a\x1d.tenure.v1.WatchLeaseResponse0\x01\x12I\n" +
+	"\n" +
+	"ListLeases\x12\x1c.tenure.v1.ListLeasesRequest\x1a\x1d.tenure.v1.ListLeasesResponse\x12L\n" +
+	"\vRevokeLease\x12\x1d.tenure.v1.RevokeLeaseRequest\x1a\x1e.tenure.v1.RevokeLeaseResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -994,7 +1257,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
 	(*Lease)(nil),                 // 1: tenure.v1.Lease
@@ -1009,43 +1272,53 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*WatchLeaseRequest)(nil),     // 10: tenure.v1.WatchLeaseRequest
 	(*WatchLeaseResponse)(nil),    // 11: tenure.v1.WatchLeaseResponse
 	(*LeaseEvent)(nil),            // 12: tenure.v1.LeaseEvent
-	nil,                           // 13: tenure.v1.Lease.MetadataEntry
-	nil,                           // 14: tenure.v1.AcquireRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*ListLeasesRequest)(nil),     // 13: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 14: tenure.v1.ListLeasesResponse
+	(*RevokeLeaseRequest)(nil),    // 15: tenure.v1.RevokeLeaseRequest
+	(*RevokeLeaseResponse)(nil),   // 16: tenure.v1.RevokeLeaseResponse
+	nil,                           // 17: tenure.v1.Lease.MetadataEntry
+	nil,                           // 18: tenure.v1.AcquireRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	15, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	13, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	16, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	16, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	15, // 4: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	15, // 5: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	14, // 6: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	19, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	17, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	20, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	20, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	19, // 4: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 5: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	18, // 6: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
 	1,  // 7: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	15, // 8: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 8: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 9: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 10: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	0,  // 11: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
 	12, // 12: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 13: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
 	1,  // 14: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	16, // 15: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	2,  // 16: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 17: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 18: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 19: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 20: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	3,  // 21: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 22: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 23: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 24: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 25: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	20, // 15: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	1,  // 16: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	1,  // 17: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
+	2,  // 18: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 19: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 20: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 21: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 22: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 23: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 24: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	3,  // 25: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 26: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 27: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 28: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 29: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 30: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 31: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -1059,7 +1332,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,11 +28,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LeaseService_Acquire_FullMethodName    = "/tenure.v1.LeaseService/Acquire"
-	LeaseService_Renew_FullMethodName      = "/tenure.v1.LeaseService/Renew"
-	LeaseService_Release_FullMethodName    = "/tenure.v1.LeaseService/Release"
-	LeaseService_GetLease_FullMethodName   = "/tenure.v1.LeaseService/GetLease"
-	LeaseService_WatchLease_FullMethodName = "/tenure.v1.LeaseService/WatchLease"
+	LeaseService_Acquire_FullMethodName     = "/tenure.v1.LeaseService/Acquire"
+	LeaseService_Renew_FullMethodName       = "/tenure.v1.LeaseService/Renew"
+	LeaseService_Release_FullMethodName     = "/tenure.v1.LeaseService/Release"
+	LeaseService_GetLease_FullMethodName    = "/tenure.v1.LeaseService/GetLease"
+	LeaseService_WatchLease_FullMethodName  = "/tenure.v1.LeaseService/WatchLease"
+	LeaseService_ListLeases_FullMethodName  = "/tenure.v1.LeaseService/ListLeases"
+	LeaseService_RevokeLease_FullMethodName = "/tenure.v1.LeaseService/RevokeLease"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -62,6 +64,14 @@ type LeaseServiceClient interface {
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
 	// happens.
 	WatchLease(ctx context.Context, in *WatchLeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchLeaseResponse], error)
+	// ListLeases returns the current holdings whose names start with a prefix,
+	// sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+	// otherwise).
+	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
+	// RevokeLease ends a holding on an operator's behalf. Watchers see
+	// EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+	// LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+	RevokeLease(ctx context.Context, in *RevokeLeaseRequest, opts ...grpc.CallOption) (*RevokeLeaseResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -131,6 +141,26 @@ func (c *leaseServiceClient) WatchLease(ctx context.Context, in *WatchLeaseReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchLeaseClient = grpc.ServerStreamingClient[WatchLeaseResponse]
 
+func (c *leaseServiceClient) ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLeasesResponse)
+	err := c.cc.Invoke(ctx, LeaseService_ListLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) RevokeLease(ctx context.Context, in *RevokeLeaseRequest, opts ...grpc.CallOption) (*RevokeLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeLeaseResponse)
+	err := c.cc.Invoke(ctx, LeaseService_RevokeLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -158,6 +188,14 @@ type LeaseServiceServer interface {
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
 	// happens.
 	WatchLease(*WatchLeaseRequest, grpc.ServerStreamingServer[WatchLeaseResponse]) error
+	// ListLeases returns the current holdings whose names start with a prefix,
+	// sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+	// otherwise).
+	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
+	// RevokeLease ends a holding on an operator's behalf. Watchers see
+	// EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+	// LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+	RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -182,6 +220,12 @@ func (UnimplementedLeaseServiceServer) GetLease(context.Context, *GetLeaseReques
 }
 func (UnimplementedLeaseServiceServer) WatchLease(*WatchLeaseRequest, grpc.ServerStreamingServer[WatchLeaseResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchLease not implemented")
+}
+func (UnimplementedLeaseServiceServer) ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLeases not implemented")
+}
+func (UnimplementedLeaseServiceServer) RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeLease not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -287,6 +331,42 @@ func _LeaseService_WatchLease_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchLeaseServer = grpc.ServerStreamingServer[WatchLeaseResponse]
 
+func _LeaseService_ListLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).ListLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_ListLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).ListLeases(ctx, req.(*ListLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_RevokeLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).RevokeLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_RevokeLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).RevokeLease(ctx, req.(*RevokeLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -309,6 +389,14 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLease",
 			Handler:    _LeaseService_GetLease_Handler,
+		},
+		{
+			MethodName: "ListLeases",
+			Handler:    _LeaseService_ListLeases_Handler,
+		},
+		{
+			MethodName: "RevokeLease",
+			Handler:    _LeaseService_RevokeLease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
