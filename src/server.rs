@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event};
+use async_nats::{ConnectOptions, Event, ServerAddr};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -202,12 +202,29 @@ async fn connect(
     if let Some(ca) = &config.nats_tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
-    options.connect(url).await.map_err(|e| {
+    options.connect(server_addrs(url)?).await.map_err(|e| {
         Error::new(
             Reason::NatsUnavailable,
             format!("cannot connect to NATS at {url}: {e}"),
         )
     })
+}
+
+/// Parses `--nats-url`: one URL or a comma-separated list of cluster URLs
+/// (async-nats parses a string as a single URL only).
+fn server_addrs(url: &str) -> Result<Vec<ServerAddr>> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse::<ServerAddr>().map_err(|e| {
+                Error::new(
+                    Reason::InvalidArgument,
+                    format!("invalid NATS URL {u:?} in --nats-url: {e}; use nats://host:port[,nats://host:port...]"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Opens the bucket, retrying for a few seconds while JetStream comes up.
