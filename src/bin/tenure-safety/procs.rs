@@ -162,7 +162,7 @@ impl Nats {
     async fn wait_jetstream(&self) -> Result<(), String> {
         for _ in 0..60 {
             let ok = tokio::time::timeout(Duration::from_secs(2), async {
-                let client = async_nats::connect(self.urls()).await.ok()?;
+                let client = self.connect().await?;
                 jetstream::new(client).query_account().await.ok()
             })
             .await;
@@ -172,6 +172,16 @@ impl Nats {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Err("JetStream did not become ready within 30s".into())
+    }
+
+    /// A NATS client that knows every node.
+    async fn connect(&self) -> Option<async_nats::Client> {
+        let addrs: Vec<async_nats::ServerAddr> = self
+            .nodes
+            .iter()
+            .filter_map(|n| format!("nats://127.0.0.1:{}", n.port).parse().ok())
+            .collect();
+        async_nats::connect(addrs).await.ok()
     }
 
     /// Client URLs of every node, comma-separated.
@@ -210,7 +220,7 @@ impl Nats {
     /// The index of the node leading `stream`, if one answers within 2 s.
     pub async fn leader(&self, stream: &str) -> Option<usize> {
         let name = tokio::time::timeout(Duration::from_secs(2), async {
-            let client = async_nats::connect(self.urls()).await.ok()?;
+            let client = self.connect().await?;
             let mut s = jetstream::new(client).get_stream(stream).await.ok()?;
             s.info().await.ok()?.cluster.clone()?.leader
         })
