@@ -98,6 +98,11 @@ pub struct Report {
     pub max_expiry_lag_ms: i64,
     /// Holdings excused from property 4 by a fault window.
     pub expiry_excused: usize,
+    /// Smallest time between a holder's deadline and the next holder's
+    /// start where the first did not release (the lease expired), ms
+    /// (negative: an overlap); `None` without such handoffs. This is where
+    /// the client margin, RPC time and expiry lag keep holders apart.
+    pub closest_expiry_handoff_ms: Option<f64>,
     /// Longest time a name had no acting holder, ms.
     pub longest_unavailable_ms: f64,
     /// The first few violations, explained.
@@ -276,9 +281,14 @@ pub fn check(input: &Input) -> Report {
         }
 
         // Property 3: no overlapping intervals.
-        let mut reach: Option<(u64, &str)> = None;
+        let mut reach: Option<(u64, &str, bool)> = None;
         for (h, (start, end)) in &acting {
-            if let Some((until, who)) = reach {
+            if let Some((until, who, released)) = reach {
+                if !released {
+                    let gap = (*start as f64 - until as f64) / 1e6;
+                    r.closest_expiry_handoff_ms =
+                        Some(r.closest_expiry_handoff_ms.map_or(gap, |g| g.min(gap)));
+                }
                 if *start < until {
                     r.p3_overlap += 1;
                     let ms = (until - start) as f64 / 1e6;
@@ -289,8 +299,8 @@ pub fn check(input: &Input) -> Report {
                     ));
                 }
             }
-            if reach.is_none_or(|(until, _)| *end > until) {
-                reach = Some((*end, &h.id));
+            if reach.is_none_or(|(until, _, _)| *end > until) {
+                reach = Some((*end, &h.id, h.release_t0.is_some_and(|t| t <= h.deadline)));
             }
         }
 

@@ -277,7 +277,9 @@ impl Client {
             .take(32)
             .map(char::from)
             .collect();
-        let wait = Duration::from_millis(ttl_s * 500);
+        // Half the TTL, and never past the end of the run.
+        let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
+        let wait = Duration::from_millis((ttl_s * 500).min(left_ms));
         let timeout = wait + Duration::from_millis(1500);
         let give_up = mono_ns() + 3_000_000_000;
         loop {

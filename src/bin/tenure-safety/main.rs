@@ -53,7 +53,7 @@ struct RunArgs {
     /// PostgreSQL connection string (scripts/postgres.sh prints one).
     #[arg(long, env = "TENURE_SAFETY_PG")]
     pg: String,
-    /// The CI variant: 15 s of load per scenario instead of 120 s.
+    /// The CI variant: 12 s of load per scenario instead of 120 s.
     #[arg(long)]
     quick: bool,
     /// Load per scenario in seconds (overrides --quick).
@@ -71,6 +71,10 @@ struct RunArgs {
     /// Allowed expiry lag beyond the TTL, ms (NATS batches expiries ~250 ms).
     #[arg(long, default_value_t = 1000)]
     allowed_lag_ms: u64,
+    /// Holders' safety margin in ms for every scenario but the negative
+    /// controls (default 50).
+    #[arg(long, allow_hyphen_values = true)]
+    margin_ms: Option<i64>,
     /// Folder for histories and logs (kept; default: a new temp folder).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -124,7 +128,7 @@ async fn run(args: RunArgs) -> Result<bool, String> {
     std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
     let pg = fenced::connect(&args.pg).await?;
     fenced::setup(&pg).await?;
-    let seconds = args.seconds.unwrap_or(if args.quick { 15 } else { 120 });
+    let seconds = args.seconds.unwrap_or(if args.quick { 12 } else { 120 });
     let set = scenario::Settings {
         pg: args.pg.clone(),
         clients: args.clients.max(1),
@@ -137,6 +141,7 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         tenure_bin,
         self_bin,
         allowed_lag_ms: args.allowed_lag_ms,
+        margin_ms: args.margin_ms,
         run_id: format!("run-{}-{}", clock::real_ms(), std::process::id()),
     };
     let scenarios: Vec<_> = scenario::all()
@@ -180,9 +185,9 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | handoffs | faults | P1 tokens | P2 store | P3 overlap | P4 expiry | stale writes refused | max expiry lag ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | handoffs | faults | P1 tokens | P2 store | P3 overlap | P4 expiry | stale writes refused | closest expiry handoff ms | max expiry lag ms | longest unavailable ms | verdict |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for o in outcomes {
         let r = &o.report;
         let verdict = match (o.passed(), o.scenario.expect_violations) {
@@ -192,7 +197,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 {
                 "R3"
@@ -208,6 +213,8 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.p3_overlap,
             r.p4_expiry,
             r.stale_refused,
+            r.closest_expiry_handoff_ms
+                .map_or("-".to_string(), |g| format!("{g:.1}")),
             r.max_expiry_lag_ms,
             r.longest_unavailable_ms,
             verdict

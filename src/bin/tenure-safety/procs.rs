@@ -32,9 +32,13 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
-/// Opens a log file for a child's stdout/stderr.
+/// Opens a log file for a child's stdout/stderr (appending, so a restarted
+/// process keeps the log of its earlier life).
 fn log_file(path: &Path) -> Result<Stdio, String> {
-    std::fs::File::create(path)
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
         .map(Stdio::from)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))
 }

@@ -2,7 +2,7 @@
 //! 3-node cluster), Tenure replicas and the clients, inject the scenario's
 //! faults under load, stop everything, and check the history.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -118,6 +118,8 @@ pub struct Settings {
     pub self_bin: PathBuf,
     /// Allowed expiry lag beyond the TTL, ms.
     pub allowed_lag_ms: u64,
+    /// Margin override for the scenarios that keep their deadline (ms).
+    pub margin_ms: Option<i64>,
     /// Unique prefix for this run's store resources.
     pub run_id: String,
 }
@@ -225,15 +227,21 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
 
     // Every unreleased holding must be gone once its due time + lag passed.
     let ops = history::read_dir(&hist_dir).map_err(|e| e.to_string())?;
-    let last_due = last_due_ms(&ops);
-    let wait_ms = (last_due + set.allowed_lag_ms).saturating_sub(real_ms());
-    tokio::time::sleep(Duration::from_millis(wait_ms.min(10_000))).await;
-    let mut leftover = Vec::new();
-    for name in &set.names {
-        if held_now(&addrs, name).await {
-            leftover.push(name.clone());
+    // Poll until every name is free; names still held after the last due
+    // time + the allowed lag are leftovers (property 4).
+    let limit = last_due_ms(&ops) + set.allowed_lag_ms;
+    let leftover = loop {
+        let mut held = Vec::new();
+        for name in &set.names {
+            if held_now(&addrs, name).await {
+                held.push(name.clone());
+            }
         }
-    }
+        if held.is_empty() || real_ms() > limit {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
 
     watcher.abort();
     for r in &mut replicas {
@@ -261,12 +269,16 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     })
 }
 
-/// The latest due time (ms) of any unreleased holding: when the last lease
-/// must have expired.
+/// The latest due time (ms) of any holding not surely released: when the
+/// last lease must have expired.
 fn last_due_ms(ops: &[history::Op]) -> u64 {
     let mut ttl: HashMap<&str, u64> = HashMap::new();
     let mut base: HashMap<&str, u64> = HashMap::new();
+    let mut released: HashSet<&str> = HashSet::new();
     for op in ops {
+        if op.op == OpKind::Release && op.phase == Phase::Ok {
+            released.insert(&op.holding);
+        }
         if matches!(op.op, OpKind::Acquire | OpKind::Renew) {
             if op.ttl_ms > 0 {
                 ttl.insert(&op.holding, op.ttl_ms);
@@ -281,6 +293,7 @@ fn last_due_ms(ops: &[history::Op]) -> u64 {
         }
     }
     base.iter()
+        .filter(|(h, _)| !released.contains(*h))
         .map(|(h, b)| b + ttl.get(h).copied().unwrap_or(3000))
         .max()
         .unwrap_or(0)
@@ -308,7 +321,13 @@ fn spawn_client(
         .args(["--id", &id])
         .args(["--tenure", &order.join(",")])
         .args(["--names", &set.names.join(",")])
-        .arg(format!("--margin-ms={}", sc.margin_ms))
+        .arg(format!(
+            "--margin-ms={}",
+            match set.margin_ms {
+                Some(m) if !sc.expect_violations => m,
+                _ => sc.margin_ms,
+            }
+        ))
         .args(["--until-ns", &until_ns.to_string()])
         .args(["--pg", &set.pg])
         .args(["--prefix", prefix])
@@ -494,7 +513,9 @@ async fn inject(
                     start_ms,
                     end_ms: real_ms(),
                 });
-                sleep(4000).await;
+                // A leader kill costs a RAFT election (NATS waits 4-9 s
+                // before electing); give the stream time to serve again.
+                sleep(8000).await;
             }
         }
         Fault::PauseFollowerThenLeader => {
