@@ -415,3 +415,168 @@ fn o_deadline(ops: &[Op], renew: &Op) -> u64 {
         .max()
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A completed op of `holding` on name `n`, sent at `t0` ms and
+    /// answered at `t1` ms (monotonic), `w0` = `t0` on the wall clock.
+    fn op(holding: &str, kind: OpKind, phase: Phase, t0: u64, t1: u64) -> Op {
+        Op {
+            client: holding.split('#').next().unwrap_or_default().into(),
+            holding: holding.into(),
+            name: "n".into(),
+            op: kind,
+            phase,
+            t0: t0 * MS,
+            t1: t1 * MS,
+            w0: t0,
+            token: 0,
+            revision: 0,
+            ttl_ms: 0,
+            deadline: 0,
+            server_ms: 0,
+            timeout_ms: 1000,
+            detail: String::new(),
+        }
+    }
+
+    /// A successful Acquire: token, TTL, sent at `t0`, reply at `t1` (ms),
+    /// deadline `t0 + ttl - margin`, server write at `t0`.
+    fn acquired(holding: &str, token: u64, t0: u64, t1: u64, ttl: u64, margin: i64) -> Op {
+        Op {
+            token,
+            revision: token,
+            ttl_ms: ttl,
+            deadline: ((t0 + ttl) as i64 - margin) as u64 * MS,
+            server_ms: t0,
+            ..op(holding, OpKind::Acquire, Phase::Ok, t0, t1)
+        }
+    }
+
+    fn check_ops(ops: &[Op], accepted: &[Accepted], events: &[Event], faults: &[Window]) -> Report {
+        check(&Input {
+            ops,
+            accepted,
+            events,
+            faults,
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+        })
+    }
+
+    #[test]
+    fn successive_holdings_after_expiry_are_safe() {
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            acquired("b#1", 3, 1500, 2010, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        assert_eq!(r.handoffs, 1);
+        // a's deadline 1950, b's start 2010.
+        assert_eq!(r.closest_expiry_handoff_ms, Some(60.0));
+    }
+
+    #[test]
+    fn overlapping_holdings_are_reported() {
+        // b starts at 1900, before a's deadline (1000 + 1000 + 500 = 2500:
+        // a negative margin).
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, -500),
+            acquired("b#1", 3, 1500, 1900, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p3_overlap, 1, "{:?}", r.examples);
+        assert_eq!(r.max_overlap_ms, 600.0);
+    }
+
+    #[test]
+    fn a_release_ends_the_interval() {
+        let mut release = op("a#1", OpKind::Release, Phase::Invoke, 1200, 0);
+        release.token = 1;
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            release.clone(),
+            Op {
+                t1: 1205 * MS,
+                ..op("a#1", OpKind::Release, Phase::Ok, 1200, 1205)
+            },
+            acquired("b#1", 3, 1201, 1206, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn tokens_going_back_are_reported() {
+        let ops = vec![
+            acquired("a#1", 5, 1000, 1002, 1000, 50),
+            acquired("b#1", 3, 2000, 2010, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p1_tokens, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_reply_after_the_deadline_never_acted() {
+        // b's holder was paused between send (1000) and reply (2500): its
+        // deadline (1950) passed before it learned of the lease, so its
+        // lower token does not count as out of order.
+        let ops = vec![
+            acquired("a#1", 7, 2100, 2110, 1000, 50),
+            acquired("b#1", 3, 1000, 2500, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        assert_eq!(r.holdings, 1);
+    }
+
+    #[test]
+    fn the_store_going_back_in_tokens_is_reported() {
+        let log = |seq, fence| Accepted {
+            seq,
+            resource: "r".into(),
+            fence,
+        };
+        let r = check_ops(&[], &[log(1, 3), log(2, 5), log(3, 5), log(4, 3)], &[], &[]);
+        assert_eq!(r.p2_store, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn late_expiry_is_reported_unless_a_fault_explains_it() {
+        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50)];
+        let late = Event {
+            kind: "EXPIRED".into(),
+            name: "n".into(),
+            token: 1,
+            time_ms: 3500,
+        };
+        let r = check_ops(&ops, &[], &[late.clone()], &[]);
+        assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
+        assert_eq!(r.max_expiry_lag_ms, 1500);
+
+        let fault = Window {
+            start_ms: 1500,
+            end_ms: 3000,
+        };
+        let r = check_ops(&ops, &[], &[late], &[fault]);
+        assert_eq!(r.p4_expiry, 0, "{:?}", r.examples);
+        assert_eq!(r.expiry_excused, 1);
+    }
+
+    #[test]
+    fn a_refusal_long_after_due_is_a_lease_that_outlived_its_ttl() {
+        let refused = Op {
+            detail: "LEASE_HELD".into(),
+            ..op("b#1", OpKind::Acquire, Phase::Fail, 3000, 3500)
+        };
+        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50), refused];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
+    }
+}
