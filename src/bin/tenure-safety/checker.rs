@@ -556,7 +556,7 @@ mod tests {
             token: 1,
             time_ms: 3500,
         };
-        let r = check_ops(&ops, &[], &[late.clone()], &[]);
+        let r = check_ops(&ops, &[], std::slice::from_ref(&late), &[]);
         assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
         assert_eq!(r.max_expiry_lag_ms, 1500);
 
