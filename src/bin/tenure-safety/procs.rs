@@ -60,8 +60,12 @@ pub async fn stop_child(child: &mut Child, grace: Duration) {
 struct Node {
     /// Server name (`n1`...), as the stream's cluster info reports it.
     name: String,
+    /// Client address (127.0.0.1, or its namespace's address).
+    host: String,
     /// Client port.
     port: u16,
+    /// The network namespace it runs in, if any.
+    netns: Option<String>,
     /// Its config file.
     conf: PathBuf,
     /// Its log file.
@@ -81,28 +85,38 @@ pub struct Nats {
 impl Nats {
     /// Starts `n` nodes (a cluster when `n > 1`) with stores under `dir`,
     /// and waits until JetStream answers.
-    pub async fn start(bin: &Path, dir: &Path, n: usize) -> Result<Nats, String> {
-        let ports: Vec<(u16, u16)> = (0..n)
-            .map(|_| Ok((free_port()?, free_port()?)))
+    pub async fn start(
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        netns: Option<&Netns>,
+    ) -> Result<Nats, String> {
+        // On loopback every node needs its own free ports; in network
+        // namespaces every node has its own address and the standard ports.
+        let hosts: Vec<(String, u16, u16)> = (0..n)
+            .map(|i| match netns {
+                Some(ns) => Ok((ns.ip(i), 4222, 6222)),
+                None => Ok(("127.0.0.1".to_string(), free_port()?, free_port()?)),
+            })
             .collect::<Result<_, String>>()?;
         let mut nodes = Vec::new();
-        for (i, (port, cport)) in ports.iter().enumerate() {
+        for (i, (host, port, cport)) in hosts.iter().enumerate() {
             let name = format!("n{}", i + 1);
             let store = dir.join(&name);
             std::fs::create_dir_all(&store).map_err(|e| e.to_string())?;
             let mut conf = format!(
-                "server_name: {name}\nlisten: 127.0.0.1:{port}\njetstream {{ store_dir: {:?} }}\n",
+                "server_name: {name}\nlisten: {host}:{port}\njetstream {{ store_dir: {:?} }}\n",
                 store.display().to_string()
             );
             if n > 1 {
-                let routes: Vec<String> = ports
+                let routes: Vec<String> = hosts
                     .iter()
                     .enumerate()
                     .filter(|(j, _)| *j != i)
-                    .map(|(_, (_, c))| format!("nats-route://127.0.0.1:{c}"))
+                    .map(|(_, (h, _, c))| format!("nats-route://{h}:{c}"))
                     .collect();
                 conf.push_str(&format!(
-                    "cluster {{ name: tenure-safety, listen: 127.0.0.1:{cport}, routes: [{}] }}\n",
+                    "cluster {{ name: tenure-safety, listen: {host}:{cport}, routes: [{}] }}\n",
                     routes.join(", ")
                 ));
             }
@@ -110,7 +124,9 @@ impl Nats {
             std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
             nodes.push(Node {
                 name: name.clone(),
+                host: host.clone(),
                 port: *port,
+                netns: netns.map(|ns| ns.namespace(i)),
                 conf: conf_path,
                 log: dir.join(format!("{name}.log")),
                 child: None,
@@ -133,7 +149,15 @@ impl Nats {
     /// Spawns node `i` from its config.
     fn spawn(&mut self, i: usize) -> Result<(), String> {
         let node = &mut self.nodes[i];
-        let child = Command::new(&self.bin)
+        let mut cmd = match &node.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .arg("-c")
             .arg(&node.conf)
             .stdin(Stdio::null())
@@ -148,7 +172,7 @@ impl Nats {
 
     /// Waits until node `i` accepts TCP connections.
     async fn wait_port(&self, i: usize) -> Result<(), String> {
-        let addr = format!("127.0.0.1:{}", self.nodes[i].port);
+        let addr = format!("{}:{}", self.nodes[i].host, self.nodes[i].port);
         for _ in 0..200 {
             if tokio::net::TcpStream::connect(&addr).await.is_ok() {
                 return Ok(());
@@ -183,7 +207,7 @@ impl Nats {
         let addrs: Vec<async_nats::ServerAddr> = self
             .nodes
             .iter()
-            .filter_map(|n| format!("nats://127.0.0.1:{}", n.port).parse().ok())
+            .filter_map(|n| format!("nats://{}:{}", n.host, n.port).parse().ok())
             .collect();
         async_nats::connect(addrs).await.ok()
     }
@@ -192,7 +216,7 @@ impl Nats {
     pub fn urls(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("nats://127.0.0.1:{}", n.port))
+            .map(|n| format!("nats://{}:{}", n.host, n.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -240,6 +264,146 @@ impl Nats {
                 stop_child(&mut child, Duration::from_secs(5)).await;
             }
         }
+    }
+}
+
+/// Network namespaces for the nodes of a cluster, each joined to a bridge
+/// in the root namespace by a veth pair, so one node can be cut off from
+/// everything (its link taken down) without a signal: a network partition.
+///
+/// Needs root (`ip netns`). Addresses are private ones inside namespaces
+/// this run creates, in `10.213.<k>.0/24`; everything is removed on drop.
+pub struct Netns {
+    /// Name prefix of the namespaces, links and bridge (unique per run).
+    tag: String,
+    /// The subnet's third octet.
+    octet: u8,
+    /// Namespaces created.
+    count: usize,
+}
+
+impl Netns {
+    /// Creates `n` namespaces with one address each, reachable from here.
+    pub fn setup(n: usize) -> Result<Netns, String> {
+        let pid = std::process::id();
+        let ns = Netns {
+            tag: format!("tsf{}", pid % 100_000),
+            octet: (pid % 250) as u8 + 1,
+            count: n,
+        };
+        let br = ns.bridge();
+        let mut cmds: Vec<Vec<String>> = vec![
+            vec![
+                "link".into(),
+                "add".into(),
+                br.clone(),
+                "type".into(),
+                "bridge".into(),
+            ],
+            vec![
+                "addr".into(),
+                "add".into(),
+                format!("10.213.{}.1/24", ns.octet),
+                "dev".into(),
+                br.clone(),
+            ],
+            vec!["link".into(), "set".into(), br.clone(), "up".into()],
+        ];
+        for i in 0..n {
+            let (name, veth) = (ns.namespace(i), ns.veth(i));
+            cmds.push(vec!["netns".into(), "add".into(), name.clone()]);
+            cmds.push(
+                [
+                    "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name,
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+            cmds.push(
+                ["link", "set", &veth, "master", &br, "up"]
+                    .map(String::from)
+                    .to_vec(),
+            );
+            let addr = format!("{}/24", ns.ip(i));
+            for c in [
+                vec!["addr", "add", &addr, "dev", "eth0"],
+                vec!["link", "set", "eth0", "up"],
+                vec!["link", "set", "lo", "up"],
+            ] {
+                let mut full = vec![
+                    "netns".to_string(),
+                    "exec".into(),
+                    name.clone(),
+                    "ip".into(),
+                ];
+                full.extend(c.into_iter().map(String::from));
+                cmds.push(full);
+            }
+        }
+        for args in cmds {
+            if let Err(err) = ip(&args) {
+                drop(ns);
+                return Err(err);
+            }
+        }
+        Ok(ns)
+    }
+
+    /// The namespace of node `i`.
+    pub fn namespace(&self, i: usize) -> String {
+        format!("{}n{}", self.tag, i + 1)
+    }
+
+    /// The address of node `i`.
+    pub fn ip(&self, i: usize) -> String {
+        format!("10.213.{}.{}", self.octet, 11 + i)
+    }
+
+    /// The bridge.
+    fn bridge(&self) -> String {
+        format!("{}br", self.tag)
+    }
+
+    /// The root-side link of node `i`.
+    fn veth(&self, i: usize) -> String {
+        format!("{}v{}", self.tag, i + 1)
+    }
+
+    /// Cuts node `i` off from every other process (link down).
+    pub fn isolate(&self, i: usize) -> Result<(), String> {
+        ip(&["link", "set", &self.veth(i), "down"].map(String::from))
+    }
+
+    /// Joins node `i` again.
+    pub fn heal(&self, i: usize) -> Result<(), String> {
+        ip(&["link", "set", &self.veth(i), "up"].map(String::from))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for i in 0..self.count {
+            let _ = ip(&["link", "del", &self.veth(i)].map(String::from));
+            let _ = ip(&["netns", "del", &self.namespace(i)].map(String::from));
+        }
+        let _ = ip(&["link", "del", &self.bridge()].map(String::from));
+    }
+}
+
+/// Runs `ip ARGS`.
+fn ip(args: &[String]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

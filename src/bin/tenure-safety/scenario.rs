@@ -18,7 +18,7 @@ use crate::checker::{self, Event, Input, Report, Window};
 use crate::clock::{mono_ns, real_ms};
 use crate::fenced;
 use crate::history::{self, OpKind, Phase};
-use crate::procs::{self, lease_client, signal, Nats, Replica};
+use crate::procs::{self, lease_client, signal, Nats, Netns, Replica};
 
 /// The bucket's stream name (Tenure's default bucket).
 const STREAM: &str = "KV_tenure";
@@ -43,6 +43,9 @@ pub enum Fault {
     KillStreamLeader,
     /// SIGSTOP a follower for 4 s, then the stream leader for 4 s.
     PauseFollowerThenLeader,
+    /// Cut the stream leader off the network (its namespace's link down)
+    /// for 5 s, then a follower.
+    IsolateLeaderThenFollower,
 }
 
 /// One scenario.
@@ -83,6 +86,7 @@ pub fn all() -> Vec<Scenario> {
         s("nats-sigkill", 1, 1, Fault::KillNats),
         s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
         s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
+        s("r3-netns-partition", 3, 2, Fault::IsolateLeaderThenFollower),
         Scenario {
             margin_ms: -1500,
             expect_violations: true,
@@ -164,7 +168,12 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let hist_dir = dir.join("history");
     std::fs::create_dir_all(&hist_dir).map_err(|e| e.to_string())?;
 
-    let mut nats = Nats::start(&set.nats_bin, &dir, sc.nats_nodes).await?;
+    let netns = if sc.fault == Fault::IsolateLeaderThenFollower {
+        Some(Netns::setup(sc.nats_nodes)?)
+    } else {
+        None
+    };
+    let mut nats = Nats::start(&set.nats_bin, &dir, sc.nats_nodes, netns.as_ref()).await?;
     let mut replicas = Vec::new();
     for i in 0..sc.replicas {
         replicas.push(Replica::start(&set.tenure_bin, &dir, i, &nats.urls(), sc.nats_nodes).await?);
@@ -207,6 +216,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         &prefix,
         until_ns,
         &hist_dir,
+        netns.as_ref(),
         &mut windows,
     )
     .await?;
@@ -248,6 +258,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         r.stop().await;
     }
     nats.stop().await;
+    drop(netns);
 
     let pg = fenced::connect(&set.pg).await?;
     let accepted = fenced::accepted(&pg, &prefix).await?;
@@ -425,6 +436,7 @@ async fn inject(
     prefix: &str,
     until_ns: u64,
     hist_dir: &Path,
+    netns: Option<&Netns>,
     windows: &mut Vec<Window>,
 ) -> Result<usize, String> {
     let mut rng = StdRng::from_os_rng();
@@ -546,6 +558,34 @@ async fn inject(
                     end_ms: real_ms(),
                 });
                 sleep(3000).await;
+            }
+        }
+        Fault::IsolateLeaderThenFollower => {
+            let Some(ns) = netns else {
+                return Err("the partition scenario needs network namespaces".into());
+            };
+            let mut cut_leader = true;
+            while time_left(5500) {
+                let Some(leader) = nats.leader(STREAM).await else {
+                    sleep(500).await;
+                    continue;
+                };
+                let victim = if cut_leader {
+                    leader
+                } else {
+                    (leader + rng.random_range(1..nats.len().max(2))) % nats.len()
+                };
+                cut_leader = !cut_leader;
+                count += 1;
+                let start_ms = real_ms();
+                ns.isolate(victim)?;
+                sleep(5000).await;
+                ns.heal(victim)?;
+                windows.push(Window {
+                    start_ms,
+                    end_ms: real_ms(),
+                });
+                sleep(8000).await;
             }
         }
     }
