@@ -165,6 +165,14 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How often the NATS connection is pinged. async-nats drops a connection
+/// after three unanswered pings and reconnects to another server, so this
+/// bounds how long Tenure stays attached to a partitioned or frozen node
+/// (~6 s) while the rest of the cluster serves. The default (60 s) left
+/// Tenure unavailable for up to three minutes (found by
+/// `tenure-safety`'s r3-netns-partition scenario; see docs/safety.md).
+const NATS_PING_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Connects to NATS with the configured credentials; connection events go to
 /// `events`. The client reconnects forever, quickly.
 async fn connect(
@@ -176,6 +184,7 @@ async fn connect(
         .name("tenure")
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
+        .ping_interval(NATS_PING_INTERVAL)
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((50 * 2u64.saturating_pow(attempts as u32)).min(1000))
         })
