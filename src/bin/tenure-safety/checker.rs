@@ -241,6 +241,17 @@ pub fn check(input: &Input) -> Report {
         .filter(|o| o.op == OpKind::Renew && o.phase == Phase::Fail && o.t1 < o_deadline(ops, o))
         .count();
 
+    // A renewal must keep the holding's token.
+    for o in ops.iter().filter(|o| {
+        o.op == OpKind::Renew && o.phase == Phase::Ok && o.detail.starts_with("token changed")
+    }) {
+        r.p1_tokens += 1;
+        r.example(format!(
+            "P1 {}: renewal of {} {}",
+            o.name, o.holding, o.detail
+        ));
+    }
+
     let all = holdings(ops);
     let mut per_name: BTreeMap<&str, Vec<&Holding>> = BTreeMap::new();
     for h in all.iter().filter(|h| h.token > 0) {

@@ -221,6 +221,11 @@ impl Nats {
             .join(",")
     }
 
+    /// The client URL of node `i` alone.
+    pub fn url(&self, i: usize) -> String {
+        format!("nats://{}:{}", self.nodes[i].host, self.nodes[i].port)
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()

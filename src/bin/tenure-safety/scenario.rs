@@ -43,8 +43,9 @@ pub enum Fault {
     KillStreamLeader,
     /// SIGSTOP a follower for 4 s, then the stream leader for 4 s.
     PauseFollowerThenLeader,
-    /// Cut the stream leader off the network (its namespace's link down)
-    /// for 5 s, then a follower.
+    /// Cut a node off the network (its namespace's link down) for
+    /// `Settings::partition` (5 s): the one the Tenure replicas are
+    /// attached to, then the stream leader, then a follower.
     IsolateLeaderThenFollower,
 }
 
@@ -122,6 +123,8 @@ pub struct Settings {
     pub self_bin: PathBuf,
     /// Allowed expiry lag beyond the TTL, ms.
     pub allowed_lag_ms: u64,
+    /// How long a partition lasts.
+    pub partition: Duration,
     /// Margin override for the scenarios that keep their deadline (ms).
     pub margin_ms: Option<i64>,
     /// Unique prefix for this run's store resources.
@@ -176,7 +179,15 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let mut nats = Nats::start(&set.nats_bin, &dir, sc.nats_nodes, netns.as_ref()).await?;
     let mut replicas = Vec::new();
     for i in 0..sc.replicas {
-        replicas.push(Replica::start(&set.tenure_bin, &dir, i, &nats.urls(), sc.nats_nodes).await?);
+        // In the partition scenario every replica gets n1 as its only seed
+        // (it learns the others from the cluster), so the runner knows
+        // which node they talk to and can cut exactly that one off.
+        let urls = if netns.is_some() {
+            nats.url(0)
+        } else {
+            nats.urls()
+        };
+        replicas.push(Replica::start(&set.tenure_bin, &dir, i, &urls, sc.nats_nodes).await?);
     }
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
 
@@ -564,22 +575,24 @@ async fn inject(
             let Some(ns) = netns else {
                 return Err("the partition scenario needs network namespaces".into());
             };
-            let mut cut_leader = true;
-            while time_left(5500) {
+            // Rounds: the node the Tenure replicas are attached to (their
+            // seed, n1), then the stream leader, then a follower, and again.
+            let mut round = 0;
+            while time_left(set.partition.as_millis() as u64 + 500) {
                 let Some(leader) = nats.leader(STREAM).await else {
                     sleep(500).await;
                     continue;
                 };
-                let victim = if cut_leader {
-                    leader
-                } else {
-                    (leader + rng.random_range(1..nats.len().max(2))) % nats.len()
+                let victim = match round % 3 {
+                    0 => 0,
+                    1 => leader,
+                    _ => (leader + rng.random_range(1..nats.len().max(2))) % nats.len(),
                 };
-                cut_leader = !cut_leader;
+                round += 1;
                 count += 1;
                 let start_ms = real_ms();
                 ns.isolate(victim)?;
-                sleep(5000).await;
+                sleep(set.partition.as_millis() as u64).await;
                 ns.heal(victim)?;
                 windows.push(Window {
                     start_ms,
