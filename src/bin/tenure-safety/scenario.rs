@@ -518,7 +518,8 @@ async fn inject(
                     start_ms,
                     end_ms: real_ms(),
                 });
-                sleep(4000).await;
+                // Long enough past the fault's grace to measure expiries.
+                sleep(6000).await;
             }
         }
         Fault::KillStreamLeader => {
@@ -568,7 +569,7 @@ async fn inject(
                     start_ms,
                     end_ms: real_ms(),
                 });
-                sleep(3000).await;
+                sleep(6000).await;
             }
         }
         Fault::IsolateLeaderThenFollower => {
