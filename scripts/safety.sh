@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/tools.sh 2>/dev/null
+scripts/tools.sh >&2
 cargo build --quiet --bins
 
 work=${TENURE_SAFETY_DIR:-$(mktemp -d /tmp/tenure-safety.XXXXXX)}
