@@ -21,6 +21,9 @@ step "cargo test (server and Rust client)"
 cargo build --workspace --quiet
 cargo test --workspace
 
+step "safety under faults (CI variant; the long run is scripts/safety.sh)"
+scripts/safety.sh --quick
+
 step "benchmark smoke run (debug build; the real run is cargo bench)"
 cargo test --bench latency -- --quick
 

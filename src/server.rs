@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event};
+use async_nats::{ConnectOptions, Event, ServerAddr};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -217,6 +217,14 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How often the NATS connection is pinged. async-nats drops a connection
+/// after three unanswered pings and reconnects to another server, so this
+/// bounds how long Tenure stays attached to a partitioned or frozen node
+/// (~6 s) while the rest of the cluster serves. The default (60 s) left
+/// Tenure unavailable for up to three minutes (found by
+/// `tenure-safety`'s r3-netns-partition scenario; see docs/safety.md).
+const NATS_PING_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Connects to NATS with the configured credentials; connection events go to
 /// `events`. The client reconnects forever, quickly.
 async fn connect(
@@ -228,6 +236,7 @@ async fn connect(
         .name("tenure")
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
+        .ping_interval(NATS_PING_INTERVAL)
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((50 * 2u64.saturating_pow(attempts as u32)).min(1000))
         })
@@ -263,12 +272,29 @@ async fn connect(
     if let Some(ca) = &config.nats_tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
-    options.connect(url).await.map_err(|e| {
+    options.connect(server_addrs(url)?).await.map_err(|e| {
         Error::new(
             Reason::NatsUnavailable,
             format!("cannot connect to NATS at {url}: {e}"),
         )
     })
+}
+
+/// Parses `--nats-url`: one URL or a comma-separated list of cluster URLs
+/// (async-nats parses a string as a single URL only).
+fn server_addrs(url: &str) -> Result<Vec<ServerAddr>> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse::<ServerAddr>().map_err(|e| {
+                Error::new(
+                    Reason::InvalidArgument,
+                    format!("invalid NATS URL {u:?} in --nats-url: {e}; use nats://host:port[,nats://host:port...]"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Opens the bucket, retrying for a few seconds while JetStream comes up.

@@ -76,3 +76,35 @@ fn bad_settings_exit_with_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("whole seconds"));
 }
+
+/// `--nats-url` takes a comma-separated list of cluster URLs (as the README
+/// documents): Tenure connects through whichever answers.
+#[tokio::test]
+async fn connects_with_a_comma_separated_url_list() {
+    let nats = Nats::start().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let urls = format!("nats://127.0.0.1:{dead}, {}", nats.url());
+    let config = Config::for_nats(&urls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let running = tenure::server::start(&config, &urls, listener)
+        .await
+        .unwrap_or_else(|e| panic!("starts with {urls}: {}", e.message));
+    running.shutdown().await;
+}
+
+/// A malformed URL in the list is refused with a message naming it.
+#[tokio::test]
+async fn refuses_a_malformed_url_in_the_list() {
+    let urls = "nats://127.0.0.1:4222,nats://127.0.0.1:notaport";
+    let config = Config::for_nats(urls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = tenure::server::start(&config, urls, listener)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.message.contains("notaport"), "{}", err.message);
+}

@@ -1,0 +1,575 @@
+//! One workload client process: a holder that follows the rules a Tenure
+//! client must follow, and records everything it does.
+//!
+//! The session loop: Acquire a random name (with a wait) under a fresh lease
+//! key; while holding, Renew every TTL/3, and do "work" (a fenced write to
+//! PostgreSQL carrying the token) only while `now + work time < deadline`,
+//! where the deadline is the send time of the last successful Acquire/Renew
+//! plus the granted TTL minus the margin, on the shared monotonic clock.
+//! After a random hold time the holder either releases or *abandons* the
+//! lease: stops renewing but keeps working right up to its deadline, which
+//! is the tightest case for the next holder. A call whose outcome is unknown
+//! (timeout, unavailable) is retried on the next Tenure address, and an
+//! Acquire is retried with the same lease key so a lost reply cannot make
+//! two holdings.
+//!
+//! With a negative margin (the negative control) the deadline lies past the
+//! lease's expiry, so holders act after losing the lease: the checker must
+//! report it and the store must refuse their writes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use rand::distr::Alphanumeric;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use tenure::proto::lease_service_client::LeaseServiceClient;
+use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+use tonic_types::StatusExt;
+
+use crate::clock::{mono_ns, ms_to_ns, real_ms};
+use crate::fenced;
+use crate::history::{Op, OpKind, Phase, Recorder};
+
+/// Settings of one client process (passed by the runner).
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Client id, also the lease holder name (e.g. `c3.1`).
+    #[arg(long)]
+    pub id: String,
+    /// Tenure addresses (host:port), comma-separated; failover in order.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub tenure: Vec<String>,
+    /// Lease names to contend for, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub names: Vec<String>,
+    /// Shortest TTL to ask for, seconds.
+    #[arg(long, default_value_t = 1)]
+    pub ttl_min: u64,
+    /// Longest TTL to ask for, seconds.
+    #[arg(long, default_value_t = 3)]
+    pub ttl_max: u64,
+    /// Safety margin subtracted from the deadline, ms (negative: act late).
+    #[arg(long, default_value_t = 50, allow_hyphen_values = true)]
+    pub margin_ms: i64,
+    /// Simulated work before each write, ms (a pause here makes a stale write).
+    #[arg(long, default_value_t = 20)]
+    pub work_ms: u64,
+    /// Stop at this monotonic time (ns, see `clock`).
+    #[arg(long)]
+    pub until_ns: u64,
+    /// PostgreSQL connection string.
+    #[arg(long)]
+    pub pg: String,
+    /// Prefix of the store resources (one resource per lease name).
+    #[arg(long)]
+    pub prefix: String,
+    /// Write without the fence check (negative control only).
+    #[arg(long)]
+    pub unfenced: bool,
+    /// History file to append to.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Tenure replicas with failover.
+struct Tenure {
+    /// One lazily connected client per address.
+    clients: Vec<LeaseServiceClient<Channel>>,
+    /// The one in use.
+    current: usize,
+}
+
+impl Tenure {
+    /// Clients for every address (connections are made on first use).
+    fn new(addrs: &[String]) -> Result<Tenure, String> {
+        let clients = addrs
+            .iter()
+            .map(|a| {
+                Endpoint::from_shared(format!("http://{a}"))
+                    .map(|e| {
+                        LeaseServiceClient::new(
+                            e.connect_timeout(Duration::from_millis(300)).connect_lazy(),
+                        )
+                    })
+                    .map_err(|e| format!("bad Tenure address {a:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Tenure {
+            clients,
+            current: 0,
+        })
+    }
+
+    /// The client in use.
+    fn client(&mut self) -> &mut LeaseServiceClient<Channel> {
+        &mut self.clients[self.current]
+    }
+
+    /// Moves to the next address after a call whose outcome is unknown.
+    fn fail_over(&mut self) {
+        self.current = (self.current + 1) % self.clients.len();
+    }
+}
+
+/// A request with a deadline the server also sees (`grpc-timeout`).
+fn with_timeout<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(timeout);
+    req
+}
+
+/// Runs `call` bounded by `timeout`; a timeout becomes DEADLINE_EXCEEDED.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(res) => res.map(|r| r.into_inner()),
+        Err(_) => Err(tonic::Status::deadline_exceeded("client timeout")),
+    }
+}
+
+/// Whether a failed call certainly did not take effect.
+fn definite(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        Code::FailedPrecondition | Code::InvalidArgument | Code::NotFound | Code::DataLoss
+    )
+}
+
+/// A short description of a failure: the ErrorInfo reason, else the code.
+fn describe(status: &tonic::Status) -> String {
+    match status.get_details_error_info() {
+        Some(info) => info.reason,
+        None => format!("{:?}: {}", status.code(), status.message()),
+    }
+}
+
+/// A granted TTL in ms.
+fn ttl_ms(ttl: Option<prost_types::Duration>) -> u64 {
+    ttl.map_or(0, |d| {
+        d.seconds.max(0) as u64 * 1000 + d.nanos.max(0) as u64 / 1_000_000
+    })
+}
+
+/// A protobuf timestamp in Unix ms.
+fn stamp_ms(t: Option<prost_types::Timestamp>) -> u64 {
+    t.map_or(0, |t| {
+        t.seconds.max(0) as u64 * 1000 + t.nanos.max(0) as u64 / 1_000_000
+    })
+}
+
+/// The current holding of this client.
+struct Held {
+    /// Holding id.
+    holding: String,
+    /// Lease name.
+    name: String,
+    /// Lease key.
+    key: String,
+    /// Fencing token.
+    token: u64,
+    /// Revision for the next Renew/Release.
+    revision: u64,
+    /// Granted TTL, ms.
+    ttl_ms: u64,
+    /// Safe deadline, monotonic ns.
+    deadline: u64,
+    /// Send time of the last successful Acquire/Renew, monotonic ns.
+    last_ok_send: u64,
+}
+
+/// The client process state.
+struct Client {
+    /// Settings.
+    args: ClientArgs,
+    /// History.
+    rec: Recorder,
+    /// Tenure replicas.
+    tenure: Tenure,
+    /// Downstream store.
+    store: fenced::Store,
+    /// Randomness.
+    rng: StdRng,
+    /// Writes done, for write bodies.
+    writes: u64,
+}
+
+/// Runs one client until `until_ns`.
+pub async fn run(args: ClientArgs) -> Result<(), String> {
+    let rec = Recorder::open(&args.out)
+        .map_err(|e| format!("cannot open {}: {e}", args.out.display()))?;
+    let pg = fenced::connect(&args.pg).await?;
+    let store = fenced::Store::new(pg, !args.unfenced);
+    let tenure = Tenure::new(&args.tenure)?;
+    let mut client = Client {
+        args,
+        rec,
+        tenure,
+        store,
+        rng: StdRng::from_os_rng(),
+        writes: 0,
+    };
+    client.run().await;
+    Ok(())
+}
+
+impl Client {
+    /// A history line for `holding` with the common fields filled in.
+    fn op(&self, holding: &str, name: &str, op: OpKind, phase: Phase, t0: u64, w0: u64) -> Op {
+        Op {
+            client: self.args.id.clone(),
+            holding: holding.to_string(),
+            name: name.to_string(),
+            op,
+            phase,
+            t0,
+            t1: 0,
+            w0,
+            token: 0,
+            revision: 0,
+            ttl_ms: 0,
+            deadline: 0,
+            server_ms: 0,
+            timeout_ms: 0,
+            detail: String::new(),
+        }
+    }
+
+    /// `t0 + ttl - margin`, saturating.
+    fn deadline(&self, t0: u64, ttl_ms: u64) -> u64 {
+        let d = t0 as i64 + ms_to_ns(ttl_ms as i64) - ms_to_ns(self.args.margin_ms);
+        d.max(0) as u64
+    }
+
+    /// The session loop.
+    async fn run(&mut self) {
+        let mut n = 0u64;
+        while mono_ns() < self.args.until_ns {
+            n += 1;
+            let holding = format!("{}#{n}", self.args.id);
+            let name = self
+                .args
+                .names
+                .choose(&mut self.rng)
+                .cloned()
+                .unwrap_or_default();
+            let ttl_s = self.rng.random_range(self.args.ttl_min..=self.args.ttl_max);
+            if let Some(held) = self.acquire(&holding, &name, ttl_s).await {
+                self.hold(held).await;
+            } else {
+                let pause = self.rng.random_range(5..40);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }
+    }
+
+    /// Acquires `name` with a wait of half the TTL (so a granted lease has at
+    /// least half its TTL left); retries unknown outcomes with the same key.
+    async fn acquire(&mut self, holding: &str, name: &str, ttl_s: u64) -> Option<Held> {
+        let key: String = (&mut self.rng)
+            .sample_iter(Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        // Half the TTL, and never past the end of the run.
+        let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
+        let wait = Duration::from_millis((ttl_s * 500).min(left_ms));
+        let timeout = wait + Duration::from_millis(1500);
+        let give_up = mono_ns() + 3_000_000_000;
+        loop {
+            let req = AcquireRequest {
+                name: name.to_string(),
+                holder: self.args.id.clone(),
+                ttl: Some(prost_types::Duration {
+                    seconds: ttl_s as i64,
+                    nanos: 0,
+                }),
+                lease_key: key.clone(),
+                wait: Some(prost_types::Duration {
+                    seconds: wait.as_secs() as i64,
+                    nanos: wait.subsec_nanos() as i32,
+                }),
+                metadata: Default::default(),
+            };
+            let (t0, w0) = (mono_ns(), real_ms());
+            let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
+            op.timeout_ms = timeout.as_millis() as u64;
+            self.rec.record(&op);
+            let res = bounded(
+                timeout,
+                self.tenure.client().acquire(with_timeout(req, timeout)),
+            )
+            .await;
+            op.t1 = mono_ns();
+            match res {
+                Ok(resp) => {
+                    let lease = resp.lease.unwrap_or_default();
+                    op.phase = Phase::Ok;
+                    op.token = lease.fencing_token;
+                    op.revision = lease.revision;
+                    op.ttl_ms = ttl_ms(lease.ttl);
+                    op.deadline = self.deadline(t0, op.ttl_ms);
+                    // renew_time: a retried Acquire renews the holding it took.
+                    op.server_ms = stamp_ms(lease.renew_time);
+                    self.rec.record(&op);
+                    return Some(Held {
+                        holding: holding.to_string(),
+                        name: name.to_string(),
+                        key,
+                        token: lease.fencing_token,
+                        revision: lease.revision,
+                        ttl_ms: op.ttl_ms,
+                        deadline: op.deadline,
+                        last_ok_send: t0,
+                    });
+                }
+                Err(status) => {
+                    op.phase = if definite(&status) {
+                        Phase::Fail
+                    } else {
+                        Phase::Info
+                    };
+                    op.detail = describe(&status);
+                    self.rec.record(&op);
+                    if op.phase == Phase::Fail {
+                        return None;
+                    }
+                    self.tenure.fail_over();
+                    if op.t1 > give_up || op.t1 > self.args.until_ns {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Holds a lease: renew, work, then release or abandon.
+    async fn hold(&mut self, mut held: Held) {
+        let ttl_ns = held.ttl_ms * 1_000_000;
+        let renew_every = ttl_ns / 3;
+        let hold_for = self.rng.random_range(ttl_ns / 4..ttl_ns * 3 / 2);
+        let plan_end = (held.last_ok_send + hold_for).min(self.args.until_ns);
+        let release_at_end = self.rng.random_bool(0.6);
+        let work_ns = self.args.work_ms * 1_000_000;
+        let mut renewing = true;
+        let mut next_renew = held.last_ok_send + renew_every;
+        loop {
+            let now = mono_ns();
+            if now >= held.deadline {
+                self.lost(&held, "deadline passed");
+                return;
+            }
+            if now >= plan_end && renewing {
+                if release_at_end || now >= self.args.until_ns {
+                    self.release(&held).await;
+                    return;
+                }
+                renewing = false;
+                let op = self.op(
+                    &held.holding,
+                    &held.name,
+                    OpKind::Abandon,
+                    Phase::Ok,
+                    now,
+                    real_ms(),
+                );
+                self.rec.record(&op);
+            }
+            if renewing && now >= next_renew {
+                match self.renew(&mut held).await {
+                    Some(true) => next_renew = held.last_ok_send + renew_every,
+                    Some(false) => return,
+                    None => next_renew = mono_ns() + 100_000_000,
+                }
+                continue;
+            }
+            if mono_ns() + work_ns < held.deadline {
+                // The work between the deadline check and the write: a pause
+                // here is what makes a write arrive after the lease is gone.
+                tokio::time::sleep(Duration::from_nanos(work_ns)).await;
+                if !self.write(&held).await {
+                    return;
+                }
+            }
+            let nap = Duration::from_millis(self.rng.random_range(10..40));
+            let until_renew = Duration::from_nanos(next_renew.saturating_sub(mono_ns()));
+            let nap = if renewing { nap.min(until_renew) } else { nap };
+            tokio::time::sleep(nap).await;
+        }
+    }
+
+    /// One Renew: `Some(true)` renewed, `Some(false)` lost, `None` unknown.
+    async fn renew(&mut self, held: &mut Held) -> Option<bool> {
+        let ttl_ns = held.ttl_ms * 1_000_000;
+        let timeout = Duration::from_nanos((ttl_ns / 3).clamp(200_000_000, 1_000_000_000));
+        let req = RenewRequest {
+            name: held.name.clone(),
+            expected_revision: held.revision,
+            lease_key: held.key.clone(),
+            ttl: None,
+        };
+        let (t0, w0) = (mono_ns(), real_ms());
+        let mut op = self.op(
+            &held.holding,
+            &held.name,
+            OpKind::Renew,
+            Phase::Invoke,
+            t0,
+            w0,
+        );
+        op.token = held.token;
+        op.timeout_ms = timeout.as_millis() as u64;
+        self.rec.record(&op);
+        let res = bounded(
+            timeout,
+            self.tenure.client().renew(with_timeout(req, timeout)),
+        )
+        .await;
+        op.t1 = mono_ns();
+        match res {
+            Ok(resp) => {
+                let lease = resp.lease.unwrap_or_default();
+                op.phase = Phase::Ok;
+                op.revision = lease.revision;
+                op.ttl_ms = ttl_ms(lease.ttl);
+                op.deadline = self.deadline(t0, op.ttl_ms);
+                op.server_ms = stamp_ms(lease.renew_time);
+                if lease.fencing_token != held.token {
+                    op.detail = format!("token changed to {}", lease.fencing_token);
+                }
+                self.rec.record(&op);
+                held.revision = lease.revision;
+                held.ttl_ms = op.ttl_ms;
+                held.last_ok_send = t0;
+                held.deadline = held.deadline.max(op.deadline);
+                Some(true)
+            }
+            Err(status) if definite(&status) => {
+                op.phase = Phase::Fail;
+                op.detail = describe(&status);
+                self.rec.record(&op);
+                self.lost(held, "renew refused");
+                Some(false)
+            }
+            Err(status) => {
+                op.phase = Phase::Info;
+                op.detail = describe(&status);
+                self.rec.record(&op);
+                self.tenure.fail_over();
+                None
+            }
+        }
+    }
+
+    /// Stops acting, then releases (one retry on another replica).
+    async fn release(&mut self, held: &Held) {
+        for _ in 0..2 {
+            let timeout = Duration::from_secs(1);
+            let req = ReleaseRequest {
+                name: held.name.clone(),
+                expected_revision: held.revision,
+                lease_key: held.key.clone(),
+            };
+            let (t0, w0) = (mono_ns(), real_ms());
+            let mut op = self.op(
+                &held.holding,
+                &held.name,
+                OpKind::Release,
+                Phase::Invoke,
+                t0,
+                w0,
+            );
+            op.token = held.token;
+            op.timeout_ms = 1000;
+            self.rec.record(&op);
+            let res = bounded(
+                timeout,
+                self.tenure.client().release(with_timeout(req, timeout)),
+            )
+            .await;
+            op.t1 = mono_ns();
+            match res {
+                Ok(resp) => {
+                    op.phase = Phase::Ok;
+                    op.revision = resp.revision;
+                    self.rec.record(&op);
+                    return;
+                }
+                Err(status) => {
+                    op.phase = if definite(&status) {
+                        Phase::Fail
+                    } else {
+                        Phase::Info
+                    };
+                    op.detail = describe(&status);
+                    self.rec.record(&op);
+                    if op.phase == Phase::Fail {
+                        return;
+                    }
+                    self.tenure.fail_over();
+                }
+            }
+        }
+    }
+
+    /// One fenced write; false when the store refused the token (a newer
+    /// holder exists, so stop acting).
+    async fn write(&mut self, held: &Held) -> bool {
+        self.writes += 1;
+        let resource = format!("{}{}", self.args.prefix, held.name);
+        let body = format!("{} write {}", held.holding, self.writes);
+        let (t0, w0) = (mono_ns(), real_ms());
+        let mut op = self.op(&held.holding, &held.name, OpKind::Write, Phase::Ok, t0, w0);
+        op.token = held.token;
+        op.deadline = held.deadline;
+        let res = self
+            .store
+            .write(&resource, held.token, &self.args.id, &body)
+            .await;
+        op.t1 = mono_ns();
+        let keep_going = match res {
+            Ok(Some(seq)) => {
+                op.revision = seq as u64;
+                true
+            }
+            Ok(None) => {
+                op.phase = Phase::Fail;
+                op.detail = "stale token refused by the store".into();
+                false
+            }
+            Err(err) => {
+                op.phase = Phase::Info;
+                op.detail = err;
+                true
+            }
+        };
+        self.rec.record(&op);
+        if !keep_going {
+            self.lost(held, "store refused the token");
+        }
+        keep_going
+    }
+
+    /// Records that the holder stopped acting.
+    fn lost(&mut self, held: &Held, why: &str) {
+        let mut op = self.op(
+            &held.holding,
+            &held.name,
+            OpKind::Lost,
+            Phase::Ok,
+            mono_ns(),
+            real_ms(),
+        );
+        op.token = held.token;
+        op.deadline = held.deadline;
+        op.detail = why.to_string();
+        self.rec.record(&op);
+    }
+}

@@ -1,0 +1,241 @@
+//! `tenure-safety`: evidence that Tenure's leases stay safe when things
+//! break. `run` plays the scenarios (holders paused and killed, a Tenure
+//! replica killed, nats-server killed, a 3-node JetStream cluster losing its
+//! stream leader or having nodes stopped, and two negative controls) with
+//! at least 8 client processes contending for 3 names through real Tenure
+//! processes, every holder writing to a fenced PostgreSQL table; then checks
+//! the recorded history and prints one table row per scenario. `client` is
+//! one of those client processes (started by `run`).
+//!
+//! `scripts/safety.sh` sets up PostgreSQL and runs this; the properties are
+//! explained in `checker.rs` and the results in `docs/safety.md`.
+
+mod checker;
+mod client;
+mod clock;
+mod fenced;
+mod history;
+mod procs;
+mod scenario;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tenure-safety",
+    about = "Fault-injection safety checker for Tenure"
+)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the scenarios and print the table.
+    Run(RunArgs),
+    /// One workload client (started by `run`).
+    Client(client::ClientArgs),
+    /// List the scenarios.
+    List,
+}
+
+/// Settings of `run`.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// PostgreSQL connection string (scripts/postgres.sh prints one).
+    #[arg(long, env = "TENURE_SAFETY_PG")]
+    pg: String,
+    /// The CI variant: 12 s of load per scenario instead of 120 s.
+    #[arg(long)]
+    quick: bool,
+    /// Load per scenario in seconds (overrides --quick).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Client processes.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Lease names contended for.
+    #[arg(long, default_value_t = 3)]
+    names: usize,
+    /// Only these scenarios (comma-separated; see `list`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Allowed expiry lag beyond the TTL, ms (NATS batches expiries ~250 ms).
+    #[arg(long, default_value_t = 1000)]
+    allowed_lag_ms: u64,
+    /// Holders' safety margin in ms for every scenario but the negative
+    /// controls (default 50).
+    #[arg(long, allow_hyphen_values = true)]
+    margin_ms: Option<i64>,
+    /// How long the partition scenario cuts a node off, seconds.
+    #[arg(long, default_value_t = 5)]
+    partition_secs: u64,
+    /// Folder for histories and logs (kept; default: a new temp folder).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// nats-server binary (default: .tools/bin/nats-server, then PATH).
+    #[arg(long)]
+    nats_server: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Cmd::Client(args) => match client::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("tenure-safety client: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::List => {
+            for s in scenario::all() {
+                println!("{}", s.name);
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Run(args) => match run(args).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("tenure-safety: {err}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Runs the chosen scenarios; true when every one met its expectation.
+async fn run(args: RunArgs) -> Result<bool, String> {
+    let self_bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let tenure_bin = self_bin.with_file_name("tenure");
+    if !tenure_bin.is_file() {
+        return Err(format!(
+            "{} not found: build it with `cargo build -p tenure`",
+            tenure_bin.display()
+        ));
+    }
+    let nats_bin = tenure::embedded::find_binary(args.nats_server.as_deref())?;
+    let work_dir = match args.work_dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("tenure-safety-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
+    let pg = fenced::connect(&args.pg).await?;
+    fenced::setup(&pg).await?;
+    let seconds = args.seconds.unwrap_or(if args.quick { 12 } else { 120 });
+    let set = scenario::Settings {
+        pg: args.pg.clone(),
+        clients: args.clients.max(1),
+        names: (0..args.names.max(1))
+            .map(|i| format!("res.{}", (b'a' + i as u8) as char))
+            .collect(),
+        duration: Duration::from_secs(seconds),
+        work_dir: work_dir.clone(),
+        nats_bin,
+        tenure_bin,
+        self_bin,
+        allowed_lag_ms: args.allowed_lag_ms,
+        margin_ms: args.margin_ms,
+        partition: Duration::from_secs(args.partition_secs),
+        run_id: format!("run-{}-{}", clock::real_ms(), std::process::id()),
+    };
+    let scenarios: Vec<_> = scenario::all()
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.name))
+        .collect();
+    if scenarios.is_empty() {
+        return Err("no scenario matches --only; see `tenure-safety list`".into());
+    }
+    eprintln!(
+        "tenure-safety: {} scenarios, {} clients on {} names, {seconds}s of load each; files in {}",
+        scenarios.len(),
+        set.clients,
+        set.names.len(),
+        work_dir.display()
+    );
+    let mut outcomes = Vec::new();
+    let mut skipped = Vec::new();
+    for sc in &scenarios {
+        if sc.fault == scenario::Fault::IsolateLeaderThenFollower {
+            if let Err(err) = procs::Netns::setup(1) {
+                eprintln!(
+                    "== {}: skipped, network namespaces unavailable: {err}",
+                    sc.name
+                );
+                skipped.push(sc.name);
+                continue;
+            }
+        }
+        eprintln!("== {} ...", sc.name);
+        let outcome = scenario::run(sc, &set).await?;
+        eprintln!(
+            "== {}: {} ({} violations)",
+            sc.name,
+            if outcome.passed() { "ok" } else { "FAILED" },
+            outcome.report.violations()
+        );
+        let r = &outcome.report;
+        eprintln!(
+            "   {} holdings, {} writes accepted, {} stale writes refused, {} early losses, {} expiries measured (max lag {} ms), {} excused by faults",
+            r.holdings, r.writes_accepted, r.stale_refused, r.early_losses, r.expiries_measured, r.max_expiry_lag_ms, r.expiry_excused
+        );
+        for e in &outcome.report.examples {
+            eprintln!("   {e}");
+        }
+        outcomes.push(outcome);
+    }
+    print_table(&outcomes);
+    for name in skipped {
+        println!("\n{name}: skipped (needs root and `ip netns`)");
+    }
+    Ok(outcomes.iter().all(|o| o.passed()))
+}
+
+/// Prints the results as a Markdown table.
+fn print_table(outcomes: &[scenario::Outcome]) {
+    println!(
+        "| scenario | NATS | secs | ops | handoffs | faults | P1 tokens | P2 store | P3 overlap | P4 expiry | stale writes refused | closest expiry handoff ms | max expiry lag ms | longest unavailable ms | verdict |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for o in outcomes {
+        let r = &o.report;
+        let verdict = match (o.passed(), o.scenario.expect_violations) {
+            (true, false) => "pass",
+            (true, true) => "pass (violations expected and found)",
+            (false, false) => "FAIL",
+            (false, true) => "FAIL (checker missed the violations)",
+        };
+        println!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            o.scenario.name,
+            if o.scenario.nats_nodes > 1 {
+                "R3"
+            } else {
+                "R1"
+            },
+            o.seconds,
+            r.operations,
+            r.handoffs,
+            o.faults,
+            r.p1_tokens,
+            r.p2_store,
+            r.p3_overlap,
+            r.p4_expiry,
+            r.stale_refused,
+            r.closest_expiry_handoff_ms
+                .map_or("-".to_string(), |g| format!("{g:.1}")),
+            r.max_expiry_lag_ms,
+            r.longest_unavailable_ms,
+            verdict
+        );
+    }
+}

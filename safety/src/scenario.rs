@@ -1,0 +1,607 @@
+//! The scenarios and the runner that plays one: start NATS (one node or a
+//! 3-node cluster), Tenure replicas and the clients, inject the scenario's
+//! faults under load, stop everything, and check the history.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use tenure::proto::{EventType, GetLeaseRequest, WatchLeaseRequest};
+use tokio::process::{Child, Command};
+
+use crate::checker::{self, Event, Input, Report, Window};
+use crate::clock::{mono_ns, real_ms};
+use crate::fenced;
+use crate::history::{self, OpKind, Phase};
+use crate::procs::{self, lease_client, signal, Nats, Netns, Replica};
+
+/// The bucket's stream name (Tenure's default bucket).
+const STREAM: &str = "KV_tenure";
+/// Faults stop this long before the load ends, so every process is running
+/// again when the clients finish.
+const FAULT_QUIET: Duration = Duration::from_secs(4);
+
+/// What goes wrong in a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Nothing.
+    None,
+    /// SIGSTOP a current holder for longer than any TTL, then SIGCONT.
+    PauseHolder,
+    /// SIGKILL a current holder; a new client takes its place.
+    KillHolder,
+    /// SIGKILL one of two Tenure replicas, restart it 2 s later.
+    KillTenure,
+    /// SIGKILL the (single) nats-server, restart it 2 s later, same store.
+    KillNats,
+    /// SIGKILL the stream leader of the 3-node cluster, restart it 3 s later.
+    KillStreamLeader,
+    /// SIGSTOP a follower for 4 s, then the stream leader for 4 s.
+    PauseFollowerThenLeader,
+    /// Cut a node off the network (its namespace's link down) for
+    /// `Settings::partition` (5 s): the one the Tenure replicas are
+    /// attached to, then the stream leader, then a follower.
+    IsolateLeaderThenFollower,
+}
+
+/// One scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Short name (the table's first column).
+    pub name: &'static str,
+    /// nats-server nodes (1, or 3 for the R3 cluster).
+    pub nats_nodes: usize,
+    /// Tenure replicas the clients fail over between.
+    pub replicas: usize,
+    /// The clients' deadline margin, ms (negative: act after the deadline).
+    pub margin_ms: i64,
+    /// Whether store writes skip the fence check.
+    pub unfenced: bool,
+    /// The fault.
+    pub fault: Fault,
+    /// Whether the checker must report violations (negative control).
+    pub expect_violations: bool,
+}
+
+/// Every scenario, in the order the table lists them.
+pub fn all() -> Vec<Scenario> {
+    let s = |name, nats_nodes, replicas, fault| Scenario {
+        name,
+        nats_nodes,
+        replicas,
+        margin_ms: 50,
+        unfenced: false,
+        fault,
+        expect_violations: false,
+    };
+    vec![
+        s("baseline", 1, 1, Fault::None),
+        s("holder-sigstop", 1, 1, Fault::PauseHolder),
+        s("holder-sigkill", 1, 1, Fault::KillHolder),
+        s("tenure-sigkill", 1, 2, Fault::KillTenure),
+        s("nats-sigkill", 1, 1, Fault::KillNats),
+        s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
+        s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
+        s("r3-netns-partition", 3, 2, Fault::IsolateLeaderThenFollower),
+        Scenario {
+            margin_ms: -1500,
+            expect_violations: true,
+            ..s("negative-late", 1, 1, Fault::None)
+        },
+        Scenario {
+            margin_ms: -1500,
+            unfenced: true,
+            expect_violations: true,
+            ..s("negative-unfenced", 1, 1, Fault::None)
+        },
+    ]
+}
+
+/// Settings shared by every scenario of a run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// PostgreSQL connection string.
+    pub pg: String,
+    /// Client processes.
+    pub clients: usize,
+    /// Lease names.
+    pub names: Vec<String>,
+    /// Load duration per scenario.
+    pub duration: Duration,
+    /// Folder for every scenario's files.
+    pub work_dir: PathBuf,
+    /// nats-server binary.
+    pub nats_bin: PathBuf,
+    /// tenure binary.
+    pub tenure_bin: PathBuf,
+    /// This binary (clients are run from it).
+    pub self_bin: PathBuf,
+    /// Allowed expiry lag beyond the TTL, ms.
+    pub allowed_lag_ms: u64,
+    /// How long a partition lasts.
+    pub partition: Duration,
+    /// Margin override for the scenarios that keep their deadline (ms).
+    pub margin_ms: Option<i64>,
+    /// Unique prefix for this run's store resources.
+    pub run_id: String,
+}
+
+/// The outcome of one scenario.
+pub struct Outcome {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Load duration, s.
+    pub seconds: f64,
+    /// Faults injected.
+    pub faults: usize,
+    /// The checker's report.
+    pub report: Report,
+}
+
+impl Outcome {
+    /// Whether the scenario met its expectation.
+    pub fn passed(&self) -> bool {
+        if self.scenario.expect_violations {
+            self.report.p3_overlap > 0
+                && self.report.stale_refused + self.report.p2_store > 0
+                && (!self.scenario.unfenced || self.report.p2_store > 0)
+        } else {
+            self.report.violations() == 0
+        }
+    }
+}
+
+/// The workload clients: one child process per client id.
+struct Clients {
+    /// Live clients by id.
+    live: HashMap<String, Child>,
+    /// Incarnation per client slot.
+    generation: Vec<usize>,
+}
+
+/// Plays one scenario.
+pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
+    let dir = set.work_dir.join(sc.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let hist_dir = dir.join("history");
+    std::fs::create_dir_all(&hist_dir).map_err(|e| e.to_string())?;
+
+    let netns = if sc.fault == Fault::IsolateLeaderThenFollower {
+        Some(Netns::setup(sc.nats_nodes)?)
+    } else {
+        None
+    };
+    let mut nats = Nats::start(&set.nats_bin, &dir, sc.nats_nodes, netns.as_ref()).await?;
+    let mut replicas = Vec::new();
+    for i in 0..sc.replicas {
+        // In the partition scenario every replica gets n1 as its only seed
+        // (it learns the others from the cluster), so the runner knows
+        // which node they talk to and can cut exactly that one off.
+        let urls = if netns.is_some() {
+            nats.url(0)
+        } else {
+            nats.urls()
+        };
+        replicas.push(Replica::start(&set.tenure_bin, &dir, i, &urls, sc.nats_nodes).await?);
+    }
+    let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
+
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let watcher = tokio::spawn(watch(addrs.clone(), events.clone()));
+    // Let the watcher's snapshot complete before load starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let prefix = format!("{}/{}/", set.run_id, sc.name);
+    let start_ns = mono_ns();
+    let until_ns = start_ns + set.duration.as_nanos() as u64;
+    let mut clients = Clients {
+        live: HashMap::new(),
+        generation: vec![0; set.clients],
+    };
+    for slot in 0..set.clients {
+        spawn_client(
+            &mut clients,
+            slot,
+            sc,
+            set,
+            &addrs,
+            &prefix,
+            until_ns,
+            &hist_dir,
+        )?;
+    }
+
+    let mut windows = Vec::new();
+    let faults = inject(
+        sc,
+        set,
+        &mut nats,
+        &mut replicas,
+        &mut clients,
+        &addrs,
+        &prefix,
+        until_ns,
+        &hist_dir,
+        netns.as_ref(),
+        &mut windows,
+    )
+    .await?;
+
+    // Wait for the clients to finish (they release and exit at until_ns).
+    let give_up =
+        Duration::from_nanos(until_ns.saturating_sub(mono_ns())) + Duration::from_secs(15);
+    let _ = tokio::time::timeout(give_up, async {
+        for child in clients.live.values_mut() {
+            let _ = child.wait().await;
+        }
+    })
+    .await;
+    for child in clients.live.values_mut() {
+        procs::stop_child(child, Duration::from_secs(1)).await;
+    }
+    let seconds = (mono_ns() - start_ns) as f64 / 1e9;
+
+    // Every unreleased holding must be gone once its due time + lag passed.
+    let ops = history::read_dir(&hist_dir).map_err(|e| e.to_string())?;
+    // Poll until every name is free; names still held after the last due
+    // time + the allowed lag are leftovers (property 4).
+    let limit = last_due_ms(&ops) + set.allowed_lag_ms;
+    let leftover = loop {
+        let mut held = Vec::new();
+        for name in &set.names {
+            if held_now(&addrs, name).await {
+                held.push(name.clone());
+            }
+        }
+        if held.is_empty() || real_ms() > limit {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    watcher.abort();
+    for r in &mut replicas {
+        r.stop().await;
+    }
+    nats.stop().await;
+    drop(netns);
+
+    let pg = fenced::connect(&set.pg).await?;
+    let accepted = fenced::accepted(&pg, &prefix).await?;
+    let events = events.lock().map(|e| e.clone()).unwrap_or_default();
+    let report = checker::check(&Input {
+        ops: &ops,
+        accepted: &accepted,
+        events: &events,
+        faults: &windows,
+        allowed_lag_ms: set.allowed_lag_ms,
+        fault_grace_ms: 3000,
+        leftover: &leftover,
+    });
+    Ok(Outcome {
+        scenario: sc.clone(),
+        seconds,
+        faults,
+        report,
+    })
+}
+
+/// The latest due time (ms) of any holding not surely released: when the
+/// last lease must have expired.
+fn last_due_ms(ops: &[history::Op]) -> u64 {
+    let mut ttl: HashMap<&str, u64> = HashMap::new();
+    let mut base: HashMap<&str, u64> = HashMap::new();
+    let mut released: HashSet<&str> = HashSet::new();
+    for op in ops {
+        if op.op == OpKind::Release && op.phase == Phase::Ok {
+            released.insert(&op.holding);
+        }
+        if matches!(op.op, OpKind::Acquire | OpKind::Renew) {
+            if op.ttl_ms > 0 {
+                ttl.insert(&op.holding, op.ttl_ms);
+            }
+            let t = match op.phase {
+                Phase::Ok => op.server_ms,
+                Phase::Invoke => op.w0 + op.timeout_ms,
+                _ => 0,
+            };
+            let b = base.entry(&op.holding).or_default();
+            *b = (*b).max(t);
+        }
+    }
+    base.iter()
+        .filter(|(h, _)| !released.contains(*h))
+        .map(|(h, b)| b + ttl.get(h).copied().unwrap_or(3000))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Starts the client for `slot` (a new incarnation if it ran before).
+#[allow(clippy::too_many_arguments)]
+fn spawn_client(
+    clients: &mut Clients,
+    slot: usize,
+    sc: &Scenario,
+    set: &Settings,
+    addrs: &[String],
+    prefix: &str,
+    until_ns: u64,
+    hist_dir: &Path,
+) -> Result<String, String> {
+    let id = format!("c{slot}.{}", clients.generation[slot]);
+    clients.generation[slot] += 1;
+    // Spread clients over the replicas: each starts on a different one.
+    let mut order = addrs.to_vec();
+    order.rotate_left(slot % addrs.len().max(1));
+    let mut cmd = Command::new(&set.self_bin);
+    cmd.arg("client")
+        .args(["--id", &id])
+        .args(["--tenure", &order.join(",")])
+        .args(["--names", &set.names.join(",")])
+        .arg(format!(
+            "--margin-ms={}",
+            match set.margin_ms {
+                Some(m) if !sc.expect_violations => m,
+                _ => sc.margin_ms,
+            }
+        ))
+        .args(["--until-ns", &until_ns.to_string()])
+        .args(["--pg", &set.pg])
+        .args(["--prefix", prefix])
+        .arg("--out")
+        .arg(hist_dir.join(format!("{id}.jsonl")));
+    if sc.unfenced {
+        cmd.arg("--unfenced");
+    }
+    let log =
+        std::fs::File::create(hist_dir.join(format!("{id}.log"))).map_err(|e| e.to_string())?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start client: {e}"))?;
+    clients.live.insert(id.clone(), child);
+    Ok(id)
+}
+
+/// The holder of `name` now, asking each replica in turn.
+async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
+    for addr in addrs {
+        let Ok(mut client) = lease_client(addr) else {
+            continue;
+        };
+        let req = GetLeaseRequest { name: name.into() };
+        match client.get_lease(req).await {
+            Ok(resp) => return resp.into_inner().lease.map(|l| l.holder),
+            Err(status) if status.code() == tonic::Code::NotFound => return None,
+            Err(_) => continue,
+        }
+    }
+    None
+}
+
+/// Whether `name` is held (by anyone) now.
+async fn held_now(addrs: &[String], name: &str) -> bool {
+    holder_of(addrs, name).await.is_some()
+}
+
+/// Records lease events from `WatchLease` on every name, reconnecting (to
+/// the next replica) whenever the stream breaks.
+async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
+    let mut i = 0;
+    loop {
+        let addr = &addrs[i % addrs.len()];
+        i += 1;
+        if let Ok(mut client) = lease_client(addr) {
+            let req = WatchLeaseRequest {
+                name: ">".into(),
+                event_types: vec![],
+            };
+            if let Ok(resp) = client.watch_lease(req).await {
+                let mut stream = resp.into_inner();
+                while let Ok(Some(msg)) = stream.message().await {
+                    let Some(ev) = msg.event else { continue };
+                    let kind = EventType::try_from(ev.r#type)
+                        .map(|t| {
+                            t.as_str_name()
+                                .trim_start_matches("EVENT_TYPE_")
+                                .to_string()
+                        })
+                        .unwrap_or_default();
+                    let time_ms = ev.time.map_or(0, |t| {
+                        t.seconds.max(0) as u64 * 1000 + t.nanos.max(0) as u64 / 1_000_000
+                    });
+                    if let Ok(mut list) = events.lock() {
+                        list.push(Event {
+                            kind,
+                            name: ev.name,
+                            token: ev.fencing_token,
+                            time_ms,
+                        });
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Injects the scenario's faults until `FAULT_QUIET` before the end;
+/// returns how many were injected. Infrastructure faults (NATS down or
+/// stopped) are recorded in `windows`.
+#[allow(clippy::too_many_arguments)]
+async fn inject(
+    sc: &Scenario,
+    set: &Settings,
+    nats: &mut Nats,
+    replicas: &mut [Replica],
+    clients: &mut Clients,
+    addrs: &[String],
+    prefix: &str,
+    until_ns: u64,
+    hist_dir: &Path,
+    netns: Option<&Netns>,
+    windows: &mut Vec<Window>,
+) -> Result<usize, String> {
+    let mut rng = StdRng::from_os_rng();
+    let stop_at = until_ns.saturating_sub(FAULT_QUIET.as_nanos() as u64);
+    let mut count = 0;
+    let sleep = |ms: u64| tokio::time::sleep(Duration::from_millis(ms));
+    let time_left = |need_ms: u64| mono_ns() + need_ms * 1_000_000 < stop_at;
+    // Let the load settle first.
+    sleep(2000).await;
+    match sc.fault {
+        Fault::None => {}
+        Fault::PauseHolder | Fault::KillHolder => {
+            let pause = sc.fault == Fault::PauseHolder;
+            while time_left(if pause { 4000 } else { 500 }) {
+                let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
+                let Some(holder) = holder_of(addrs, &name).await else {
+                    sleep(200).await;
+                    continue;
+                };
+                let Some(pid) = clients.live.get(&holder).and_then(|c| c.id()) else {
+                    sleep(200).await;
+                    continue;
+                };
+                count += 1;
+                if pause {
+                    // Longer than the longest TTL (3 s): the lease is lost
+                    // while the holder sleeps.
+                    signal(pid, libc::SIGSTOP);
+                    sleep(3500).await;
+                    signal(pid, libc::SIGCONT);
+                    sleep(500).await;
+                } else {
+                    signal(pid, libc::SIGKILL);
+                    if let Some(mut child) = clients.live.remove(&holder) {
+                        let _ = child.wait().await;
+                    }
+                    let slot: usize = holder
+                        .trim_start_matches('c')
+                        .split('.')
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    spawn_client(clients, slot, sc, set, addrs, prefix, until_ns, hist_dir)?;
+                    sleep(2500).await;
+                }
+            }
+        }
+        Fault::KillTenure => {
+            let mut i = 0;
+            while time_left(3000) {
+                let r = &mut replicas[i % replicas.len()];
+                i += 1;
+                count += 1;
+                r.kill().await;
+                sleep(2000).await;
+                r.restart().await?;
+                sleep(3000).await;
+            }
+        }
+        Fault::KillNats => {
+            while time_left(3000) {
+                count += 1;
+                let start_ms = real_ms();
+                nats.kill(0).await;
+                sleep(2000).await;
+                nats.restart(0).await?;
+                windows.push(Window {
+                    start_ms,
+                    end_ms: real_ms(),
+                });
+                // Long enough past the fault's grace to measure expiries.
+                sleep(6000).await;
+            }
+        }
+        Fault::KillStreamLeader => {
+            while time_left(4000) {
+                let Some(leader) = nats.leader(STREAM).await else {
+                    sleep(500).await;
+                    continue;
+                };
+                count += 1;
+                let start_ms = real_ms();
+                nats.kill(leader).await;
+                sleep(3000).await;
+                nats.restart(leader).await?;
+                windows.push(Window {
+                    start_ms,
+                    end_ms: real_ms(),
+                });
+                // A leader kill costs a RAFT election (NATS waits 4-9 s
+                // before electing); give the stream time to serve again.
+                sleep(8000).await;
+            }
+        }
+        Fault::PauseFollowerThenLeader => {
+            let mut pause_leader = false;
+            while time_left(4500) {
+                let Some(leader) = nats.leader(STREAM).await else {
+                    sleep(500).await;
+                    continue;
+                };
+                let victim = if pause_leader {
+                    leader
+                } else {
+                    // A follower: any node but the leader.
+                    (leader + rng.random_range(1..nats.len().max(2))) % nats.len()
+                };
+                pause_leader = !pause_leader;
+                let Some(pid) = nats.pid(victim) else {
+                    sleep(500).await;
+                    continue;
+                };
+                count += 1;
+                let start_ms = real_ms();
+                signal(pid, libc::SIGSTOP);
+                sleep(4000).await;
+                signal(pid, libc::SIGCONT);
+                windows.push(Window {
+                    start_ms,
+                    end_ms: real_ms(),
+                });
+                sleep(6000).await;
+            }
+        }
+        Fault::IsolateLeaderThenFollower => {
+            let Some(ns) = netns else {
+                return Err("the partition scenario needs network namespaces".into());
+            };
+            // Rounds: the node the Tenure replicas are attached to (their
+            // seed, n1), then the stream leader, then a follower, and again.
+            let mut round = 0;
+            while time_left(set.partition.as_millis() as u64 + 500) {
+                let Some(leader) = nats.leader(STREAM).await else {
+                    sleep(500).await;
+                    continue;
+                };
+                let victim = match round % 3 {
+                    0 => 0,
+                    1 => leader,
+                    _ => (leader + rng.random_range(1..nats.len().max(2))) % nats.len(),
+                };
+                round += 1;
+                count += 1;
+                let start_ms = real_ms();
+                ns.isolate(victim)?;
+                sleep(set.partition.as_millis() as u64).await;
+                ns.heal(victim)?;
+                windows.push(Window {
+                    start_ms,
+                    end_ms: real_ms(),
+                });
+                sleep(8000).await;
+            }
+        }
+    }
+    Ok(count)
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Safety under faults: runs every scenario of the tenure-safety checker and
+# prints the results table (see docs/safety.md).
+#
+#   scripts/safety.sh            the long run: 120 s of load per scenario
+#   scripts/safety.sh --quick    the CI variant: 12 s per scenario (< 3 min)
+#
+# Other flags go to `tenure-safety run` (e.g. --only baseline,r3-sigstop,
+# --seconds 300, --margin-ms 0). Installs what it needs: nats-server via
+# scripts/tools.sh, PostgreSQL via scripts/postgres.sh (Debian packages),
+# which runs a throwaway cluster on a free loopback port in a temp folder
+# that is removed afterwards (histories and logs stay under
+# $TENURE_SAFETY_DIR, default a temp folder, when a scenario fails).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/tools.sh >&2
+cargo build --quiet -p tenure-safety -p tenure --bins
+
+work=${TENURE_SAFETY_DIR:-$(mktemp -d /tmp/tenure-safety.XXXXXX)}
+mkdir -p "$work"
+chmod 755 "$work"  # the postgres user must reach its data folder
+pg="$work/postgres"
+
+cleanup() {
+  scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true
+  rm -rf "$pg"
+  if [ "${keep:-0}" = 0 ] && [ -z "${TENURE_SAFETY_DIR:-}" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+export TENURE_SAFETY_PG
+TENURE_SAFETY_PG=$(scripts/postgres.sh start "$pg")
+
+status=0
+target/debug/tenure-safety run --work-dir "$work/runs" "$@" || status=$?
+if [ "$status" != 0 ]; then
+  keep=1
+  echo "safety: FAILED (exit $status); histories and logs kept in $work/runs" >&2
+fi
+exit "$status"
