@@ -15,11 +15,11 @@ step "cargo fmt --check"
 cargo fmt --all --check
 
 step "cargo clippy"
-cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test"
-cargo build --quiet
-cargo test
+step "cargo test (server and Rust client)"
+cargo build --workspace --quiet
+cargo test --workspace
 
 step "benchmark smoke run (debug build; the real run is cargo bench)"
 cargo test --bench latency -- --quick

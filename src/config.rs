@@ -22,14 +22,28 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve the gRPC API. Without --nats-url, starts a local nats-server.
     Serve(Config),
+    /// Validate a TOML configuration file (with the TENURE_* environment
+    /// applied), print the settings it resolves to, and exit.
+    CheckConfig {
+        /// The configuration file to check.
+        file: PathBuf,
+    },
 }
 
-/// Everything `tenure serve` needs.
+/// Everything `tenure serve` needs. Precedence: flag, then `TENURE_*`
+/// variable, then the `--config` file, then the default.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
+    /// TOML configuration file: settings named like the flags (`max_ttl =
+    /// "1h"`) and `[[grant]]` tables. Flags and TENURE_* variables override it.
+    #[arg(long, env = "TENURE_CONFIG")]
+    pub config: Option<PathBuf>,
+
     /// Address the gRPC API listens on.
     #[arg(long, env = "TENURE_LISTEN", default_value = "127.0.0.1:7419")]
     pub listen: SocketAddr,
@@ -64,6 +78,73 @@ pub struct Config {
     /// setting it requires TLS.
     #[arg(long, env = "TENURE_NATS_TLS_CA")]
     pub nats_tls_ca: Option<PathBuf>,
+
+    /// File holding a NATS nkey seed (`SU...`) to authenticate with.
+    #[arg(long, env = "TENURE_NATS_NKEY_FILE")]
+    pub nats_nkey_file: Option<PathBuf>,
+
+    /// Server certificate chain (PEM) for gRPC over TLS (with --tls-key).
+    #[arg(long, env = "TENURE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "TENURE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA (PEM) that client certificates must chain to: turns on mTLS.
+    /// Clients without a valid certificate are refused in the handshake.
+    #[arg(long, env = "TENURE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// With --tls-client-ca: also accept clients without a certificate
+    /// (they must then send a bearer token).
+    #[arg(
+        long,
+        env = "TENURE_TLS_CLIENT_CERT_OPTIONAL",
+        requires = "tls_client_ca"
+    )]
+    pub tls_client_cert_optional: bool,
+
+    /// Static bearer token file: one `IDENTITY TOKEN` pair per line.
+    #[arg(long, env = "TENURE_AUTH_TOKENS")]
+    pub auth_tokens: Option<PathBuf>,
+
+    /// Address of the Prometheus `/metrics` HTTP listener (off when unset).
+    #[arg(long, env = "TENURE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317 (off when
+    /// unset).
+    #[arg(long, env = "TENURE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Most requests served at once; more get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TENURE_MAX_CONCURRENT_REQUESTS", default_value_t = 1000)]
+    pub max_concurrent_requests: usize,
+
+    /// Most watch streams open at once on this replica.
+    #[arg(long, env = "TENURE_MAX_WATCH_STREAMS", default_value_t = 20_000)]
+    pub max_watch_streams: usize,
+
+    /// Most watch streams one identity may have open on this replica.
+    #[arg(
+        long,
+        env = "TENURE_MAX_WATCH_STREAMS_PER_IDENTITY",
+        default_value_t = 10_000
+    )]
+    pub max_watch_streams_per_identity: usize,
+
+    /// Largest request message, in bytes.
+    #[arg(long, env = "TENURE_MAX_REQUEST_BYTES", default_value_t = 16384)]
+    pub max_request_bytes: usize,
+
+    /// Largest request metadata (gRPC headers), in bytes.
+    #[arg(long, env = "TENURE_MAX_METADATA_BYTES", default_value_t = 8192)]
+    pub max_metadata_bytes: usize,
+
+    /// Authorization grants, from the `[[grant]]` tables of --config.
+    #[arg(skip)]
+    pub grants: Vec<crate::auth::Grant>,
 
     /// KV bucket holding the leases.
     #[arg(long, env = "TENURE_BUCKET", default_value = "tenure")]
@@ -156,6 +237,26 @@ impl Config {
                 self.default_ttl
             ));
         }
+        for (flag, n) in [
+            ("--max-concurrent-requests", self.max_concurrent_requests),
+            ("--max-watch-streams", self.max_watch_streams),
+            (
+                "--max-watch-streams-per-identity",
+                self.max_watch_streams_per_identity,
+            ),
+            ("--max-request-bytes", self.max_request_bytes),
+            ("--max-metadata-bytes", self.max_metadata_bytes),
+        ] {
+            if n == 0 {
+                return Err(format!("{flag} 0 is invalid: give at least 1"));
+            }
+        }
+        if self.max_request_bytes < 1024 {
+            return Err(format!(
+                "--max-request-bytes {} is too small: a valid request can take ~1.8 KiB; give at least 1024",
+                self.max_request_bytes
+            ));
+        }
         Ok(())
     }
 
@@ -190,6 +291,7 @@ impl Config {
         ]);
         match cli.command {
             Command::Serve(config) => config,
+            Command::CheckConfig { .. } => unreachable!("parsed a serve command line"),
         }
     }
 }

@@ -94,7 +94,8 @@ impl NatsProcess {
         std::fs::create_dir_all(&ports_dir)
             .map_err(|e| format!("cannot create {}: {e}", ports_dir.display()))?;
         let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
             .arg(store_dir)
             .arg("--ports_file_dir")
@@ -104,7 +105,17 @@ impl NatsProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // If Tenure itself is killed (SIGKILL, OOM), take the server down
+        // with it, or it would linger on the store the next start needs.
+        // SAFETY: prctl is async-signal-safe and touches only the child.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
         let pid = child.id().unwrap_or_default();

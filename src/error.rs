@@ -40,8 +40,23 @@ pub enum Reason {
     RecordUnreadable,
     /// NATS cannot be reached or did not answer in time.
     NatsUnavailable,
+    /// A watch fell too far behind and was ended.
+    WatchLagged,
     /// The server is shutting down.
     ShuttingDown,
+    /// The caller presented no credentials, or ones that are not valid.
+    Unauthenticated,
+    /// The caller's identity has no grant for this action on this name.
+    PermissionDenied,
+    /// The server is running as many requests as it is allowed to.
+    TooManyRequests,
+    /// The caller (or the whole server) has as many watch streams open as
+    /// it is allowed to.
+    TooManyWatches,
+    /// The request message is larger than the server accepts.
+    RequestTooLarge,
+    /// The request's gRPC metadata (headers) is larger than the server accepts.
+    MetadataTooLarge,
     /// An unexpected failure; the message says what.
     Internal,
 }
@@ -63,7 +78,14 @@ impl Reason {
             Reason::LeaseNotFound => "LEASE_NOT_FOUND",
             Reason::RecordUnreadable => "RECORD_UNREADABLE",
             Reason::NatsUnavailable => "NATS_UNAVAILABLE",
+            Reason::WatchLagged => "WATCH_LAGGED",
             Reason::ShuttingDown => "SHUTTING_DOWN",
+            Reason::Unauthenticated => "UNAUTHENTICATED",
+            Reason::PermissionDenied => "PERMISSION_DENIED",
+            Reason::TooManyRequests => "TOO_MANY_REQUESTS",
+            Reason::TooManyWatches => "TOO_MANY_WATCHES",
+            Reason::RequestTooLarge => "REQUEST_TOO_LARGE",
+            Reason::MetadataTooLarge => "METADATA_TOO_LARGE",
             Reason::Internal => "INTERNAL",
         }
     }
@@ -83,7 +105,14 @@ impl Reason {
             Reason::LeaseHeld | Reason::LeaseNotHeld => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
+            Reason::WatchLagged => Code::ResourceExhausted,
             Reason::NatsUnavailable | Reason::ShuttingDown => Code::Unavailable,
+            Reason::Unauthenticated => Code::Unauthenticated,
+            Reason::PermissionDenied => Code::PermissionDenied,
+            Reason::TooManyRequests
+            | Reason::TooManyWatches
+            | Reason::RequestTooLarge
+            | Reason::MetadataTooLarge => Code::ResourceExhausted,
             Reason::Internal => Code::Internal,
         }
     }
@@ -100,6 +129,9 @@ pub struct Error {
     pub message: String,
     /// Details such as the current holder, sent as `ErrorInfo.metadata`.
     pub metadata: Vec<(&'static str, String)>,
+    /// When set, a `google.rpc.RetryInfo` telling the caller how long to
+    /// back off before retrying (limits that free up by themselves).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// Result with Tenure's [`Error`].
@@ -112,7 +144,14 @@ impl Error {
             reason,
             message: message.into(),
             metadata: Vec::new(),
+            retry_after: None,
         }
+    }
+
+    /// Adds a `RetryInfo` with this back-off.
+    pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
     }
 
     /// Adds one metadata entry.
@@ -137,10 +176,10 @@ impl From<Error> for tonic::Status {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-        tonic::Status::with_error_details(
-            err.reason.code(),
-            err.message,
-            ErrorDetails::with_error_info(err.reason.as_str(), DOMAIN, metadata),
-        )
+        let mut details = ErrorDetails::with_error_info(err.reason.as_str(), DOMAIN, metadata);
+        if let Some(delay) = err.retry_after {
+            details.set_retry_info(Some(delay));
+        }
+        tonic::Status::with_error_details(err.reason.code(), err.message, details)
     }
 }

@@ -15,13 +15,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::error::{Error, Reason, Result};
 use crate::record::{KeyHash, Record, Released};
 use crate::shutdown::Shutdown;
 use crate::store::{CasError, Entry, Kind, Store};
+use crate::watch::{EventKind, Filter, Hub};
 
 /// How many times a call re-reads and retries after losing a CAS race before
 /// it reports contention.
@@ -67,18 +67,27 @@ pub struct Leases {
     store: Store,
     /// Records this replica wrote or read, by name.
     cache: Arc<KeyCache>,
+    /// Wakes waiting Acquires when a name may have become free.
+    hub: Hub,
     /// Ends waiting Acquires when the server shuts down.
     shutdown: Shutdown,
 }
 
 impl Leases {
-    /// Lease operations over `store`; waits end when `shutdown` fires.
-    pub fn new(store: Store, shutdown: Shutdown) -> Leases {
+    /// Lease operations over `store`; waits follow `hub` and end when
+    /// `shutdown` fires.
+    pub fn new(store: Store, hub: Hub, shutdown: Shutdown) -> Leases {
         Leases {
             store,
             cache: Arc::new(KeyCache::default()),
+            hub,
             shutdown,
         }
+    }
+
+    /// The shared bucket watcher.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
     }
 
     /// The underlying bucket.
@@ -94,36 +103,39 @@ impl Leases {
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
-        let mut follow = self.store.follow(&args.name, false).await.ok();
+        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        let mut follow = self
+            .hub
+            .follow(Filter::Name(args.name.clone()), ends)
+            .await
+            .ok();
         let mut shutdown = self.shutdown.clone();
         loop {
             let held = match self.try_acquire(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             };
-            // Sleep until the lease looks free, the poll tick, or the deadline.
-            let tick = Instant::now() + WAIT_POLL;
-            loop {
-                let freed = async {
-                    match follow.as_mut() {
-                        Some(f) => f.messages.next().await,
-                        None => std::future::pending().await,
+            // Sleep until the lease may be free (a release, expiry or revoke
+            // of this name), the poll tick, or the deadline.
+            let freed = async {
+                match follow.as_mut() {
+                    Some(f) => f.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.recv() => {
+                    return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                    return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
+                }
+                _ = tokio::time::sleep(WAIT_POLL) => {}
+                event = freed => {
+                    if event.is_err() {
+                        follow = None;
                     }
-                };
-                tokio::select! {
-                    _ = shutdown.recv() => {
-                        return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
-                    }
-                    _ = tokio::time::sleep_until(deadline) => {
-                        let message = format!("{} (gave up after waiting {wait:?})", held.message);
-                        return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
-                    }
-                    _ = tokio::time::sleep_until(tick) => break,
-                    msg = freed => match msg {
-                        Some(Ok((entry, _))) if matches!(entry.kind, Kind::Held(_)) => continue,
-                        Some(Ok(_)) => break,
-                        Some(Err(_)) | None => { follow = None; break; }
-                    },
                 }
             }
         }

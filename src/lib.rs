@@ -13,6 +13,13 @@
 //! # Layout
 //!
 //! - [`config`]: command line, environment and their validation.
+//! - [`config_file`]: the TOML config file, its precedence, `check-config`.
+//! - [`guard`]: what wraps every RPC: authentication, authorization, watch
+//!   limits, metrics and the trace span.
+//! - [`auth`]: caller identity (token or client certificate) and grants.
+//! - [`limits`]: request, metadata and watch-stream limits.
+//! - [`metrics`]: Prometheus metrics and their HTTP listener.
+//! - [`admin`]: the operator RPCs, ListLeases and RevokeLease.
 //! - [`server`]: wiring: connect to NATS, open the bucket, health, reflection,
 //!   graceful shutdown.
 //! - [`service`]: gRPC glue: request validation, proto ↔ domain conversion.
@@ -26,13 +33,19 @@
 //! - [`embedded`]: starts and supervises a local nats-server when no NATS URL
 //!   is given.
 //! - [`shutdown`]: the shutdown signal shared by long-running tasks.
-//! - [`telemetry`]: log set-up.
+//! - [`telemetry`]: logs, OTLP traces and W3C trace-context propagation.
 //! - [`proto`]: the generated gRPC types.
 
+pub mod admin;
+pub mod auth;
 pub mod config;
+pub mod config_file;
 pub mod embedded;
 pub mod error;
+pub mod guard;
 pub mod lease;
+pub mod limits;
+pub mod metrics;
 pub mod record;
 pub mod server;
 pub mod service;

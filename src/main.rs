@@ -1,17 +1,44 @@
-//! The `tenure` binary: parse the command line, set up logs, serve.
+//! The `tenure` binary: resolve the command line (flags, `TENURE_*`
+//! environment, config file), set up logs, then serve or check a config.
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use tenure::config::{Cli, Command};
+use tenure::config_file::{self, ResolveError, Resolved};
 use tenure::{server, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Cli {
-        command: Command::Serve(config),
-    } = Cli::parse();
-    telemetry::init(config.log_format);
+    let resolved = match config_file::resolve(std::env::args_os().collect()) {
+        Ok(r) => r,
+        Err(ResolveError::Clap(e)) => e.exit(),
+        Err(ResolveError::File(e)) => {
+            eprintln!("tenure: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match resolved {
+        Resolved::Serve(config) => *config,
+        Resolved::CheckConfig(config, report) => {
+            print!("{report}");
+            return match config_file::check(&config) {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("tenure: {err}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    let _telemetry = match telemetry::init(config.log_format, config.otlp_endpoint.as_deref()) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("tenure: {err}");
+            return ExitCode::from(2);
+        }
+    };
     if let Err(err) = config.validate() {
         eprintln!("tenure: {err}");
         return ExitCode::from(2);

@@ -15,14 +15,21 @@ use tokio_stream::StreamExt;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use std::sync::Arc;
+
+use crate::auth::Auth;
 use crate::config::Config;
 use crate::embedded::Supervised;
 use crate::error::{Error, Reason, Result};
+use crate::guard::Guarded;
 use crate::lease::Leases;
+use crate::limits::{LimitLayer, WatchLimits};
+use crate::metrics::METRICS;
 use crate::proto::lease_service_server::LeaseServiceServer;
 use crate::service::LeaseApi;
 use crate::shutdown::Trigger;
 use crate::store::Store;
+use crate::watch::Hub;
 
 /// The health service name of the lease API.
 pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
@@ -31,6 +38,8 @@ pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
 pub struct Running {
     /// The address the gRPC API listens on.
     addr: SocketAddr,
+    /// The address of the `/metrics` listener, when on.
+    metrics_addr: Option<SocketAddr>,
     /// Starts shutdown.
     trigger: Trigger,
     /// Reports NOT_SERVING when shutdown starts.
@@ -45,6 +54,11 @@ impl Running {
     /// The address the gRPC API listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the `/metrics` listener, when `--metrics-listen` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Shuts down: health NOT_SERVING, stop accepting, end watch streams,
@@ -67,6 +81,13 @@ impl Running {
 
 /// Connects to NATS at `nats_url`, opens the bucket and serves on `listener`.
 pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Result<Running> {
+    let setup = |e: String| Error::new(Reason::Internal, e);
+    let auth = Arc::new(Auth::load(config).map_err(setup)?);
+    let tls = crate::auth::server_tls(config).map_err(setup)?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(crate::metrics::bind(addr).await.map_err(setup)?),
+        None => None,
+    };
     let (events_tx, events) = mpsc::unbounded_channel();
     let client = connect(config, nats_url, events_tx).await?;
     let store = open_store(client, config).await?;
@@ -76,6 +97,7 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
     let trigger = Trigger::new();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::Serving).await;
+    METRICS.nats_connected.set(1);
     tokio::spawn(follow_connection(events, store.clone(), health.clone()));
 
     let reflection = || {
@@ -91,27 +113,57 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| Error::new(Reason::Internal, format!("reflection: {e}")))?;
+    let hub = Hub::start(store.clone(), trigger.subscribe()).await?;
+    let metrics_addr = match metrics_listener {
+        Some(l) => {
+            let addr = l.local_addr().ok();
+            tokio::spawn(crate::metrics::serve(l, trigger.subscribe()));
+            tokio::spawn(crate::metrics::observe_expiries(
+                hub.clone(),
+                trigger.subscribe(),
+            ));
+            addr
+        }
+        None => None,
+    };
+    warn_if_open(&auth, tls.is_some(), addr);
     let api = LeaseApi::new(
-        Leases::new(store, trigger.subscribe()),
+        Leases::new(store, hub, trigger.subscribe()),
         config.limits(),
         trigger.subscribe(),
     );
+    let api = LeaseServiceServer::new(Guarded::new(api, auth, WatchLimits::new(config)))
+        .max_decoding_message_size(config.max_request_bytes);
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         conn.inspect(|stream| {
             let _ = stream.set_nodelay(true);
         })
     });
     let mut stop = trigger.subscribe();
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| Error::new(Reason::Internal, format!("TLS settings: {e}")))?;
+    }
+    let server = builder
+        // A backstop: headers beyond this are refused by HTTP/2 itself; the
+        // limit layer answers the (smaller) configured limit with a status.
+        .http2_max_header_list_size(
+            u32::try_from(config.max_metadata_bytes.saturating_mul(4).max(16 * 1024))
+                .unwrap_or(u32::MAX),
+        )
+        .layer(LimitLayer::new(config))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(LeaseServiceServer::new(api))
+        .add_service(api)
         .serve_with_incoming_shutdown(incoming, async move { stop.recv().await });
     let task = tokio::spawn(server);
     tracing::info!(%addr, bucket = %config.bucket, "serving tenure.v1.LeaseService");
     Ok(Running {
         addr,
+        metrics_addr,
         trigger,
         health,
         task,
@@ -199,6 +251,15 @@ async fn connect(
             )
         })?;
     }
+    if let Some(path) = &config.nats_nkey_file {
+        let seed = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                Reason::Internal,
+                format!("cannot read --nats-nkey-file {}: {e}", path.display()),
+            )
+        })?;
+        options = options.nkey(seed.trim().to_string());
+    }
     if let Some(ca) = &config.nats_tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
@@ -233,9 +294,13 @@ async fn follow_connection(
     store: Store,
     health: HealthReporter,
 ) {
+    // The first Connected event is the initial connection, not a reconnect.
+    let mut lost = false;
     while let Some(event) = events.recv().await {
         match event {
             Event::Disconnected => {
+                lost = true;
+                METRICS.nats_connected.set(0);
                 tracing::warn!("NATS connection lost; reconnecting");
                 set_health(&health, ServingStatus::NotServing).await;
             }
@@ -253,6 +318,10 @@ async fn follow_connection(
                     }
                 }
                 if store.is_connected() {
+                    METRICS.nats_connected.set(1);
+                    if std::mem::take(&mut lost) {
+                        METRICS.nats_reconnects.inc();
+                    }
                     tracing::info!("NATS connected and bucket verified; serving");
                     set_health(&health, ServingStatus::Serving).await;
                 }
@@ -260,6 +329,31 @@ async fn follow_connection(
             Event::LameDuckMode => tracing::warn!("NATS server entered lame duck mode"),
             other => tracing::debug!(event = %other, "NATS event"),
         }
+    }
+}
+
+/// Logs a loud warning when callers are not authenticated: anyone who can
+/// reach the port can take, release and revoke every lease.
+fn warn_if_open(auth: &Auth, tls: bool, addr: SocketAddr) {
+    if auth.enabled() {
+        if !tls {
+            tracing::warn!(%addr, "bearer tokens travel in plaintext: set --tls-cert and --tls-key");
+        }
+        return;
+    }
+    if addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "AUTHENTICATION IS OFF: any local process can take, release and revoke every lease; \
+             set --auth-tokens or --tls-client-ca (and [[grant]]s) before exposing Tenure"
+        );
+    } else {
+        tracing::error!(
+            %addr,
+            "AUTHENTICATION IS OFF ON A NETWORK ADDRESS: anyone who can reach this port can take, \
+             release and revoke every lease; set --auth-tokens or --tls-client-ca with [[grant]]s, \
+             or listen on 127.0.0.1"
+        );
     }
 }
 

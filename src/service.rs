@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
@@ -16,7 +15,7 @@ use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
 use crate::shutdown::Shutdown;
 use crate::validate::{self, Limits};
-use crate::watch::{self, Event, EventKind};
+use crate::watch::{Event, EventKind, Filter};
 
 /// How much of a client's gRPC deadline an Acquire wait leaves for the reply.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
@@ -149,15 +148,53 @@ impl LeaseService for LeaseApi {
             .into_iter()
             .filter_map(event_kind)
             .collect();
-        let events =
-            watch::watch(self.leases.store(), filter, kinds, self.shutdown.clone()).await?;
-        let stream = ReceiverStream::new(events).map(|item| {
+        let subscription = self
+            .leases
+            .hub()
+            .watch(Filter::parse(filter), kinds)
+            .await?;
+        let stream = subscription.into_stream().map(|item| {
             item.map(|e| proto::WatchLeaseResponse {
                 event: Some(event(e)),
             })
             .map_err(Status::from)
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_leases(
+        &self,
+        request: Request<proto::ListLeasesRequest>,
+    ) -> Result<Response<proto::ListLeasesResponse>, Status> {
+        self.check_running()?;
+        let req = request.into_inner();
+        let prefix = crate::admin::prefix(&req.prefix)?;
+        let page =
+            crate::admin::list(self.leases.store(), prefix, req.page_size, &req.page_token).await?;
+        Ok(Response::new(proto::ListLeasesResponse {
+            leases: page.leases.iter().map(lease).collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    async fn revoke_lease(
+        &self,
+        request: Request<proto::RevokeLeaseRequest>,
+    ) -> Result<Response<proto::RevokeLeaseResponse>, Status> {
+        self.check_running()?;
+        let by = request
+            .extensions()
+            .get::<crate::auth::Caller>()
+            .map_or_else(|| "anonymous".to_string(), |c| c.identity.clone());
+        let req = request.into_inner();
+        let name = validate::name(&req.name)?;
+        let why = crate::admin::reason(&req.reason)?;
+        let (revision, holding) =
+            crate::admin::revoke(self.leases.store(), name, req.fencing_token, why, &by).await?;
+        Ok(Response::new(proto::RevokeLeaseResponse {
+            revision,
+            revoked: Some(lease(&holding)),
+        }))
     }
 }
 

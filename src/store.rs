@@ -18,6 +18,7 @@ use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, strea
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::StreamExt;
+use tracing::Instrument;
 
 use crate::error::{Error, Reason, Result};
 use crate::record::{Record, Released};
@@ -191,12 +192,29 @@ impl Store {
         }
     }
 
+    /// The bucket's last revision (stream sequence), from the stream leader.
+    pub async fn last_revision(&self) -> Result<u64> {
+        self.ensure_connected()?;
+        let info = self
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| Error::nats("reading the bucket's position", e))?;
+        Ok(info.state.last_sequence)
+    }
+
     /// The last message of a lease name, read from the stream leader;
     /// `None` when the name has no message at all.
     pub async fn last(&self, name: &str) -> Result<Option<Entry>> {
         self.ensure_connected()?;
         let subject = format!("{}{}", self.prefix, name);
-        match self.stream.get_last_raw_message_by_subject(&subject).await {
+        let read = self.stream.get_last_raw_message_by_subject(&subject);
+        match read
+            .instrument(
+                tracing::debug_span!("nats.get_last", otel.kind = "client", subject = %subject),
+            )
+            .await
+        {
             Ok(msg) => Ok(Some(Entry {
                 name: name.to_string(),
                 revision: msg.sequence,
@@ -243,6 +261,24 @@ impl Store {
         self.publish(name, msg).await
     }
 
+    /// Writes an operator revoke if the name's last revision is `expected`:
+    /// a `KV-Operation: PURGE` message (what `nats kv purge` writes, so
+    /// watchers classify it as REVOKED) whose payload says who revoked and
+    /// why. Like a tombstone it carries the marker TTL. Returns its revision.
+    pub async fn purge(
+        &self,
+        name: &str,
+        payload: bytes::Bytes,
+        expected: u64,
+    ) -> Result<u64, CasError> {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .header("KV-Operation", "PURGE")
+            .expected_last_subject_sequence(expected)
+            .ttl(self.marker_ttl);
+        self.publish(name, msg).await
+    }
+
     /// Sends one conditional publish and waits for its acknowledgement.
     async fn publish(
         &self,
@@ -251,16 +287,25 @@ impl Store {
     ) -> Result<u64, CasError> {
         self.ensure_connected().map_err(CasError::Failed)?;
         let subject = format!("{}{}", self.prefix, name);
-        let ack = match self.js.send_publish(subject, msg).await {
-            Ok(ack) => ack.await,
-            Err(err) => Err(err),
-        };
+        let span = tracing::debug_span!("nats.publish", otel.kind = "client", subject = %subject);
+        let ack = async {
+            match self.js.send_publish(subject, msg).await {
+                Ok(ack) => ack.await,
+                Err(err) => Err(err),
+            }
+        }
+        .instrument(span)
+        .await;
         match ack {
             Ok(ack) => Ok(ack.sequence),
             Err(err) => match err.kind() {
-                PublishErrorKind::WrongLastSequence => Err(CasError::Conflict {
-                    current: wrong_last_sequence(&err.to_string()),
-                }),
+                PublishErrorKind::WrongLastSequence => {
+                    // Counted here, the one place every lost race passes.
+                    crate::metrics::cas_conflict();
+                    Err(CasError::Conflict {
+                        current: wrong_last_sequence(&err.to_string()),
+                    })
+                }
                 _ => Err(CasError::Failed(Error::nats("the write", err))),
             },
         }

@@ -1,21 +1,40 @@
-//! Turns bucket messages into lease events for `WatchLease`.
+//! Lease events, fanned out from one shared bucket watcher.
 //!
-//! A watch follows the bucket with an ordered consumer that first delivers the
-//! last message of every matching name (the snapshot), then every new one.
-//! [`Classifier`] remembers, per name, the holding it last saw, so that an
-//! expiry marker (which NATS writes with no payload) can still name the
-//! holder and token that expired, and so that the marker NATS writes when a
-//! release tombstone itself ages out is not mistaken for an expiry.
+//! Each Tenure process follows the whole bucket with a single NATS ordered
+//! consumer (the [`Hub`]), keeps a mirror of the current holding of every
+//! name, and fans each change out in-process to every `WatchLease` stream
+//! and waiting `Acquire` whose filter matches. NATS therefore serves one
+//! consumer per replica, not one per watcher, however many clients watch.
+//!
+//! The mirror is a cache, never a source of decisions: it only says what to
+//! tell watchers. It is what lets an expiry marker (which NATS writes with no
+//! payload) name the holder and token that expired, lets a new watch get its
+//! snapshot without a NATS round trip, and tells apart a real expiry from the
+//! marker NATS writes when a release tombstone itself ages out.
+//!
+//! A new watch first reads the bucket's last revision from the stream leader
+//! and the hub serves its snapshot only once the mirror has caught up to it,
+//! so a watch started after a write always sees that write.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::error::{Error, Reason, Result};
 use crate::lease::Holding;
 use crate::shutdown::Shutdown;
 use crate::store::{Entry, Kind, Store};
+
+/// Events buffered per subscriber before it counts as too slow and is dropped.
+const SUBSCRIBER_BUFFER: usize = 1024;
+/// How long a snapshot waits for the mirror to reach the bucket's position
+/// before it is served from what the mirror has (a newest message that
+/// expired before the hub saw it would otherwise never arrive).
+const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
 
 /// What happened to a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,28 +74,10 @@ pub struct Event {
     pub time_ms: u64,
 }
 
-/// Per-stream memory that classifies messages into events.
-#[derive(Default)]
-pub struct Classifier {
-    /// name → (holder, token) of the holding last seen, `None` when free.
-    held: HashMap<String, Option<(String, u64)>>,
-    /// Whether the snapshot has been completed.
-    live: bool,
-}
-
-impl Classifier {
-    /// Whether the snapshot is complete.
-    pub fn is_live(&self) -> bool {
-        self.live
-    }
-
-    /// The `SnapshotComplete` marker, once; later calls return nothing.
-    pub fn complete_snapshot(&mut self) -> Option<Event> {
-        if self.live {
-            return None;
-        }
-        self.live = true;
-        Some(Event {
+impl Event {
+    /// The end-of-snapshot marker.
+    fn snapshot_complete() -> Event {
+        Event {
             kind: EventKind::SnapshotComplete,
             name: String::new(),
             revision: 0,
@@ -84,22 +85,464 @@ impl Classifier {
             token: 0,
             holding: None,
             time_ms: 0,
-        })
+        }
     }
 
-    /// The event a message stands for, if any. Messages in the snapshot only
-    /// report live holdings; a marker over a name that was not held (a
-    /// tombstone or marker ageing out) reports nothing.
-    pub fn classify(&mut self, entry: Entry) -> Option<Event> {
-        let before = self.held.get(&entry.name).cloned().flatten();
+    /// A `Current` event for a live holding.
+    fn current(h: &Holding) -> Event {
+        Event {
+            kind: EventKind::Current,
+            name: h.name.clone(),
+            revision: h.revision,
+            holder: h.record.holder.clone(),
+            token: h.token,
+            holding: Some(h.clone()),
+            time_ms: h.record.renewed_ms,
+        }
+    }
+}
+
+/// What a subscription follows: one name, or every name under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Exactly this name.
+    Name(String),
+    /// Every name starting with this prefix followed by '.' (empty: all).
+    Subtree(String),
+}
+
+impl Filter {
+    /// Parses a validated watch target: `name`, `prefix.>` or `>`.
+    pub fn parse(target: &str) -> Filter {
+        if target == ">" {
+            Filter::Subtree(String::new())
+        } else if let Some(prefix) = target.strip_suffix(".>") {
+            Filter::Subtree(prefix.to_string())
+        } else {
+            Filter::Name(target.to_string())
+        }
+    }
+
+    /// Whether `name` is followed.
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Filter::Name(n) => n == name,
+            Filter::Subtree(p) if p.is_empty() => true,
+            Filter::Subtree(p) => {
+                name.len() > p.len() + 1
+                    && name.starts_with(p.as_str())
+                    && name.as_bytes()[p.len()] == b'.'
+            }
+        }
+    }
+}
+
+/// The receiving end of a subscription: events, then why it ended.
+pub struct Subscription {
+    /// Events in bucket order.
+    events: mpsc::Receiver<Event>,
+    /// Why the hub ended this subscription, when it did.
+    ended: Arc<OnceLock<Error>>,
+}
+
+impl Subscription {
+    /// The next event; `Err` once the subscription has ended (shutdown, a
+    /// subscriber too slow to keep up, or the bucket watch failing).
+    pub async fn next(&mut self) -> Result<Event> {
+        match self.events.recv().await {
+            Some(event) => Ok(event),
+            None => Err(self.ended.get().cloned().unwrap_or_else(|| {
+                Error::new(
+                    Reason::NatsUnavailable,
+                    "the bucket watch ended; watch again",
+                )
+            })),
+        }
+    }
+
+    /// Turns the subscription into a stream that ends after its first error.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Event>> + Send {
+        futures::stream::unfold(Some(self), |state| async move {
+            let mut sub = state?;
+            match sub.next().await {
+                Ok(event) => Some((Ok(event), Some(sub))),
+                Err(err) => Some((Err(err), None)),
+            }
+        })
+    }
+}
+
+/// A request to the hub task.
+enum Command {
+    /// Follow `filter`; with `snapshot`, first send the current holdings and
+    /// `SnapshotComplete` once the mirror has reached `position`.
+    Subscribe {
+        /// What to follow.
+        filter: Filter,
+        /// Which kinds to deliver (empty: all).
+        kinds: Vec<EventKind>,
+        /// Whether to send a snapshot first.
+        snapshot: bool,
+        /// The bucket revision the snapshot must include.
+        position: u64,
+        /// Confirms registration with the receiving end.
+        reply: oneshot::Sender<Subscription>,
+    },
+}
+
+/// The handle on a process's shared bucket watcher. Cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    /// Commands to the hub task.
+    commands: mpsc::UnboundedSender<Command>,
+    /// The bucket, for reading its position.
+    store: Store,
+}
+
+impl Hub {
+    /// Starts the hub task over `store`; it runs until `shutdown`.
+    pub async fn start(store: Store, shutdown: Shutdown) -> Result<Hub> {
+        let follow = store.follow(">", true).await?;
+        let (commands, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(follow, rx, shutdown));
+        Ok(Hub { commands, store })
+    }
+
+    /// Follows `filter` with a snapshot first: the current holdings (as of
+    /// no earlier than this call), `SnapshotComplete`, then live events.
+    pub async fn watch(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
+        let position = self.store.last_revision().await?;
+        self.subscribe(filter, kinds, true, position).await
+    }
+
+    /// Follows `filter` without a snapshot, keeping only `kinds` (empty:
+    /// all). Every change written after this returns is delivered.
+    pub async fn follow(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
+        self.subscribe(filter, kinds, false, 0).await
+    }
+
+    /// Registers a subscription and waits for the hub to confirm it.
+    async fn subscribe(
+        &self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        snapshot: bool,
+        position: u64,
+    ) -> Result<Subscription> {
+        let (reply, confirmed) = oneshot::channel();
+        let gone = || {
+            Error::new(
+                Reason::ShuttingDown,
+                "the server is shutting down; watch again on another replica",
+            )
+        };
+        self.commands
+            .send(Command::Subscribe {
+                filter,
+                kinds,
+                snapshot,
+                position,
+                reply,
+            })
+            .map_err(|_| gone())?;
+        confirmed.await.map_err(|_| gone())
+    }
+}
+
+/// One registered subscriber.
+struct Subscriber {
+    /// What it follows.
+    filter: Filter,
+    /// Which kinds it wants (empty: all).
+    kinds: Vec<EventKind>,
+    /// Where its events go.
+    events: mpsc::Sender<Event>,
+    /// Why it ended, set before its sender is dropped.
+    ended: Arc<OnceLock<Error>>,
+}
+
+impl Subscriber {
+    /// Delivers an event; `false` when the subscriber is gone or too slow.
+    fn deliver(&self, event: &Event) -> bool {
+        if !self.kinds.is_empty()
+            && event.kind != EventKind::SnapshotComplete
+            && !self.kinds.contains(&event.kind)
+        {
+            return true;
+        }
+        match self.events.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let _ = self.ended.set(Error::new(
+                    Reason::WatchLagged,
+                    format!("watch fell more than {SUBSCRIBER_BUFFER} events behind; read faster or narrow the watch, then watch again"),
+                ));
+                false
+            }
+        }
+    }
+
+    /// Ends the subscription with `err`.
+    fn end(self, err: Error) {
+        let _ = self.ended.set(err);
+    }
+}
+
+/// A snapshot waiting for the mirror to catch up.
+struct Pending {
+    /// The bucket revision the snapshot must include.
+    position: u64,
+    /// When to serve it regardless.
+    deadline: Instant,
+    /// What to follow.
+    filter: Filter,
+    /// Which kinds to deliver (empty: all).
+    kinds: Vec<EventKind>,
+    /// Confirms registration with the receiving end.
+    reply: oneshot::Sender<Subscription>,
+}
+
+/// The hub's state: the mirror and the subscribers.
+#[derive(Default)]
+struct State {
+    /// The bucket's current holdings and how each free name got free.
+    mirror: Mirror,
+    /// Subscribers by id.
+    subscribers: HashMap<u64, Subscriber>,
+    /// Ids of single-name subscribers by name.
+    by_name: HashMap<String, Vec<u64>>,
+    /// Ids of subtree subscribers by prefix ("" for everything).
+    by_prefix: HashMap<String, Vec<u64>>,
+    /// The next subscriber id.
+    next_id: u64,
+    /// Snapshots waiting for the mirror.
+    pending: Vec<Pending>,
+}
+
+/// The hub task: applies bucket messages to the mirror and fans them out.
+async fn run(
+    mut follow: crate::store::Follow,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut shutdown: Shutdown,
+) {
+    let mut state = State::default();
+    if follow.initially_pending == 0 {
+        state.mirror.live = true;
+    }
+    let mut sweep = tokio::time::interval(Duration::from_secs(5));
+    let end = loop {
+        let next_deadline = state.pending.iter().map(|p| p.deadline).min();
+        tokio::select! {
+            _ = shutdown.recv() => break Error::new(Reason::ShuttingDown, "the server is shutting down; watch again on another replica"),
+            command = commands.recv() => match command {
+                Some(command) => state.command(command),
+                None => break Error::new(Reason::ShuttingDown, "the server is shutting down"),
+            },
+            message = follow.messages.next() => match message {
+                Some(Ok((entry, pending))) => state.apply(entry, pending),
+                Some(Err(err)) => {
+                    tracing::error!(%err, "shared bucket watch failed");
+                    break err;
+                }
+                None => break Error::new(Reason::NatsUnavailable, "the bucket watch ended; watch again"),
+            },
+            _ = async { match next_deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                state.serve_pending(true);
+            }
+            _ = sweep.tick() => state.sweep(),
+        }
+    };
+    for (_, subscriber) in state.subscribers.drain() {
+        subscriber.end(end.clone());
+    }
+}
+
+impl State {
+    /// Handles a command.
+    fn command(&mut self, command: Command) {
+        let Command::Subscribe {
+            filter,
+            kinds,
+            snapshot,
+            position,
+            reply,
+        } = command;
+        if !snapshot {
+            let subscription = self.register(filter, kinds, Vec::new());
+            let _ = reply.send(subscription);
+            return;
+        }
+        self.pending.push(Pending {
+            position,
+            deadline: Instant::now() + SNAPSHOT_CATCH_UP,
+            filter,
+            kinds,
+            reply,
+        });
+        self.serve_pending(false);
+    }
+
+    /// Serves the snapshots the mirror has caught up to (all due ones with
+    /// `force`): current holdings, then `SnapshotComplete`.
+    fn serve_pending(&mut self, force: bool) {
+        let now = Instant::now();
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| {
+                (self.mirror.live && self.mirror.position >= p.position)
+                    || (force && p.deadline <= now)
+            });
+        self.pending = waiting;
+        for p in ready {
+            let mut snapshot: Vec<Event> = match &p.filter {
+                Filter::Name(name) => self
+                    .mirror
+                    .names
+                    .get(name)
+                    .map(Event::current)
+                    .into_iter()
+                    .collect(),
+                filter => self
+                    .mirror
+                    .names
+                    .values()
+                    .filter(|h| filter.matches(&h.name))
+                    .map(Event::current)
+                    .collect(),
+            };
+            snapshot.sort_by_key(|e| e.revision);
+            snapshot.push(Event::snapshot_complete());
+            let subscription = self.register(p.filter, p.kinds, snapshot);
+            let _ = p.reply.send(subscription);
+        }
+    }
+
+    /// Adds a subscriber to the indexes with `first` already queued (the
+    /// channel has room for all of it plus the usual buffer).
+    fn register(
+        &mut self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        first: Vec<Event>,
+    ) -> Subscription {
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER + first.len());
+        let ended = Arc::new(OnceLock::new());
+        let subscriber = Subscriber {
+            filter,
+            kinds,
+            events: tx,
+            ended: ended.clone(),
+        };
+        for event in &first {
+            subscriber.deliver(event);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        match &subscriber.filter {
+            Filter::Name(n) => self.by_name.entry(n.clone()).or_default().push(id),
+            Filter::Subtree(p) => self.by_prefix.entry(p.clone()).or_default().push(id),
+        }
+        self.subscribers.insert(id, subscriber);
+        Subscription { events: rx, ended }
+    }
+
+    /// Applies one bucket message and delivers its event.
+    fn apply(&mut self, entry: Entry, pending: u64) {
+        let event = self.mirror.apply(entry);
+        if pending == 0 && !self.mirror.live {
+            self.mirror.live = true;
+            tracing::debug!(
+                names = self.mirror.names.len(),
+                "shared bucket watch caught up"
+            );
+        }
+        if let Some(event) = event {
+            let ids = self.interested(&event.name);
+            let mut gone = Vec::new();
+            for id in ids {
+                if let Some(s) = self.subscribers.get(&id) {
+                    if !s.deliver(&event) {
+                        gone.push(id);
+                    }
+                }
+            }
+            for id in gone {
+                self.remove(id);
+            }
+        }
+        if !self.pending.is_empty() {
+            self.serve_pending(false);
+        }
+    }
+
+    /// Ids of subscribers following `name`.
+    fn interested(&self, name: &str) -> Vec<u64> {
+        let mut ids = self.by_name.get(name).cloned().unwrap_or_default();
+        ids.extend(self.by_prefix.get("").into_iter().flatten());
+        for (i, b) in name.bytes().enumerate() {
+            if b == b'.' {
+                ids.extend(self.by_prefix.get(&name[..i]).into_iter().flatten());
+            }
+        }
+        ids
+    }
+
+    /// Drops a subscriber.
+    fn remove(&mut self, id: u64) {
+        if let Some(s) = self.subscribers.remove(&id) {
+            let index = match &s.filter {
+                Filter::Name(n) => self.by_name.get_mut(n).map(|v| (v, n.clone(), true)),
+                Filter::Subtree(p) => self.by_prefix.get_mut(p).map(|v| (v, p.clone(), false)),
+            };
+            if let Some((ids, key, by_name)) = index {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    if by_name {
+                        self.by_name.remove(&key);
+                    } else {
+                        self.by_prefix.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops subscribers whose clients have gone away.
+    fn sweep(&mut self) {
+        let gone: Vec<u64> = self
+            .subscribers
+            .iter()
+            .filter(|(_, s)| s.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
+    }
+}
+
+/// The current holding of every name the hub has seen, and its position.
+#[derive(Default)]
+pub struct Mirror {
+    /// name → its live holding; free names are absent.
+    names: HashMap<String, Holding>,
+    /// The highest bucket revision applied.
+    position: u64,
+    /// Whether the initial load is done: events are only produced after it.
+    live: bool,
+}
+
+impl Mirror {
+    /// Applies a message; returns the event it stands for once live. A
+    /// marker over a name that was not held (a tombstone or marker ageing
+    /// out) stands for nothing. Only live holdings are kept.
+    pub fn apply(&mut self, entry: Entry) -> Option<Event> {
+        self.position = self.position.max(entry.revision);
         let (kind, holder, token, holding) = match entry.kind {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
-                self.held
-                    .insert(entry.name.clone(), Some((record.holder.clone(), token)));
-                let kind = if !self.live {
-                    EventKind::Current
-                } else if record.token == 0 {
+                let kind = if record.token == 0 {
                     EventKind::Acquired
                 } else {
                     EventKind::Renewed
@@ -110,33 +553,33 @@ impl Classifier {
                     token,
                     record,
                 };
+                self.names.insert(entry.name.clone(), holding.clone());
                 (kind, holding.record.holder.clone(), token, Some(holding))
             }
             Kind::Unreadable => {
-                self.held.insert(entry.name.clone(), None);
+                self.names.remove(&entry.name);
                 return None;
             }
             Kind::Released(payload) => {
-                self.held.insert(entry.name.clone(), None);
+                let before = self.names.remove(&entry.name);
                 let (holder, token) = match (payload, before) {
                     (Some(p), _) => (p.holder, p.token),
-                    (None, Some(b)) => b,
+                    (None, Some(b)) => (b.record.holder, b.token),
                     (None, None) => (String::new(), 0),
                 };
                 (EventKind::Released, holder, token, None)
             }
-            Kind::Expired => {
-                self.held.insert(entry.name.clone(), None);
-                let (holder, token) = before?;
-                (EventKind::Expired, holder, token, None)
-            }
-            Kind::Revoked => {
-                self.held.insert(entry.name.clone(), None);
-                let (holder, token) = before?;
-                (EventKind::Revoked, holder, token, None)
+            Kind::Expired | Kind::Revoked => {
+                let kind = if entry.kind == Kind::Expired {
+                    EventKind::Expired
+                } else {
+                    EventKind::Revoked
+                };
+                let before = self.names.remove(&entry.name)?;
+                (kind, before.record.holder, before.token, None)
             }
         };
-        if !self.live && kind != EventKind::Current {
+        if !self.live {
             return None;
         }
         Some(Event {
@@ -149,70 +592,6 @@ impl Classifier {
             time_ms: entry.time_ms,
         })
     }
-}
-
-/// Starts following `filter` and returns a channel of events, keeping only
-/// `kinds` (empty: all; `SnapshotComplete` always). The task ends when the
-/// receiver is dropped, and ends the stream with `SHUTTING_DOWN` on shutdown
-/// or `NATS_UNAVAILABLE` if the consumer fails.
-pub async fn watch(
-    store: &Store,
-    filter: &str,
-    kinds: Vec<EventKind>,
-    mut shutdown: Shutdown,
-) -> Result<mpsc::Receiver<Result<Event>>> {
-    let mut follow = store.follow(filter, true).await?;
-    let (tx, rx) = mpsc::channel(64);
-    let wanted = move |e: &Event| {
-        kinds.is_empty() || e.kind == EventKind::SnapshotComplete || kinds.contains(&e.kind)
-    };
-    tokio::spawn(async move {
-        let mut classifier = Classifier::default();
-        if follow.initially_pending == 0 {
-            if let Some(done) = classifier.complete_snapshot() {
-                if tx.send(Ok(done)).await.is_err() {
-                    return;
-                }
-            }
-        }
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.recv() => {
-                    let _ = tx.send(Err(Error::new(Reason::ShuttingDown, "the server is shutting down; watch again on another replica"))).await;
-                    return;
-                }
-                _ = tx.closed() => return,
-                next = follow.messages.next() => next,
-            };
-            let (entry, pending) = match next {
-                Some(Ok(item)) => item,
-                Some(Err(err)) => {
-                    let _ = tx.send(Err(err)).await;
-                    return;
-                }
-                None => {
-                    let _ = tx
-                        .send(Err(Error::new(
-                            Reason::NatsUnavailable,
-                            "the bucket watch ended; watch again",
-                        )))
-                        .await;
-                    return;
-                }
-            };
-            let mut events = Vec::with_capacity(2);
-            events.extend(classifier.classify(entry));
-            if pending == 0 {
-                events.extend(classifier.complete_snapshot());
-            }
-            for event in events.into_iter().filter(&wanted) {
-                if tx.send(Ok(event)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    Ok(rx)
 }
 
 #[cfg(test)]
@@ -241,29 +620,25 @@ mod tests {
         })
     }
 
-    /// Snapshot entries are CURRENT; tombstones in the snapshot say nothing;
-    /// live messages map to ACQUIRED, RENEWED, RELEASED, EXPIRED.
+    /// The initial load produces no events; live messages map to ACQUIRED,
+    /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.
     #[test]
-    fn classifies_a_lifecycle() {
-        let mut c = Classifier::default();
-        assert_eq!(
-            c.classify(entry("a", 1, rec("h", 0))).unwrap().kind,
-            EventKind::Current
-        );
-        assert!(c.classify(entry("b", 2, Kind::Released(None))).is_none());
-        assert!(c.complete_snapshot().is_some());
-        assert!(c.complete_snapshot().is_none());
-        let e = c.classify(entry("a", 3, rec("h", 1))).unwrap();
+    fn mirror_classifies_a_lifecycle() {
+        let mut m = Mirror::default();
+        assert!(m.apply(entry("a", 1, rec("h", 0))).is_none());
+        assert!(m.apply(entry("b", 2, Kind::Released(None))).is_none());
+        m.live = true;
+        let e = m.apply(entry("a", 3, rec("h", 1))).unwrap();
         assert_eq!((e.kind, e.token), (EventKind::Renewed, 1));
-        let e = c.classify(entry("a", 4, Kind::Expired)).unwrap();
+        let e = m.apply(entry("a", 4, Kind::Expired)).unwrap();
         assert_eq!(
             (e.kind, e.holder.as_str(), e.token),
             (EventKind::Expired, "h", 1)
         );
-        let e = c.classify(entry("a", 5, rec("g", 0))).unwrap();
+        let e = m.apply(entry("a", 5, rec("g", 0))).unwrap();
         assert_eq!((e.kind, e.token), (EventKind::Acquired, 5));
-        let e = c
-            .classify(entry(
+        let e = m
+            .apply(entry(
                 "a",
                 6,
                 Kind::Released(Some(Released {
@@ -273,7 +648,44 @@ mod tests {
             ))
             .unwrap();
         assert_eq!((e.kind, e.token), (EventKind::Released, 5));
-        // The tombstone ageing out writes a MaxAge marker: not an expiry.
-        assert!(c.classify(entry("a", 7, Kind::Expired)).is_none());
+        assert!(m.apply(entry("a", 7, Kind::Expired)).is_none());
+        assert!(m.names.is_empty(), "free names are not kept");
+        assert_eq!(m.position, 7);
+    }
+
+    /// A subscriber that stops reading is ended with WATCH_LAGGED once its
+    /// buffer is full, and others keep receiving.
+    #[tokio::test]
+    async fn slow_subscriber_is_ended_with_watch_lagged() {
+        let mut state = State::default();
+        state.mirror.live = true;
+        let mut slow = state.register(Filter::parse(">"), Vec::new(), Vec::new());
+        let mut fast = state.register(Filter::parse("a"), Vec::new(), Vec::new());
+        for i in 0..(SUBSCRIBER_BUFFER as u64 + 10) {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            // The fast one keeps up.
+            assert_eq!(fast.next().await.unwrap().revision, i + 1);
+        }
+        for _ in 0..SUBSCRIBER_BUFFER {
+            slow.next().await.unwrap();
+        }
+        let err = slow.next().await.unwrap_err();
+        assert_eq!(err.reason, Reason::WatchLagged);
+        assert_eq!(
+            state.subscribers.len(),
+            1,
+            "the slow subscriber was dropped"
+        );
+    }
+
+    /// Filters match a name or the names strictly below a prefix.
+    #[test]
+    fn filters() {
+        assert!(Filter::parse("a.b").matches("a.b"));
+        assert!(!Filter::parse("a.b").matches("a.b.c"));
+        assert!(Filter::parse("a.>").matches("a.b.c"));
+        assert!(!Filter::parse("a.>").matches("a"));
+        assert!(!Filter::parse("a.>").matches("ab.c"));
+        assert!(Filter::parse(">").matches("x"));
     }
 }

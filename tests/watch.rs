@@ -187,3 +187,65 @@ async fn shutdown_ends_watches_with_unavailable() {
     assert_eq!(reason(&err), "SHUTTING_DOWN");
     within("shutdown completes", stopping).await.unwrap();
 }
+
+/// Hundreds of watchers share one NATS consumer: the stream's consumer count
+/// stays at one (the process's shared watcher) while they are open, and every
+/// watcher gets the events of its names.
+#[tokio::test]
+async fn watchers_share_one_nats_consumer() {
+    let t = Tenure::start().await;
+    let channel = t.channel().await;
+    let mut c = LeaseServiceClient::new(channel.clone());
+    let mut streams = Vec::new();
+    for i in 0..300 {
+        let target = if i % 3 == 0 {
+            "fan.>".to_string()
+        } else {
+            format!("fan.n{}", i % 10)
+        };
+        let mut s = LeaseServiceClient::new(channel.clone())
+            .watch_lease(WatchLeaseRequest {
+                name: target.clone(),
+                event_types: vec![],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+        streams.push((target, s));
+    }
+    let js = t.nats.jetstream().await;
+    let mut stream = js.get_stream("KV_tenure").await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.consumer_count, 1);
+    for n in 0..10 {
+        acquire(&mut c, acquire_req(&format!("fan.n{n}"), "h", 30)).await;
+    }
+    for (target, s) in &mut streams {
+        let e = next(s).await;
+        assert_eq!(kind(&e), EventType::Acquired, "{target}");
+        if target != "fan.>" {
+            assert_eq!(&e.name, target);
+        }
+    }
+}
+
+/// A subtree snapshot larger than a watcher's live buffer arrives whole.
+#[tokio::test]
+async fn large_snapshot_arrives_whole() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    for i in 0..1500 {
+        acquire(&mut c, acquire_req(&format!("big.n{i}"), "h", 60)).await;
+    }
+    let mut s = watch(&mut c, "big.>").await;
+    let mut names = std::collections::HashSet::new();
+    loop {
+        let e = next(&mut s).await;
+        match kind(&e) {
+            EventType::Current => assert!(names.insert(e.name)),
+            EventType::SnapshotComplete => break,
+            other => panic!("unexpected {other:?} in snapshot"),
+        }
+    }
+    assert_eq!(names.len(), 1500);
+}

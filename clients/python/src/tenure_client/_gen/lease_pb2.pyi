@@ -165,3 +165,39 @@ class LeaseEvent(_message.Message):
     lease: Lease
     time: _timestamp_pb2.Timestamp
     def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ("prefix", "page_size", "page_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListLeasesResponse(_message.Message):
+    __slots__ = ("leases", "next_page_token")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    next_page_token: str
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RevokeLeaseRequest(_message.Message):
+    __slots__ = ("name", "reason", "fencing_token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reason: str
+    fencing_token: int
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class RevokeLeaseResponse(_message.Message):
+    __slots__ = ("revision", "revoked")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    revoked: Lease
+    def __init__(self, revision: _Optional[int] = ..., revoked: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...

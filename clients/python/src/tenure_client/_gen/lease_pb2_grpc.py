@@ -64,6 +64,16 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.WatchLeaseRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.WatchLeaseResponse.FromString,
                 _registered_method=True)
+        self.ListLeases = channel.unary_unary(
+                '/tenure.v1.LeaseService/ListLeases',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.ListLeasesRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.ListLeasesResponse.FromString,
+                _registered_method=True)
+        self.RevokeLease = channel.unary_unary(
+                '/tenure.v1.LeaseService/RevokeLease',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -116,6 +126,24 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLeases(self, request, context):
+        """ListLeases returns the current holdings whose names start with a prefix,
+        sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+        otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeLease(self, request, context):
+        """RevokeLease ends a holding on an operator's behalf. Watchers see
+        EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+        LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +171,16 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.WatchLease,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.WatchLeaseRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.WatchLeaseResponse.SerializeToString,
+            ),
+            'ListLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLeases,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.ListLeasesRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.ListLeasesResponse.SerializeToString,
+            ),
+            'RevokeLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeLease,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -285,6 +323,60 @@ class LeaseService:
             '/tenure.v1.LeaseService/WatchLease',
             tenure_dot_v1_dot_lease__pb2.WatchLeaseRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.WatchLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/ListLeases',
+            tenure_dot_v1_dot_lease__pb2.ListLeasesRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.ListLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/RevokeLease',
+            tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -301,6 +301,61 @@ export interface LeaseEvent {
   time: Date | undefined;
 }
 
+/** ListLeasesRequest selects the holdings to list. */
+export interface ListLeasesRequest {
+  /**
+   * prefix keeps only names that start with it (plain string prefix, e.g.
+   * "jobs."); empty lists every lease.
+   */
+  prefix: string;
+  /**
+   * page_size is the most leases in one response: 0 means 100, and values
+   * above 1000 are lowered to 1000.
+   */
+  pageSize: number;
+  /**
+   * page_token is the next_page_token of the previous response, to continue
+   * after it; empty starts at the first name.
+   */
+  pageToken: string;
+}
+
+/** ListLeasesResponse is one page of holdings. */
+export interface ListLeasesResponse {
+  /** leases are the live holdings of this page, sorted by name. */
+  leases: Lease[];
+  /**
+   * next_page_token continues the listing in the next request; empty when
+   * this is the last page.
+   */
+  nextPageToken: string;
+}
+
+/** RevokeLeaseRequest names the holding to end. */
+export interface RevokeLeaseRequest {
+  /** name is the lease to revoke. */
+  name: string;
+  /**
+   * reason says why, for the audit log and the revoke message in the
+   * bucket: 1 to 256 bytes of printable text.
+   */
+  reason: string;
+  /**
+   * fencing_token, when not 0, revokes only the holding with this token
+   * (LEASE_NOT_FOUND if the name has passed to another holding since);
+   * 0 revokes whatever holding is current.
+   */
+  fencingToken: bigint;
+}
+
+/** RevokeLeaseResponse confirms a revoke. */
+export interface RevokeLeaseResponse {
+  /** revision is the bucket revision of the revoke. */
+  revision: bigint;
+  /** revoked is the holding that was ended. */
+  revoked: Lease | undefined;
+}
+
 function createBaseLease(): Lease {
   return {
     name: "",
@@ -1847,6 +1902,404 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
   },
 };
 
+function createBaseListLeasesRequest(): ListLeasesRequest {
+  return { prefix: "", pageSize: 0, pageToken: "" };
+}
+
+export const ListLeasesRequest: MessageFns<ListLeasesRequest> = {
+  encode(message: ListLeasesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.prefix !== "") {
+      writer.uint32(10).string(message.prefix);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(16).uint32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(26).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListLeasesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListLeasesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.prefix = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pageSize = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListLeasesRequest {
+    return {
+      prefix: isSet(object.prefix) ? globalThis.String(object.prefix) : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListLeasesRequest): unknown {
+    const obj: any = {};
+    if (message.prefix !== "") {
+      obj.prefix = message.prefix;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListLeasesRequest>, I>>(base?: I): ListLeasesRequest {
+    return ListLeasesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListLeasesRequest>, I>>(object: I): ListLeasesRequest {
+    const message = createBaseListLeasesRequest();
+    message.prefix = object.prefix ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseListLeasesResponse(): ListLeasesResponse {
+  return { leases: [], nextPageToken: "" };
+}
+
+export const ListLeasesResponse: MessageFns<ListLeasesResponse> = {
+  encode(message: ListLeasesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.leases) {
+      Lease.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListLeasesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListLeasesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.leases.push(Lease.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListLeasesResponse {
+    return {
+      leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => Lease.fromJSON(e)) : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ListLeasesResponse): unknown {
+    const obj: any = {};
+    if (message.leases?.length) {
+      obj.leases = message.leases.map((e) => Lease.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListLeasesResponse>, I>>(base?: I): ListLeasesResponse {
+    return ListLeasesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListLeasesResponse>, I>>(object: I): ListLeasesResponse {
+    const message = createBaseListLeasesResponse();
+    message.leases = object.leases?.map((e) => Lease.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseRevokeLeaseRequest(): RevokeLeaseRequest {
+  return { name: "", reason: "", fencingToken: 0n };
+}
+
+export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
+  encode(message: RevokeLeaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
+    }
+    if (message.fencingToken !== 0n) {
+      if (BigInt.asUintN(64, message.fencingToken) !== message.fencingToken) {
+        throw new globalThis.Error("value provided for field message.fencingToken of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.fencingToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeLeaseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeLeaseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fencingToken = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeLeaseRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      fencingToken: isSet(object.fencingToken)
+        ? BigInt(object.fencingToken)
+        : isSet(object.fencing_token)
+        ? BigInt(object.fencing_token)
+        : 0n,
+    };
+  },
+
+  toJSON(message: RevokeLeaseRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.fencingToken !== 0n) {
+      obj.fencingToken = message.fencingToken.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeLeaseRequest>, I>>(base?: I): RevokeLeaseRequest {
+    return RevokeLeaseRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeLeaseRequest>, I>>(object: I): RevokeLeaseRequest {
+    const message = createBaseRevokeLeaseRequest();
+    message.name = object.name ?? "";
+    message.reason = object.reason ?? "";
+    message.fencingToken = (object.fencingToken !== undefined && object.fencingToken !== null)
+      ? BigInt(object.fencingToken)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseRevokeLeaseResponse(): RevokeLeaseResponse {
+  return { revision: 0n, revoked: undefined };
+}
+
+export const RevokeLeaseResponse: MessageFns<RevokeLeaseResponse> = {
+  encode(message: RevokeLeaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.revision !== 0n) {
+      if (BigInt.asUintN(64, message.revision) !== message.revision) {
+        throw new globalThis.Error("value provided for field message.revision of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.revision);
+    }
+    if (message.revoked !== undefined) {
+      Lease.encode(message.revoked, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeLeaseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeLeaseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.revision = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.revoked = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeLeaseResponse {
+    return {
+      revision: isSet(object.revision) ? BigInt(object.revision) : 0n,
+      revoked: isSet(object.revoked) ? Lease.fromJSON(object.revoked) : undefined,
+    };
+  },
+
+  toJSON(message: RevokeLeaseResponse): unknown {
+    const obj: any = {};
+    if (message.revision !== 0n) {
+      obj.revision = message.revision.toString();
+    }
+    if (message.revoked !== undefined) {
+      obj.revoked = Lease.toJSON(message.revoked);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeLeaseResponse>, I>>(base?: I): RevokeLeaseResponse {
+    return RevokeLeaseResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeLeaseResponse>, I>>(object: I): RevokeLeaseResponse {
+    const message = createBaseRevokeLeaseResponse();
+    message.revision = (object.revision !== undefined && object.revision !== null) ? BigInt(object.revision) : 0n;
+    message.revoked = (object.revoked !== undefined && object.revoked !== null)
+      ? Lease.fromPartial(object.revoked)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -1921,6 +2374,34 @@ export const LeaseServiceService = {
     responseSerialize: (value: WatchLeaseResponse): Buffer => Buffer.from(WatchLeaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): WatchLeaseResponse => WatchLeaseResponse.decode(value),
   },
+  /**
+   * ListLeases returns the current holdings whose names start with a prefix,
+   * sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+   * otherwise).
+   */
+  listLeases: {
+    path: "/tenure.v1.LeaseService/ListLeases" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListLeasesRequest): Buffer => Buffer.from(ListLeasesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListLeasesRequest => ListLeasesRequest.decode(value),
+    responseSerialize: (value: ListLeasesResponse): Buffer => Buffer.from(ListLeasesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListLeasesResponse => ListLeasesResponse.decode(value),
+  },
+  /**
+   * RevokeLease ends a holding on an operator's behalf. Watchers see
+   * EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+   * LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+   */
+  revokeLease: {
+    path: "/tenure.v1.LeaseService/RevokeLease" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RevokeLeaseRequest): Buffer => Buffer.from(RevokeLeaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RevokeLeaseRequest => RevokeLeaseRequest.decode(value),
+    responseSerialize: (value: RevokeLeaseResponse): Buffer => Buffer.from(RevokeLeaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RevokeLeaseResponse => RevokeLeaseResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -1949,6 +2430,18 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * happens.
    */
   watchLease: handleServerStreamingCall<WatchLeaseRequest, WatchLeaseResponse>;
+  /**
+   * ListLeases returns the current holdings whose names start with a prefix,
+   * sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+   * otherwise).
+   */
+  listLeases: handleUnaryCall<ListLeasesRequest, ListLeasesResponse>;
+  /**
+   * RevokeLease ends a holding on an operator's behalf. Watchers see
+   * EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+   * LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+   */
+  revokeLease: handleUnaryCall<RevokeLeaseRequest, RevokeLeaseResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -2038,6 +2531,46 @@ export interface LeaseServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<WatchLeaseResponse>;
+  /**
+   * ListLeases returns the current holdings whose names start with a prefix,
+   * sorted by name, one page at a time. Admin only (PERMISSION_DENIED
+   * otherwise).
+   */
+  listLeases(
+    request: ListLeasesRequest,
+    callback: (error: ServiceError | null, response: ListLeasesResponse) => void,
+  ): ClientUnaryCall;
+  listLeases(
+    request: ListLeasesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListLeasesResponse) => void,
+  ): ClientUnaryCall;
+  listLeases(
+    request: ListLeasesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListLeasesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * RevokeLease ends a holding on an operator's behalf. Watchers see
+   * EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
+   * LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
+   */
+  revokeLease(
+    request: RevokeLeaseRequest,
+    callback: (error: ServiceError | null, response: RevokeLeaseResponse) => void,
+  ): ClientUnaryCall;
+  revokeLease(
+    request: RevokeLeaseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RevokeLeaseResponse) => void,
+  ): ClientUnaryCall;
+  revokeLease(
+    request: RevokeLeaseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RevokeLeaseResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const LeaseServiceClient = makeGenericClientConstructor(

@@ -1,0 +1,69 @@
+// Package tenure is a thin helper over the generated Tenure gRPC stubs
+// (package tenurev1): it acquires a lease as a Session that renews itself in
+// the background and tells the holder, through Done() and Context(), the
+// moment it must stop acting as holder; it watches leases as a channel; it
+// turns errors into *Error values with a typed Reason; and it offers Fence,
+// an in-memory fencing-token check for downstream stores.
+//
+// A Session never claims to hold a lease past its safe deadline: the local
+// monotonic time at which the last successful Acquire or Renew request was
+// sent, plus the granted TTL, minus a safety margin. The server's own expiry
+// can only come later, so a holder that stops at the safe deadline (or
+// earlier, when the server says LEASE_NOT_HELD) never overlaps the next one.
+package tenure
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
+)
+
+// Client calls a Tenure server. It is safe for concurrent use.
+type Client struct {
+	rpc  tenurev1.LeaseServiceClient
+	conn *grpc.ClientConn // set when Dial made the connection; closed by Close
+}
+
+// New returns a Client over an existing gRPC connection. Close does not
+// close that connection.
+func New(cc grpc.ClientConnInterface) *Client {
+	return &Client{rpc: tenurev1.NewLeaseServiceClient(cc)}
+}
+
+// Dial returns a Client over a new connection to target (e.g.
+// "127.0.0.1:7419"), made with grpc.NewClient and opts. Pass transport
+// credentials, e.g. grpc.WithTransportCredentials(insecure.NewCredentials())
+// for a plaintext server. Close the client when done.
+func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{rpc: tenurev1.NewLeaseServiceClient(conn), conn: conn}, nil
+}
+
+// Close closes the connection if Dial made it. Sessions still open lose
+// their lease at their safe deadline once renewals cannot get through.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Stub returns the generated stub, for calls the helper does not wrap.
+func (c *Client) Stub() tenurev1.LeaseServiceClient {
+	return c.rpc
+}
+
+// Get returns the current holding of name, or an *Error with reason
+// ReasonLeaseNotFound when nobody holds it.
+func (c *Client) Get(ctx context.Context, name string) (*tenurev1.Lease, error) {
+	resp, err := c.rpc.GetLease(ctx, &tenurev1.GetLeaseRequest{Name: name})
+	if err != nil {
+		return nil, FromError(err)
+	}
+	return resp.GetLease(), nil
+}

@@ -1,0 +1,449 @@
+package tenure
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
+)
+
+// DefaultRenewFraction is the fraction of the granted TTL after which a
+// Session renews, counted from the send time of the last successful
+// Acquire or Renew.
+const DefaultRenewFraction = 1.0 / 3
+
+// DefaultSafetyMargin returns the margin subtracted from the granted TTL to
+// form the safe deadline when WithSafetyMargin is not given: a tenth of the
+// TTL, at most one second (1 s TTL: 100 ms; 10 s and more: 1 s).
+func DefaultSafetyMargin(ttl time.Duration) time.Duration {
+	return min(ttl/10, time.Second)
+}
+
+// AcquireOption configures Acquire.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	wait          time.Duration
+	leaseKey      string
+	metadata      map[string]string
+	renewFraction float64
+	margin        time.Duration
+	marginSet     bool
+}
+
+// WithWait makes Acquire wait up to d for a held lease to become free,
+// instead of failing at once with ReasonLeaseHeld. The server also stops
+// waiting shortly before ctx's deadline.
+func WithWait(d time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.wait = d }
+}
+
+// WithLeaseKey sets the ownership secret (16 to 256 printable ASCII
+// characters). By default the helper mints a random one. Acquire retried
+// with the same holder and key returns the same holding, renewed.
+func WithLeaseKey(key string) AcquireOption {
+	return func(c *acquireConfig) { c.leaseKey = key }
+}
+
+// WithMetadata stores a small key/value map with the lease, shown to
+// watchers (at most 16 entries, 1024 bytes in total).
+func WithMetadata(md map[string]string) AcquireOption {
+	return func(c *acquireConfig) { c.metadata = md }
+}
+
+// WithRenewFraction sets when the background renewal runs, as a fraction of
+// the granted TTL after the last successful request was sent (default
+// DefaultRenewFraction, 1/3). It must be above 0 and below 1.
+func WithRenewFraction(f float64) AcquireOption {
+	return func(c *acquireConfig) { c.renewFraction = f }
+}
+
+// WithSafetyMargin sets the margin subtracted from the granted TTL to form
+// the safe deadline (default DefaultSafetyMargin(ttl)). It must be at least
+// 0 and below the granted TTL.
+func WithSafetyMargin(d time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.margin, c.marginSet = d, true }
+}
+
+// Session is one holding of a lease, renewed in the background until
+// Release, or until it is lost.
+//
+// It is lost, and Done() closes, as soon as a renewal is refused with
+// ReasonLeaseNotHeld (or another permanent error), and no later than the
+// safe deadline when renewals cannot get through. Err and
+// context.Cause(Context()) then tell why. Once lost, a Session never
+// becomes held again: Acquire anew.
+//
+// All methods are safe for concurrent use.
+type Session struct {
+	client   *Client
+	name     string
+	holder   string
+	token    uint64
+	leaseKey string
+	fraction float64
+	margin   time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex // guards the fields below
+	revision uint64
+	ttl      time.Duration
+	lastSent time.Time // send time of the last successful Acquire/Renew
+	deadline time.Time // safe deadline (monotonic)
+	lease    *tenurev1.Lease
+	lost     error // why the session ended; nil while held
+
+	rpcMu     sync.Mutex // serialises Renew and Release calls
+	releaseMu sync.Mutex // serialises Release
+	released  bool
+
+	loopDone chan struct{} // closed when the renewal loop has returned
+
+	paused atomic.Bool // test hook: skip background renewals
+}
+
+// Acquire takes the lease name for holder with the requested ttl (0: the
+// server's default; the server rounds it up to whole seconds) and starts
+// renewing it in the background. On failure it returns an *Error, e.g. with
+// ReasonLeaseHeld when another holder has the lease.
+//
+// ctx bounds this call only (including WithWait); the Session's own
+// Context() keeps ctx's values but not its cancellation. Always Release the
+// Session (defer s.Release(ctx)).
+func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Duration, opts ...AcquireOption) (*Session, error) {
+	cfg := acquireConfig{renewFraction: DefaultRenewFraction}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
+		return nil, fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
+	}
+	if cfg.marginSet && (cfg.margin < 0 || (ttl > 0 && cfg.margin >= ttl)) {
+		return nil, fmt.Errorf("tenure: safety margin %v is not between 0 and the TTL %v", cfg.margin, ttl)
+	}
+	if cfg.leaseKey == "" {
+		cfg.leaseKey = mintKey()
+	}
+	req := &tenurev1.AcquireRequest{
+		Name:     name,
+		Holder:   holder,
+		LeaseKey: cfg.leaseKey,
+		Metadata: cfg.metadata,
+	}
+	if ttl > 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	if cfg.wait > 0 {
+		req.Wait = durationpb.New(cfg.wait)
+	}
+	sent := time.Now()
+	resp, err := c.rpc.Acquire(ctx, req)
+	if err != nil {
+		return nil, FromError(err)
+	}
+	l := resp.GetLease()
+	granted := l.GetTtl().AsDuration()
+	margin := cfg.margin
+	if !cfg.marginSet {
+		margin = DefaultSafetyMargin(granted)
+	}
+	s := &Session{
+		client:   c,
+		name:     l.GetName(),
+		holder:   l.GetHolder(),
+		token:    l.GetFencingToken(),
+		leaseKey: resp.GetLeaseKey(),
+		fraction: cfg.renewFraction,
+		margin:   margin,
+		revision: l.GetRevision(),
+		ttl:      granted,
+		lastSent: sent,
+		deadline: sent.Add(granted - margin),
+		lease:    l,
+		loopDone: make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	if margin >= granted {
+		s.lose(fmt.Errorf("tenure: safety margin %v is not below the granted TTL %v", margin, granted))
+		close(s.loopDone)
+		_ = s.releaseNow(ctx)
+		return nil, context.Cause(s.ctx)
+	}
+	// A long wait can leave no time on the holding as counted from the send
+	// time: establish a fresh deadline before handing the session out.
+	if !time.Now().Before(s.SafeDeadline()) {
+		if err := s.renewOnce(ctx); err != nil {
+			s.lose(err)
+			close(s.loopDone)
+			_ = s.releaseNow(ctx)
+			return nil, err
+		}
+	}
+	go s.run()
+	return s, nil
+}
+
+// Name is the lease name.
+func (s *Session) Name() string { return s.name }
+
+// Holder is the holder the lease was acquired for.
+func (s *Session) Holder() string { return s.holder }
+
+// FencingToken is the holding's fencing token: constant across renewals and
+// strictly greater for every later holder. Send it with every write to a
+// downstream store (see Fence).
+func (s *Session) FencingToken() uint64 { return s.token }
+
+// LeaseKey is the ownership secret presented with Renew and Release.
+func (s *Session) LeaseKey() string { return s.leaseKey }
+
+// Revision is the revision from the last successful Acquire or Renew.
+func (s *Session) Revision() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.revision
+}
+
+// TTL is the TTL the server granted (whole seconds).
+func (s *Session) TTL() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ttl
+}
+
+// SafeDeadline is the time (with a monotonic clock reading) until which the
+// holding is safe: the send time of the last successful Acquire or Renew,
+// plus the granted TTL, minus the safety margin. It only moves forward.
+func (s *Session) SafeDeadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// Lease is the holding as last returned by Acquire or Renew.
+func (s *Session) Lease() *tenurev1.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
+}
+
+// Held reports whether the session still holds the lease: it has not been
+// lost or released and its safe deadline has not passed. It checks the
+// clock itself, so it turns false at the safe deadline even before the
+// background loop notices.
+func (s *Session) Held() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost == nil && time.Now().Before(s.deadline)
+}
+
+// Done returns a channel that is closed when the lease is lost or released.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Context returns a context that is cancelled when the lease is lost or
+// released; context.Cause gives the same error as Err. Run the work that
+// needs the lease under it.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Err returns nil while the lease is held, and otherwise why it is not:
+// ErrReleased after Release; an *Error with ReasonLeaseNotHeld (or another
+// permanent error) when the server refused a renewal; an error wrapping
+// ErrDeadlinePassed (and the last renewal error) when the safe deadline
+// passed without a successful renewal.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost == nil && !time.Now().Before(s.deadline) {
+		return ErrDeadlinePassed
+	}
+	return s.lost
+}
+
+// Renew renews the holding now, in addition to the background renewals.
+// It returns an *Error on failure; a permanent one (e.g. ReasonLeaseNotHeld)
+// also ends the Session. It fails without a call once the Session is lost.
+func (s *Session) Renew(ctx context.Context) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	err := s.renewOnce(ctx)
+	if err != nil && isFatal(err) {
+		s.lose(err)
+	}
+	return err
+}
+
+// Release stops the renewals, marks the Session lost with ErrReleased (so
+// Done closes before the lease can pass to anyone else), and releases the
+// lease on the server so the next holder can take it at once. It is safe to
+// call more than once and after a loss; a lease the server no longer counts
+// as ours yields an *Error with ReasonLeaseNotHeld.
+func (s *Session) Release(ctx context.Context) error {
+	s.releaseMu.Lock()
+	defer s.releaseMu.Unlock()
+	if s.released {
+		return nil
+	}
+	s.lose(ErrReleased) // first: the holder stops before anyone else can take over
+	<-s.loopDone
+	err := s.releaseNow(ctx)
+	if err == nil || ReasonOf(err) == ReasonLeaseNotHeld {
+		s.released = true
+	}
+	return err
+}
+
+// releaseNow sends Release with the current revision.
+func (s *Session) releaseNow(ctx context.Context) error {
+	s.rpcMu.Lock()
+	defer s.rpcMu.Unlock()
+	_, err := s.client.rpc.Release(ctx, &tenurev1.ReleaseRequest{
+		Name:             s.name,
+		ExpectedRevision: s.Revision(),
+		LeaseKey:         s.leaseKey,
+	})
+	return FromError(err)
+}
+
+// renewOnce sends one Renew with the current revision and, on success,
+// moves the revision and the safe deadline forward.
+func (s *Session) renewOnce(ctx context.Context) error {
+	s.rpcMu.Lock()
+	defer s.rpcMu.Unlock()
+	sent := time.Now()
+	resp, err := s.client.rpc.Renew(ctx, &tenurev1.RenewRequest{
+		Name:             s.name,
+		ExpectedRevision: s.Revision(),
+		LeaseKey:         s.leaseKey,
+	})
+	if err != nil {
+		return FromError(err)
+	}
+	l := resp.GetLease()
+	if l.GetFencingToken() != s.token {
+		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), s.token)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost != nil {
+		return s.lost
+	}
+	if l.GetRevision() > s.revision {
+		s.revision = l.GetRevision()
+		s.lease = l
+	}
+	s.ttl = l.GetTtl().AsDuration()
+	if d := sent.Add(s.ttl - s.margin); d.After(s.deadline) {
+		s.deadline = d
+		s.lastSent = sent
+	}
+	return nil
+}
+
+// lose ends the session with cause err, once; later calls change nothing.
+func (s *Session) lose(err error) {
+	s.mu.Lock()
+	if s.lost == nil {
+		s.lost = err
+	}
+	s.mu.Unlock()
+	s.cancel(err)
+}
+
+// schedule returns the safe deadline and the time of the next renewal.
+func (s *Session) schedule() (deadline, renewAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	interval := time.Duration(float64(s.ttl) * s.fraction)
+	return s.deadline, s.lastSent.Add(interval)
+}
+
+// retryDelay is how long the loop waits after a failed renewal.
+func (s *Session) retryDelay() time.Duration {
+	d := time.Duration(float64(s.TTL()) * s.fraction / 3)
+	return max(min(d, time.Second), 20*time.Millisecond)
+}
+
+// run is the renewal loop: renew at the renew fraction of the TTL, retry
+// transient failures, end the session on a permanent failure or when the
+// safe deadline passes.
+func (s *Session) run() {
+	defer close(s.loopDone)
+	deadline, renewAt := s.schedule()
+	deadlineTimer := time.NewTimer(time.Until(deadline))
+	defer deadlineTimer.Stop()
+	renewTimer := time.NewTimer(time.Until(renewAt))
+	defer renewTimer.Stop()
+
+	results := make(chan error, 1)
+	inflight := func() {}
+	defer func() { inflight() }()
+	var lastErr error
+	for {
+		select {
+		case <-s.ctx.Done(): // released, or lost through Renew
+			return
+		case <-deadlineTimer.C:
+			deadline, _ := s.schedule()
+			if d := time.Until(deadline); d > 0 {
+				deadlineTimer.Reset(d)
+				continue
+			}
+			if lastErr != nil {
+				s.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
+			} else {
+				s.lose(ErrDeadlinePassed)
+			}
+			return
+		case <-renewTimer.C:
+			if s.paused.Load() {
+				renewTimer.Reset(s.retryDelay())
+				continue
+			}
+			// A renewal that ends after the safe deadline is of no use.
+			deadline, _ := s.schedule()
+			rctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), deadline)
+			inflight = cancel
+			go func() { results <- s.renewOnce(rctx) }()
+		case err := <-results:
+			inflight()
+			inflight = func() {}
+			if err == nil {
+				lastErr = nil
+				deadline, renewAt := s.schedule()
+				deadlineTimer.Reset(time.Until(deadline))
+				renewTimer.Reset(time.Until(renewAt))
+				continue
+			}
+			if isFatal(err) {
+				s.lose(err)
+				return
+			}
+			lastErr = err
+			renewTimer.Reset(s.retryDelay())
+		}
+	}
+}
+
+// errTokenChanged marks a renewal whose reply carries another fencing token:
+// the holding is not the one this session acquired.
+var errTokenChanged = errors.New("tenure: fencing token changed")
+
+// mintKey returns a random lease key (43 URL-safe base64 characters).
+func mintKey() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("tenure: no randomness for a lease key: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,58 @@
+//! Client for Tenure, the gRPC lease-coordination service: the tonic stubs
+//! generated from `proto/tenure/v1/lease.proto` (at build time, in
+//! [`proto`]) and a thin session helper over them.
+//!
+//! - [`Client`]: a connection; [`Client::acquire`], [`Client::get`],
+//!   [`Client::watch`].
+//! - [`Session`]: one held lease, renewed in the background at a third of
+//!   its TTL. It knows its [safe deadline](Session::safe_deadline), signals
+//!   loss through a [`CancellationToken`](tokio_util::sync::CancellationToken)
+//!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
+//!   release when dropped.
+//! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
+//! - [`Error`] with a typed [`Reason`] read from the `google.rpc.ErrorInfo`.
+//! - [`FencingGuard`]: the downstream fencing check (see [`fencing`] for the
+//!   SQL pattern).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tenure_client::{AcquireOptions, Client};
+//!
+//! # async fn f() -> Result<(), tenure_client::Error> {
+//! let client = Client::connect("127.0.0.1:7419").await?;
+//! let session = client
+//!     .acquire("jobs.nightly", "worker-1", Duration::from_secs(10), AcquireOptions::default())
+//!     .await?;
+//! tokio::select! {
+//!     _ = session.lost().cancelled() => eprintln!("lost the lease: stop"),
+//!     _ = do_the_job(session.fencing_token()) => {}
+//! }
+//! session.release().await?;
+//! # Ok(()) }
+//! # async fn do_the_job(_token: u64) {}
+//! ```
+//!
+//! The helper needs a Tokio runtime (it spawns the renewal task with
+//! `tokio::spawn`).
+
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+pub mod fencing;
+mod session;
+mod watch;
+
+/// The generated protobuf types and gRPC client of `tenure.v1`
+/// (`proto/tenure/v1/lease.proto`, compiled by `build.rs`).
+pub mod proto {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("tenure.v1");
+}
+
+pub use client::{AcquireOptions, Client, DEFAULT_CALL_TIMEOUT};
+pub use error::{Error, Reason, DOMAIN};
+pub use fencing::{FencingGuard, StaleTokenError};
+pub use proto::{EventType, Lease};
+pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};
+pub use watch::{Event, Watch};

@@ -1,0 +1,143 @@
+//! Watch streams against a real Tenure.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{expect_event, next_event, Server};
+use tenure_client::{AcquireOptions, EventType};
+
+fn opts() -> AcquireOptions {
+    AcquireOptions::default()
+}
+
+#[tokio::test]
+async fn watch_yields_acquired_renewed_released_and_expired() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let name = "watched.job";
+    let mut watch = client.watch(name).await.unwrap();
+    let first = next_event(&mut watch).await;
+    assert_eq!(
+        first.kind,
+        EventType::SnapshotComplete,
+        "nobody holds it yet"
+    );
+    assert!(first.name.is_empty());
+
+    let session = client
+        .acquire(
+            name,
+            "worker",
+            Duration::from_secs(1),
+            opts().metadata("k", "v"),
+        )
+        .await
+        .unwrap();
+    let acquired = expect_event(&mut watch, EventType::Acquired).await;
+    assert_eq!(acquired.name, name);
+    assert_eq!(acquired.holder, "worker");
+    assert_eq!(acquired.fencing_token, session.fencing_token());
+    assert_eq!(acquired.revision, session.fencing_token());
+    let lease = acquired.lease.expect("ACQUIRED carries the lease");
+    assert_eq!(lease.metadata["k"], "v");
+    assert!(acquired.time.is_some());
+
+    let renewed_lease = session.renew().await.unwrap();
+    loop {
+        let renewed = expect_event(&mut watch, EventType::Renewed).await;
+        assert_eq!(renewed.fencing_token, session.fencing_token());
+        assert_eq!(renewed.holder, "worker");
+        assert!(renewed.lease.is_some());
+        if renewed.revision == renewed_lease.revision {
+            break; // ours; earlier ones came from the background task
+        }
+        assert!(renewed.revision < renewed_lease.revision);
+    }
+
+    assert!(session.release().await.unwrap());
+    let released = expect_event(&mut watch, EventType::Released).await;
+    assert_eq!(released.holder, "worker");
+    assert_eq!(released.fencing_token, session.fencing_token());
+
+    let expiring = client
+        .acquire(name, "expiring", Duration::from_secs(1), opts())
+        .await
+        .unwrap();
+    expiring.pause_renewals();
+    let acquired = expect_event(&mut watch, EventType::Acquired).await;
+    assert_eq!(acquired.fencing_token, expiring.fencing_token());
+    assert!(acquired.fencing_token > session.fencing_token());
+    let expired = expect_event(&mut watch, EventType::Expired).await;
+    assert_eq!(expired.name, name);
+    assert_eq!(expired.holder, "expiring");
+    assert_eq!(expired.fencing_token, expiring.fencing_token());
+    assert!(expiring.lost().is_cancelled());
+}
+
+#[tokio::test]
+async fn watch_a_subtree_starts_with_a_snapshot() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let ttl = Duration::from_secs(30); // no renewals during the test
+    let a = client.acquire("snap.a", "ha", ttl, opts()).await.unwrap();
+    let b = client.acquire("snap.b", "hb", ttl, opts()).await.unwrap();
+    let _other = client.acquire("other.c", "hc", ttl, opts()).await.unwrap();
+
+    let mut watch = client.watch("snap.>").await.unwrap();
+    let mut current = Vec::new();
+    for _ in 0..2 {
+        let event = next_event(&mut watch).await;
+        assert_eq!(event.kind, EventType::Current);
+        let lease = event.lease.expect("CURRENT carries the lease");
+        current.push((event.name, lease.holder, lease.fencing_token));
+    }
+    current.sort();
+    assert_eq!(
+        current,
+        vec![
+            ("snap.a".to_string(), "ha".to_string(), a.fencing_token()),
+            ("snap.b".to_string(), "hb".to_string(), b.fencing_token()),
+        ]
+    );
+    assert_eq!(
+        next_event(&mut watch).await.kind,
+        EventType::SnapshotComplete
+    );
+
+    // Live changes, only below "snap.".
+    let _outside = client.acquire("other.d", "hd", ttl, opts()).await.unwrap();
+    let inside = client.acquire("snap.c", "hc", ttl, opts()).await.unwrap();
+    let event = next_event(&mut watch).await;
+    assert_eq!(event.kind, EventType::Acquired);
+    assert_eq!(event.name, "snap.c");
+    assert_eq!(event.fencing_token, inside.fencing_token());
+}
+
+#[tokio::test]
+async fn watch_keeps_only_the_asked_event_types() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let name = "filtered.job";
+    let mut watch = client
+        .watch_filtered(name, &[EventType::Released])
+        .await
+        .unwrap();
+    assert_eq!(
+        next_event(&mut watch).await.kind,
+        EventType::SnapshotComplete
+    );
+    let session = client
+        .acquire(name, "worker", Duration::from_secs(1), opts())
+        .await
+        .unwrap();
+    session.renew().await.unwrap();
+    session.release().await.unwrap();
+    let event = next_event(&mut watch).await;
+    assert_eq!(
+        event.kind,
+        EventType::Released,
+        "ACQUIRED and RENEWED are left out"
+    );
+    assert_eq!(event.fencing_token, session.fencing_token());
+}

@@ -1,0 +1,287 @@
+//! Prometheus metrics and the small HTTP listener that serves them.
+//!
+//! The metrics are process-wide statics so that the few places that count
+//! something (the RPC guard, the CAS publish, the NATS connection follower,
+//! the limits) do it in one line without threading a handle through the
+//! lease protocol. They are served as text at `GET /metrics` on
+//! `--metrics-listen`, a separate listener from the gRPC API so that a
+//! scraper needs no gRPC and no lease credentials.
+//!
+//! No metric carries a lease key, a holder or a lease name as a label:
+//! labels are the RPC method, the gRPC code and the limit name, all from
+//! small fixed sets, so the series count stays bounded.
+
+use std::net::SocketAddr;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::shutdown::Shutdown;
+
+/// All of Tenure's metrics, registered in their own registry.
+pub struct Metrics {
+    /// The registry `/metrics` encodes.
+    registry: Registry,
+    /// `tenure_rpc_requests_total{method, code}`.
+    pub rpc_requests: IntCounterVec,
+    /// `tenure_rpc_duration_seconds{method, code}`.
+    pub rpc_duration: HistogramVec,
+    /// `tenure_cas_conflicts_total`: conditional writes that lost a race.
+    pub cas_conflicts: IntCounter,
+    /// `tenure_leases_acquired_total`: new holdings taken through this replica.
+    pub acquired: IntCounter,
+    /// `tenure_leases_released_total`: holdings released through this replica.
+    pub released: IntCounter,
+    /// `tenure_leases_revoked_total`: holdings revoked through this replica.
+    pub revoked: IntCounter,
+    /// `tenure_leases_expired_total`: expiries seen in the bucket.
+    pub expired: IntCounter,
+    /// `tenure_watch_streams_active`: open WatchLease streams.
+    pub watch_streams: IntGauge,
+    /// `tenure_nats_connected`: 1 while the NATS connection is up.
+    pub nats_connected: IntGauge,
+    /// `tenure_nats_reconnects_total`: reconnections after a loss.
+    pub nats_reconnects: IntCounter,
+    /// `tenure_limit_rejections_total{limit}`: requests refused by a limit.
+    pub limit_rejections: IntCounterVec,
+}
+
+/// The process's metrics.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+impl Metrics {
+    /// Creates and registers every metric.
+    fn new() -> Metrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let rpc_requests = IntCounterVec::new(
+            Opts::new(
+                "tenure_rpc_requests_total",
+                "gRPC calls handled, by method and status code",
+            ),
+            &["method", "code"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(rpc_requests.clone()))
+            .expect("unique metric");
+        let rpc_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "tenure_rpc_duration_seconds",
+                "gRPC call latency until the response (or, for WatchLease, the stream) starts",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                30.0, 300.0,
+            ]),
+            &["method", "code"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(rpc_duration.clone()))
+            .expect("unique metric");
+        let limit_rejections = IntCounterVec::new(
+            Opts::new(
+                "tenure_limit_rejections_total",
+                "requests refused with RESOURCE_EXHAUSTED, by limit",
+            ),
+            &["limit"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(limit_rejections.clone()))
+            .expect("unique metric");
+        Metrics {
+            rpc_requests,
+            rpc_duration,
+            cas_conflicts: counter(
+                "tenure_cas_conflicts_total",
+                "conditional writes that lost a race and were re-read",
+            ),
+            acquired: counter(
+                "tenure_leases_acquired_total",
+                "new holdings (new fencing tokens) taken through this replica",
+            ),
+            released: counter(
+                "tenure_leases_released_total",
+                "holdings released through this replica",
+            ),
+            revoked: counter(
+                "tenure_leases_revoked_total",
+                "holdings revoked by an operator through this replica",
+            ),
+            expired: counter(
+                "tenure_leases_expired_total",
+                "holdings that expired in the bucket (every replica counts every expiry)",
+            ),
+            watch_streams: gauge(
+                "tenure_watch_streams_active",
+                "WatchLease streams open on this replica",
+            ),
+            nats_connected: gauge(
+                "tenure_nats_connected",
+                "1 while the NATS connection is up, else 0",
+            ),
+            nats_reconnects: counter(
+                "tenure_nats_reconnects_total",
+                "times the NATS connection came back after being lost",
+            ),
+            limit_rejections,
+            registry,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Records one finished RPC.
+    pub fn rpc(&self, method: &str, code: tonic::Code, elapsed: Duration) {
+        let code = code_name(code);
+        self.rpc_requests.with_label_values(&[method, code]).inc();
+        self.rpc_duration
+            .with_label_values(&[method, code])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records a request refused by `limit`.
+    pub fn rejected(&self, limit: &str) {
+        self.limit_rejections.with_label_values(&[limit]).inc();
+    }
+}
+
+/// Counts one lost compare-and-set race.
+pub fn cas_conflict() {
+    METRICS.cas_conflicts.inc();
+}
+
+/// The UPPER_SNAKE name of a gRPC code, as Prometheus label.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` fires. Anything
+/// else gets 404. One request per connection; request heads over 8 KiB are
+/// refused, so a stray client cannot hold memory.
+pub async fn serve(listener: TcpListener, mut shutdown: Shutdown) {
+    loop {
+        let (mut conn, _) = tokio::select! {
+            _ = shutdown.recv() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(err) => {
+                    tracing::warn!(%err, "metrics listener accept failed");
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(512);
+            let mut buf = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                true
+            })
+            .await;
+            if !matches!(read, Ok(true)) {
+                return;
+            }
+            let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+            let (status, body) =
+                if line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?") {
+                    ("200 OK", METRICS.render())
+                } else {
+                    ("404 Not Found", "only GET /metrics is served here\n".into())
+                };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(response.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
+/// Binds the metrics listener; the error names the flag to change.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        format!("cannot listen for metrics on {addr}: {e}; pick another --metrics-listen address")
+    })
+}
+
+/// Counts expiries: follows the whole bucket through the process's shared
+/// watcher and counts each EXPIRED event, until shutdown. Every replica sees
+/// every expiry, so this counter is bucket-wide: take the max over replicas,
+/// not the sum.
+pub async fn observe_expiries(hub: crate::watch::Hub, mut shutdown: Shutdown) {
+    use crate::watch::{EventKind, Filter};
+    loop {
+        if let Ok(mut events) = hub
+            .follow(Filter::Subtree(String::new()), vec![EventKind::Expired])
+            .await
+        {
+            loop {
+                tokio::select! {
+                    _ = shutdown.recv() => return,
+                    event = events.next() => match event {
+                        Ok(_) => METRICS.expired.inc(),
+                        Err(_) => break,
+                    },
+                }
+            }
+        }
+        // The subscription ended (it fell behind, or NATS failed): again shortly.
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Prometheus metrics on their own HTTP listener: RPC counts and latency by
+//! method and code, CAS conflicts, leases acquired/released/revoked/expired,
+//! active watch streams, NATS connection state and reconnects; and never a
+//! lease key. One test: the metrics are process-wide, so counters are
+//! compared before and after each step in a single sequence.
+
+mod common;
+
+use common::*;
+use tenure::proto::lease_service_client::LeaseServiceClient;
+use tenure::proto::{ReleaseRequest, RenewRequest, RevokeLeaseRequest, WatchLeaseRequest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// GETs a path from the metrics listener; returns (status line, body).
+async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: tenure\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the sample `series` (name with labels, as exposed), 0 when absent.
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn renew(name: &str, rev: u64, key: &str) -> RenewRequest {
+    RenewRequest {
+        name: name.into(),
+        expected_revision: rev,
+        lease_key: key.into(),
+        ttl: None,
+    }
+}
+
+/// Polls /metrics until `series` reaches `at_least`.
+async fn until(addr: std::net::SocketAddr, series: &str, at_least: f64) -> String {
+    within(&format!("{series} to reach {at_least}"), async {
+        loop {
+            let (_, body) = get(addr, "/metrics").await;
+            if sample(&body, series) >= at_least {
+                return body;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn metrics_move_with_the_traffic() {
+    let mut t =
+        Tenure::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap())).await;
+    let addr = t.running.as_ref().unwrap().metrics_addr().unwrap();
+    let (status, _) = get(addr, "/nope").await;
+    assert!(status.contains("404"), "{status}");
+    let (status, before) = get(addr, "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(sample(&before, "tenure_nats_connected"), 1.0);
+    assert_eq!(
+        sample(&before, "tenure_nats_reconnects_total"),
+        0.0,
+        "the first connection is not a reconnect"
+    );
+
+    let mut c = t.client().await;
+    let (lease, key) = acquire(
+        &mut c,
+        tenure::proto::AcquireRequest {
+            lease_key: "metrics-secret-lease-key-42".into(),
+            ..acquire_req("m.one", "alice", 30)
+        },
+    )
+    .await;
+    // A second replica renews; the first still caches the old revision, so
+    // its next renewal loses one CAS race (counted) and falls back to a read.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = tenure::config::Config {
+        metrics_listen: None,
+        ..t.config.clone()
+    };
+    let other = tenure::server::start(&config, &t.nats.url(), listener)
+        .await
+        .unwrap();
+    let mut c2 = LeaseServiceClient::connect(format!("http://{}", other.addr()))
+        .await
+        .unwrap();
+    c2.renew(renew("m.one", lease.revision, &key))
+        .await
+        .unwrap();
+    let r = c
+        .renew(renew("m.one", lease.revision, &key))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    assert!(r.revision > lease.revision);
+    c.release(ReleaseRequest {
+        name: "m.one".into(),
+        expected_revision: r.revision,
+        lease_key: key.clone(),
+    })
+    .await
+    .unwrap();
+    let err = c.renew(renew("m.one", r.revision, &key)).await.unwrap_err();
+    assert_eq!(reason(&err), "LEASE_NOT_HELD");
+    acquire(&mut c, acquire_req("m.two", "bob", 30)).await;
+    c.revoke_lease(RevokeLeaseRequest {
+        name: "m.two".into(),
+        reason: "test".into(),
+        fencing_token: 0,
+    })
+    .await
+    .unwrap();
+    acquire(&mut c, acquire_req("m.short", "carol", 1)).await;
+    let mut watch = c
+        .watch_lease(WatchLeaseRequest {
+            name: "m.>".into(),
+            event_types: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    within("snapshot", watch.message()).await.unwrap();
+
+    let after = until(addr, "tenure_leases_expired_total", 1.0).await;
+    let delta = |series: &str| sample(&after, series) - sample(&before, series);
+    assert_eq!(
+        delta(r#"tenure_rpc_requests_total{code="OK",method="Acquire"}"#),
+        3.0
+    );
+    assert_eq!(
+        delta(r#"tenure_rpc_requests_total{code="FAILED_PRECONDITION",method="Renew"}"#),
+        1.0
+    );
+    assert_eq!(
+        delta(r#"tenure_rpc_duration_seconds_count{code="OK",method="Release"}"#),
+        1.0
+    );
+    assert!(delta("tenure_cas_conflicts_total") >= 1.0);
+    assert_eq!(delta("tenure_leases_acquired_total"), 3.0);
+    assert_eq!(delta("tenure_leases_released_total"), 1.0);
+    assert_eq!(delta("tenure_leases_revoked_total"), 1.0);
+    assert_eq!(sample(&after, "tenure_watch_streams_active"), 1.0);
+    assert!(!after.contains("metrics-secret-lease-key-42"));
+    assert!(!after.contains("alice"), "holders are not labels");
+
+    drop(watch);
+    within("the watch gauge to drop", async {
+        while sample(
+            &get(addr, "/metrics").await.1,
+            "tenure_watch_streams_active",
+        ) != 0.0
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    // NATS goes away and comes back: the gauge and the reconnect counter follow.
+    let reconnects = sample(&after, "tenure_nats_reconnects_total");
+    t.nats.kill().await;
+    within("the connected gauge to drop", async {
+        while sample(&get(addr, "/metrics").await.1, "tenure_nats_connected") != 0.0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    t.nats.restart().await;
+    until(addr, "tenure_nats_reconnects_total", reconnects + 1.0).await;
+    until(addr, "tenure_nats_connected", 1.0).await;
+    other.shutdown().await;
+}
