@@ -76,6 +76,10 @@ struct Args {
     /// CPUs for this load generator (and ghz), e.g. `1`.
     #[arg(long)]
     load_cpus: Option<String>,
+    /// WatchLease stream counts for workload 5 (default 1000,10000; 100
+    /// with --quick).
+    #[arg(long, value_delimiter = ',')]
+    watchers: Vec<usize>,
     /// Client connections per system (HTTP/2 for tenure and etcd).
     #[arg(long, default_value_t = 4)]
     conns: usize,
@@ -367,7 +371,13 @@ async fn run(args: Args) -> R<()> {
     }
 
     if want(5) {
-        let sizes: &[usize] = if quick { &[100] } else { &[1_000, 10_000] };
+        let sizes: Vec<usize> = if !args.watchers.is_empty() {
+            args.watchers.clone()
+        } else if quick {
+            vec![100]
+        } else {
+            vec![1_000, 10_000]
+        };
         let tenure = env
             .systems
             .iter()
@@ -378,7 +388,7 @@ async fn run(args: Args) -> R<()> {
             .expect("tenure is always a system");
         let tenure_pid = env.servers[env.tenure_idx].pid();
         let nats_pid = env.servers[env.nats_idx].pid();
-        for &n in sizes {
+        for &n in &sizes {
             let w = format!("5. watch, {n} streams");
             for run in 0..runs {
                 let tag = format!("w5.n{n}.r{run}");

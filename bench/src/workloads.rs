@@ -387,6 +387,7 @@ pub async fn watch(
     let received = Arc::new(AtomicUsize::new(0));
     let open_limit = Arc::new(tokio::sync::Semaphore::new(256));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let first_error: Arc<std::sync::Mutex<Option<String>>> = Default::default();
     let open_start = Instant::now();
     let tasks: Vec<_> = targets
         .iter()
@@ -398,15 +399,29 @@ pub async fn watch(
             let received = received.clone();
             let open_limit = open_limit.clone();
             let mut stop = stop_rx.clone();
+            let first_error = first_error.clone();
             tokio::spawn(async move {
                 let permit = open_limit.acquire_owned().await;
+                let fail = |e: String| {
+                    first_error
+                        .lock()
+                        .expect("not poisoned")
+                        .get_or_insert(e.clone());
+                    e
+                };
                 let mut stream = client
                     .watch_lease(WatchLeaseRequest {
                         name: target.clone(),
                         event_types: vec![],
                     })
                     .await
-                    .map_err(|s| format!("WatchLease {target}: {}", s.message()))?
+                    .map_err(|s| {
+                        fail(format!(
+                            "WatchLease {target}: {:?} {}",
+                            s.code(),
+                            s.message()
+                        ))
+                    })?
                     .into_inner();
                 loop {
                     match stream.message().await {
@@ -416,8 +431,16 @@ pub async fn watch(
                                 break;
                             }
                         }
-                        Ok(None) => return Err("watch ended during its snapshot".to_string()),
-                        Err(s) => return Err(format!("watch {target}: {}", s.message())),
+                        Ok(None) => {
+                            return Err(fail("watch ended during its snapshot".to_string()))
+                        }
+                        Err(s) => {
+                            return Err(fail(format!(
+                                "watch {target}: {:?} {}",
+                                s.code(),
+                                s.message()
+                            )))
+                        }
                     }
                 }
                 drop(permit);
@@ -455,8 +478,10 @@ pub async fn watch(
         for t in &tasks {
             t.abort();
         }
+        let first = first_error.lock().expect("not poisoned").clone();
         return Err(format!(
-            "only {opened} of {n} WatchLease streams had their snapshot within {open_timeout:?}"
+            "only {opened} of {n} WatchLease streams had their snapshot within {open_timeout:?} (first error: {})",
+            first.as_deref().unwrap_or("none; the rest were still waiting")
         ));
     }
 
