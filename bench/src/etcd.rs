@@ -62,6 +62,7 @@ impl Etcd {
             .await
             .map_err(|e| format!("LeaseGrant: {e}"))?;
         Ok(Session {
+            follower: Default::default(),
             lease: resp.id(),
             granted_at: Instant::now(),
             ttl_s: resp.ttl().max(0) as u64,

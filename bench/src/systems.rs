@@ -14,10 +14,14 @@
 //!   `LeaseGrant`/`LeaseKeepAlive` for renewals, through `etcd-client`.
 //!
 //! A [`Session`] is what a client keeps across holdings: for etcd the lease
-//! its locks are attached to (the `concurrency.Session` pattern); nothing
-//! for the NATS-based systems, whose TTL lives on each holding.
+//! its locks are attached to (the `concurrency.Session` pattern); for raw
+//! the ordered consumer a waiting client follows its key with, kept across
+//! its waits like a long-lived client would (one consumer per wait would
+//! hit JetStream's consumer limit under fast handoffs); nothing for Tenure,
+//! whose TTL lives on each holding.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
@@ -66,9 +70,14 @@ pub enum Sys {
     Etcd(crate::etcd::Etcd),
 }
 
-/// What a client keeps across holdings (etcd: its lease).
-#[derive(Debug, Clone, Copy)]
+/// A raw client's ordered consumer on one key: (key, its messages).
+pub type Follower = Option<(String, consumer::push::Ordered)>;
+
+/// What a client keeps across holdings (etcd: its lease; raw: its follower).
+#[derive(Clone)]
 pub struct Session {
+    /// raw: the consumer this client waits with, created on first wait.
+    pub follower: Arc<tokio::sync::Mutex<Follower>>,
     /// etcd lease id; 0 for the NATS systems.
     pub lease: i64,
     /// When the lease was granted (reply received).
@@ -137,6 +146,7 @@ impl Sys {
             #[cfg(feature = "etcd")]
             Sys::Etcd(e) => e.session(ttl_s).await,
             _ => Ok(Session {
+                follower: Default::default(),
                 lease: 0,
                 granted_at: Instant::now(),
                 ttl_s,
@@ -160,7 +170,7 @@ impl Sys {
     /// with it, blocks until the name is free (up to [`WAIT`]).
     pub async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
         match self {
-            Sys::Raw(r) => r.acquire(name, session.ttl_s, wait).await,
+            Sys::Raw(r) => r.acquire(name, session, wait).await,
             Sys::Tenure(t, _) => t.acquire(name, session.ttl_s, wait).await,
             #[cfg(feature = "etcd")]
             Sys::Etcd(e) => e.acquire(name, session).await,
@@ -336,34 +346,42 @@ impl Raw {
     }
 
     /// Takes `name`; with `wait`, follows the key with an ordered consumer
-    /// (as Tenure does) and retries when it is released or expires.
-    async fn acquire(&self, name: &str, ttl_s: u64, wait: bool) -> R<Held> {
+    /// (as Tenure does; kept in the session for the next wait) and retries
+    /// when it is released or expires.
+    async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
+        let ttl_s = session.ttl_s;
         if !wait {
             return self
                 .try_acquire(name, ttl_s)
                 .await?
                 .ok_or_else(|| format!("{name} is held"));
         }
-        let consumer = self
-            .stream
-            .create_consumer(consumer::push::OrderedConfig {
-                deliver_subject: self.client.new_inbox(),
-                filter_subject: format!("{}{}", self.prefix, name),
-                deliver_policy: consumer::DeliverPolicy::New,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| format!("follow {name}: {e}"))?;
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| format!("follow {name}: {e}"))?;
+        let mut follower = session.follower.lock().await;
+        if follower.as_ref().is_none_or(|(key, _)| key != name) {
+            let consumer = self
+                .stream
+                .create_consumer(consumer::push::OrderedConfig {
+                    deliver_subject: self.client.new_inbox(),
+                    filter_subject: format!("{}{}", self.prefix, name),
+                    deliver_policy: consumer::DeliverPolicy::New,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("follow {name}: {e}"))?;
+            let messages = consumer
+                .messages()
+                .await
+                .map_err(|e| format!("follow {name}: {e}"))?;
+            *follower = Some((name.to_string(), messages));
+        }
+        let (_, messages) = follower.as_mut().expect("set above");
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(h) = self.try_acquire(name, ttl_s).await? {
                 return Ok(h);
             }
-            // Wait for a message that frees the key.
+            // Wait for a message that frees the key (an old one queued from
+            // an earlier wait only costs one more try).
             loop {
                 let next = tokio::time::timeout_at(deadline, messages.next())
                     .await

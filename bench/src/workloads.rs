@@ -147,7 +147,7 @@ pub async fn cycles(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Thr
         .enumerate()
         .map(|(i, s)| {
             let sys = sys.clone();
-            let s = *s;
+            let s = s.clone();
             let name = format!("{tag}.{i}");
             tokio::spawn(async move {
                 let mut lat = Vec::new();
