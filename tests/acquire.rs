@@ -3,7 +3,6 @@
 mod common;
 
 use common::*;
-use tenure::proto::{ReleaseRequest, RenewRequest};
 
 /// 100 rounds of 8 concurrent acquirers of one name: exactly one wins each
 /// round, and every loser is told LEASE_HELD.
@@ -54,13 +53,9 @@ async fn retried_acquire_returns_the_same_lease() {
     req.lease_key = "someone-elses-key-0002".into();
     let err = c.acquire(req).await.unwrap_err();
     assert_eq!(reason(&err), "LEASE_HELD");
-    c.release(ReleaseRequest {
-        name: "retry.a".into(),
-        expected_revision: again.revision,
-        lease_key: key,
-    })
-    .await
-    .expect("release with the retry's revision");
+    c.release(release_req("retry.a", again.revision, key))
+        .await
+        .expect("release with the retry's revision");
 }
 
 /// A minted key is long and random, and it is what proves ownership.
@@ -70,18 +65,7 @@ async fn minted_key_proves_ownership() {
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("mint.a", "bob", 10)).await;
     assert_eq!(key.len(), 64);
-    let renewed = c
-        .renew(RenewRequest {
-            name: "mint.a".into(),
-            expected_revision: lease.revision,
-            lease_key: key,
-            ttl: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let renewed = renew(&mut c, renew_req("mint.a", lease.revision, key)).await;
     assert_eq!(renewed.fencing_token, lease.fencing_token);
 }
 
@@ -102,13 +86,9 @@ async fn wait_returns_when_released() {
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_HELD");
     assert!(!waiting.is_finished());
-    c.release(ReleaseRequest {
-        name: "wait.rel".into(),
-        expected_revision: held.revision,
-        lease_key: key,
-    })
-    .await
-    .unwrap();
+    c.release(release_req("wait.rel", held.revision, key))
+        .await
+        .unwrap();
     let got = within("waiter acquires", waiting)
         .await
         .unwrap()

@@ -6,10 +6,7 @@
 mod common;
 
 use common::*;
-use tenure::proto::{
-    EventType, ListLeasesRequest, ReleaseRequest, RenewRequest, RevokeLeaseRequest,
-    WatchLeaseRequest,
-};
+use tenure::proto::{EventType, ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest};
 
 /// Lists only live holdings under the prefix, sorted, page by page.
 #[tokio::test]
@@ -20,13 +17,9 @@ async fn list_pages_through_live_holdings() {
         acquire(&mut c, acquire_req(n, "w", 60)).await;
     }
     let (gone, key) = acquire(&mut c, acquire_req("jobs.gone", "w", 60)).await;
-    c.release(ReleaseRequest {
-        name: "jobs.gone".into(),
-        expected_revision: gone.revision,
-        lease_key: key,
-    })
-    .await
-    .unwrap();
+    c.release(release_req("jobs.gone", gone.revision, key))
+        .await
+        .unwrap();
 
     let mut names = Vec::new();
     let mut token = String::new();
@@ -151,21 +144,12 @@ async fn revoke_is_seen_by_watcher_and_holder() {
     assert_eq!(e.revision, revoked.revision);
 
     let err = c
-        .renew(RenewRequest {
-            name: "jobs.stuck".into(),
-            expected_revision: lease.revision,
-            lease_key: key.clone(),
-            ttl: None,
-        })
+        .renew(renew_req("jobs.stuck", lease.revision, key.clone()))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     let err = c
-        .release(ReleaseRequest {
-            name: "jobs.stuck".into(),
-            expected_revision: lease.revision,
-            lease_key: key,
-        })
+        .release(release_req("jobs.stuck", lease.revision, key))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");

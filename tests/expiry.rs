@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tenure::proto::{EventType, ReleaseRequest, RenewRequest, WatchLeaseRequest};
+use tenure::proto::{EventType, WatchLeaseRequest};
 
 /// Waits on a watch stream for the next EXPIRED event and returns its token.
 async fn next_expiry(s: &mut tonic::Streaming<tenure::proto::WatchLeaseResponse>) -> u64 {
@@ -58,12 +58,7 @@ async fn renewed_lease_stays_held_for_five_ttls() {
     while started.elapsed() < Duration::from_millis(10_500) {
         interval.tick().await;
         let renewed = c
-            .renew(RenewRequest {
-                name: "exp.keep".into(),
-                expected_revision: revision,
-                lease_key: key.clone(),
-                ttl: None,
-            })
+            .renew(renew_req("exp.keep", revision, key.clone()))
             .await
             .expect("renewal within the TTL succeeds")
             .into_inner()
@@ -106,13 +101,9 @@ async fn lease_over_marker_or_tombstone_still_expires() {
     assert_eq!(next_expiry(&mut s).await, over_marker.fencing_token);
     // 3. Acquire and release, leaving a tombstone; acquire over it: it expires.
     let (held, key) = acquire(&mut c, acquire_req("exp.over", "c", 30)).await;
-    c.release(ReleaseRequest {
-        name: "exp.over".into(),
-        expected_revision: held.revision,
-        lease_key: key,
-    })
-    .await
-    .unwrap();
+    c.release(release_req("exp.over", held.revision, key))
+        .await
+        .unwrap();
     let (over_tombstone, _) = acquire(&mut c, acquire_req("exp.over", "d", 1)).await;
     assert_eq!(next_expiry(&mut s).await, over_tombstone.fencing_token);
 }

@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tenure::proto::{ReleaseRequest, RenewRequest};
 
 /// 1,000 handoffs of one name, mixing releases, expiries, acquires over a
 /// release tombstone, over an expiry marker, and over an empty subject (the
@@ -37,18 +36,7 @@ async fn tokens_increase_across_1000_mixed_handoffs() {
         );
         let mut revision = lease.revision;
         for _ in 0..(i % 3) {
-            let renewed = c
-                .renew(RenewRequest {
-                    name: name.into(),
-                    expected_revision: revision,
-                    lease_key: key.clone(),
-                    ttl: None,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .lease
-                .unwrap();
+            let renewed = renew(&mut c, renew_req(name, revision, key.clone())).await;
             assert_eq!(
                 renewed.fencing_token, lease.fencing_token,
                 "renewal keeps the token"
@@ -61,11 +49,7 @@ async fn tokens_increase_across_1000_mixed_handoffs() {
             expiries += 1;
         } else {
             let rel = c
-                .release(ReleaseRequest {
-                    name: name.into(),
-                    expected_revision: revision,
-                    lease_key: key,
-                })
+                .release(release_req(name, revision, key))
                 .await
                 .unwrap()
                 .into_inner();

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest, RevokeLeaseRequest};
+use tenure::proto::{AcquireRequest, RevokeLeaseRequest};
 
 /// Collects every log line in memory.
 #[derive(Clone, Default)]
@@ -46,34 +46,14 @@ async fn lease_keys_are_never_logged() {
         .into_inner()
         .lease
         .unwrap();
-    let renewed = c
-        .renew(RenewRequest {
-            name: "logged.job".into(),
-            expected_revision: lease.revision,
-            lease_key: key.into(),
-            ttl: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let renewed = renew(&mut c, renew_req("logged.job", lease.revision, key)).await;
     let wrong = "log-wrong-lease-key-4242";
-    c.renew(RenewRequest {
-        name: "logged.job".into(),
-        expected_revision: renewed.revision,
-        lease_key: wrong.into(),
-        ttl: None,
-    })
-    .await
-    .unwrap_err();
-    c.release(ReleaseRequest {
-        name: "logged.job".into(),
-        expected_revision: renewed.revision,
-        lease_key: key.into(),
-    })
-    .await
-    .unwrap();
+    c.renew(renew_req("logged.job", renewed.revision, wrong))
+        .await
+        .unwrap_err();
+    c.release(release_req("logged.job", renewed.revision, key))
+        .await
+        .unwrap();
     acquire(
         &mut c,
         AcquireRequest {

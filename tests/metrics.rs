@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{ReleaseRequest, RenewRequest, RevokeLeaseRequest, WatchLeaseRequest};
+use tenure::proto::{RevokeLeaseRequest, WatchLeaseRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// GETs a path from the metrics listener; returns (status line, body).
@@ -28,15 +28,6 @@ fn sample(body: &str, series: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
-}
-
-fn renew(name: &str, rev: u64, key: &str) -> RenewRequest {
-    RenewRequest {
-        name: name.into(),
-        expected_revision: rev,
-        lease_key: key.into(),
-        ttl: None,
-    }
 }
 
 /// Polls /metrics until `series` reaches `at_least`.
@@ -91,25 +82,18 @@ async fn metrics_move_with_the_traffic() {
     let mut c2 = LeaseServiceClient::connect(format!("http://{}", other.addr()))
         .await
         .unwrap();
-    c2.renew(renew("m.one", lease.revision, &key))
+    c2.renew(renew_req("m.one", lease.revision, &key))
         .await
         .unwrap();
-    let r = c
-        .renew(renew("m.one", lease.revision, &key))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let r = renew(&mut c, renew_req("m.one", lease.revision, &key)).await;
     assert!(r.revision > lease.revision);
-    c.release(ReleaseRequest {
-        name: "m.one".into(),
-        expected_revision: r.revision,
-        lease_key: key.clone(),
-    })
-    .await
-    .unwrap();
-    let err = c.renew(renew("m.one", r.revision, &key)).await.unwrap_err();
+    c.release(release_req("m.one", r.revision, key.clone()))
+        .await
+        .unwrap();
+    let err = c
+        .renew(renew_req("m.one", r.revision, &key))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     acquire(&mut c, acquire_req("m.two", "bob", 30)).await;
     c.revoke_lease(RevokeLeaseRequest {

@@ -4,24 +4,7 @@
 mod common;
 
 use common::*;
-use tenure::proto::{EventType, GetLeaseRequest, ReleaseRequest, RenewRequest, WatchLeaseRequest};
-
-fn renew(name: &str, rev: u64, key: &str) -> RenewRequest {
-    RenewRequest {
-        name: name.into(),
-        expected_revision: rev,
-        lease_key: key.into(),
-        ttl: None,
-    }
-}
-
-fn release(name: &str, rev: u64, key: &str) -> ReleaseRequest {
-    ReleaseRequest {
-        name: name.into(),
-        expected_revision: rev,
-        lease_key: key.into(),
-    }
-}
+use tenure::proto::{EventType, GetLeaseRequest, WatchLeaseRequest};
 
 /// A wrong lease key cannot renew or release, even with the right revision.
 #[tokio::test]
@@ -31,12 +14,20 @@ async fn wrong_key_is_not_held_and_writes_nothing() {
     let (lease, _key) = acquire(&mut c, acquire_req("own.key", "alice", 30)).await;
     let before = t.last_sequence().await;
     let err = c
-        .renew(renew("own.key", lease.revision, "not-the-right-key-000"))
+        .renew(renew_req(
+            "own.key",
+            lease.revision,
+            "not-the-right-key-000",
+        ))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     let err = c
-        .release(release("own.key", lease.revision, "not-the-right-key-000"))
+        .release(release_req(
+            "own.key",
+            lease.revision,
+            "not-the-right-key-000",
+        ))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
@@ -62,16 +53,19 @@ async fn foreign_revision_is_not_held() {
     let mut req = acquire_req("own.rev", "alice", 30);
     req.lease_key = "alice-secret-key-0001".into();
     let (first, key) = acquire(&mut c, req.clone()).await;
-    c.release(release("own.rev", first.revision, &key))
+    c.release(release_req("own.rev", first.revision, &key))
         .await
         .unwrap();
     let (second, _) = acquire(&mut c, req).await;
     assert!(second.fencing_token > first.fencing_token);
     let before = t.last_sequence().await;
     for rev in [first.revision, second.revision + 100] {
-        let err = c.renew(renew("own.rev", rev, &key)).await.unwrap_err();
+        let err = c.renew(renew_req("own.rev", rev, &key)).await.unwrap_err();
         assert_eq!(reason(&err), "LEASE_NOT_HELD", "revision {rev}");
-        let err = c.release(release("own.rev", rev, &key)).await.unwrap_err();
+        let err = c
+            .release(release_req("own.rev", rev, &key))
+            .await
+            .unwrap_err();
         assert_eq!(reason(&err), "LEASE_NOT_HELD", "revision {rev}");
     }
     assert_eq!(t.last_sequence().await, before, "nothing written");
@@ -84,24 +78,12 @@ async fn retried_renew_with_stale_revision_succeeds() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("own.retry", "alice", 30)).await;
-    let r1 = c
-        .renew(renew("own.retry", lease.revision, &key))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let r1 = renew(&mut c, renew_req("own.retry", lease.revision, &key)).await;
     // The reply of r1 was "lost": the client retries with the old revision.
-    let r2 = c
-        .renew(renew("own.retry", lease.revision, &key))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let r2 = renew(&mut c, renew_req("own.retry", lease.revision, &key)).await;
     assert_eq!(r2.fencing_token, lease.fencing_token);
     assert!(r2.revision > r1.revision);
-    c.release(release("own.retry", r1.revision, &key))
+    c.release(release_req("own.retry", r1.revision, &key))
         .await
         .expect("release with a stale revision of the same holding");
 }
@@ -124,32 +106,24 @@ async fn second_replica_renews_and_refuses_alike() {
     .await
     .unwrap();
     let (lease, key) = acquire(&mut c1, acquire_req("own.replica", "alice", 30)).await;
-    let r = c2
-        .renew(renew("own.replica", lease.revision, &key))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let r = renew(&mut c2, renew_req("own.replica", lease.revision, &key)).await;
     assert_eq!(r.fencing_token, lease.fencing_token);
     // Replica 1 still remembers the old revision; its CAS fails and it falls back to a read.
-    let r = c1
-        .renew(renew("own.replica", r.revision, &key))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let r = renew(&mut c1, renew_req("own.replica", r.revision, &key)).await;
     let err = c2
-        .release(release("own.replica", r.revision, "wrong-key-wrong-key-1"))
+        .release(release_req(
+            "own.replica",
+            r.revision,
+            "wrong-key-wrong-key-1",
+        ))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
-    c2.release(release("own.replica", r.revision, &key))
+    c2.release(release_req("own.replica", r.revision, &key))
         .await
         .unwrap();
     let err = c1
-        .renew(renew("own.replica", r.revision, &key))
+        .renew(renew_req("own.replica", r.revision, &key))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
@@ -184,13 +158,13 @@ async fn after_expiry_is_not_held() {
     }
     let before = t.last_sequence().await;
     let err = c
-        .renew(renew("own.exp", lease.revision, &key))
+        .renew(renew_req("own.exp", lease.revision, &key))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
     assert!(err.message().contains("EXPIRED"), "{}", err.message());
     let err = c
-        .release(release("own.exp", lease.revision, &key))
+        .release(release_req("own.exp", lease.revision, &key))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");
@@ -203,11 +177,11 @@ async fn release_twice_reports_already_released() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("own.twice", "alice", 30)).await;
-    c.release(release("own.twice", lease.revision, &key))
+    c.release(release_req("own.twice", lease.revision, &key))
         .await
         .unwrap();
     let err = c
-        .release(release("own.twice", lease.revision, &key))
+        .release(release_req("own.twice", lease.revision, &key))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");

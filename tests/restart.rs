@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tenure::proto::{GetLeaseRequest, RenewRequest};
+use tenure::proto::GetLeaseRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -62,18 +62,7 @@ async fn nats_restart_keeps_leases_and_health_follows() {
         (now.holder.as_str(), now.fencing_token, now.revision),
         ("alice", lease.fencing_token, lease.revision)
     );
-    let renewed = c
-        .renew(RenewRequest {
-            name: "survive.a".into(),
-            expected_revision: lease.revision,
-            lease_key: key,
-            ttl: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let renewed = renew(&mut c, renew_req("survive.a", lease.revision, key)).await;
     assert_eq!(renewed.fencing_token, lease.fencing_token);
     let (other, _) = acquire(&mut c, acquire_req("survive.b", "bob", 10)).await;
     assert!(other.fencing_token > renewed.revision);

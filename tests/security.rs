@@ -9,10 +9,7 @@ use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tenure::auth::{Action, Grant};
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{
-    GetLeaseRequest, ListLeasesRequest, ReleaseRequest, RenewRequest, RevokeLeaseRequest,
-    WatchLeaseRequest,
-};
+use tenure::proto::{GetLeaseRequest, ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
 
@@ -195,12 +192,7 @@ async fn identities_stay_inside_their_grants() {
     // Inside the prefix.
     let (lease, key) = acquire(&mut billing, acquire_req("billing.run", "svc", 30)).await;
     billing
-        .renew(RenewRequest {
-            name: "billing.run".into(),
-            expected_revision: lease.revision,
-            lease_key: key.clone(),
-            ttl: None,
-        })
+        .renew(renew_req("billing.run", lease.revision, key.clone()))
         .await
         .unwrap();
     let mut w = billing
@@ -229,23 +221,14 @@ async fn identities_stay_inside_their_grants() {
     );
     denied(
         Ok(billing
-            .renew(RenewRequest {
-                name: "jobs.x".into(),
-                expected_revision: 1,
-                lease_key: key.clone(),
-                ttl: None,
-            })
+            .renew(renew_req("jobs.x", 1, key.clone()))
             .await
             .unwrap_err()),
         "renew",
     );
     denied(
         Ok(billing
-            .release(ReleaseRequest {
-                name: "jobs.x".into(),
-                expected_revision: 1,
-                lease_key: key.clone(),
-            })
+            .release(release_req("jobs.x", 1, key.clone()))
             .await
             .unwrap_err()),
         "release",

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use tenure::proto::{AcquireRequest, RenewRequest};
+use tenure::proto::AcquireRequest;
 use tokio::sync::mpsc;
 
 /// An OTLP/gRPC trace receiver that forwards every span it gets.
@@ -85,12 +85,11 @@ async fn rpc_spans_reach_the_otlp_receiver() {
     );
     let lease = c.acquire(req).await.unwrap().into_inner().lease.unwrap();
     let err = c
-        .renew(RenewRequest {
-            name: "traced.job".into(),
-            expected_revision: lease.revision,
-            lease_key: "not-the-right-lease-key".into(),
-            ttl: None,
-        })
+        .renew(renew_req(
+            "traced.job",
+            lease.revision,
+            "not-the-right-lease-key",
+        ))
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "LEASE_NOT_HELD");

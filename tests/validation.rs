@@ -167,12 +167,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("v.held", "worker", 30)).await;
     let before = t.last_sequence().await;
-    let renew = RenewRequest {
-        name: "v.held".into(),
-        expected_revision: lease.revision,
-        lease_key: key.clone(),
-        ttl: None,
-    };
+    let renew = renew_req("v.held", lease.revision, key.clone());
     let bad_renews = [
         (
             RenewRequest {
@@ -217,11 +212,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
             (tonic::Code::InvalidArgument, want)
         );
     }
-    let release = ReleaseRequest {
-        name: "v.held".into(),
-        expected_revision: lease.revision,
-        lease_key: key,
-    };
+    let release = release_req("v.held", lease.revision, key);
     let bad_releases = [
         (
             ReleaseRequest {

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{EventType, LeaseEvent, ReleaseRequest, RenewRequest, WatchLeaseRequest};
+use tenure::proto::{EventType, LeaseEvent, WatchLeaseRequest};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
@@ -52,13 +52,9 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
     assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
     if pre == name {
         // Free the name for the lifecycle; the watch sees that first.
-        c.release(ReleaseRequest {
-            name: pre.into(),
-            expected_revision: pre_lease.revision,
-            lease_key: pre_key,
-        })
-        .await
-        .unwrap();
+        c.release(release_req(pre, pre_lease.revision, pre_key))
+            .await
+            .unwrap();
         let e = next(&mut s).await;
         assert_eq!(
             (kind(&e), e.holder.as_str()),
@@ -67,24 +63,9 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
     }
 
     let (lease, key) = acquire(&mut c, acquire_req(name, "alice", 30)).await;
-    let renewed = c
-        .renew(RenewRequest {
-            name: name.into(),
-            expected_revision: lease.revision,
-            lease_key: key.clone(),
-            ttl: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lease
-        .unwrap();
+    let renewed = renew(&mut c, renew_req(name, lease.revision, key.clone())).await;
     let released = c
-        .release(ReleaseRequest {
-            name: name.into(),
-            expected_revision: renewed.revision,
-            lease_key: key,
-        })
+        .release(release_req(name, renewed.revision, key))
         .await
         .unwrap()
         .into_inner();
@@ -162,13 +143,9 @@ async fn empty_snapshot_and_filters() {
     assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
     acquire(&mut c, acquire_req("other", "x", 30)).await;
     let (lease, key) = acquire(&mut c, acquire_req("f.a", "alice", 30)).await;
-    c.release(ReleaseRequest {
-        name: "f.a".into(),
-        expected_revision: lease.revision,
-        lease_key: key,
-    })
-    .await
-    .unwrap();
+    c.release(release_req("f.a", lease.revision, key))
+        .await
+        .unwrap();
     let e = next(&mut s).await;
     assert_eq!((kind(&e), e.name.as_str()), (EventType::Released, "f.a"));
 }

@@ -8,7 +8,7 @@ use async_nats::jetstream;
 use tenure::config::Config;
 use tenure::embedded::{find_binary, NatsProcess};
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{self, AcquireRequest};
+use tenure::proto::{self, AcquireRequest, ReleaseRequest, RenewRequest};
 use tenure::server::{self, Running};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -170,4 +170,38 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
     tokio::time::timeout(Duration::from_secs(30), f)
         .await
         .unwrap_or_else(|_| panic!("{what} did not happen within 30s"))
+}
+
+/// A Renew request that keeps the granted TTL.
+pub fn renew_req(name: impl Into<String>, revision: u64, key: impl Into<String>) -> RenewRequest {
+    RenewRequest {
+        name: name.into(),
+        expected_revision: revision,
+        lease_key: key.into(),
+        ttl: None,
+    }
+}
+
+/// A Release request.
+pub fn release_req(
+    name: impl Into<String>,
+    revision: u64,
+    key: impl Into<String>,
+) -> ReleaseRequest {
+    ReleaseRequest {
+        name: name.into(),
+        expected_revision: revision,
+        lease_key: key.into(),
+    }
+}
+
+/// Renews and unwraps the renewed lease.
+pub async fn renew(client: &mut LeaseServiceClient<Channel>, req: RenewRequest) -> proto::Lease {
+    client
+        .renew(req)
+        .await
+        .expect("renew")
+        .into_inner()
+        .lease
+        .unwrap()
 }
