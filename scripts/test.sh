@@ -24,8 +24,9 @@ cargo test --workspace
 step "safety under faults (CI variant; the long run is scripts/safety.sh)"
 scripts/safety.sh --quick
 
-step "benchmark smoke run (debug build; the real run is cargo bench)"
+step "benchmark smoke runs (debug builds; the full runs: scripts/bench.sh, cargo bench)"
 cargo test --bench latency -- --quick
+scripts/bench.sh --quick
 
 for lang in go python typescript java; do
   if [ -x "clients/$lang/test.sh" ]; then

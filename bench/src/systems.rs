@@ -1,0 +1,561 @@
+//! The systems under test, behind one set of lease operations so that every
+//! workload runs the same steps against each:
+//!
+//! - **raw**: async-nats publishes doing what Tenure does on the bucket, and
+//!   nothing more: acquire = leader read of the key's last message + publish
+//!   with `Nats-Expected-Last-Subject-Sequence` and `Nats-TTL`; renew = the
+//!   same publish over the last revision; release = a `KV-Operation: DEL`
+//!   tombstone with the expected revision and a TTL. Payloads are Tenure's
+//!   own record encoding, so message sizes match. No key hashing, no gRPC:
+//!   the floor Tenure cannot beat.
+//! - **tenure**: the gRPC API, the way clients call it, over a small pool of
+//!   HTTP/2 connections.
+//! - **etcd**: its v3lock `Lock`/`Unlock` with a lease attached, and
+//!   `LeaseGrant`/`LeaseKeepAlive` for renewals, through `etcd-client`.
+//!
+//! A [`Session`] is what a client keeps across holdings: for etcd the lease
+//! its locks are attached to (the `concurrency.Session` pattern); for raw
+//! the ordered consumer a waiting client follows its key with, kept across
+//! its waits like a long-lived client would (one consumer per wait would
+//! hit JetStream's consumer limit under fast handoffs); nothing for Tenure,
+//! whose TTL lives on each holding.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
+use async_nats::HeaderMap;
+use futures::StreamExt;
+use tenure::proto::lease_service_client::LeaseServiceClient;
+use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tenure::record::{KeyHash, Record, Released};
+use tonic::transport::Channel;
+
+use crate::procs::R;
+
+/// Which system a figure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Direct async-nats calls.
+    Raw,
+    /// Tenure over gRPC.
+    Tenure,
+    /// etcd with its default fsync per commit.
+    Etcd,
+    /// etcd with `--unsafe-no-fsync`.
+    EtcdNoFsync,
+}
+
+impl Kind {
+    /// Short name for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Raw => "raw",
+            Kind::Tenure => "tenure",
+            Kind::Etcd => "etcd",
+            Kind::EtcdNoFsync => "etcd-nofsync",
+        }
+    }
+}
+
+/// A system under test.
+pub enum Sys {
+    /// Direct async-nats calls on the `raw` bucket.
+    Raw(Raw),
+    /// Tenure over gRPC; `bg` writes background leases into its bucket.
+    Tenure(Tenure, Raw),
+    /// etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(crate::etcd::Etcd),
+}
+
+/// A raw client's ordered consumer on one key: (key, its messages).
+pub type Follower = Option<(String, consumer::push::Ordered)>;
+
+/// What a client keeps across holdings (etcd: its lease; raw: its follower).
+#[derive(Clone)]
+pub struct Session {
+    /// raw: the consumer this client waits with, created on first wait.
+    pub follower: Arc<tokio::sync::Mutex<Follower>>,
+    /// etcd lease id; 0 for the NATS systems.
+    pub lease: i64,
+    /// When the lease was granted (reply received).
+    pub granted_at: Instant,
+    /// The TTL the server granted, seconds.
+    pub ttl_s: u64,
+}
+
+/// One holding of a lease name.
+pub struct Held {
+    /// The lease name.
+    pub name: String,
+    /// The revision the next renew/release must name.
+    pub rev: u64,
+    /// The fencing token (etcd: the revision the lock was granted at).
+    pub token: u64,
+    /// Tenure's lease key.
+    pub key: String,
+    /// etcd: the lock's key, for Unlock.
+    pub lock_key: Vec<u8>,
+    /// When the holding runs out if never renewed, on this process's clock:
+    /// the reply to the write that set the TTL + the granted TTL.
+    pub deadline: Instant,
+    /// etcd: the keep-alive stream of the session lease, opened on first renew.
+    #[cfg(feature = "etcd")]
+    pub keeper: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+    /// etcd: the session lease.
+    pub lease: i64,
+}
+
+impl Held {
+    /// A holding with the fields every system sets.
+    fn new(name: &str, rev: u64, token: u64, deadline: Instant) -> Held {
+        Held {
+            name: name.to_string(),
+            rev,
+            token,
+            key: String::new(),
+            lock_key: Vec::new(),
+            deadline,
+            #[cfg(feature = "etcd")]
+            keeper: None,
+            lease: 0,
+        }
+    }
+}
+
+/// How long a waiting acquire may wait.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+impl Sys {
+    /// Which system this is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Sys::Raw(_) => Kind::Raw,
+            Sys::Tenure(..) => Kind::Tenure,
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.kind,
+        }
+    }
+
+    /// Starts a client session whose holdings last `ttl_s` (etcd: grants
+    /// the lease locks are attached to).
+    pub async fn session(&self, ttl_s: u64) -> R<Session> {
+        match self {
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.session(ttl_s).await,
+            _ => Ok(Session {
+                follower: Default::default(),
+                lease: 0,
+                granted_at: Instant::now(),
+                ttl_s,
+            }),
+        }
+    }
+
+    /// Ends a session (etcd: revokes its lease).
+    pub async fn end_session(&self, s: Session) -> R<()> {
+        match self {
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.end_session(s).await,
+            _ => {
+                let _ = s;
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes `name` for `session`. Without `wait` a held name is an error;
+    /// with it, blocks until the name is free (up to [`WAIT`]).
+    pub async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
+        match self {
+            Sys::Raw(r) => r.acquire(name, session, wait).await,
+            Sys::Tenure(t, _) => t.acquire(name, session.ttl_s, wait).await,
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.acquire(name, session).await,
+        }
+    }
+
+    /// Extends a holding (etcd: one keep-alive round trip of its lease).
+    pub async fn renew(&self, h: &mut Held, session: &Session) -> R<()> {
+        match self {
+            Sys::Raw(r) => r.renew(h, session.ttl_s).await,
+            Sys::Tenure(t, _) => t.renew(h).await,
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.renew(h).await,
+        }
+    }
+
+    /// Ends a holding.
+    pub async fn release(&self, h: &Held) -> R<()> {
+        match self {
+            Sys::Raw(r) => r.release(h).await,
+            Sys::Tenure(t, _) => t.release(h).await,
+            #[cfg(feature = "etcd")]
+            Sys::Etcd(e) => e.release(h).await,
+        }
+    }
+
+    /// Creates `n` leases that nobody renews, all due to expire by
+    /// `expire_at` (whole-second TTLs, at least 1 s, so they fall due in the
+    /// second before it), as fast as the system takes them: NATS pipelined
+    /// publishes straight into the bucket; etcd a granted lease with a key
+    /// attached, 128 at a time. Written in chunks of 500, each chunk's TTL
+    /// computed when it is written.
+    pub async fn background_leases(&self, prefix: &str, n: usize, expire_at: Instant) -> R<()> {
+        for (chunk, start) in (0..n).step_by(500).enumerate() {
+            let count = 500.min(n - start);
+            let ttl_s = expire_at
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                .max(1);
+            let prefix = format!("{prefix}.c{chunk}");
+            match self {
+                Sys::Raw(r) | Sys::Tenure(_, r) => r.background(&prefix, count, ttl_s).await?,
+                #[cfg(feature = "etcd")]
+                Sys::Etcd(e) => e.background(&prefix, count, ttl_s).await?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Current Unix milliseconds.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Direct async-nats access to one KV bucket.
+#[derive(Clone)]
+pub struct Raw {
+    /// For inboxes.
+    client: async_nats::Client,
+    /// Publishes.
+    js: jetstream::Context,
+    /// Leader reads and consumers.
+    stream: stream::Stream,
+    /// `$KV.<bucket>.`
+    prefix: String,
+    /// A key hash to store, so records are the size of Tenure's.
+    key_hex: String,
+}
+
+/// What the last message of a key says.
+enum State {
+    /// A live holding.
+    Live,
+    /// Released, expired or purged.
+    Gone,
+}
+
+/// Reads a key message's state from its headers, like Tenure's classifier.
+fn state_of(headers: Option<&HeaderMap>) -> State {
+    match headers {
+        Some(h) if h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some() => {
+            State::Gone
+        }
+        _ => State::Live,
+    }
+}
+
+impl Raw {
+    /// Opens `bucket`, creating it the way Tenure does (history 1, file
+    /// storage, per-message TTL with 15 min markers) when `create`.
+    pub async fn open(url: &str, bucket: &str, create: bool) -> R<Raw> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| format!("NATS {url}: {e}"))?;
+        let js = jetstream::new(client.clone());
+        if create {
+            js.create_key_value(kv::Config {
+                bucket: bucket.to_string(),
+                history: 1,
+                storage: stream::StorageType::File,
+                limit_markers: Some(Duration::from_secs(15 * 60)),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("creating bucket {bucket}: {e}"))?;
+        }
+        let stream = js
+            .get_stream(format!("KV_{bucket}"))
+            .await
+            .map_err(|e| format!("bucket {bucket}: {e}"))?;
+        Ok(Raw {
+            client,
+            js,
+            stream,
+            prefix: format!("$KV.{bucket}."),
+            key_hex: KeyHash::of("bench-lease-key-0123456789").to_hex(),
+        })
+    }
+
+    /// One conditional publish; `Ok(None)` on a lost CAS race.
+    async fn publish(
+        &self,
+        subject: String,
+        msg: jetstream::message::PublishMessage,
+    ) -> R<Option<u64>> {
+        let ack = match self.js.send_publish(subject, msg).await {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(ack) => Ok(Some(ack.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Err(e) => Err(format!("publish: {e}")),
+        }
+    }
+
+    /// A record like Tenure's.
+    fn record(&self, token: u64, ttl_s: u64) -> Record {
+        let now = now_ms();
+        Record {
+            holder: "bench".into(),
+            token,
+            key_sha256: self.key_hex.clone(),
+            ttl_s,
+            acquired_ms: now,
+            renewed_ms: now,
+            metadata: Default::default(),
+        }
+    }
+
+    /// One try: read the last message, CAS over it. `Ok(None)`: held or lost.
+    async fn try_acquire(&self, name: &str, ttl_s: u64) -> R<Option<Held>> {
+        let subject = format!("{}{}", self.prefix, name);
+        let expected = match self.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => match state_of(Some(&m.headers)) {
+                State::Live => return Ok(None),
+                State::Gone => m.sequence,
+            },
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
+            Err(e) => return Err(format!("read {name}: {e}")),
+        };
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(self.record(0, ttl_s).encode())
+            .expected_last_subject_sequence(expected)
+            .ttl(Duration::from_secs(ttl_s));
+        Ok(self
+            .publish(subject, msg)
+            .await?
+            .map(|rev| Held::new(name, rev, rev, Instant::now() + Duration::from_secs(ttl_s))))
+    }
+
+    /// Takes `name`; with `wait`, follows the key with an ordered consumer
+    /// (as Tenure does; kept in the session for the next wait) and retries
+    /// when it is released or expires.
+    async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
+        let ttl_s = session.ttl_s;
+        if !wait {
+            return self
+                .try_acquire(name, ttl_s)
+                .await?
+                .ok_or_else(|| format!("{name} is held"));
+        }
+        let mut follower = session.follower.lock().await;
+        if follower.as_ref().is_none_or(|(key, _)| key != name) {
+            let consumer = self
+                .stream
+                .create_consumer(consumer::push::OrderedConfig {
+                    deliver_subject: self.client.new_inbox(),
+                    filter_subject: format!("{}{}", self.prefix, name),
+                    deliver_policy: consumer::DeliverPolicy::New,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("follow {name}: {e}"))?;
+            let messages = consumer
+                .messages()
+                .await
+                .map_err(|e| format!("follow {name}: {e}"))?;
+            *follower = Some((name.to_string(), messages));
+        }
+        let (_, messages) = follower.as_mut().expect("set above");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(h) = self.try_acquire(name, ttl_s).await? {
+                return Ok(h);
+            }
+            // Wait for a message that frees the key (an old one queued from
+            // an earlier wait only costs one more try).
+            loop {
+                let next = tokio::time::timeout_at(deadline, messages.next())
+                    .await
+                    .map_err(|_| format!("{name}: still held after {WAIT:?}"))?;
+                match next {
+                    Some(Ok(m)) => {
+                        if let State::Gone = state_of(m.headers.as_ref()) {
+                            break;
+                        }
+                    }
+                    Some(Err(e)) => return Err(format!("follow {name}: {e}")),
+                    None => return Err(format!("follow {name}: consumer ended")),
+                }
+            }
+        }
+    }
+
+    /// Rewrites the holding over its last revision with a fresh TTL.
+    async fn renew(&self, h: &mut Held, ttl_s: u64) -> R<()> {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(self.record(h.token, ttl_s).encode())
+            .expected_last_subject_sequence(h.rev)
+            .ttl(Duration::from_secs(ttl_s));
+        match self
+            .publish(format!("{}{}", self.prefix, h.name), msg)
+            .await?
+        {
+            Some(rev) => {
+                h.rev = rev;
+                h.deadline = Instant::now() + Duration::from_secs(ttl_s);
+                Ok(())
+            }
+            None => Err(format!("renew {}: lost the CAS", h.name)),
+        }
+    }
+
+    /// Writes the release tombstone over the holding's last revision.
+    async fn release(&self, h: &Held) -> R<()> {
+        let released = Released {
+            holder: "bench".into(),
+            token: h.token,
+        };
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(released.encode())
+            .header("KV-Operation", "DEL")
+            .expected_last_subject_sequence(h.rev)
+            .ttl(Duration::from_secs(15 * 60));
+        match self
+            .publish(format!("{}{}", self.prefix, h.name), msg)
+            .await?
+        {
+            Some(_) => Ok(()),
+            None => Err(format!("release {}: lost the CAS", h.name)),
+        }
+    }
+
+    /// `n` fresh leases `<prefix>.<i>`, pipelined 1,000 acks in flight
+    /// (under the 5,000 that would stall the publisher).
+    async fn background(&self, prefix: &str, n: usize, ttl_s: u64) -> R<()> {
+        let results: Vec<R<Option<u64>>> = futures::stream::iter(0..n)
+            .map(|i| {
+                let msg = jetstream::message::PublishMessage::build()
+                    .payload(self.record(0, ttl_s).encode())
+                    .expected_last_subject_sequence(0)
+                    .ttl(Duration::from_secs(ttl_s));
+                self.publish(format!("{}{prefix}.{i}", self.prefix), msg)
+            })
+            .buffer_unordered(1000)
+            .collect()
+            .await;
+        let failed = results.iter().filter(|r| !matches!(r, Ok(Some(_)))).count();
+        if failed > 0 {
+            return Err(format!("{failed} of {n} background leases failed"));
+        }
+        Ok(())
+    }
+}
+
+/// A Tenure client over a pool of HTTP/2 connections.
+pub struct Tenure {
+    /// One channel per connection, used round-robin.
+    channels: Vec<Channel>,
+    /// The next channel to use.
+    next: AtomicUsize,
+}
+
+/// A protobuf duration of whole seconds.
+fn pd(s: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: s as i64,
+        nanos: 0,
+    }
+}
+
+impl Tenure {
+    /// Opens `conns` connections to Tenure at `addr` (`host:port`).
+    pub async fn connect(addr: &str, conns: usize) -> R<Tenure> {
+        let mut channels = Vec::new();
+        for _ in 0..conns.max(1) {
+            let ch = Channel::from_shared(format!("http://{addr}"))
+                .map_err(|e| e.to_string())?
+                .connect()
+                .await
+                .map_err(|e| format!("connect to tenure at {addr}: {e}"))?;
+            channels.push(ch);
+        }
+        Ok(Tenure {
+            channels,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// A client on the next connection.
+    pub fn client(&self) -> LeaseServiceClient<Channel> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.channels.len();
+        LeaseServiceClient::new(self.channels[i].clone())
+    }
+
+    /// Acquire, optionally waiting.
+    async fn acquire(&self, name: &str, ttl_s: u64, wait: bool) -> R<Held> {
+        let resp = self
+            .client()
+            .acquire(AcquireRequest {
+                name: name.to_string(),
+                holder: "bench".into(),
+                ttl: Some(pd(ttl_s)),
+                wait: wait.then(|| pd(WAIT.as_secs())),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| format!("Acquire {name}: {:?} {}", s.code(), s.message()))?
+            .into_inner();
+        let now = Instant::now();
+        let lease = resp.lease.ok_or("Acquire: no lease in reply")?;
+        let granted = lease.ttl.map_or(ttl_s, |d| d.seconds as u64);
+        let mut h = Held::new(
+            name,
+            lease.revision,
+            lease.fencing_token,
+            now + Duration::from_secs(granted),
+        );
+        h.key = resp.lease_key;
+        Ok(h)
+    }
+
+    /// Renew with the last revision.
+    async fn renew(&self, h: &mut Held) -> R<()> {
+        let lease = self
+            .client()
+            .renew(RenewRequest {
+                name: h.name.clone(),
+                expected_revision: h.rev,
+                lease_key: h.key.clone(),
+                ttl: None,
+            })
+            .await
+            .map_err(|s| format!("Renew {}: {:?} {}", h.name, s.code(), s.message()))?
+            .into_inner()
+            .lease
+            .ok_or("Renew: no lease in reply")?;
+        h.rev = lease.revision;
+        Ok(())
+    }
+
+    /// Release with the last revision.
+    async fn release(&self, h: &Held) -> R<()> {
+        self.client()
+            .release(ReleaseRequest {
+                name: h.name.clone(),
+                expected_revision: h.rev,
+                lease_key: h.key.clone(),
+            })
+            .await
+            .map_err(|s| format!("Release {}: {:?} {}", h.name, s.code(), s.message()))?;
+        Ok(())
+    }
+}
