@@ -37,6 +37,22 @@ async fn deadline_cancels_the_nats_call() {
     acquire(&mut c, acquire_req("dl.a", "w", 60)).await;
     let pid = t.nats.process.as_ref().unwrap().pid().unwrap();
     signal(pid, libc::SIGSTOP);
+    // Signals are delivered asynchronously: wait until the server really is
+    // stopped (waitpid reports it), or a busy machine lets a request through.
+    within(
+        "nats-server to stop",
+        tokio::task::spawn_blocking(move || {
+            let mut status = 0;
+            // SAFETY: waiting on the test's own child process.
+            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WUNTRACED) };
+            assert!(
+                r == pid as libc::pid_t && libc::WIFSTOPPED(status),
+                "waitpid: {r} {status}"
+            );
+        }),
+    )
+    .await
+    .unwrap();
 
     let mut req = tonic::Request::new(GetLeaseRequest {
         name: "dl.a".into(),
