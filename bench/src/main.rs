@@ -254,18 +254,7 @@ async fn run(args: Args) -> R<()> {
                     let k = sys.kind();
                     let tag = format!("w1.{}.c{c}.r{run}", k.name());
                     match workloads::renew(&sys, &tag, c, dur).await {
-                        Ok(t) => {
-                            rep.add(&w, "ops/s", k, t.per_s);
-                            rep.add(&w, "p50 ms", k, t.p50);
-                            rep.add(&w, "p99 ms", k, t.p99);
-                            eprintln!(
-                                "{w} {}: {:.0}/s p50 {:.3} ms p99 {:.3} ms",
-                                k.name(),
-                                t.per_s,
-                                t.p50,
-                                t.p99
-                            );
-                        }
+                        Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
                 }
@@ -281,18 +270,7 @@ async fn run(args: Args) -> R<()> {
                     let k = sys.kind();
                     let tag = format!("w2.{}.c{c}.r{run}", k.name());
                     match workloads::cycles(&sys, &tag, c, dur).await {
-                        Ok(t) => {
-                            rep.add(&w, "cycles/s", k, t.per_s);
-                            rep.add(&w, "p50 ms", k, t.p50);
-                            rep.add(&w, "p99 ms", k, t.p99);
-                            eprintln!(
-                                "{w} {}: {:.0}/s p50 {:.3} ms p99 {:.3} ms",
-                                k.name(),
-                                t.per_s,
-                                t.p50,
-                                t.p99
-                            );
-                        }
+                        Ok(t) => add_throughput(&mut rep, &w, "cycles/s", k, &t),
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
                 }
@@ -530,4 +508,24 @@ async fn run(args: Args) -> R<()> {
         return Err(format!("{} workload run(s) failed", rep.notes.len()));
     }
     Ok(())
+}
+
+/// Records one throughput run (rate in `unit`, p50, p99) and prints it.
+fn add_throughput(
+    rep: &mut report::Report,
+    w: &str,
+    unit: &str,
+    k: Kind,
+    t: &workloads::Throughput,
+) {
+    rep.add(w, unit, k, t.per_s);
+    rep.add(w, "p50 ms", k, t.p50);
+    rep.add(w, "p99 ms", k, t.p99);
+    eprintln!(
+        "{w} {}: {:.0}/s p50 {:.3} ms p99 {:.3} ms",
+        k.name(),
+        t.per_s,
+        t.p50,
+        t.p99
+    );
 }

@@ -7,6 +7,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { after, before } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 
 import { Reason, TenureClient, TenureError, type LeaseEvent } from "../src";
@@ -167,4 +168,22 @@ let counter = 0;
 export function uniqueName(prefix: string): string {
   counter += 1;
   return `${prefix}.p${process.pid}-${counter}`;
+}
+
+/**
+ * Starts one server and one client for the calling test file (before its
+ * tests) and stops both after them; `ready` receives them.
+ */
+export function serverPerFile(ready: (server: TenureServer, client: TenureClient) => void): void {
+  let server: TenureServer | undefined;
+  let client: TenureClient | undefined;
+  before(async () => {
+    server = await TenureServer.start();
+    client = new TenureClient(server.address);
+    ready(server, client);
+  });
+  after(async () => {
+    client?.close();
+    await server?.stop();
+  });
 }

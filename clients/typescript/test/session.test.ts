@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import {
@@ -17,19 +17,14 @@ import {
   TenureError,
   type LeaseEvent,
 } from "../src";
-import { aborted, clientEntry, nextMatching, TenureServer, uniqueName, within } from "./harness";
+import { aborted, clientEntry, nextMatching, TenureServer, uniqueName, within, serverPerFile } from "./harness";
 
 let server: TenureServer;
 let client: TenureClient;
 
-before(async () => {
-  server = await TenureServer.start();
-  client = new TenureClient(server.address);
-});
-
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverPerFile((s, c) => {
+  server = s;
+  client = c;
 });
 
 /** Starts a watch on `name` and returns its iterator once the snapshot is complete. */

@@ -4,22 +4,17 @@
  */
 import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { LeaseLostError, TenureClient, TenureError } from "../src";
-import { aborted, TenureServer, uniqueName, within } from "./harness";
+import { aborted, TenureServer, uniqueName, within, serverPerFile } from "./harness";
 
 let server: TenureServer;
 let client: TenureClient;
 
-before(async () => {
-  server = await TenureServer.start();
-  client = new TenureClient(server.address);
-});
-
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverPerFile((s, c) => {
+  server = s;
+  client = c;
 });
 
 describe("unreachable server", () => {

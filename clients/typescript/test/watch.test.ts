@@ -3,22 +3,17 @@
  * of live change, and cancellation.
  */
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { EventType, TenureClient, type LeaseEvent } from "../src";
-import { nextMatching, TenureServer, uniqueName, within } from "./harness";
+import { nextMatching, TenureServer, uniqueName, within, serverPerFile } from "./harness";
 
 let server: TenureServer;
 let client: TenureClient;
 
-before(async () => {
-  server = await TenureServer.start();
-  client = new TenureClient(server.address);
-});
-
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverPerFile((s, c) => {
+  server = s;
+  client = c;
 });
 
 /** Acquires with the raw stub: a holding nobody renews, so it expires. */
