@@ -98,7 +98,12 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::Serving).await;
     METRICS.nats_connected.set(1);
-    tokio::spawn(follow_connection(events, store.clone(), health.clone()));
+    tokio::spawn(follow_connection(
+        events,
+        store.clone(),
+        health.clone(),
+        trigger.subscribe(),
+    ));
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -319,10 +324,20 @@ async fn follow_connection(
     mut events: mpsc::UnboundedReceiver<Event>,
     store: Store,
     health: HealthReporter,
+    mut shutdown: crate::shutdown::Shutdown,
 ) {
     // The first Connected event is the initial connection, not a reconnect.
     let mut lost = false;
-    while let Some(event) = events.recv().await {
+    loop {
+        // After shutdown, NATS going away (the local server stopping with
+        // us) is expected: no warning, no health change.
+        let event = tokio::select! {
+            _ = shutdown.recv() => return,
+            event = events.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+        };
         match event {
             Event::Disconnected => {
                 lost = true;
