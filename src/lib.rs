@@ -25,7 +25,8 @@
 //! - [`service`]: gRPC glue: request validation, proto ↔ domain conversion.
 //! - [`validate`]: the input rules (names, holders, TTLs, keys, metadata).
 //! - [`lease`]: the lease protocol: acquire, renew, release, get, wait.
-//! - [`watch`]: turns bucket messages into lease events for `WatchLease`.
+//! - [`watch`]: the shared bucket watcher that fans lease events out to
+//!   `WatchLease` streams and waiting Acquires.
 //! - [`store`]: the KV adapter: bucket set-up, CAS publishes, leader reads,
 //!   ordered consumers, message classification.
 //! - [`record`]: the JSON value stored under each lease name.
