@@ -19,7 +19,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use crate::error::{Error, Reason, Result};
-use crate::lease::Holding;
+use crate::lease::{unreadable, Holding};
 use crate::store::{CasError, Kind, Store};
 use crate::validate;
 
@@ -170,12 +170,7 @@ pub async fn revoke(
         let (revision, record) = match last {
             Some(entry) => match entry.kind {
                 Kind::Held(record) => (entry.revision, record),
-                Kind::Unreadable => {
-                    return Err(Error::new(
-                        Reason::RecordUnreadable,
-                        format!("key {name:?} holds a value that is not a Tenure lease; remove it with `nats kv del`"),
-                    ))
-                }
+                Kind::Unreadable => return Err(unreadable(name, store.bucket())),
                 _ => return Err(not_found(name, "it is not held")),
             },
             None => return Err(not_found(name, "it is not held")),

@@ -445,7 +445,7 @@ fn contended(name: &str) -> Error {
 }
 
 /// `RECORD_UNREADABLE` for a foreign value under a lease name.
-fn unreadable(name: &str, bucket: &str) -> Error {
+pub(crate) fn unreadable(name: &str, bucket: &str) -> Error {
     Error::new(
         Reason::RecordUnreadable,
         format!(

@@ -245,20 +245,14 @@ impl Store {
     }
 
     /// Writes a release tombstone if the name's last revision is `expected`.
-    /// The tombstone has a TTL too, or the bucket would keep one per name
-    /// forever. Returns the tombstone's revision.
+    /// Returns the tombstone's revision.
     pub async fn tombstone(
         &self,
         name: &str,
         released: &Released,
         expected: u64,
     ) -> Result<u64, CasError> {
-        let msg = jetstream::message::PublishMessage::build()
-            .payload(released.encode())
-            .header("KV-Operation", "DEL")
-            .expected_last_subject_sequence(expected)
-            .ttl(self.marker_ttl);
-        self.publish(name, msg).await
+        self.end(name, "DEL", released.encode(), expected).await
     }
 
     /// Writes an operator revoke if the name's last revision is `expected`:
@@ -271,9 +265,22 @@ impl Store {
         payload: bytes::Bytes,
         expected: u64,
     ) -> Result<u64, CasError> {
+        self.end(name, "PURGE", payload, expected).await
+    }
+
+    /// Writes a message that ends a holding (`KV-Operation: operation`) if
+    /// the name's last revision is `expected`. It has a TTL too, or the
+    /// bucket would keep one per name forever.
+    async fn end(
+        &self,
+        name: &str,
+        operation: &'static str,
+        payload: bytes::Bytes,
+        expected: u64,
+    ) -> Result<u64, CasError> {
         let msg = jetstream::message::PublishMessage::build()
             .payload(payload)
-            .header("KV-Operation", "PURGE")
+            .header("KV-Operation", operation)
             .expected_last_subject_sequence(expected)
             .ttl(self.marker_ttl);
         self.publish(name, msg).await
