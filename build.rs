@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/tenure/v1/lease.proto"];
+    let protos = [
+        "proto/tenure/v1/lease.proto",
+        "proto/tenure/v1/error_reason.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     println!("cargo:rerun-if-changed={}", proto.display());
-    let fds = protox::compile(["tenure/v1/lease.proto"], [&proto])?;
+    let fds = protox::compile(
+        ["tenure/v1/lease.proto", "tenure/v1/error_reason.proto"],
+        [&proto],
+    )?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(false)
