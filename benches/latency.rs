@@ -8,10 +8,10 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::PublishMessage};
-use tenure::config::Config;
-use tenure::embedded::{find_binary, NatsProcess};
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tenure::Config;
+use tenure::{find_binary, NatsProcess};
 
 /// Latencies of one operation in one round.
 type Samples = Vec<Duration>;
@@ -25,9 +25,7 @@ async fn main() {
     let mut nats = NatsProcess::spawn(&bin, dir.path(), None).await.unwrap();
     let config = Config::for_nats(&nats.url());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = tenure::server::start(&config, &nats.url(), listener)
-        .await
-        .unwrap();
+    let running = tenure::start(&config, &nats.url(), listener).await.unwrap();
     let mut client = LeaseServiceClient::connect(format!("http://{}", running.addr()))
         .await
         .unwrap();

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/tools.sh
+echo "serve: building Tenure (release; the first build takes a few minutes)" >&2
 exec cargo run --release --quiet -- serve "$@"

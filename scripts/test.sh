@@ -8,8 +8,8 @@ export PATH="$PWD/.tools/bin:$PATH"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "tools"
-scripts/tools.sh
+step "tools (first run on a fresh machine: a few minutes of installs and builds)"
+scripts/tools.sh --protoc
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -17,7 +17,7 @@ cargo fmt --all --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test (server and Rust client)"
+step "cargo test (server, Rust client, safety checker, benchmark)"
 cargo build --workspace --quiet
 cargo test --workspace
 

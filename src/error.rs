@@ -1,96 +1,27 @@
-//! The one error type of Tenure and its mapping to gRPC statuses.
+//! The one error type of Tenure's API, its mapping to gRPC statuses, and
+//! the typed error of a server that could not start.
 //!
 //! Every failure a caller can see is an [`Error`] with a [`Reason`]. The
-//! reason decides the gRPC code in exactly one place ([`Reason::code`]), and
-//! every status carries a `google.rpc.ErrorInfo` with domain `tenure.v1`,
-//! the reason in UPPER_SNAKE form and optional metadata.
+//! reasons are the `tenure.v1.ErrorReason` enum of the proto (so every
+//! client is generated from the same list); the reason decides the gRPC code
+//! in exactly one place ([`Reason::code`]), and every status carries a
+//! `google.rpc.ErrorInfo` with domain `tenure.v1`, the reason's proto name
+//! and optional metadata.
+
+use std::net::SocketAddr;
 
 use tonic_types::{ErrorDetails, StatusExt};
+
+/// Why a call failed: the proto's `tenure.v1.ErrorReason`. Its string form
+/// ([`Reason::as_str_name`]) is the `ErrorInfo.reason` and part of the API.
+pub use crate::proto::ErrorReason as Reason;
 
 /// The `google.rpc.ErrorInfo` domain of every Tenure error.
 pub const DOMAIN: &str = "tenure.v1";
 
-/// Why a call failed. The string form (see [`Reason::as_str`]) is part of
-/// the API and never changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// The lease name breaks the naming rule.
-    InvalidName,
-    /// The holder is empty, too long or not printable.
-    InvalidHolder,
-    /// The TTL is zero, negative or above the server's maximum.
-    InvalidTtl,
-    /// The lease key is too short, too long or not printable ASCII.
-    InvalidLeaseKey,
-    /// The expected revision is missing.
-    InvalidRevision,
-    /// The metadata has too many entries or is too large.
-    InvalidMetadata,
-    /// The wait is negative or above the server's maximum.
-    InvalidWait,
-    /// Another argument is malformed (e.g. an unknown enum value).
-    InvalidArgument,
-    /// Another holder has the lease.
-    LeaseHeld,
-    /// The caller does not hold the lease (any more).
-    LeaseNotHeld,
-    /// Nobody holds the lease.
-    LeaseNotFound,
-    /// The bucket holds a value under this name that Tenure cannot read.
-    RecordUnreadable,
-    /// NATS cannot be reached or did not answer in time.
-    NatsUnavailable,
-    /// A watch fell too far behind and was ended.
-    WatchLagged,
-    /// The server is shutting down.
-    ShuttingDown,
-    /// The caller presented no credentials, or ones that are not valid.
-    Unauthenticated,
-    /// The caller's identity has no grant for this action on this name.
-    PermissionDenied,
-    /// The server is running as many requests as it is allowed to.
-    TooManyRequests,
-    /// The caller (or the whole server) has as many watch streams open as
-    /// it is allowed to.
-    TooManyWatches,
-    /// The request message is larger than the server accepts.
-    RequestTooLarge,
-    /// The request's gRPC metadata (headers) is larger than the server accepts.
-    MetadataTooLarge,
-    /// An unexpected failure; the message says what.
-    Internal,
-}
-
 impl Reason {
-    /// The stable UPPER_SNAKE reason sent in `ErrorInfo.reason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidName => "INVALID_NAME",
-            Reason::InvalidHolder => "INVALID_HOLDER",
-            Reason::InvalidTtl => "INVALID_TTL",
-            Reason::InvalidLeaseKey => "INVALID_LEASE_KEY",
-            Reason::InvalidRevision => "INVALID_REVISION",
-            Reason::InvalidMetadata => "INVALID_METADATA",
-            Reason::InvalidWait => "INVALID_WAIT",
-            Reason::InvalidArgument => "INVALID_ARGUMENT",
-            Reason::LeaseHeld => "LEASE_HELD",
-            Reason::LeaseNotHeld => "LEASE_NOT_HELD",
-            Reason::LeaseNotFound => "LEASE_NOT_FOUND",
-            Reason::RecordUnreadable => "RECORD_UNREADABLE",
-            Reason::NatsUnavailable => "NATS_UNAVAILABLE",
-            Reason::WatchLagged => "WATCH_LAGGED",
-            Reason::ShuttingDown => "SHUTTING_DOWN",
-            Reason::Unauthenticated => "UNAUTHENTICATED",
-            Reason::PermissionDenied => "PERMISSION_DENIED",
-            Reason::TooManyRequests => "TOO_MANY_REQUESTS",
-            Reason::TooManyWatches => "TOO_MANY_WATCHES",
-            Reason::RequestTooLarge => "REQUEST_TOO_LARGE",
-            Reason::MetadataTooLarge => "METADATA_TOO_LARGE",
-            Reason::Internal => "INTERNAL",
-        }
-    }
-
     /// The gRPC code of this reason: the only place the mapping is made.
+    /// `Unspecified` is never sent; should it ever be used it is INTERNAL.
     pub fn code(self) -> tonic::Code {
         use tonic::Code;
         match self {
@@ -113,7 +44,15 @@ impl Reason {
             | Reason::TooManyWatches
             | Reason::RequestTooLarge
             | Reason::MetadataTooLarge => Code::ResourceExhausted,
-            Reason::Internal => Code::Internal,
+            Reason::Internal | Reason::Unspecified => Code::Internal,
+        }
+    }
+
+    /// The reason actually sent: `Unspecified` becomes `Internal`.
+    fn sent(self) -> Reason {
+        match self {
+            Reason::Unspecified => Reason::Internal,
+            other => other,
         }
     }
 }
@@ -176,10 +115,67 @@ impl From<Error> for tonic::Status {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-        let mut details = ErrorDetails::with_error_info(err.reason.as_str(), DOMAIN, metadata);
+        let reason = err.reason.sent();
+        let mut details = ErrorDetails::with_error_info(reason.as_str_name(), DOMAIN, metadata);
         if let Some(delay) = err.retry_after {
             details.set_retry_info(Some(delay));
         }
-        tonic::Status::with_error_details(err.reason.code(), err.message, details)
+        tonic::Status::with_error_details(reason.code(), err.message, details)
+    }
+}
+
+/// Why `tenure serve` could not start. Each message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The settings, or a file they name (tokens, certificates), cannot be
+    /// used.
+    #[error("{0}")]
+    Config(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}; pick another {flag} address")]
+    Listen {
+        /// The flag that names the address.
+        flag: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local nats-server could not be found or started.
+    #[error("{0}")]
+    LocalNats(String),
+    /// NATS could not be reached, or the bucket could not be opened.
+    #[error("{}", .0.message)]
+    Nats(Error),
+    /// Something Tenure itself should have done failed (e.g. reflection).
+    #[error("{0}")]
+    Internal(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every reason of the proto maps to a code, and a status built from it
+    /// carries an ErrorInfo whose reason is a name of the proto enum (never
+    /// the unspecified one): the server cannot send a reason the proto lacks.
+    #[test]
+    fn every_proto_reason_becomes_an_error_info_reason() {
+        let mut seen = 0;
+        for n in 0..=i32::from(u8::MAX) {
+            let Ok(reason) = Reason::try_from(n) else {
+                continue;
+            };
+            seen += 1;
+            let status = tonic::Status::from(Error::new(reason, "m").with("k", "v"));
+            let info = status.get_details_error_info().expect("error info");
+            assert_eq!(info.domain, DOMAIN);
+            let sent = Reason::from_str_name(&info.reason).expect("a proto reason");
+            assert_ne!(sent, Reason::Unspecified);
+            assert_eq!(status.code(), sent.code());
+            assert_eq!(info.metadata.get("k").map(String::as_str), Some("v"));
+        }
+        assert!(seen > 20, "the proto lists the reasons ({seen})");
     }
 }

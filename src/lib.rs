@@ -2,59 +2,52 @@
 //! JetStream KV.
 //!
 //! Clients call `Acquire`, `Renew`, `Release`, `GetLease` and `WatchLease`
-//! over gRPC (`proto/tenure/v1/lease.proto`). Each call becomes one
-//! compare-and-set publish on a JetStream KV bucket; the revision of the write
-//! that acquired a holding is its fencing token. No lease state lives in the
-//! process, so any number of replicas can serve one bucket.
-//!
-//! The protocol and the NATS facts it rests on are in
-//! `../shared/design/lease-protocol.md`; `src/lease.rs` is where it lives.
+//! over gRPC (`proto/tenure/v1/`). Each call becomes one compare-and-set
+//! publish on a JetStream KV bucket; the revision of the write that acquired
+//! a holding is its fencing token. No lease state lives in the process, so
+//! any number of replicas can serve one bucket. `docs/design.md` explains
+//! the protocol and why it is safe.
 //!
 //! # Layout
 //!
-//! - [`config`]: command line, environment and their validation.
-//! - [`config_file`]: the TOML config file, its precedence, `check-config`.
-//! - [`guard`]: what wraps every RPC: authentication, authorization, watch
-//!   limits, metrics and the trace span.
-//! - [`auth`]: caller identity (token or client certificate) and grants.
-//! - [`limits`]: request, metadata and watch-stream limits.
-//! - [`metrics`]: Prometheus metrics and their HTTP listener.
-//! - [`admin`]: the operator RPCs, ListLeases and RevokeLease.
-//! - [`server`]: wiring: connect to NATS, open the bucket, health, reflection,
-//!   graceful shutdown.
-//! - [`service`]: gRPC glue: request validation, proto ↔ domain conversion.
-//! - [`validate`]: the input rules (names, holders, TTLs, keys, metadata).
-//! - [`lease`]: the lease protocol: acquire, renew, release, get, wait.
-//! - [`watch`]: the shared bucket watcher that fans lease events out to
-//!   `WatchLease` streams and waiting Acquires.
-//! - [`store`]: the KV adapter: bucket set-up, CAS publishes, leader reads,
-//!   ordered consumers, message classification.
-//! - [`record`]: the JSON value stored under each lease name.
-//! - [`error`]: the one error type and its mapping to gRPC statuses.
-//! - [`embedded`]: starts and supervises a local nats-server when no NATS URL
-//!   is given.
-//! - [`shutdown`]: the shutdown signal shared by long-running tasks.
-//! - [`telemetry`]: logs, OTLP traces and W3C trace-context propagation.
-//! - [`proto`]: the generated gRPC types.
+//! Dependencies run one way, top to bottom; the leaves depend on nothing
+//! above them (`tests/layers.rs` checks this):
+//!
+//! - `cli/`: the `tenure` command line (`serve`, `check-config`).
+//! - `server.rs`: wiring only: connect, open the bucket, start the shared
+//!   watcher, serve the API with health and reflection, shut down.
+//! - `api/`: the gRPC glue: every RPC written once behind one wrapper
+//!   (authentication, authorization, spans, metrics), request validation,
+//!   proto ↔ domain conversion, the limits layer.
+//! - `lease/`: the protocol: acquire, renew, release, revoke, list; the
+//!   decisions as pure rules; the key cache; records and holdings; the
+//!   shared bucket watcher, its mirror and its events.
+//! - `nats/`: the NATS adapter: conditional publishes, leader reads,
+//!   ordered consumers and message kinds on the bucket; the connection; the
+//!   managed local nats-server.
+//! - Leaves: `observe/` (metrics and their HTTP listener, logs, traces),
+//!   `config/` (flags, environment, config file, grants), `error.rs` (the
+//!   error type and the one reason → gRPC code mapping), and [`proto`] (the
+//!   generated types).
+//!
+//! Modules are private; what the binary, the tests, the benchmark and the
+//! safety checker use is re-exported here.
 
-pub mod admin;
-pub mod auth;
-pub mod config;
-pub mod config_file;
-pub mod embedded;
-pub mod error;
-pub mod guard;
-pub mod lease;
-pub mod limits;
-pub mod metrics;
-pub mod record;
-pub mod server;
-pub mod service;
-pub mod shutdown;
-pub mod store;
-pub mod telemetry;
-pub mod validate;
-pub mod watch;
+mod api;
+pub mod cli;
+mod config;
+mod error;
+mod lease;
+mod nats;
+mod observe;
+mod server;
+
+pub use config::{Action, Config, Grant, LogFormat};
+pub use error::{Reason, StartError};
+pub use lease::{KeyHash, Record, Released};
+pub use nats::embedded::{find_binary, NatsProcess, PINNED_VERSION};
+pub use observe::{init as init_telemetry, Telemetry};
+pub use server::{check_config, run, shutdown_signal, start, Running, SERVICE_NAME};
 
 /// The generated protobuf and gRPC types of `tenure.v1`.
 pub mod proto {

@@ -1,35 +1,31 @@
-//! Server wiring: connect to NATS, open the bucket, serve the gRPC API with
-//! health and reflection, follow the NATS connection in the health status,
-//! and shut down gracefully.
+//! Wiring: connect to NATS, open the bucket, start the shared watcher,
+//! serve the gRPC API with health and reflection behind the limit layer,
+//! follow the NATS connection in the health status, and shut down
+//! gracefully. Nothing here decides anything about leases.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event, ServerAddr};
+use async_nats::Event;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use std::sync::Arc;
-
-use crate::auth::Auth;
+use crate::api::{Auth, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
-use crate::embedded::Supervised;
-use crate::error::{Error, Reason, Result};
-use crate::guard::Guarded;
-use crate::lease::Leases;
-use crate::limits::{LimitLayer, WatchLimits};
-use crate::metrics::METRICS;
+use crate::error::StartError;
+use crate::lease::{Hub, Leases};
+use crate::nats::embedded::Supervised;
+use crate::nats::Store;
+use crate::observe::METRICS;
 use crate::proto::lease_service_server::LeaseServiceServer;
-use crate::service::LeaseApi;
-use crate::shutdown::Trigger;
-use crate::store::Store;
-use crate::watch::Hub;
 
 /// The health service name of the lease API.
 pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
@@ -40,8 +36,8 @@ pub struct Running {
     addr: SocketAddr,
     /// The address of the `/metrics` listener, when on.
     metrics_addr: Option<SocketAddr>,
-    /// Starts shutdown.
-    trigger: Trigger,
+    /// Cancelled to start shutdown.
+    shutdown: CancellationToken,
     /// Reports NOT_SERVING when shutdown starts.
     health: HealthReporter,
     /// The tonic server task.
@@ -65,7 +61,7 @@ impl Running {
     /// let in-flight calls finish within the grace period.
     pub async fn shutdown(self) {
         set_health(&self.health, ServingStatus::NotServing).await;
-        self.trigger.fire();
+        self.shutdown.cancel();
         let mut task = self.task;
         match tokio::time::timeout(self.grace, &mut task).await {
             Ok(Ok(Ok(()))) => tracing::info!("stopped"),
@@ -80,21 +76,33 @@ impl Running {
 }
 
 /// Connects to NATS at `nats_url`, opens the bucket and serves on `listener`.
-pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Result<Running> {
-    let setup = |e: String| Error::new(Reason::Internal, e);
-    let auth = Arc::new(Auth::load(config).map_err(setup)?);
-    let tls = crate::auth::server_tls(config).map_err(setup)?;
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(crate::metrics::bind(addr).await.map_err(setup)?),
-        None => None,
-    };
+pub async fn start(
+    config: &Config,
+    nats_url: &str,
+    listener: TcpListener,
+) -> Result<Running, StartError> {
+    let auth = Arc::new(Auth::load(config).map_err(StartError::Config)?);
+    let tls = crate::api::server_tls(config).map_err(StartError::Config)?;
+    let metrics_listener =
+        match config.metrics_listen {
+            Some(addr) => Some(crate::observe::bind_metrics(addr).await.map_err(|source| {
+                StartError::Listen {
+                    flag: "--metrics-listen",
+                    addr,
+                    source,
+                }
+            })?),
+            None => None,
+        };
     let (events_tx, events) = mpsc::unbounded_channel();
-    let client = connect(config, nats_url, events_tx).await?;
-    let store = open_store(client, config).await?;
+    let client = crate::nats::connect(config, nats_url, events_tx).await?;
+    let store = Store::open_when_ready(client, &config.bucket_config())
+        .await
+        .map_err(StartError::Nats)?;
     let addr = listener
         .local_addr()
-        .map_err(|e| Error::new(Reason::Internal, format!("listener has no address: {e}")))?;
-    let trigger = Trigger::new();
+        .map_err(|e| StartError::Internal(format!("listener has no address: {e}")))?;
+    let shutdown = CancellationToken::new();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::Serving).await;
     METRICS.nats_connected.set(1);
@@ -102,7 +110,7 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
         events,
         store.clone(),
         health.clone(),
-        trigger.subscribe(),
+        shutdown.clone(),
     ));
 
     let reflection = || {
@@ -112,44 +120,40 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
             // google.rpc.ErrorInfo, so grpcurl can print error details.
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection()
-        .build_v1()
-        .map_err(|e| Error::new(Reason::Internal, format!("reflection: {e}")))?;
-    let reflection_v1alpha = reflection()
-        .build_v1alpha()
-        .map_err(|e| Error::new(Reason::Internal, format!("reflection: {e}")))?;
-    let hub = Hub::start(store.clone(), trigger.subscribe()).await?;
+    let reflection_error = |e| StartError::Internal(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+    let hub = Hub::start(store.clone(), shutdown.clone())
+        .await
+        .map_err(StartError::Nats)?;
     let metrics_addr = match metrics_listener {
         Some(l) => {
             let addr = l.local_addr().ok();
-            tokio::spawn(crate::metrics::serve(l, trigger.subscribe()));
-            tokio::spawn(crate::metrics::observe_expiries(
-                hub.clone(),
-                trigger.subscribe(),
-            ));
+            tokio::spawn(crate::observe::serve_metrics(l, shutdown.clone()));
             addr
         }
         None => None,
     };
     warn_if_open(&auth, tls.is_some(), addr);
     let api = LeaseApi::new(
-        Leases::new(store, hub, trigger.subscribe()),
+        Leases::new(store, hub, shutdown.clone()),
         config.limits(),
-        trigger.subscribe(),
+        auth,
+        WatchLimits::new(config),
+        shutdown.clone(),
     );
-    let api = LeaseServiceServer::new(Guarded::new(api, auth, WatchLimits::new(config)))
-        .max_decoding_message_size(config.max_request_bytes);
+    let api = LeaseServiceServer::new(api).max_decoding_message_size(config.max_request_bytes);
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         conn.inspect(|stream| {
             let _ = stream.set_nodelay(true);
         })
     });
-    let mut stop = trigger.subscribe();
+    let stop = shutdown.clone();
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
-            .map_err(|e| Error::new(Reason::Internal, format!("TLS settings: {e}")))?;
+            .map_err(|e| StartError::Config(format!("TLS settings: {e}")))?;
     }
     let server = builder
         // A backstop: headers beyond this are refused by HTTP/2 itself; the
@@ -163,13 +167,13 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(api)
-        .serve_with_incoming_shutdown(incoming, async move { stop.recv().await });
+        .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
     let task = tokio::spawn(server);
     tracing::info!(%addr, bucket = %config.bucket, "serving tenure.v1.LeaseService");
     Ok(Running {
         addr,
         metrics_addr,
-        trigger,
+        shutdown,
         health,
         task,
         grace: config.shutdown_grace,
@@ -178,13 +182,14 @@ pub async fn start(config: &Config, nats_url: &str, listener: TcpListener) -> Re
 
 /// `tenure serve`: starts the local nats-server unless a URL is given, serves
 /// until `signal` resolves, then shuts everything down.
-pub async fn run(
-    config: Config,
-    signal: impl Future<Output = ()>,
-) -> std::result::Result<(), String> {
+pub async fn run(config: Config, signal: impl Future<Output = ()>) -> Result<(), StartError> {
     let embedded = match &config.nats_url {
         Some(_) => None,
-        None => Some(Supervised::start(config.nats_server.as_deref(), &config.data_dir).await?),
+        None => Some(
+            Supervised::start(config.nats_server.as_deref(), &config.data_dir)
+                .await
+                .map_err(StartError::LocalNats)?,
+        ),
     };
     let url = config
         .nats_url
@@ -192,15 +197,15 @@ pub async fn run(
         .or_else(|| embedded.as_ref().map(|e| e.url().to_string()))
         .unwrap_or_default();
     let result = async {
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
-            format!(
-                "cannot listen on {}: {e}; pick another --listen address",
-                config.listen
-            )
-        })?;
-        let running = start(&config, &url, listener)
-            .await
-            .map_err(|e| e.message)?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Listen {
+                    flag: "--listen",
+                    addr: config.listen,
+                    source,
+                })?;
+        let running = start(&config, &url, listener).await?;
         signal.await;
         tracing::info!("shutting down");
         running.shutdown().await;
@@ -213,6 +218,34 @@ pub async fn run(
     result
 }
 
+/// Everything `tenure check-config` verifies beyond parsing: the settings
+/// agree, the TLS files and the token file load. Returns a summary line.
+pub fn check_config(config: &Config) -> Result<String, StartError> {
+    config.validate().map_err(StartError::Config)?;
+    let auth = Auth::load(config).map_err(StartError::Config)?;
+    let tls = crate::api::server_tls(config).map_err(StartError::Config)?;
+    let mode = match (&tls, config.tls_client_ca.is_some()) {
+        (None, _) => "plaintext gRPC",
+        (Some(_), false) => "TLS",
+        (Some(_), true) => "mutual TLS",
+    };
+    let auth_line = if auth.enabled() {
+        format!(
+            "auth on: {} token(s), client certificates {}, {} grant(s)",
+            auth.token_count(),
+            if config.tls_client_ca.is_some() {
+                "identify callers"
+            } else {
+                "not used"
+            },
+            config.grants.len()
+        )
+    } else {
+        "auth OFF: every caller may do everything".to_string()
+    };
+    Ok(format!("ok: {mode}; {auth_line}"))
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -222,109 +255,13 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// How often the NATS connection is pinged. async-nats drops a connection
-/// after three unanswered pings and reconnects to another server, so this
-/// bounds how long Tenure stays attached to a partitioned or frozen node
-/// (~6 s) while the rest of the cluster serves. The default (60 s) left
-/// Tenure unavailable for up to three minutes (found by
-/// `tenure-safety`'s r3-netns-partition scenario; see docs/safety.md).
-const NATS_PING_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Connects to NATS with the configured credentials; connection events go to
-/// `events`. The client reconnects forever, quickly.
-async fn connect(
-    config: &Config,
-    url: &str,
-    events: mpsc::UnboundedSender<Event>,
-) -> Result<async_nats::Client> {
-    let mut options = ConnectOptions::new()
-        .name("tenure")
-        .max_reconnects(None)
-        .connection_timeout(Duration::from_secs(5))
-        .ping_interval(NATS_PING_INTERVAL)
-        .reconnect_delay_callback(|attempts| {
-            Duration::from_millis((50 * 2u64.saturating_pow(attempts as u32)).min(1000))
-        })
-        .event_callback(move |event| {
-            let events = events.clone();
-            async move {
-                let _ = events.send(event);
-            }
-        });
-    if let (Some(user), Some(password)) = (&config.nats_user, &config.nats_password) {
-        options = options.user_and_password(user.clone(), password.clone());
-    }
-    if let Some(token) = &config.nats_token {
-        options = options.token(token.clone());
-    }
-    if let Some(creds) = &config.nats_creds {
-        options = options.credentials_file(creds).await.map_err(|e| {
-            Error::new(
-                Reason::Internal,
-                format!("cannot read NATS credentials {}: {e}", creds.display()),
-            )
-        })?;
-    }
-    if let Some(path) = &config.nats_nkey_file {
-        let seed = std::fs::read_to_string(path).map_err(|e| {
-            Error::new(
-                Reason::Internal,
-                format!("cannot read --nats-nkey-file {}: {e}", path.display()),
-            )
-        })?;
-        options = options.nkey(seed.trim().to_string());
-    }
-    if let Some(ca) = &config.nats_tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    options.connect(server_addrs(url)?).await.map_err(|e| {
-        Error::new(
-            Reason::NatsUnavailable,
-            format!("cannot connect to NATS at {url}: {e}"),
-        )
-    })
-}
-
-/// Parses `--nats-url`: one URL or a comma-separated list of cluster URLs
-/// (async-nats parses a string as a single URL only).
-fn server_addrs(url: &str) -> Result<Vec<ServerAddr>> {
-    url.split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(|u| {
-            u.parse::<ServerAddr>().map_err(|e| {
-                Error::new(
-                    Reason::InvalidArgument,
-                    format!("invalid NATS URL {u:?} in --nats-url: {e}; use nats://host:port[,nats://host:port...]"),
-                )
-            })
-        })
-        .collect()
-}
-
-/// Opens the bucket, retrying for a few seconds while JetStream comes up.
-async fn open_store(client: async_nats::Client, config: &Config) -> Result<Store> {
-    let bucket = config.bucket_config();
-    let mut attempts = 0;
-    loop {
-        match Store::open(client.clone(), &bucket).await {
-            Err(err) if err.reason == Reason::NatsUnavailable && attempts < 20 => {
-                attempts += 1;
-                tracing::debug!(%err, "bucket not ready yet");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Keeps health in step with the NATS connection: NOT_SERVING while it is
 /// down, SERVING again once it is back and the bucket verifies.
 async fn follow_connection(
     mut events: mpsc::UnboundedReceiver<Event>,
     store: Store,
     health: HealthReporter,
-    mut shutdown: crate::shutdown::Shutdown,
+    shutdown: CancellationToken,
 ) {
     // The first Connected event is the initial connection, not a reconnect.
     let mut lost = false;
@@ -332,7 +269,7 @@ async fn follow_connection(
         // After shutdown, NATS going away (the local server stopping with
         // us) is expected: no warning, no health change.
         let event = tokio::select! {
-            _ = shutdown.recv() => return,
+            _ = shutdown.cancelled() => return,
             event = events.recv() => match event {
                 Some(event) => event,
                 None => return,

@@ -108,34 +108,6 @@ fn request() -> impl Strategy<Value = Req> {
     ]
 }
 
-proptest! {
-    /// The validators never panic, on anything.
-    #[test]
-    fn validators_never_panic(s in any::<String>(), secs in any::<i64>(), nanos in any::<i32>(), md in metadata()) {
-        let limits = tenure::validate::Limits {
-            min_ttl_s: 1,
-            max_ttl_s: 3600,
-            default_ttl_s: 10,
-            max_wait: Duration::from_secs(300),
-        };
-        let d = prost_types::Duration { seconds: secs, nanos };
-        let _ = tenure::validate::name(&s);
-        let _ = tenure::validate::watch_filter(&s);
-        let _ = tenure::validate::holder(&s);
-        let _ = tenure::validate::lease_key(&s);
-        let _ = tenure::validate::presented_key(&s);
-        let _ = tenure::validate::metadata(&md);
-        let _ = tenure::admin::prefix(&s);
-        let _ = tenure::admin::reason(&s);
-        if let Ok(ttl) = tenure::validate::ttl(Some(&d), &limits, 10) {
-            prop_assert!((1..=3600).contains(&ttl));
-        }
-        if let Ok(Some(w)) = tenure::validate::wait(Some(&d), &limits) {
-            prop_assert!(w <= Duration::from_secs(300));
-        }
-    }
-}
-
 /// What a call answered: its code, and whether it is allowed to write.
 async fn send(
     c: &mut tenure::proto::lease_service_client::LeaseServiceClient<tonic::transport::Channel>,

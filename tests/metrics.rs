@@ -72,11 +72,11 @@ async fn metrics_move_with_the_traffic() {
     // A second replica renews; the first still caches the old revision, so
     // its next renewal loses one CAS race (counted) and falls back to a read.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = tenure::config::Config {
+    let config = tenure::Config {
         metrics_listen: None,
         ..t.config.clone()
     };
-    let other = tenure::server::start(&config, &t.nats.url(), listener)
+    let other = tenure::start(&config, &t.nats.url(), listener)
         .await
         .unwrap();
     let mut c2 = LeaseServiceClient::connect(format!("http://{}", other.addr()))

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use tenure::config::Config;
+use tenure::Config;
 
 /// A nats-server that admits only `nkey_public`; killed on drop.
 struct LockedNats {
@@ -30,7 +30,7 @@ impl LockedNats {
             ),
         )
         .unwrap();
-        let bin = tenure::embedded::find_binary(None).expect("nats-server");
+        let bin = tenure::find_binary(None).expect("nats-server");
         let child = tokio::process::Command::new(bin)
             .arg("-c")
             .arg(&conf)
@@ -92,13 +92,13 @@ async fn nkey_seed_file_authenticates_to_nats() {
     // Without the nkey: refused.
     let config = Config::for_nats(&nats.url());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let Err(err) = tenure::server::start(&config, &nats.url(), listener).await else {
+    let Err(err) = tenure::start(&config, &nats.url(), listener).await else {
         panic!("connected to a locked NATS without credentials");
     };
     assert!(
-        err.message.contains("cannot connect to NATS"),
+        err.to_string().contains("cannot connect to NATS"),
         "{}",
-        err.message
+        err
     );
 
     // With it: serves.
@@ -107,7 +107,7 @@ async fn nkey_seed_file_authenticates_to_nats() {
         ..config
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = tenure::server::start(&config, &nats.url(), listener)
+    let running = tenure::start(&config, &nats.url(), listener)
         .await
         .expect("connects with the nkey");
     let mut c = tenure::proto::lease_service_client::LeaseServiceClient::connect(format!(

@@ -95,7 +95,7 @@ async fn second_replica_renews_and_refuses_alike() {
     let t = Tenure::start().await;
     let config = t.config.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let other = tenure::server::start(&config, &t.nats.url(), listener)
+    let other = tenure::start(&config, &t.nats.url(), listener)
         .await
         .unwrap();
     let mut c1 = t.client().await;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tenure::config::Config;
+use tenure::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -61,7 +61,7 @@ async fn a_silent_nats_connection_is_dropped_within_seconds() {
     let url = format!("nats://127.0.0.1:{port}");
     let config = Config::for_nats(&url);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = tenure::server::start(&config, &url, listener)
+    let running = tenure::start(&config, &url, listener)
         .await
         .expect("tenure starts through the proxy");
     let channel = Channel::from_shared(format!("http://{}", running.addr()))

@@ -7,9 +7,9 @@ mod common;
 
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use tenure::auth::{Action, Grant};
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{GetLeaseRequest, ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest};
+use tenure::{Action, Grant};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
 

@@ -5,7 +5,7 @@ mod common;
 
 use async_nats::jetstream::kv;
 use common::*;
-use tenure::config::Config;
+use tenure::Config;
 
 /// A bucket that exists without per-message TTL (as older servers or a
 /// hand-made bucket leave it) is refused: leases in it would never expire.
@@ -23,12 +23,12 @@ async fn refuses_bucket_without_per_message_ttl() {
     let mut config = Config::for_nats(&nats.url());
     config.bucket = "plain".into();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let err = tenure::server::start(&config, &nats.url(), listener)
+    let err = tenure::start(&config, &nats.url(), listener)
         .await
         .err()
         .expect("refused");
-    assert!(err.message.contains("per-message TTL"), "{}", err.message);
-    assert!(err.message.contains("\"plain\""), "{}", err.message);
+    assert!(err.to_string().contains("per-message TTL"), "{}", err);
+    assert!(err.to_string().contains("\"plain\""), "{}", err);
 }
 
 /// A bucket Tenure created is accepted again on the next start.
@@ -38,7 +38,7 @@ async fn reopens_its_own_bucket() {
     let config = Config::for_nats(&nats.url());
     for _ in 0..2 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let running = tenure::server::start(&config, &nats.url(), listener)
+        let running = tenure::start(&config, &nats.url(), listener)
             .await
             .expect("starts");
         running.shutdown().await;
@@ -90,9 +90,9 @@ async fn connects_with_a_comma_separated_url_list() {
     let urls = format!("nats://127.0.0.1:{dead}, {}", nats.url());
     let config = Config::for_nats(&urls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let running = tenure::server::start(&config, &urls, listener)
+    let running = tenure::start(&config, &urls, listener)
         .await
-        .unwrap_or_else(|e| panic!("starts with {urls}: {}", e.message));
+        .unwrap_or_else(|e| panic!("starts with {urls}: {}", e));
     running.shutdown().await;
 }
 
@@ -102,9 +102,9 @@ async fn refuses_a_malformed_url_in_the_list() {
     let urls = "nats://127.0.0.1:4222,nats://127.0.0.1:notaport";
     let config = Config::for_nats(urls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let err = tenure::server::start(&config, urls, listener)
+    let err = tenure::start(&config, urls, listener)
         .await
         .err()
         .expect("refused");
-    assert!(err.message.contains("notaport"), "{}", err.message);
+    assert!(err.to_string().contains("notaport"), "{}", err);
 }

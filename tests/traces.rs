@@ -63,11 +63,7 @@ async fn rpc_spans_reach_the_otlp_receiver() {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let telemetry = std::sync::Arc::new(
-        tenure::telemetry::init(
-            tenure::telemetry::LogFormat::Human,
-            Some(&format!("http://{otlp}")),
-        )
-        .unwrap(),
+        tenure::init_telemetry(tenure::LogFormat::Human, Some(&format!("http://{otlp}"))).unwrap(),
     );
 
     let t = Tenure::start().await;

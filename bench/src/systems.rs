@@ -29,7 +29,7 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest};
-use tenure::record::{KeyHash, Record, Released};
+use tenure::{KeyHash, Record, Released};
 use tonic::transport::Channel;
 
 use crate::procs::R;

@@ -123,7 +123,7 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             tenure_bin.display()
         ));
     }
-    let nats_bin = tenure::embedded::find_binary(args.nats_server.as_deref())?;
+    let nats_bin = tenure::find_binary(args.nats_server.as_deref())?;
     let work_dir = match args.work_dir {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("tenure-safety-{}", std::process::id())),

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenure::config::Config;
-use tenure::embedded::{find_binary, NatsProcess};
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{self, AcquireRequest, ReleaseRequest, RenewRequest};
-use tenure::server::{self, Running};
+use tenure::Config;
+use tenure::Running;
+use tenure::{find_binary, NatsProcess};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -93,7 +93,7 @@ impl Tenure {
         let mut config = Config::for_nats(&nats.url());
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let running = server::start(&config, &nats.url(), listener)
+        let running = tenure::start(&config, &nats.url(), listener)
             .await
             .expect("tenure starts");
         Tenure {

@@ -19,46 +19,20 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 
-use crate::auth::Grant;
-use crate::config::{Cli, Command, Config};
+use super::{serve_command, Config, Grant};
 
 /// Settings that are secrets: never printed by `check-config`.
 const SECRETS: &[&str] = &["nats_password", "nats_token"];
 
-/// What the command line asks for, with the config file applied.
-#[derive(Debug)]
-pub enum Resolved {
-    /// `tenure serve`, fully resolved.
-    Serve(Box<Config>),
-    /// `tenure check-config FILE`, resolved as `serve --config FILE` would
-    /// be, and the report to print.
-    CheckConfig(Box<Config>, String),
-}
-
-/// Parses `args` (the whole command line, program name first), applies the
-/// config file if one is named, and loads its grants. Errors are clap's own
-/// (help, version and usage errors included) or a message about the file.
-pub fn resolve(args: Vec<OsString>) -> Result<Resolved, ResolveError> {
-    let cli = Cli::try_parse_from_args(&args)?;
-    match cli {
-        Command::Serve(_) => {
-            let (config, _) = resolve_serve(args)?;
-            Ok(Resolved::Serve(Box::new(config)))
-        }
-        Command::CheckConfig { file } => {
-            let program = args.first().cloned().unwrap_or_else(|| "tenure".into());
-            let serve = vec![
-                program,
-                "serve".into(),
-                "--config".into(),
-                file.into_os_string(),
-            ];
-            let (config, report) = resolve_serve(serve)?;
-            Ok(Resolved::CheckConfig(Box::new(config), report))
-        }
-    }
+/// Parses a `serve` command line (`serve` first, then its flags), applies
+/// the config file if one is named, and loads its grants. Returns the
+/// settings and a report of each setting with where it came from (what
+/// `tenure check-config` prints). Errors are clap's own (help and usage
+/// errors included) or a message about the file.
+pub fn resolve(args: Vec<OsString>) -> Result<(Config, String), ResolveError> {
+    resolve_serve(args)
 }
 
 /// Why the command line could not be resolved.
@@ -86,28 +60,15 @@ impl std::fmt::Display for ResolveError {
     }
 }
 
-impl Cli {
-    /// Parses a command line without exiting.
-    fn try_parse_from_args(args: &[OsString]) -> Result<Command, clap::Error> {
-        let matches = Cli::command().try_get_matches_from(args)?;
-        Ok(Cli::from_arg_matches(&matches)?.command)
-    }
-}
-
 /// Resolves a `serve` command line: returns the config and a report of
 /// every setting with where it came from.
 fn resolve_serve(mut args: Vec<OsString>) -> Result<(Config, String), ResolveError> {
-    let command = Cli::command();
-    let matches = command.clone().try_get_matches_from(&args)?;
-    let Some(("serve", serve)) = matches.subcommand() else {
-        return Err(ResolveError::File("expected `tenure serve`".into()));
-    };
+    let command = serve_command();
+    let serve = command.clone().try_get_matches_from(&args)?;
     let mut from_file = BTreeSet::new();
     let mut grants = Vec::new();
     if let Some(path) = serve.get_one::<std::path::PathBuf>("config").cloned() {
-        let serve_cmd = command
-            .find_subcommand("serve")
-            .expect("serve subcommand exists");
+        let serve_cmd = &command;
         let table = read_file(&path)?;
         for (key, value) in table {
             if key == "grant" {
@@ -167,7 +128,7 @@ fn resolve_serve(mut args: Vec<OsString>) -> Result<(Config, String), ResolveErr
             from_file.insert(id);
         }
     }
-    let matches = command.try_get_matches_from(&args).map_err(|e| {
+    let serve = command.try_get_matches_from(&args).map_err(|e| {
         // A file value clap refused: say which file it came from.
         if from_file.is_empty() {
             ResolveError::Clap(e)
@@ -179,12 +140,9 @@ fn resolve_serve(mut args: Vec<OsString>) -> Result<(Config, String), ResolveErr
             ))
         }
     })?;
-    let Some(("serve", serve)) = matches.subcommand() else {
-        return Err(ResolveError::File("expected `tenure serve`".into()));
-    };
-    let mut config = Config::from_arg_matches(serve)?;
+    let mut config = Config::from_arg_matches(&serve)?;
     config.grants = grants;
-    let report = report(serve, &from_file, &config);
+    let report = report(&serve, &from_file, &config);
     Ok((config, report))
 }
 
@@ -211,9 +169,7 @@ fn parse_grants(path: &Path, value: toml::Value) -> Result<Vec<Grant>, ResolveEr
 /// the grants.
 fn report(serve: &clap::ArgMatches, from_file: &BTreeSet<String>, config: &Config) -> String {
     let mut out = String::new();
-    let command = Cli::command();
-    let serve_cmd = command.find_subcommand("serve").expect("serve subcommand");
-    for arg in serve_cmd.get_arguments() {
+    for arg in serve_command().get_arguments() {
         let id = arg.get_id().as_str();
         if arg.get_long().is_none() || id == "help" {
             continue;
@@ -249,34 +205,6 @@ fn report(serve: &clap::ArgMatches, from_file: &BTreeSet<String>, config: &Confi
     out
 }
 
-/// Everything `check-config` verifies beyond parsing: the settings agree,
-/// the TLS files and token file load. Returns a summary line.
-pub fn check(config: &Config) -> Result<String, String> {
-    config.validate()?;
-    let auth = crate::auth::Auth::load(config)?;
-    let tls = crate::auth::server_tls(config)?;
-    let mode = match (&tls, config.tls_client_ca.is_some()) {
-        (None, _) => "plaintext gRPC",
-        (Some(_), false) => "TLS",
-        (Some(_), true) => "mutual TLS",
-    };
-    let auth_line = if auth.enabled() {
-        format!(
-            "auth on: {} token(s), client certificates {}, {} grant(s)",
-            auth.token_count(),
-            if config.tls_client_ca.is_some() {
-                "identify callers"
-            } else {
-                "not used"
-            },
-            config.grants.len()
-        )
-    } else {
-        "auth OFF: every caller may do everything".to_string()
-    };
-    Ok(format!("ok: {mode}; {auth_line}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,11 +213,8 @@ mod tests {
         a.iter().map(OsString::from).collect()
     }
 
-    fn serve(r: Resolved) -> Config {
-        match r {
-            Resolved::Serve(c) => *c,
-            Resolved::CheckConfig(..) => panic!("expected serve"),
-        }
+    fn serve(r: (Config, String)) -> Config {
+        r.0
     }
 
     /// A flag beats the file; the file beats the default; grants load.
@@ -312,17 +237,7 @@ actions = ["admin", "watch"]
         )
         .unwrap();
         let p = path.to_str().unwrap();
-        let c = serve(
-            resolve(args(&[
-                "tenure",
-                "serve",
-                "--config",
-                p,
-                "--bucket",
-                "from-flag",
-            ]))
-            .unwrap(),
-        );
+        let c = serve(resolve(args(&["serve", "--config", p, "--bucket", "from-flag"])).unwrap());
         assert_eq!(c.bucket, "from-flag");
         assert_eq!(c.max_ttl, std::time::Duration::from_secs(7200));
         assert_eq!(c.replicas, 3);
@@ -346,7 +261,7 @@ actions = ["admin", "watch"]
             ("listen = [1]", "string or a number"),
         ] {
             std::fs::write(&path, text).unwrap();
-            let err = resolve(args(&["tenure", "serve", "--config", &p])).unwrap_err();
+            let err = resolve(args(&["serve", "--config", &p])).unwrap_err();
             assert!(err.to_string().contains(needle), "{text}: {err}");
         }
     }

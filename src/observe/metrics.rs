@@ -1,9 +1,10 @@
-//! Prometheus metrics and the small HTTP listener that serves them.
+//! Prometheus metrics and the HTTP listener (hyper) that serves them.
 //!
-//! The metrics are process-wide statics so that the few places that count
-//! something (the RPC guard, the CAS publish, the NATS connection follower,
-//! the limits) do it in one line without threading a handle through the
-//! lease protocol. They are served as text at `GET /metrics` on
+//! The metrics are process-wide statics so that the places that know what
+//! happened count it in one line: the RPC wrapper (calls and their codes),
+//! the lease protocol (acquired, released, revoked, CAS conflicts), the
+//! shared watcher (expiries, where it classifies them), the NATS connection
+//! follower and the limits. They are served as text at `GET /metrics` on
 //! `--metrics-listen`, a separate listener from the gRPC API so that a
 //! scraper needs no gRPC and no lease credentials.
 //!
@@ -11,18 +12,30 @@
 //! labels are the RPC method, the gRPC code and the limit name, all from
 //! small fixed sets, so the series count stays bounded.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-use crate::shutdown::Shutdown;
+/// Longest request head the metrics listener reads (hyper's minimum buffer).
+const MAX_HEAD_BYTES: usize = 8192;
+/// How long a scraper may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause after a failed accept (e.g. out of file descriptors), so the loop
+/// does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// All of Tenure's metrics, registered in their own registry.
 pub struct Metrics {
@@ -173,11 +186,6 @@ impl Metrics {
     }
 }
 
-/// Counts one lost compare-and-set race.
-pub fn cas_conflict() {
-    METRICS.cas_conflicts.inc();
-}
-
 /// The UPPER_SNAKE name of a gRPC code, as Prometheus label.
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
@@ -202,86 +210,61 @@ pub fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` fires. Anything
-/// else gets 404. One request per connection; request heads over 8 KiB are
-/// refused, so a stray client cannot hold memory.
-pub async fn serve(listener: TcpListener, mut shutdown: Shutdown) {
+/// Serves `GET /metrics` on `listener` until `shutdown` is cancelled.
+/// Anything else gets 404. One request per connection; a request head must
+/// arrive within 5 s and fit in 8 KiB, so a stray client cannot hold memory.
+pub async fn serve(listener: TcpListener, shutdown: CancellationToken) {
     loop {
-        let (mut conn, _) = tokio::select! {
-            _ = shutdown.recv() => return,
+        let (stream, _) = tokio::select! {
+            _ = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
                 Err(err) => {
-                    tracing::warn!(%err, "metrics listener accept failed");
+                    tracing::warn!(%err, "metrics listener accept failed; pausing");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
         };
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let mut head = Vec::with_capacity(512);
-            let mut buf = [0u8; 1024];
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                true
-            })
-            .await;
-            if !matches!(read, Ok(true)) {
-                return;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_HEAD_BYTES)
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service_fn(respond));
+            tokio::select! {
+                _ = conn => {}
+                _ = shutdown.cancelled() => {}
             }
-            let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
-            let (status, body) =
-                if line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?") {
-                    ("200 OK", METRICS.render())
-                } else {
-                    ("404 Not Found", "only GET /metrics is served here\n".into())
-                };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(response.as_bytes()).await;
-            let _ = conn.shutdown().await;
         });
     }
 }
 
-/// Binds the metrics listener; the error names the flag to change.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        format!("cannot listen for metrics on {addr}: {e}; pick another --metrics-listen address")
-    })
+/// Answers one metrics request.
+async fn respond(
+    request: http::Request<Incoming>,
+) -> Result<http::Response<Full<Bytes>>, Infallible> {
+    let (status, body) =
+        if request.method() == http::Method::GET && request.uri().path() == "/metrics" {
+            (http::StatusCode::OK, METRICS.render())
+        } else {
+            (
+                http::StatusCode::NOT_FOUND,
+                "only GET /metrics is served here\n".to_string(),
+            )
+        };
+    let mut response = http::Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(response)
 }
 
-/// Counts expiries: follows the whole bucket through the process's shared
-/// watcher and counts each EXPIRED event, until shutdown. Every replica sees
-/// every expiry, so this counter is bucket-wide: take the max over replicas,
-/// not the sum.
-pub async fn observe_expiries(hub: crate::watch::Hub, mut shutdown: Shutdown) {
-    use crate::watch::{EventKind, Filter};
-    loop {
-        if let Ok(mut events) = hub
-            .follow(Filter::Subtree(String::new()), vec![EventKind::Expired])
-            .await
-        {
-            loop {
-                tokio::select! {
-                    _ = shutdown.recv() => return,
-                    event = events.next() => match event {
-                        Ok(_) => METRICS.expired.inc(),
-                        Err(_) => break,
-                    },
-                }
-            }
-        }
-        // The subscription ended (it fell behind, or NATS failed): again shortly.
-        tokio::select! {
-            _ = shutdown.recv() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+/// Binds the metrics listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
 }

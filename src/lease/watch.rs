@@ -1,16 +1,11 @@
-//! Lease events, fanned out from one shared bucket watcher.
+//! The shared bucket watcher (the [`Hub`]): lease events fanned out from
+//! one NATS consumer per process.
 //!
 //! Each Tenure process follows the whole bucket with a single NATS ordered
-//! consumer (the [`Hub`]), keeps a mirror of the current holding of every
-//! name, and fans each change out in-process to every `WatchLease` stream
-//! and waiting `Acquire` whose filter matches. NATS therefore serves one
-//! consumer per replica, not one per watcher, however many clients watch.
-//!
-//! The mirror is a cache, never a source of decisions: it only says what to
-//! tell watchers. It is what lets an expiry marker (which NATS writes with no
-//! payload) name the holder and token that expired, lets a new watch get its
-//! snapshot without a NATS round trip, and tells apart a real expiry from the
-//! marker NATS writes when a release tombstone itself ages out.
+//! consumer, keeps a [`Mirror`] of the current holding of every name, and
+//! fans each change out in-process to every `WatchLease` stream and waiting
+//! `Acquire` whose filter matches. NATS therefore serves one consumer per
+//! replica, not one per watcher, however many clients watch.
 //!
 //! A new watch first reads the bucket's last revision from the stream leader
 //! and the hub serves its snapshot only once the mirror has caught up to it,
@@ -24,10 +19,13 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use tokio_util::sync::CancellationToken;
+
+use super::event::{Event, EventKind, Filter};
+use super::mirror::Mirror;
+use super::record::Entry;
 use crate::error::{Error, Reason, Result};
-use crate::lease::Holding;
-use crate::shutdown::Shutdown;
-use crate::store::{Entry, Kind, Store};
+use crate::nats::{Follow, Store};
 
 /// Events buffered per subscriber before it counts as too slow and is dropped.
 const SUBSCRIBER_BUFFER: usize = 1024;
@@ -35,107 +33,6 @@ const SUBSCRIBER_BUFFER: usize = 1024;
 /// before it is served from what the mirror has (a newest message that
 /// expired before the hub saw it would otherwise never arrive).
 const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
-
-/// What happened to a lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// Held when the watch started (snapshot).
-    Current,
-    /// End of the snapshot.
-    SnapshotComplete,
-    /// A new holding.
-    Acquired,
-    /// A renewal of the current holding.
-    Renewed,
-    /// A holder ended its holding.
-    Released,
-    /// A holding ran out of time.
-    Expired,
-    /// An operator removed the holding.
-    Revoked,
-}
-
-/// One lease event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// What happened.
-    pub kind: EventKind,
-    /// The lease name (empty for `SnapshotComplete`).
-    pub name: String,
-    /// The bucket revision of the change.
-    pub revision: u64,
-    /// The holder concerned, where known.
-    pub holder: String,
-    /// The fencing token concerned, where known (0 when not).
-    pub token: u64,
-    /// The full holding for `Current`, `Acquired` and `Renewed`.
-    pub holding: Option<Holding>,
-    /// When the change was stored, Unix milliseconds.
-    pub time_ms: u64,
-}
-
-impl Event {
-    /// The end-of-snapshot marker.
-    fn snapshot_complete() -> Event {
-        Event {
-            kind: EventKind::SnapshotComplete,
-            name: String::new(),
-            revision: 0,
-            holder: String::new(),
-            token: 0,
-            holding: None,
-            time_ms: 0,
-        }
-    }
-
-    /// A `Current` event for a live holding.
-    fn current(h: &Holding) -> Event {
-        Event {
-            kind: EventKind::Current,
-            name: h.name.clone(),
-            revision: h.revision,
-            holder: h.record.holder.clone(),
-            token: h.token,
-            holding: Some(h.clone()),
-            time_ms: h.record.renewed_ms,
-        }
-    }
-}
-
-/// What a subscription follows: one name, or every name under a prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Filter {
-    /// Exactly this name.
-    Name(String),
-    /// Every name starting with this prefix followed by '.' (empty: all).
-    Subtree(String),
-}
-
-impl Filter {
-    /// Parses a validated watch target: `name`, `prefix.>` or `>`.
-    pub fn parse(target: &str) -> Filter {
-        if target == ">" {
-            Filter::Subtree(String::new())
-        } else if let Some(prefix) = target.strip_suffix(".>") {
-            Filter::Subtree(prefix.to_string())
-        } else {
-            Filter::Name(target.to_string())
-        }
-    }
-
-    /// Whether `name` is followed.
-    fn matches(&self, name: &str) -> bool {
-        match self {
-            Filter::Name(n) => n == name,
-            Filter::Subtree(p) if p.is_empty() => true,
-            Filter::Subtree(p) => {
-                name.len() > p.len() + 1
-                    && name.starts_with(p.as_str())
-                    && name.as_bytes()[p.len()] == b'.'
-            }
-        }
-    }
-}
 
 /// The receiving end of a subscription: events, then why it ended.
 pub struct Subscription {
@@ -201,7 +98,7 @@ pub struct Hub {
 
 impl Hub {
     /// Starts the hub task over `store`; it runs until `shutdown`.
-    pub async fn start(store: Store, shutdown: Shutdown) -> Result<Hub> {
+    pub async fn start(store: Store, shutdown: CancellationToken) -> Result<Hub> {
         let follow = store.follow(">", true).await?;
         let (commands, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(follow, rx, shutdown));
@@ -322,9 +219,9 @@ struct State {
 
 /// The hub task: applies bucket messages to the mirror and fans them out.
 async fn run(
-    mut follow: crate::store::Follow,
+    mut follow: Follow,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    mut shutdown: Shutdown,
+    shutdown: CancellationToken,
 ) {
     let mut state = State::default();
     if follow.initially_pending == 0 {
@@ -334,13 +231,13 @@ async fn run(
     let end = loop {
         let next_deadline = state.pending.iter().map(|p| p.deadline).min();
         tokio::select! {
-            _ = shutdown.recv() => break Error::new(Reason::ShuttingDown, "the server is shutting down; watch again on another replica"),
+            _ = shutdown.cancelled() => break Error::new(Reason::ShuttingDown, "the server is shutting down; watch again on another replica"),
             command = commands.recv() => match command {
                 Some(command) => state.command(command),
                 None => break Error::new(Reason::ShuttingDown, "the server is shutting down"),
             },
             message = follow.messages.next() => match message {
-                Some(Ok((entry, pending))) => state.apply(entry, pending),
+                Some(Ok((message, pending))) => state.apply(Entry::from(message), pending),
                 Some(Err(err)) => {
                     tracing::error!(%err, "shared bucket watch failed");
                     break err;
@@ -522,82 +419,10 @@ impl State {
     }
 }
 
-/// The current holding of every name the hub has seen, and its position.
-#[derive(Default)]
-pub struct Mirror {
-    /// name → its live holding; free names are absent.
-    names: HashMap<String, Holding>,
-    /// The highest bucket revision applied.
-    position: u64,
-    /// Whether the initial load is done: events are only produced after it.
-    live: bool,
-}
-
-impl Mirror {
-    /// Applies a message; returns the event it stands for once live. A
-    /// marker over a name that was not held (a tombstone or marker ageing
-    /// out) stands for nothing. Only live holdings are kept.
-    pub fn apply(&mut self, entry: Entry) -> Option<Event> {
-        self.position = self.position.max(entry.revision);
-        let (kind, holder, token, holding) = match entry.kind {
-            Kind::Held(record) => {
-                let token = record.token_at(entry.revision);
-                let kind = if record.token == 0 {
-                    EventKind::Acquired
-                } else {
-                    EventKind::Renewed
-                };
-                let holding = Holding {
-                    name: entry.name.clone(),
-                    revision: entry.revision,
-                    token,
-                    record,
-                };
-                self.names.insert(entry.name.clone(), holding.clone());
-                (kind, holding.record.holder.clone(), token, Some(holding))
-            }
-            Kind::Unreadable => {
-                self.names.remove(&entry.name);
-                return None;
-            }
-            Kind::Released(payload) => {
-                let before = self.names.remove(&entry.name);
-                let (holder, token) = match (payload, before) {
-                    (Some(p), _) => (p.holder, p.token),
-                    (None, Some(b)) => (b.record.holder, b.token),
-                    (None, None) => (String::new(), 0),
-                };
-                (EventKind::Released, holder, token, None)
-            }
-            Kind::Expired | Kind::Revoked => {
-                let kind = if entry.kind == Kind::Expired {
-                    EventKind::Expired
-                } else {
-                    EventKind::Revoked
-                };
-                let before = self.names.remove(&entry.name)?;
-                (kind, before.record.holder, before.token, None)
-            }
-        };
-        if !self.live {
-            return None;
-        }
-        Some(Event {
-            kind,
-            name: entry.name,
-            revision: entry.revision,
-            holder,
-            token,
-            holding,
-            time_ms: entry.time_ms,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Record, Released};
+    use crate::lease::record::{Kind, Record};
 
     fn entry(name: &str, revision: u64, kind: Kind) -> Entry {
         Entry {
@@ -618,39 +443,6 @@ mod tests {
             renewed_ms: 0,
             metadata: Default::default(),
         })
-    }
-
-    /// The initial load produces no events; live messages map to ACQUIRED,
-    /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.
-    #[test]
-    fn mirror_classifies_a_lifecycle() {
-        let mut m = Mirror::default();
-        assert!(m.apply(entry("a", 1, rec("h", 0))).is_none());
-        assert!(m.apply(entry("b", 2, Kind::Released(None))).is_none());
-        m.live = true;
-        let e = m.apply(entry("a", 3, rec("h", 1))).unwrap();
-        assert_eq!((e.kind, e.token), (EventKind::Renewed, 1));
-        let e = m.apply(entry("a", 4, Kind::Expired)).unwrap();
-        assert_eq!(
-            (e.kind, e.holder.as_str(), e.token),
-            (EventKind::Expired, "h", 1)
-        );
-        let e = m.apply(entry("a", 5, rec("g", 0))).unwrap();
-        assert_eq!((e.kind, e.token), (EventKind::Acquired, 5));
-        let e = m
-            .apply(entry(
-                "a",
-                6,
-                Kind::Released(Some(Released {
-                    holder: "g".into(),
-                    token: 5,
-                })),
-            ))
-            .unwrap();
-        assert_eq!((e.kind, e.token), (EventKind::Released, 5));
-        assert!(m.apply(entry("a", 7, Kind::Expired)).is_none());
-        assert!(m.names.is_empty(), "free names are not kept");
-        assert_eq!(m.position, 7);
     }
 
     /// A subscriber that stops reading is ended with WATCH_LAGGED once its
@@ -676,16 +468,5 @@ mod tests {
             1,
             "the slow subscriber was dropped"
         );
-    }
-
-    /// Filters match a name or the names strictly below a prefix.
-    #[test]
-    fn filters() {
-        assert!(Filter::parse("a.b").matches("a.b"));
-        assert!(!Filter::parse("a.b").matches("a.b.c"));
-        assert!(Filter::parse("a.>").matches("a.b.c"));
-        assert!(!Filter::parse("a.>").matches("a"));
-        assert!(!Filter::parse("a.>").matches("ab.c"));
-        assert!(Filter::parse(">").matches("x"));
     }
 }

@@ -1,39 +1,22 @@
-//! Command line and `TENURE_*` environment settings, and their validation.
-//! Every flag has an environment equivalent; a flag wins over the variable.
+//! Settings: the `tenure serve` flags with their `TENURE_*` environment
+//! equivalents, their validation, and the plain data other layers are
+//! configured with (bucket, request limits, grants, log format). A leaf:
+//! it depends on nothing else in the crate. [`file`] adds the TOML config
+//! file and its precedence.
+//!
+//! Every flag has an environment equivalent; a flag wins over the variable,
+//! and both win over the config file.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches};
+use serde::Deserialize;
 
-use crate::store::BucketConfig;
-use crate::telemetry::LogFormat;
-use crate::validate::Limits;
+mod file;
 
-/// Tenure: lease coordination with fencing tokens over NATS JetStream.
-#[derive(Debug, Parser)]
-#[command(name = "tenure", version, about)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-// Parsed once per process: the size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum Command {
-    /// Serve the gRPC API. Without --nats-url, starts a local nats-server.
-    Serve(Config),
-    /// Validate a TOML configuration file (with the TENURE_* environment
-    /// applied), print the settings it resolves to, and exit.
-    CheckConfig {
-        /// The configuration file to check.
-        file: PathBuf,
-    },
-}
+pub use file::{resolve, ResolveError};
 
 /// Everything `tenure serve` needs. Precedence: flag, then `TENURE_*`
 /// variable, then the `--config` file, then the default.
@@ -144,7 +127,7 @@ pub struct Config {
 
     /// Authorization grants, from the `[[grant]]` tables of --config.
     #[arg(skip)]
-    pub grants: Vec<crate::auth::Grant>,
+    pub grants: Vec<Grant>,
 
     /// KV bucket holding the leases.
     #[arg(long, env = "TENURE_BUCKET", default_value = "tenure")]
@@ -281,19 +264,102 @@ impl Config {
 
     /// Settings for tests and embedding: defaults, with this NATS URL.
     pub fn for_nats(url: &str) -> Config {
-        let cli = Cli::parse_from([
-            "tenure",
+        let matches = serve_command().get_matches_from([
             "serve",
             "--nats-url",
             url,
             "--listen",
             "127.0.0.1:0",
         ]);
-        match cli.command {
-            Command::Serve(config) => config,
-            Command::CheckConfig { .. } => unreachable!("parsed a serve command line"),
+        Config::from_arg_matches(&matches).expect("defaults parse")
+    }
+}
+
+/// The `serve` command line alone: what the config file's keys are checked
+/// against, and what [`resolve`] parses.
+pub fn serve_command() -> clap::Command {
+    Config::augment_args(clap::Command::new("serve"))
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per event, for log pipelines.
+    Json,
+}
+
+/// The server's TTL and wait bounds that requests are checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Shortest TTL granted, whole seconds (at least 1: NATS's precision).
+    pub min_ttl_s: u64,
+    /// Longest TTL accepted, whole seconds.
+    pub max_ttl_s: u64,
+    /// TTL granted when a request gives none, whole seconds.
+    pub default_ttl_s: u64,
+    /// Longest `wait` an Acquire may ask for.
+    pub max_wait: Duration,
+}
+
+/// Where the bucket lives and how it is made.
+#[derive(Debug, Clone)]
+pub struct BucketConfig {
+    /// The KV bucket name (the stream is `KV_<bucket>`).
+    pub bucket: String,
+    /// Stream replicas: 1 on one server, 3 on a cluster.
+    pub replicas: usize,
+    /// How long NATS keeps an expiry marker (and Tenure a release tombstone).
+    pub marker_ttl: Duration,
+}
+
+/// What a call does, for authorization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// `Acquire`.
+    Acquire,
+    /// `Renew`.
+    Renew,
+    /// `Release`.
+    Release,
+    /// `GetLease` and `WatchLease`: reading leases.
+    Watch,
+    /// `ListLeases` and `RevokeLease`.
+    Admin,
+    /// Every action (written `"*"` or `"all"` in a grant).
+    #[serde(alias = "*")]
+    All,
+}
+
+impl Action {
+    /// The lowercase name used in grants and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Acquire => "acquire",
+            Action::Renew => "renew",
+            Action::Release => "release",
+            Action::Watch => "watch",
+            Action::Admin => "admin",
+            Action::All => "all",
         }
     }
+}
+
+/// One `[[grant]]` table of the config file: an identity may take these
+/// actions on names starting with these prefixes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// The identity: a token's identity, a certificate's CN or SAN, or `"*"`
+    /// for every authenticated caller.
+    pub identity: String,
+    /// Lease-name prefixes (plain string prefixes; end them with `.` to
+    /// mean a subtree); `""` means every name.
+    pub prefixes: Vec<String>,
+    /// The actions granted.
+    pub actions: Vec<Action>,
 }
 
 /// Parses "1500ms", "10s", "5m", "1h" (or a bare number of seconds).

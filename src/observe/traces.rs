@@ -15,14 +15,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// How log lines look.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// One readable line per event.
-    Human,
-    /// One JSON object per event, for log pipelines.
-    Json,
-}
+use crate::config::LogFormat;
 
 /// Keeps the trace exporter alive; dropping it flushes and stops it.
 pub struct Telemetry {

@@ -10,6 +10,9 @@
 //! Reads that decide a reply use the non-direct message-get API, which the
 //! stream leader answers, so a lagging follower can never make a live
 //! holding look stale.
+//!
+//! The adapter knows NATS's headers and markers, not Tenure's records: it
+//! hands the lease layer each message as an [`Op`] with its raw payload.
 
 use std::time::Duration;
 
@@ -20,57 +23,55 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::Instrument;
 
+use crate::config::BucketConfig;
 use crate::error::{Error, Reason, Result};
-use crate::record::{Record, Released};
+use crate::observe::METRICS;
 
-/// Where the bucket lives and how it is made.
-#[derive(Debug, Clone)]
-pub struct BucketConfig {
-    /// The KV bucket name (the stream is `KV_<bucket>`).
-    pub bucket: String,
-    /// Stream replicas: 1 on one server, 3 on a cluster.
-    pub replicas: usize,
-    /// How long NATS keeps an expiry marker (and Tenure a release tombstone).
-    pub marker_ttl: Duration,
-}
+/// The KV header that marks a delete or purge message.
+pub const KV_OPERATION: &str = "KV-Operation";
+/// [`KV_OPERATION`] of a delete tombstone (`nats kv del`).
+pub const KV_OPERATION_DELETE: &str = "DEL";
+/// [`KV_OPERATION`] of a purge (`nats kv purge`).
+pub const KV_OPERATION_PURGE: &str = "PURGE";
+/// The header NATS puts on the markers it writes itself.
+pub const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
+/// [`NATS_MARKER_REASON`] of a marker written when a TTL or MaxAge removed
+/// the subject's last message.
+pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
-/// What the last message of a lease name says.
+/// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
-    /// A live holding.
-    Held(Record),
-    /// A value that is not a Tenure record (written by something else).
-    Unreadable,
-    /// A release tombstone (`KV-Operation: DEL`), with its payload if ours.
-    Released(Option<Released>),
-    /// An expiry marker written by NATS (`Nats-Marker-Reason: MaxAge`).
+pub enum Op {
+    /// A value (a plain publish), with its payload.
+    Put(Bytes),
+    /// A delete tombstone (`KV-Operation: DEL`), with its payload.
+    Delete(Bytes),
+    /// A purge (`KV-Operation: PURGE`, or a purge/remove marker).
+    Purge,
+    /// A marker NATS wrote when a TTL removed the last message
+    /// (`Nats-Marker-Reason: MaxAge`).
     Expired,
-    /// An operator purge (`KV-Operation: PURGE`, or a purge/remove marker).
-    Revoked,
 }
 
-/// One message of the bucket, classified.
+/// One message of the bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// The lease name (the KV key).
+pub struct Message {
+    /// The KV key (the lease name).
     pub name: String,
     /// The stream sequence of the message: the KV revision.
     pub revision: u64,
     /// When the message was stored, Unix milliseconds (server clock).
     pub time_ms: u64,
-    /// What it says.
-    pub kind: Kind,
+    /// What it is.
+    pub op: Op,
 }
 
 /// Why a compare-and-set write did not happen.
 #[derive(Debug)]
 pub enum CasError {
-    /// The key's last revision was not the expected one; `current` is the
-    /// revision NATS reported, when it said.
-    Conflict {
-        /// The key's current revision, if NATS named it.
-        current: Option<u64>,
-    },
+    /// The key's last revision was not the expected one (JetStream error
+    /// 10071, "wrong last sequence"): another write got there first.
+    Conflict,
     /// Any other failure, ready to return to the caller.
     Failed(Error),
 }
@@ -139,6 +140,22 @@ impl Store {
         Ok(store)
     }
 
+    /// [`Store::open`], retried for a few seconds while JetStream comes up
+    /// (a local nats-server that has just started, a cluster electing).
+    pub async fn open_when_ready(client: async_nats::Client, cfg: &BucketConfig) -> Result<Store> {
+        let mut attempts = 0;
+        loop {
+            match Store::open(client.clone(), cfg).await {
+                Err(err) if err.reason == Reason::NatsUnavailable && attempts < 20 => {
+                    attempts += 1;
+                    tracing::debug!(%err, "bucket not ready yet");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Reads the stream info and checks that the bucket can expire leases:
     /// older servers accept `allow_msg_ttl` and silently ignore it.
     pub async fn verify(&self) -> Result<()> {
@@ -205,7 +222,7 @@ impl Store {
 
     /// The last message of a lease name, read from the stream leader;
     /// `None` when the name has no message at all.
-    pub async fn last(&self, name: &str) -> Result<Option<Entry>> {
+    pub async fn last(&self, name: &str) -> Result<Option<Message>> {
         self.ensure_connected()?;
         let subject = format!("{}{}", self.prefix, name);
         let read = self.stream.get_last_raw_message_by_subject(&subject);
@@ -215,11 +232,11 @@ impl Store {
             )
             .await
         {
-            Ok(msg) => Ok(Some(Entry {
+            Ok(msg) => Ok(Some(Message {
                 name: name.to_string(),
                 revision: msg.sequence,
                 time_ms: unix_ms(msg.time),
-                kind: classify(Some(&msg.headers), &msg.payload),
+                op: classify(Some(&msg.headers), msg.payload),
             })),
             Err(err) => match err.kind() {
                 stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
@@ -228,59 +245,48 @@ impl Store {
         }
     }
 
-    /// Writes a holding if the name's last revision is `expected` (0: none).
-    /// Returns the new revision.
+    /// Writes `payload` under `name` if its last revision is `expected` (0:
+    /// no message), to expire after `ttl`. Returns the new revision.
     pub async fn put(
         &self,
         name: &str,
-        record: &Record,
+        payload: Bytes,
         expected: u64,
         ttl: Duration,
     ) -> Result<u64, CasError> {
         let msg = jetstream::message::PublishMessage::build()
-            .payload(record.encode())
+            .payload(payload)
             .expected_last_subject_sequence(expected)
             .ttl(ttl);
         self.publish(name, msg).await
     }
 
-    /// Writes a release tombstone if the name's last revision is `expected`.
-    /// Returns the tombstone's revision.
-    pub async fn tombstone(
-        &self,
-        name: &str,
-        released: &Released,
-        expected: u64,
-    ) -> Result<u64, CasError> {
-        self.end(name, "DEL", released.encode(), expected).await
+    /// Writes a delete tombstone (`KV-Operation: DEL`) carrying `payload` if
+    /// the name's last revision is `expected`. Returns its revision.
+    pub async fn delete(&self, name: &str, payload: Bytes, expected: u64) -> Result<u64, CasError> {
+        self.end(name, KV_OPERATION_DELETE, payload, expected).await
     }
 
-    /// Writes an operator revoke if the name's last revision is `expected`:
-    /// a `KV-Operation: PURGE` message (what `nats kv purge` writes, so
-    /// watchers classify it as REVOKED) whose payload says who revoked and
-    /// why. Like a tombstone it carries the marker TTL. Returns its revision.
-    pub async fn purge(
-        &self,
-        name: &str,
-        payload: bytes::Bytes,
-        expected: u64,
-    ) -> Result<u64, CasError> {
-        self.end(name, "PURGE", payload, expected).await
+    /// Writes a purge (`KV-Operation: PURGE`, what `nats kv purge` writes)
+    /// carrying `payload` if the name's last revision is `expected`.
+    /// Returns its revision.
+    pub async fn purge(&self, name: &str, payload: Bytes, expected: u64) -> Result<u64, CasError> {
+        self.end(name, KV_OPERATION_PURGE, payload, expected).await
     }
 
-    /// Writes a message that ends a holding (`KV-Operation: operation`) if
-    /// the name's last revision is `expected`. It has a TTL too, or the
+    /// Writes a message that ends a value (`KV-Operation: operation`) if the
+    /// name's last revision is `expected`. It gets the marker TTL, or the
     /// bucket would keep one per name forever.
     async fn end(
         &self,
         name: &str,
         operation: &'static str,
-        payload: bytes::Bytes,
+        payload: Bytes,
         expected: u64,
     ) -> Result<u64, CasError> {
         let msg = jetstream::message::PublishMessage::build()
             .payload(payload)
-            .header("KV-Operation", operation)
+            .header(KV_OPERATION, operation)
             .expected_last_subject_sequence(expected)
             .ttl(self.marker_ttl);
         self.publish(name, msg).await
@@ -308,10 +314,8 @@ impl Store {
             Err(err) => match err.kind() {
                 PublishErrorKind::WrongLastSequence => {
                     // Counted here, the one place every lost race passes.
-                    crate::metrics::cas_conflict();
-                    Err(CasError::Conflict {
-                        current: wrong_last_sequence(&err.to_string()),
-                    })
+                    METRICS.cas_conflicts.inc();
+                    Err(CasError::Conflict)
                 }
                 _ => Err(CasError::Failed(Error::nats("the write", err))),
             },
@@ -357,13 +361,13 @@ impl Store {
                 .strip_prefix(prefix.as_str())
                 .unwrap_or(msg.subject.as_str())
                 .to_string();
-            let entry = Entry {
+            let message = Message {
                 name,
                 revision: info.stream_sequence,
                 time_ms: unix_ms(info.published),
-                kind: classify(msg.headers.as_ref(), &msg.payload),
+                op: classify(msg.headers.as_ref(), msg.payload.clone()),
             };
-            Ok((entry, info.pending))
+            Ok((message, info.pending))
         });
         Ok(Follow {
             initially_pending,
@@ -372,42 +376,32 @@ impl Store {
     }
 }
 
-/// The messages of an ordered consumer, classified, each with the number of
-/// messages still pending after it (0 marks the end of a snapshot).
+/// The messages of an ordered consumer, each with the number of messages
+/// still pending after it (0 marks the end of a snapshot).
 pub struct Follow {
     /// Messages pending when the consumer was created (0: empty snapshot).
     pub initially_pending: u64,
-    /// The classified messages with their pending counts.
-    pub messages: futures::stream::BoxStream<'static, Result<(Entry, u64)>>,
+    /// The messages with their pending counts.
+    pub messages: futures::stream::BoxStream<'static, Result<(Message, u64)>>,
 }
 
-/// Decides what a bucket message means from its headers and payload.
-pub fn classify(headers: Option<&HeaderMap>, payload: &Bytes) -> Kind {
+/// Decides what a bucket message is from its headers.
+fn classify(headers: Option<&HeaderMap>, payload: Bytes) -> Op {
     if let Some(headers) = headers {
-        if let Some(op) = headers.get("KV-Operation") {
+        if let Some(op) = headers.get(KV_OPERATION) {
             return match op.as_str() {
-                "DEL" => Kind::Released(Released::decode(payload)),
-                _ => Kind::Revoked,
+                KV_OPERATION_DELETE => Op::Delete(payload),
+                _ => Op::Purge,
             };
         }
-        if let Some(reason) = headers.get("Nats-Marker-Reason") {
+        if let Some(reason) = headers.get(NATS_MARKER_REASON) {
             return match reason.as_str() {
-                "MaxAge" => Kind::Expired,
-                _ => Kind::Revoked,
+                MARKER_REASON_MAX_AGE => Op::Expired,
+                _ => Op::Purge,
             };
         }
     }
-    match Record::decode(payload) {
-        Some(record) => Kind::Held(record),
-        None => Kind::Unreadable,
-    }
-}
-
-/// Parses the current revision out of "wrong last sequence: N".
-fn wrong_last_sequence(text: &str) -> Option<u64> {
-    let rest = &text[text.rfind("wrong last sequence: ")? + "wrong last sequence: ".len()..];
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
+    Op::Put(payload)
 }
 
 /// Whether a get-stream failure means "no such stream".
@@ -428,30 +422,27 @@ fn unix_ms(t: async_nats::datetime::DateTime) -> u64 {
 mod tests {
     use super::*;
 
-    /// The revision NATS names in a CAS conflict is read back.
-    #[test]
-    fn parses_wrong_last_sequence() {
-        assert_eq!(
-            wrong_last_sequence(
-                "wrong last sequence: jetstream error: wrong last sequence: 42 (code 400)"
-            ),
-            Some(42)
-        );
-        assert_eq!(wrong_last_sequence("timed out"), None);
-    }
-
-    /// Headers decide the kind before the payload does.
+    /// Headers decide what a message is; without them it is a value.
     #[test]
     fn classifies_headers() {
         let mut h = HeaderMap::new();
-        h.insert("Nats-Marker-Reason", "MaxAge");
-        assert_eq!(classify(Some(&h), &Bytes::new()), Kind::Expired);
+        h.insert(NATS_MARKER_REASON, MARKER_REASON_MAX_AGE);
+        assert_eq!(classify(Some(&h), Bytes::new()), Op::Expired);
         let mut h = HeaderMap::new();
-        h.insert("KV-Operation", "PURGE");
-        assert_eq!(classify(Some(&h), &Bytes::new()), Kind::Revoked);
+        h.insert(NATS_MARKER_REASON, "Purge");
+        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge);
         let mut h = HeaderMap::new();
-        h.insert("KV-Operation", "DEL");
-        assert_eq!(classify(Some(&h), &Bytes::new()), Kind::Released(None));
-        assert_eq!(classify(None, &Bytes::from_static(b"x")), Kind::Unreadable);
+        h.insert(KV_OPERATION, KV_OPERATION_PURGE);
+        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge);
+        let mut h = HeaderMap::new();
+        h.insert(KV_OPERATION, KV_OPERATION_DELETE);
+        assert_eq!(
+            classify(Some(&h), Bytes::from_static(b"p")),
+            Op::Delete(Bytes::from_static(b"p"))
+        );
+        assert_eq!(
+            classify(None, Bytes::from_static(b"x")),
+            Op::Put(Bytes::from_static(b"x"))
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! The request and metadata limits are a tower layer around the whole gRPC
 //! server ([`LimitLayer`]), so they act before a request is decoded or any
 //! RPC runs. The watch limits ([`WatchLimits`]) need the caller's identity
-//! and the stream's lifetime, so the RPC guard takes a [`WatchPermit`] and
+//! and the stream's lifetime, so `WatchLease` takes a [`WatchPermit`] and
 //! keeps it inside the stream.
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
 use crate::error::{Error, Reason};
-use crate::metrics::METRICS;
+use crate::observe::METRICS;
 
 /// How long a caller refused for load should back off.
 pub const BUSY_RETRY: Duration = Duration::from_millis(250);

@@ -17,61 +17,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
-use crate::config::Config;
+use crate::config::{Action, Config, Grant};
 use crate::error::{Error, Reason, Result};
-
-/// What a call does, for authorization.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// `Acquire`.
-    Acquire,
-    /// `Renew`.
-    Renew,
-    /// `Release`.
-    Release,
-    /// `GetLease` and `WatchLease`: reading leases.
-    Watch,
-    /// `ListLeases` and `RevokeLease`.
-    Admin,
-    /// Every action (written `"*"` or `"all"` in a grant).
-    #[serde(alias = "*")]
-    All,
-}
-
-impl Action {
-    /// The lowercase name used in grants and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Acquire => "acquire",
-            Action::Renew => "renew",
-            Action::Release => "release",
-            Action::Watch => "watch",
-            Action::Admin => "admin",
-            Action::All => "all",
-        }
-    }
-}
-
-/// One `[[grant]]` table: an identity may take these actions on names
-/// starting with these prefixes.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grant {
-    /// The identity: a token's identity, a certificate's CN or SAN, or `"*"`
-    /// for every authenticated caller.
-    pub identity: String,
-    /// Lease-name prefixes (plain string prefixes; end them with `.` to
-    /// mean a subtree); `""` means every name.
-    pub prefixes: Vec<String>,
-    /// The actions granted.
-    pub actions: Vec<Action>,
-}
 
 /// The authenticated caller of one request, put in the request's
 /// extensions for the handlers (e.g. to record who revoked a lease).

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::config::Limits;
 use crate::error::{Error, Reason, Result};
 
 /// Longest lease name, in bytes.
@@ -19,19 +20,8 @@ pub const MAX_KEY_LEN: usize = 256;
 pub const MAX_METADATA_ENTRIES: usize = 16;
 /// Most metadata bytes (keys plus values).
 pub const MAX_METADATA_BYTES: usize = 1024;
-
-/// The server's TTL and wait bounds.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Shortest TTL granted, whole seconds (at least 1: NATS's precision).
-    pub min_ttl_s: u64,
-    /// Longest TTL accepted, whole seconds.
-    pub max_ttl_s: u64,
-    /// TTL granted when a request gives none, whole seconds.
-    pub default_ttl_s: u64,
-    /// Longest `wait` an Acquire may ask for.
-    pub max_wait: Duration,
-}
+/// Longest revoke reason, in bytes.
+pub const MAX_REASON_LEN: usize = 256;
 
 const NAME_RULE: &str = "1 to 255 characters from [-/_=.a-zA-Z0-9], not starting or ending with '.' and without empty levels ('..')";
 
@@ -244,6 +234,52 @@ pub fn event_types(values: &[i32]) -> Result<Vec<crate::proto::EventType>> {
         .collect()
 }
 
+/// Checks a listing prefix: empty, or characters allowed in names.
+pub fn prefix(prefix: &str) -> Result<&str> {
+    if prefix.is_empty() {
+        return Ok(prefix);
+    }
+    let ok = prefix.len() <= MAX_NAME_LEN
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-/_=.".contains(&b));
+    if !ok {
+        return Err(Error::new(
+            Reason::InvalidName,
+            format!(
+                "prefix {:?} is invalid: use up to 255 characters from [-/_=.a-zA-Z0-9], or empty for all",
+                truncate(prefix)
+            ),
+        ));
+    }
+    Ok(prefix)
+}
+
+/// Checks a listing page token: empty, or a lease name.
+pub fn page_token(token: &str) -> Result<&str> {
+    if token.is_empty() || name(token).is_ok() {
+        return Ok(token);
+    }
+    Err(Error::new(
+        Reason::InvalidArgument,
+        "page_token is not one this server issued for this prefix; start again with an empty page_token",
+    ))
+}
+
+/// Checks a revoke reason: 1 to 256 bytes of printable text.
+pub fn revoke_reason(reason: &str) -> Result<&str> {
+    if reason.trim().is_empty()
+        || reason.len() > MAX_REASON_LEN
+        || reason.chars().any(char::is_control)
+    {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            format!("reason must be 1 to {MAX_REASON_LEN} bytes of printable text saying why"),
+        ));
+    }
+    Ok(reason)
+}
+
 /// Shortens user input quoted back in messages.
 fn truncate(s: &str) -> String {
     if s.len() <= 64 {
@@ -359,5 +395,42 @@ mod tests {
         assert!(holder("a\nb").is_err());
         assert!(holder("worker 1").is_ok());
         assert!(revision(0).is_err());
+        assert!(prefix("").is_ok());
+        assert!(prefix("jobs.").is_ok());
+        assert!(prefix("jobs>").is_err());
+        assert!(page_token("jobs.a").is_ok());
+        assert!(page_token("..").is_err());
+        assert!(revoke_reason("stuck").is_ok());
+        assert!(revoke_reason(" ").is_err());
+        assert!(revoke_reason("a\nb").is_err());
+    }
+
+    proptest::proptest! {
+        /// The validators never panic, on anything.
+        #[test]
+        fn validators_never_panic(
+            s in proptest::prelude::any::<String>(),
+            secs in proptest::prelude::any::<i64>(),
+            nanos in proptest::prelude::any::<i32>(),
+            md in proptest::collection::hash_map(".{0,40}", ".{0,200}", 0..20),
+        ) {
+            let l = limits();
+            let d = prost_types::Duration { seconds: secs, nanos };
+            let _ = name(&s);
+            let _ = watch_filter(&s);
+            let _ = holder(&s);
+            let _ = lease_key(&s);
+            let _ = presented_key(&s);
+            let _ = metadata(&md);
+            let _ = prefix(&s);
+            let _ = page_token(&s);
+            let _ = revoke_reason(&s);
+            if let Ok(t) = ttl(Some(&d), &l, 10) {
+                proptest::prop_assert!((1..=3600).contains(&t));
+            }
+            if let Ok(Some(w)) = wait(Some(&d), &l) {
+                proptest::prop_assert!(w <= Duration::from_secs(300));
+            }
+        }
     }
 }

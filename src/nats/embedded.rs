@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-use crate::shutdown::Trigger;
+use tokio_util::sync::CancellationToken;
 
 /// The nats-server release `scripts/tools.sh` installs.
 pub const PINNED_VERSION: &str = "2.15.1";
@@ -195,7 +195,7 @@ pub struct Supervised {
     /// The client URL.
     url: String,
     /// Tells the supervisor to stop the server.
-    stop: Trigger,
+    stop: CancellationToken,
     /// The supervisor task.
     task: JoinHandle<()>,
 }
@@ -216,12 +216,12 @@ impl Supervised {
             log = %store_dir.join("nats-server.log").display(),
             "started local nats-server"
         );
-        let stop = Trigger::new();
-        let mut stopped = stop.subscribe();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = stopped.recv() => {
+                    _ = stopped.cancelled() => {
                         process.stop().await;
                         return;
                     }
@@ -231,7 +231,7 @@ impl Supervised {
                 }
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    if stopped.is_shutdown() {
+                    if stopped.is_cancelled() {
                         return;
                     }
                     match NatsProcess::spawn(&bin, &store_dir, Some(process.port)).await {
@@ -257,7 +257,7 @@ impl Supervised {
 
     /// Stops the server and the supervisor.
     pub async fn stop(self) {
-        self.stop.fire();
+        self.stop.cancel();
         let _ = self.task.await;
     }
 }

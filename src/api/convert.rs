@@ -1,0 +1,128 @@
+//! Proto ↔ domain conversions: holdings as `Lease` messages, events as
+//! `LeaseEvent`s, event-type filters, timestamps, and the client's deadline
+//! from the `grpc-timeout` header.
+
+use std::time::Duration;
+
+use crate::lease::{Event, EventKind, Holding};
+use crate::proto;
+
+/// A holding as a proto `Lease`.
+pub fn lease(h: &Holding) -> proto::Lease {
+    proto::Lease {
+        name: h.name.clone(),
+        holder: h.record.holder.clone(),
+        fencing_token: h.token,
+        revision: h.revision,
+        ttl: Some(prost_types::Duration {
+            seconds: h.record.ttl_s as i64,
+            nanos: 0,
+        }),
+        metadata: h
+            .record
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        acquire_time: Some(timestamp(h.record.acquired_ms)),
+        renew_time: Some(timestamp(h.record.renewed_ms)),
+    }
+}
+
+/// A domain event as a proto `LeaseEvent`.
+pub fn event(e: Event) -> proto::LeaseEvent {
+    let kind = match e.kind {
+        EventKind::Current => proto::EventType::Current,
+        EventKind::SnapshotComplete => proto::EventType::SnapshotComplete,
+        EventKind::Acquired => proto::EventType::Acquired,
+        EventKind::Renewed => proto::EventType::Renewed,
+        EventKind::Released => proto::EventType::Released,
+        EventKind::Expired => proto::EventType::Expired,
+        EventKind::Revoked => proto::EventType::Revoked,
+    };
+    proto::LeaseEvent {
+        r#type: kind as i32,
+        name: e.name,
+        revision: e.revision,
+        holder: e.holder,
+        fencing_token: e.token,
+        lease: e.holding.as_ref().map(lease),
+        time: (e.time_ms > 0).then(|| timestamp(e.time_ms)),
+    }
+}
+
+/// The domain kind of a proto event type filter.
+pub fn event_kind(t: proto::EventType) -> Option<EventKind> {
+    Some(match t {
+        proto::EventType::Unspecified => return None,
+        proto::EventType::Current => EventKind::Current,
+        proto::EventType::SnapshotComplete => EventKind::SnapshotComplete,
+        proto::EventType::Acquired => EventKind::Acquired,
+        proto::EventType::Renewed => EventKind::Renewed,
+        proto::EventType::Released => EventKind::Released,
+        proto::EventType::Expired => EventKind::Expired,
+        proto::EventType::Revoked => EventKind::Revoked,
+    })
+}
+
+/// Unix milliseconds as a protobuf timestamp.
+fn timestamp(ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+/// The client's deadline from the `grpc-timeout` header ("<digits><unit>").
+pub fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every unit of the grpc-timeout header is understood.
+    #[test]
+    fn parses_grpc_timeout() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        assert_eq!(grpc_timeout(&m), None);
+        m.insert("grpc-timeout", "1500m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(1500)));
+        m.insert("grpc-timeout", "2S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
+    }
+
+    /// Every proto event type but the unspecified one has a domain kind.
+    #[test]
+    fn event_kinds_round_trip() {
+        for n in 1..=7 {
+            let t = proto::EventType::try_from(n).unwrap();
+            let kind = event_kind(t).expect("a kind");
+            let e = Event {
+                kind,
+                name: "a".into(),
+                revision: 1,
+                holder: String::new(),
+                token: 0,
+                holding: None,
+                time_ms: 0,
+            };
+            assert_eq!(event(e).r#type, n);
+        }
+        assert!(event_kind(proto::EventType::Unspecified).is_none());
+    }
+}

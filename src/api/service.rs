@@ -1,0 +1,469 @@
+//! `tenure.v1.LeaseService`: each RPC is written once, as a few lines that
+//! validate the request, call the lease protocol and convert the answer.
+//!
+//! What every RPC needs around that (authentication and authorization, the
+//! refusal of new work during shutdown, the trace span with the lease name,
+//! holder, fencing token, revision and outcome, and the RPC metrics) is the
+//! one generic wrapper [`LeaseApi::rpc`], driven by what each request type
+//! says of itself ([`Call`]) and what each response shows ([`Reply`]). The
+//! request-size, metadata and in-flight limits act even earlier, as a tower
+//! layer around the whole server ([`super::limits::LimitLayer`]). The span
+//! never records a lease key: only the fields named above are put on it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Response, Status};
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use super::auth::{Auth, Caller, Target};
+use super::convert::{self, lease};
+use super::limits::WatchLimits;
+use super::validate;
+use crate::config::{Action, Limits};
+use crate::error::{Error, Reason};
+use crate::lease::{AcquireArgs, Filter, Leases};
+use crate::observe::{self, METRICS};
+use crate::proto;
+use crate::proto::lease_service_server::LeaseService;
+
+/// How much of a client's gRPC deadline an Acquire wait leaves for the reply.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+/// The `tenure.v1.LeaseService` implementation.
+pub struct LeaseApi {
+    /// The lease protocol over the bucket.
+    leases: Leases,
+    /// TTL and wait bounds for requests.
+    limits: Limits,
+    /// Who may do what.
+    auth: Arc<Auth>,
+    /// Open watch streams per identity and in total.
+    watches: Arc<WatchLimits>,
+    /// Cancelled when the server shuts down: new calls are refused.
+    shutdown: CancellationToken,
+}
+
+/// What the wrapper knows of the caller of one RPC.
+struct Context {
+    /// Who is calling.
+    caller: Caller,
+    /// The client's deadline, from `grpc-timeout`, if it set one.
+    deadline: Option<Duration>,
+}
+
+/// What each request type says of itself, for authorization and the span.
+trait Call {
+    /// The RPC method name.
+    const METHOD: &'static str;
+    /// The action authorized.
+    const ACTION: Action;
+    /// The lease name, prefix or watch filter the call touches.
+    fn subject(&self) -> &str;
+    /// What authorization checks the grant against.
+    fn target(&self) -> Target<'_> {
+        Target::Name(self.subject())
+    }
+    /// The holder named by the request, if any.
+    fn holder(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// What each response shows on the RPC's span.
+trait Reply {
+    /// Records the holding's fields on `span`.
+    fn record(&self, _span: &Span) {}
+}
+
+impl LeaseApi {
+    /// The service over `leases`, checking requests against `limits`,
+    /// callers against `auth` and watch streams against `watches`.
+    pub fn new(
+        leases: Leases,
+        limits: Limits,
+        auth: Arc<Auth>,
+        watches: Arc<WatchLimits>,
+        shutdown: CancellationToken,
+    ) -> LeaseApi {
+        LeaseApi {
+            leases,
+            limits,
+            auth,
+            watches,
+            shutdown,
+        }
+    }
+
+    /// Runs one RPC: opens its span (continuing the caller's trace context),
+    /// identifies the caller, checks the grant, refuses new work during
+    /// shutdown, runs `handle`, and records the outcome on the span and in
+    /// the metrics. A call dropped before it finishes (its deadline passed,
+    /// or the client went away) is recorded as CANCELLED.
+    async fn rpc<Req, Resp, Fut>(
+        &self,
+        request: Request<Req>,
+        handle: impl FnOnce(Req, Context) -> Fut,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: Call,
+        Resp: Reply,
+        Fut: Future<Output = Result<Resp, Error>>,
+    {
+        let span = rpc_span(Req::METHOD, request.get_ref());
+        observe::set_parent(&span, request.metadata());
+        let mut outcome = Outcome {
+            method: Req::METHOD,
+            started: Instant::now(),
+            span: span.clone(),
+            done: false,
+        };
+        let result = async {
+            let caller = self.auth.authenticate(&request)?;
+            Span::current().record("identity", caller.identity.as_str());
+            if let Err(err) = self
+                .auth
+                .authorize(&caller, Req::ACTION, request.get_ref().target())
+            {
+                tracing::info!(identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
+                return Err(err);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(Error::new(
+                    Reason::ShuttingDown,
+                    "the server is shutting down; retry on another replica",
+                ));
+            }
+            let deadline = convert::grpc_timeout(request.metadata());
+            let reply = handle(request.into_inner(), Context { caller, deadline }).await?;
+            reply.record(&Span::current());
+            Ok(Response::new(reply))
+        }
+        .instrument(span)
+        .await
+        .map_err(Status::from);
+        outcome.finish(match &result {
+            Ok(_) => Code::Ok,
+            Err(status) => status.code(),
+        });
+        result
+    }
+}
+
+#[tonic::async_trait]
+impl LeaseService for LeaseApi {
+    async fn acquire(
+        &self,
+        request: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        self.rpc(request, |req, cx| async move {
+            let name = validate::name(&req.name)?;
+            let holder = validate::holder(&req.holder)?;
+            let ttl_s = validate::ttl(req.ttl.as_ref(), &self.limits, self.limits.default_ttl_s)?;
+            let key = validate::lease_key(&req.lease_key)?;
+            let mut wait = validate::wait(req.wait.as_ref(), &self.limits)?;
+            if let (Some(w), Some(d)) = (wait, cx.deadline) {
+                wait = Some(w.min(d.saturating_sub(DEADLINE_MARGIN)));
+            }
+            let args = AcquireArgs {
+                name: name.into(),
+                holder: holder.into(),
+                ttl_s,
+                key: key.map_or_else(validate::mint_key, str::to_string),
+                wait,
+                metadata: validate::metadata(&req.metadata)?,
+            };
+            let holding = self.leases.acquire(&args).await?;
+            Ok(proto::AcquireResponse {
+                lease: Some(lease(&holding)),
+                lease_key: args.key,
+            })
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        request: Request<proto::RenewRequest>,
+    ) -> Result<Response<proto::RenewResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let name = validate::name(&req.name)?;
+            let expected = validate::revision(req.expected_revision)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let ttl_s = match req.ttl.as_ref() {
+                Some(ttl) => Some(validate::ttl(
+                    Some(ttl),
+                    &self.limits,
+                    self.limits.default_ttl_s,
+                )?),
+                None => None,
+            };
+            let holding = self.leases.renew(name, expected, key, ttl_s).await?;
+            Ok(proto::RenewResponse {
+                lease: Some(lease(&holding)),
+            })
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        request: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let name = validate::name(&req.name)?;
+            let expected = validate::revision(req.expected_revision)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let revision = self.leases.release(name, expected, key).await?;
+            Ok(proto::ReleaseResponse { revision })
+        })
+        .await
+    }
+
+    async fn get_lease(
+        &self,
+        request: Request<proto::GetLeaseRequest>,
+    ) -> Result<Response<proto::GetLeaseResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let holding = self.leases.get(validate::name(&req.name)?).await?;
+            Ok(proto::GetLeaseResponse {
+                lease: Some(lease(&holding)),
+            })
+        })
+        .await
+    }
+
+    type WatchLeaseStream =
+        Pin<Box<dyn Stream<Item = Result<proto::WatchLeaseResponse, Status>> + Send>>;
+
+    async fn watch_lease(
+        &self,
+        request: Request<proto::WatchLeaseRequest>,
+    ) -> Result<Response<Self::WatchLeaseStream>, Status> {
+        self.rpc(request, |req, cx| async move {
+            let filter = validate::watch_filter(&req.name)?;
+            let kinds = validate::event_types(&req.event_types)?
+                .into_iter()
+                .filter_map(convert::event_kind)
+                .collect();
+            let permit = self.watches.acquire(&cx.caller.identity)?;
+            let subscription = self.leases.watch(Filter::parse(filter), kinds).await?;
+            // The permit lives as long as the stream: dropping the stream
+            // (client gone, server done) frees the slot.
+            let stream = subscription.into_stream().map(move |item| {
+                let _held = &permit;
+                item.map(|e| proto::WatchLeaseResponse {
+                    event: Some(convert::event(e)),
+                })
+                .map_err(Status::from)
+            });
+            Ok(Box::pin(stream) as Self::WatchLeaseStream)
+        })
+        .await
+    }
+
+    async fn list_leases(
+        &self,
+        request: Request<proto::ListLeasesRequest>,
+    ) -> Result<Response<proto::ListLeasesResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let prefix = validate::prefix(&req.prefix)?;
+            let token = validate::page_token(&req.page_token)?;
+            let page = self.leases.list(prefix, req.page_size, token).await?;
+            Ok(proto::ListLeasesResponse {
+                leases: page.leases.iter().map(lease).collect(),
+                next_page_token: page.next_page_token,
+            })
+        })
+        .await
+    }
+
+    async fn revoke_lease(
+        &self,
+        request: Request<proto::RevokeLeaseRequest>,
+    ) -> Result<Response<proto::RevokeLeaseResponse>, Status> {
+        self.rpc(request, |req, cx| async move {
+            let name = validate::name(&req.name)?;
+            let why = validate::revoke_reason(&req.reason)?;
+            let by = &cx.caller.identity;
+            let (revision, holding) = self.leases.revoke(name, req.fencing_token, why, by).await?;
+            Ok(proto::RevokeLeaseResponse {
+                revision,
+                revoked: Some(lease(&holding)),
+            })
+        })
+        .await
+    }
+}
+
+impl Call for proto::AcquireRequest {
+    const METHOD: &'static str = "Acquire";
+    const ACTION: Action = Action::Acquire;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+    fn holder(&self) -> Option<&str> {
+        Some(&self.holder)
+    }
+}
+
+impl Call for proto::RenewRequest {
+    const METHOD: &'static str = "Renew";
+    const ACTION: Action = Action::Renew;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Call for proto::ReleaseRequest {
+    const METHOD: &'static str = "Release";
+    const ACTION: Action = Action::Release;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Call for proto::GetLeaseRequest {
+    const METHOD: &'static str = "GetLease";
+    const ACTION: Action = Action::Watch;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Call for proto::WatchLeaseRequest {
+    const METHOD: &'static str = "WatchLease";
+    const ACTION: Action = Action::Watch;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+    /// "jobs.>" covers every name under "jobs.", ">" every name.
+    fn target(&self) -> Target<'_> {
+        match self.name.strip_suffix('>') {
+            Some(subtree) => Target::Prefix(subtree),
+            None => Target::Name(&self.name),
+        }
+    }
+}
+
+impl Call for proto::ListLeasesRequest {
+    const METHOD: &'static str = "ListLeases";
+    const ACTION: Action = Action::Admin;
+    fn subject(&self) -> &str {
+        &self.prefix
+    }
+    fn target(&self) -> Target<'_> {
+        Target::Prefix(&self.prefix)
+    }
+}
+
+impl Call for proto::RevokeLeaseRequest {
+    const METHOD: &'static str = "RevokeLease";
+    const ACTION: Action = Action::Admin;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Reply for proto::AcquireResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.lease.as_ref());
+    }
+}
+
+impl Reply for proto::RenewResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.lease.as_ref());
+    }
+}
+
+impl Reply for proto::ReleaseResponse {
+    fn record(&self, span: &Span) {
+        span.record("lease.revision", self.revision);
+    }
+}
+
+impl Reply for proto::GetLeaseResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.lease.as_ref());
+    }
+}
+
+impl Reply for proto::ListLeasesResponse {}
+
+impl Reply for proto::RevokeLeaseResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.revoked.as_ref());
+        span.record("lease.revision", self.revision);
+    }
+}
+
+impl Reply for <LeaseApi as LeaseService>::WatchLeaseStream {}
+
+/// The span of one RPC, with the fields filled in as they become known.
+fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.method = method,
+        lease.name = request.subject(),
+        lease.holder = Empty,
+        lease.fencing_token = Empty,
+        lease.revision = Empty,
+        identity = Empty,
+        outcome = Empty,
+    );
+    if let Some(holder) = request.holder() {
+        span.record("lease.holder", holder);
+    }
+    span
+}
+
+/// Records a holding's holder, token and revision on `span`.
+fn record_lease(span: &Span, lease: Option<&proto::Lease>) {
+    if let Some(l) = lease {
+        span.record("lease.holder", l.holder.as_str());
+        span.record("lease.fencing_token", l.fencing_token);
+        span.record("lease.revision", l.revision);
+    }
+}
+
+/// Records how an RPC ended, in metrics and on its span. A call whose
+/// future is dropped before it finishes is recorded as CANCELLED when it is
+/// dropped.
+struct Outcome {
+    /// The RPC method.
+    method: &'static str,
+    /// When it started.
+    started: Instant,
+    /// Its span.
+    span: Span,
+    /// Whether it was recorded.
+    done: bool,
+}
+
+impl Outcome {
+    /// Records the call's gRPC code.
+    fn finish(&mut self, code: Code) {
+        self.done = true;
+        METRICS.rpc(self.method, code, self.started.elapsed());
+        self.span.record("outcome", observe::code_name(code));
+    }
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(Code::Cancelled);
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The `tenure` command line: parses it and runs the subcommand. `serve`
+//! resolves its settings (flags, `TENURE_*` environment, config file), sets
+//! up logs and traces, and runs the server until SIGINT or SIGTERM;
+//! `check-config` resolves a config file the same way and reports.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, Config, ResolveError};
+use crate::{observe, server};
+
+/// Tenure: lease coordination with fencing tokens over NATS JetStream.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+// Parsed once per process: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Command {
+    /// Serve the gRPC API. Without --nats-url, starts a local nats-server.
+    Serve(Config),
+    /// Validate a TOML configuration file (with the TENURE_* environment
+    /// applied), print the settings it resolves to, and exit.
+    CheckConfig {
+        /// The configuration file to check.
+        file: PathBuf,
+    },
+}
+
+/// Runs the command line `args` (program name first); returns the exit
+/// code: 0 on success, 2 for unusable settings, 1 when serving failed.
+pub async fn main(args: Vec<OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // Everything after the program name: `serve` or `check-config`, then
+    // its own arguments.
+    let rest: Vec<OsString> = args.into_iter().skip(1).collect();
+    match cli.command {
+        Command::Serve(_) => serve(rest).await,
+        Command::CheckConfig { file } => check_config(file),
+    }
+}
+
+/// `tenure serve`.
+async fn serve(args: Vec<OsString>) -> ExitCode {
+    let config = match resolve(args) {
+        Ok((config, _)) => config,
+        Err(code) => return code,
+    };
+    let _telemetry = match observe::init(config.log_format, config.otlp_endpoint.as_deref()) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("tenure: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(err) = config.validate() {
+        eprintln!("tenure: {err}");
+        return ExitCode::from(2);
+    }
+    match server::run(config, server::shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tenure: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tenure check-config FILE`: resolved as `serve --config FILE` would be.
+fn check_config(file: PathBuf) -> ExitCode {
+    let args = vec!["serve".into(), "--config".into(), file.into_os_string()];
+    let (config, report) = match resolve(args) {
+        Ok(resolved) => resolved,
+        Err(code) => return code,
+    };
+    print!("{report}");
+    match server::check_config(&config) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("tenure: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Resolves a `serve` command line; on failure prints why and returns the
+/// exit code (clap's own for usage errors and help).
+fn resolve(args: Vec<OsString>) -> Result<(Config, String), ExitCode> {
+    match config::resolve(args) {
+        Ok(resolved) => Ok(resolved),
+        Err(ResolveError::Clap(e)) => e.exit(),
+        Err(ResolveError::File(e)) => {
+            eprintln!("tenure: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The key cache: the record this replica last wrote or read per name, with
+//! its revision.
+//!
+//! A message at a given revision never changes, so an entry cannot be
+//! wrong about that revision; it lets a renewal or release through the same
+//! replica skip the leader read. An entry that is no longer the name's last
+//! message only costs a failed compare-and-set and a read: the write's
+//! condition, not the cache, decides.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::record::Record;
+
+/// name → (revision, record at that revision), bounded.
+#[derive(Default)]
+pub struct KeyCache {
+    /// name → (revision, record at that revision).
+    entries: Mutex<HashMap<String, (u64, Arc<Record>)>>,
+}
+
+impl KeyCache {
+    /// Most names remembered; the map is cleared when it grows past this.
+    const CAPACITY: usize = 100_000;
+
+    /// The record of `name` at exactly `revision`, if remembered.
+    pub fn get(&self, name: &str, revision: u64) -> Option<Arc<Record>> {
+        let entries = self.entries.lock().expect("cache lock");
+        match entries.get(name) {
+            Some((rev, rec)) if *rev == revision => Some(rec.clone()),
+            _ => None,
+        }
+    }
+
+    /// Remembers the record of `name` at `revision`.
+    pub fn insert(&self, name: &str, revision: u64, record: &Record) {
+        let mut entries = self.entries.lock().expect("cache lock");
+        if entries.len() >= Self::CAPACITY && !entries.contains_key(name) {
+            entries.clear();
+        }
+        entries.insert(name.to_string(), (revision, Arc::new(record.clone())));
+    }
+
+    /// Forgets `name`.
+    pub fn remove(&self, name: &str) {
+        self.entries.lock().expect("cache lock").remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: &str) -> Record {
+        Record {
+            holder: holder.into(),
+            token: 0,
+            key_sha256: String::new(),
+            ttl_s: 1,
+            acquired_ms: 0,
+            renewed_ms: 0,
+            metadata: Default::default(),
+        }
+    }
+
+    /// An entry answers only for its exact revision, and is forgotten on
+    /// request.
+    #[test]
+    fn answers_only_for_the_exact_revision() {
+        let cache = KeyCache::default();
+        cache.insert("a", 5, &record("h"));
+        assert_eq!(cache.get("a", 5).unwrap().holder, "h");
+        assert!(cache.get("a", 4).is_none());
+        assert!(cache.get("a", 6).is_none());
+        cache.insert("a", 6, &record("g"));
+        assert!(cache.get("a", 5).is_none(), "a newer write replaces it");
+        cache.remove("a");
+        assert!(cache.get("a", 6).is_none());
+    }
+}

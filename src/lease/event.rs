@@ -1,0 +1,121 @@
+//! Lease events and watch filters: what the shared watcher tells
+//! `WatchLease` streams and waiting Acquires.
+
+use super::record::Holding;
+
+/// What happened to a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// Held when the watch started (snapshot).
+    Current,
+    /// End of the snapshot.
+    SnapshotComplete,
+    /// A new holding.
+    Acquired,
+    /// A renewal of the current holding.
+    Renewed,
+    /// A holder ended its holding.
+    Released,
+    /// A holding ran out of time.
+    Expired,
+    /// An operator removed the holding.
+    Revoked,
+}
+
+/// One lease event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The lease name (empty for `SnapshotComplete`).
+    pub name: String,
+    /// The bucket revision of the change.
+    pub revision: u64,
+    /// The holder concerned, where known.
+    pub holder: String,
+    /// The fencing token concerned, where known (0 when not).
+    pub token: u64,
+    /// The full holding for `Current`, `Acquired` and `Renewed`.
+    pub holding: Option<Holding>,
+    /// When the change was stored, Unix milliseconds.
+    pub time_ms: u64,
+}
+
+impl Event {
+    /// The end-of-snapshot marker.
+    pub fn snapshot_complete() -> Event {
+        Event {
+            kind: EventKind::SnapshotComplete,
+            name: String::new(),
+            revision: 0,
+            holder: String::new(),
+            token: 0,
+            holding: None,
+            time_ms: 0,
+        }
+    }
+
+    /// A `Current` event for a live holding.
+    pub fn current(h: &Holding) -> Event {
+        Event {
+            kind: EventKind::Current,
+            name: h.name.clone(),
+            revision: h.revision,
+            holder: h.record.holder.clone(),
+            token: h.token,
+            holding: Some(h.clone()),
+            time_ms: h.record.renewed_ms,
+        }
+    }
+}
+
+/// What a subscription follows: one name, or every name under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Exactly this name.
+    Name(String),
+    /// Every name starting with this prefix followed by '.' (empty: all).
+    Subtree(String),
+}
+
+impl Filter {
+    /// Parses a validated watch target: `name`, `prefix.>` or `>`.
+    pub fn parse(target: &str) -> Filter {
+        if target == ">" {
+            Filter::Subtree(String::new())
+        } else if let Some(prefix) = target.strip_suffix(".>") {
+            Filter::Subtree(prefix.to_string())
+        } else {
+            Filter::Name(target.to_string())
+        }
+    }
+
+    /// Whether `name` is followed.
+    pub fn matches(&self, name: &str) -> bool {
+        match self {
+            Filter::Name(n) => n == name,
+            Filter::Subtree(p) if p.is_empty() => true,
+            Filter::Subtree(p) => {
+                name.len() > p.len() + 1
+                    && name.starts_with(p.as_str())
+                    && name.as_bytes()[p.len()] == b'.'
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Filters match a name or the names strictly below a prefix.
+    #[test]
+    fn filters() {
+        assert!(Filter::parse("a.b").matches("a.b"));
+        assert!(!Filter::parse("a.b").matches("a.b.c"));
+        assert!(Filter::parse("a.>").matches("a.b.c"));
+        assert!(!Filter::parse("a.>").matches("a"));
+        assert!(!Filter::parse("a.>").matches("ab.c"));
+        assert!(Filter::parse(">").matches("x"));
+    }
+}

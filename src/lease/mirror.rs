@@ -1,0 +1,145 @@
+//! The mirror: the current holding of every name, rebuilt from the bucket's
+//! messages by the shared watcher.
+//!
+//! The mirror is a cache, never a source of decisions: it only says what to
+//! tell watchers. It is what lets an expiry marker (which NATS writes with no
+//! payload) name the holder and token that expired, lets a new watch get its
+//! snapshot without a NATS round trip, and tells apart a real expiry from the
+//! marker NATS writes when a release tombstone itself ages out. Expiries are
+//! counted here, where they are classified.
+
+use std::collections::HashMap;
+
+use super::event::{Event, EventKind};
+use super::record::{Entry, Holding, Kind};
+use crate::observe::METRICS;
+
+/// The current holding of every name the hub has seen, and its position.
+#[derive(Default)]
+pub struct Mirror {
+    /// name → its live holding; free names are absent.
+    pub names: HashMap<String, Holding>,
+    /// The highest bucket revision applied.
+    pub position: u64,
+    /// Whether the initial load is done: events are only produced after it.
+    pub live: bool,
+}
+
+impl Mirror {
+    /// Applies a message; returns the event it stands for once live. A
+    /// marker over a name that was not held (a tombstone or marker ageing
+    /// out) stands for nothing. Only live holdings are kept.
+    pub fn apply(&mut self, entry: Entry) -> Option<Event> {
+        self.position = self.position.max(entry.revision);
+        let (kind, holder, token, holding) = match entry.kind {
+            Kind::Held(record) => {
+                let token = record.token_at(entry.revision);
+                let kind = if record.token == 0 {
+                    EventKind::Acquired
+                } else {
+                    EventKind::Renewed
+                };
+                let holding = Holding::at(&entry.name, entry.revision, record);
+                self.names.insert(entry.name.clone(), holding.clone());
+                (kind, holding.record.holder.clone(), token, Some(holding))
+            }
+            Kind::Unreadable => {
+                self.names.remove(&entry.name);
+                return None;
+            }
+            Kind::Released(payload) => {
+                let before = self.names.remove(&entry.name);
+                let (holder, token) = match (payload, before) {
+                    (Some(p), _) => (p.holder, p.token),
+                    (None, Some(b)) => (b.record.holder, b.token),
+                    (None, None) => (String::new(), 0),
+                };
+                (EventKind::Released, holder, token, None)
+            }
+            Kind::Expired | Kind::Revoked => {
+                let kind = if entry.kind == Kind::Expired {
+                    EventKind::Expired
+                } else {
+                    EventKind::Revoked
+                };
+                let before = self.names.remove(&entry.name)?;
+                (kind, before.record.holder, before.token, None)
+            }
+        };
+        if !self.live {
+            return None;
+        }
+        if kind == EventKind::Expired {
+            METRICS.expired.inc();
+        }
+        Some(Event {
+            kind,
+            name: entry.name,
+            revision: entry.revision,
+            holder,
+            token,
+            holding,
+            time_ms: entry.time_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::record::{Record, Released};
+
+    fn entry(name: &str, revision: u64, kind: Kind) -> Entry {
+        Entry {
+            name: name.into(),
+            revision,
+            time_ms: 0,
+            kind,
+        }
+    }
+
+    fn rec(holder: &str, token: u64) -> Kind {
+        Kind::Held(Record {
+            holder: holder.into(),
+            token,
+            key_sha256: String::new(),
+            ttl_s: 1,
+            acquired_ms: 0,
+            renewed_ms: 0,
+            metadata: Default::default(),
+        })
+    }
+
+    /// The initial load produces no events; live messages map to ACQUIRED,
+    /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.
+    #[test]
+    fn mirror_classifies_a_lifecycle() {
+        let mut m = Mirror::default();
+        assert!(m.apply(entry("a", 1, rec("h", 0))).is_none());
+        assert!(m.apply(entry("b", 2, Kind::Released(None))).is_none());
+        m.live = true;
+        let e = m.apply(entry("a", 3, rec("h", 1))).unwrap();
+        assert_eq!((e.kind, e.token), (EventKind::Renewed, 1));
+        let e = m.apply(entry("a", 4, Kind::Expired)).unwrap();
+        assert_eq!(
+            (e.kind, e.holder.as_str(), e.token),
+            (EventKind::Expired, "h", 1)
+        );
+        let e = m.apply(entry("a", 5, rec("g", 0))).unwrap();
+        assert_eq!((e.kind, e.token), (EventKind::Acquired, 5));
+        let e = m
+            .apply(entry(
+                "a",
+                6,
+                Kind::Released(Some(Released {
+                    holder: "g".into(),
+                    token: 5,
+                })),
+            ))
+            .unwrap();
+        assert_eq!((e.kind, e.token), (EventKind::Released, 5));
+        assert!(m.apply(entry("a", 7, Kind::Expired)).is_none());
+        assert!(m.names.is_empty(), "free names are not kept");
+        assert_eq!(m.position, 7);
+    }
+}

@@ -1,0 +1,523 @@
+//! The lease protocol: acquire, renew, release, revoke, read and list
+//! leases with compare-and-set writes on the bucket, and watch them through
+//! the shared watcher (see `docs/design.md`).
+//!
+//! Every write names the revision it replaces, so NATS decides every race;
+//! this module only decides *which* revision to name and whether the caller
+//! may name it ([`rules`]). Ownership is proven by the lease key, checked
+//! against the exact record that the write replaces. A lost race (a CAS
+//! conflict) re-reads and tries again, a bounded number of times.
+//!
+//! The only memory here is the [`cache::KeyCache`] and the watcher's
+//! mirror; neither decides anything a conditional write does not confirm.
+//! The protocol counts what it does (acquired, released, revoked) where it
+//! knows it happened.
+
+mod cache;
+mod event;
+mod list;
+mod mirror;
+mod record;
+mod rules;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use event::{Event, EventKind, Filter};
+pub use list::Page;
+pub use record::{Holding, KeyHash, Record, Released};
+pub use watch::{Hub, Subscription};
+
+use cache::KeyCache;
+use record::{Entry, Kind, Revoked};
+use rules::AcquirePlan;
+
+use crate::error::{Error, Reason, Result};
+use crate::nats::{CasError, Store};
+use crate::observe::METRICS;
+
+/// How many times a call re-reads and retries after losing a CAS race before
+/// it reports contention.
+const MAX_CAS_ATTEMPTS: usize = 5;
+/// How often a waiting Acquire re-checks even without a bucket event: a
+/// safety net should the event stream break.
+const WAIT_POLL: Duration = Duration::from_secs(1);
+
+/// What Acquire asks for, already validated.
+#[derive(Debug, Clone)]
+pub struct AcquireArgs {
+    /// The lease name.
+    pub name: String,
+    /// Who wants it.
+    pub holder: String,
+    /// Granted TTL, whole seconds.
+    pub ttl_s: u64,
+    /// The ownership secret.
+    pub key: String,
+    /// How long to wait for a held lease; `None`: fail at once.
+    pub wait: Option<Duration>,
+    /// Metadata to store.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// How a holding is ended: by its holder, or by an operator.
+enum Ending<'a> {
+    /// The holder releases: the key must match and `expected` must be a
+    /// revision of the holding.
+    Release {
+        /// The revision the holder presents.
+        expected: u64,
+        /// The presented key's hash.
+        hash: KeyHash,
+    },
+    /// An operator revokes: the current holding (only the one with `token`,
+    /// when not 0), whoever holds it.
+    Revoke {
+        /// The token the operator targets, or 0 for any.
+        token: u64,
+        /// Why.
+        why: &'a str,
+        /// Who.
+        by: &'a str,
+    },
+}
+
+/// The lease operations over one bucket. Cheap to clone.
+#[derive(Clone)]
+pub struct Leases {
+    /// The bucket.
+    store: Store,
+    /// Records this replica wrote or read, by name.
+    cache: Arc<KeyCache>,
+    /// The shared watcher: wakes waiting Acquires, serves watches.
+    hub: Hub,
+    /// Ends waiting Acquires when the server shuts down.
+    shutdown: CancellationToken,
+}
+
+impl Leases {
+    /// Lease operations over `store`; waits and watches follow `hub` and end
+    /// when `shutdown` is cancelled.
+    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Leases {
+        Leases {
+            store,
+            cache: Arc::new(KeyCache::default()),
+            hub,
+            shutdown,
+        }
+    }
+
+    /// Takes a lease, waiting for it to become free if `args.wait` says so.
+    pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        let Some(wait) = args.wait else {
+            return self.try_acquire(args).await;
+        };
+        let deadline = Instant::now() + wait;
+        // Follow the key before the first try, so a release between the try
+        // and the subscription cannot be missed.
+        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        let mut follow = self
+            .hub
+            .follow(Filter::Name(args.name.clone()), ends)
+            .await
+            .ok();
+        loop {
+            let held = match self.try_acquire(args).await {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                other => return other,
+            };
+            // Sleep until the lease may be free (a release, expiry or revoke
+            // of this name), the poll tick, or the deadline.
+            let freed = async {
+                match follow.as_mut() {
+                    Some(f) => f.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.shutdown.cancelled() => {
+                    return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                    return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
+                }
+                _ = tokio::time::sleep(WAIT_POLL) => {}
+                event = freed => {
+                    if event.is_err() {
+                        follow = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt to take a lease: read the last message, then CAS over it.
+    async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        let hash = KeyHash::of(&args.key);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let last = self.store.last(&args.name).await?.map(Entry::from);
+            let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
+                AcquirePlan::Take { expected } => expected,
+                AcquirePlan::Retry { revision, record } => {
+                    match self
+                        .write_renewal(&args.name, revision, record, Some(args.ttl_s))
+                        .await
+                    {
+                        Err(CasError::Conflict) => continue,
+                        other => return other.map_err(cas_failed),
+                    }
+                }
+                AcquirePlan::Held { revision, record } => {
+                    return Err(held(&args.name, record, revision))
+                }
+                AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
+            };
+            let now = now_ms();
+            let record = Record {
+                holder: args.holder.clone(),
+                token: 0,
+                key_sha256: hash.to_hex(),
+                ttl_s: args.ttl_s,
+                acquired_ms: now,
+                renewed_ms: now,
+                metadata: args.metadata.clone(),
+            };
+            let ttl = Duration::from_secs(args.ttl_s);
+            match self
+                .store
+                .put(&args.name, record.encode(), expected, ttl)
+                .await
+            {
+                Ok(revision) => {
+                    tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
+                    METRICS.acquired.inc();
+                    self.cache.insert(&args.name, revision, &record);
+                    return Ok(Holding::at(&args.name, revision, record));
+                }
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Err(contended(&args.name))
+    }
+
+    /// Extends a holding. `expected` may be stale (a retry after a lost
+    /// reply) as long as it belongs to the current holding.
+    pub async fn renew(
+        &self,
+        name: &str,
+        expected: u64,
+        key: &str,
+        ttl_s: Option<u64>,
+    ) -> Result<Holding> {
+        let hash = KeyHash::of(key);
+        if let Some(rec) = self.cache.get(name, expected) {
+            if rec.key_matches(&hash) {
+                match self.write_renewal(name, expected, &rec, ttl_s).await {
+                    Err(CasError::Conflict) => {}
+                    other => return other.map_err(cas_failed),
+                }
+            }
+        }
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (revision, rec) = self.verify_holding(name, expected, &hash).await?;
+            match self.write_renewal(name, revision, &rec, ttl_s).await {
+                Err(CasError::Conflict) => continue,
+                other => return other.map_err(cas_failed),
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// Ends a holding at its holder's request; returns the release's
+    /// revision.
+    pub async fn release(&self, name: &str, expected: u64, key: &str) -> Result<u64> {
+        let ending = Ending::Release {
+            expected,
+            hash: KeyHash::of(key),
+        };
+        let (revision, _) = self.end(name, ending).await?;
+        Ok(revision)
+    }
+
+    /// Revokes the current holding of `name` (only the one with `token`,
+    /// when not 0): a `KV-Operation: PURGE` write over it, which watchers
+    /// report as REVOKED and which makes the holder's next Renew or Release
+    /// fail with LEASE_NOT_HELD. Returns the revoke's revision and the
+    /// holding that ended.
+    pub async fn revoke(
+        &self,
+        name: &str,
+        token: u64,
+        why: &str,
+        by: &str,
+    ) -> Result<(u64, Holding)> {
+        self.end(name, Ending::Revoke { token, why, by }).await
+    }
+
+    /// The one conditional-write loop that ends holdings: find the holding
+    /// the ending applies to, write the tombstone or purge over exactly its
+    /// revision, and start again on a lost race.
+    async fn end(&self, name: &str, ending: Ending<'_>) -> Result<(u64, Holding)> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (revision, rec) = match &ending {
+                Ending::Release { expected, hash } => match self.cache.get(name, *expected) {
+                    Some(rec) if rec.key_matches(hash) => (*expected, rec),
+                    _ => self.verify_holding(name, *expected, hash).await?,
+                },
+                Ending::Revoke { token, .. } => self.revocable(name, *token).await?,
+            };
+            let token = rec.token_at(revision);
+            let holder = rec.holder.clone();
+            let written = match &ending {
+                Ending::Release { .. } => {
+                    let payload = Released { holder, token }.encode();
+                    self.store.delete(name, payload, revision).await
+                }
+                Ending::Revoke { why, by, .. } => {
+                    let payload = Revoked {
+                        holder,
+                        token,
+                        revoked_by: by.to_string(),
+                        reason: why.to_string(),
+                    }
+                    .encode();
+                    self.store.purge(name, payload, revision).await
+                }
+            };
+            match written {
+                Ok(at) => {
+                    self.cache.remove(name);
+                    match &ending {
+                        Ending::Release { .. } => {
+                            METRICS.released.inc();
+                            tracing::debug!(name, holder = %rec.holder, token, "released");
+                        }
+                        Ending::Revoke { why, by, .. } => {
+                            METRICS.revoked.inc();
+                            tracing::warn!(name, holder = %rec.holder, token, revoked_by = by, reason = why, revision = at, "lease revoked");
+                        }
+                    }
+                    return Ok((at, Holding::at(name, revision, (*rec).clone())));
+                }
+                Err(CasError::Conflict) => {
+                    // Whatever we knew is stale: read the leader again.
+                    self.cache.remove(name);
+                }
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// The current holding of a name.
+    pub async fn get(&self, name: &str) -> Result<Holding> {
+        let last = self.store.last(name).await?.map(Entry::from);
+        match last {
+            Some(Entry {
+                revision,
+                kind: Kind::Held(record),
+                ..
+            }) => {
+                self.cache.insert(name, revision, &record);
+                Ok(Holding::at(name, revision, record))
+            }
+            Some(Entry {
+                kind: Kind::Unreadable,
+                ..
+            }) => Err(unreadable(name, self.store.bucket())),
+            other => {
+                let state = other.as_ref().map_or("ABSENT", |e| e.kind.state());
+                Err(Error::new(
+                    Reason::LeaseNotFound,
+                    format!("lease {name:?} is not held ({state}); Acquire it to take it"),
+                )
+                .with("state", state))
+            }
+        }
+    }
+
+    /// One page of the live holdings under `prefix` (see [`list::list`]).
+    pub async fn list(&self, prefix: &str, page_size: u32, page_token: &str) -> Result<Page> {
+        list::list(&self.store, prefix, page_size, page_token).await
+    }
+
+    /// Follows `filter` with a snapshot first: the current holdings (as of
+    /// no earlier than this call), `SnapshotComplete`, then live events of
+    /// `kinds` (empty: all).
+    pub async fn watch(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
+        self.hub.watch(filter, kinds).await
+    }
+
+    /// Reads the current record of `name` from the leader and checks that it
+    /// is the caller's holding: the key matches and `expected` belongs to
+    /// the holding ([`rules::belongs_to_holding`]).
+    async fn verify_holding(
+        &self,
+        name: &str,
+        expected: u64,
+        hash: &KeyHash,
+    ) -> Result<(u64, Arc<Record>)> {
+        let last = self.store.last(name).await?.map(Entry::from);
+        let (revision, rec) = match last {
+            Some(Entry {
+                revision,
+                kind: Kind::Held(rec),
+                ..
+            }) => (revision, Arc::new(rec)),
+            Some(Entry {
+                kind: Kind::Unreadable,
+                ..
+            }) => return Err(unreadable(name, self.store.bucket())),
+            Some(entry) => {
+                let state = entry.kind.state();
+                return Err(not_held(
+                    name,
+                    format!("it was {state} at revision {}", entry.revision),
+                )
+                .with("state", state));
+            }
+            None => {
+                return Err(not_held(name, "nobody holds it".to_string()).with("state", "ABSENT"))
+            }
+        };
+        self.cache.insert(name, revision, &rec);
+        let token = rec.token_at(revision);
+        if !rec.key_matches(hash) {
+            return Err(not_held(
+                name,
+                format!("it is held under another lease key (token {token})"),
+            )
+            .with("state", "HELD"));
+        }
+        if !rules::belongs_to_holding(expected, token, revision) {
+            return Err(not_held(
+                name,
+                format!(
+                    "revision {expected} is not part of the current holding (token {token}, revision {revision})"
+                ),
+            )
+            .with("state", "HELD"));
+        }
+        Ok((revision, rec))
+    }
+
+    /// Reads the current holding of `name` from the leader for a revoke:
+    /// any holder's, or only the one with `token` when not 0.
+    async fn revocable(&self, name: &str, token: u64) -> Result<(u64, Arc<Record>)> {
+        let last = self.store.last(name).await?.map(Entry::from);
+        let (revision, record) = match last {
+            Some(Entry {
+                revision,
+                kind: Kind::Held(record),
+                ..
+            }) => (revision, record),
+            Some(Entry {
+                kind: Kind::Unreadable,
+                ..
+            }) => return Err(unreadable(name, self.store.bucket())),
+            _ => return Err(not_revocable(name, "it is not held")),
+        };
+        let current = record.token_at(revision);
+        if token != 0 && token != current {
+            return Err(not_revocable(
+                name,
+                &format!("its current holding has token {current}, not {token}"),
+            )
+            .with("fencing_token", current));
+        }
+        Ok((revision, Arc::new(record)))
+    }
+
+    /// Writes a renewal of `rec` (the record of `name` at `revision`) with
+    /// the same token, conditional on that revision.
+    async fn write_renewal(
+        &self,
+        name: &str,
+        revision: u64,
+        rec: &Record,
+        ttl_s: Option<u64>,
+    ) -> Result<Holding, CasError> {
+        let record = Record {
+            token: rec.token_at(revision),
+            ttl_s: ttl_s.unwrap_or(rec.ttl_s),
+            renewed_ms: now_ms(),
+            ..rec.clone()
+        };
+        let ttl = Duration::from_secs(record.ttl_s);
+        let new_revision = self.store.put(name, record.encode(), revision, ttl).await?;
+        self.cache.insert(name, new_revision, &record);
+        Ok(Holding::at(name, new_revision, record))
+    }
+}
+
+/// Turns a CAS failure that is not a conflict into the caller's error.
+fn cas_failed(err: CasError) -> Error {
+    match err {
+        CasError::Failed(err) => err,
+        CasError::Conflict => Error::new(Reason::Internal, "unexpected write conflict"),
+    }
+}
+
+/// `LEASE_HELD` naming the current holder.
+fn held(name: &str, rec: &Record, revision: u64) -> Error {
+    let token = rec.token_at(revision);
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "lease {name:?} is held by {:?} (token {token}); retry after it is released or expires, or Acquire with a wait",
+            rec.holder
+        ),
+    )
+    .with("holder", &rec.holder)
+    .with("fencing_token", token)
+    .with("ttl_seconds", rec.ttl_s)
+}
+
+/// `LEASE_NOT_HELD` with why.
+fn not_held(name: &str, why: String) -> Error {
+    Error::new(
+        Reason::LeaseNotHeld,
+        format!("you do not hold lease {name:?}: {why}; stop acting as holder and Acquire again"),
+    )
+}
+
+/// `LEASE_NOT_FOUND` for a revoke of something that is not there.
+fn not_revocable(name: &str, why: &str) -> Error {
+    Error::new(
+        Reason::LeaseNotFound,
+        format!("cannot revoke lease {name:?}: {why}; list leases to see what is held"),
+    )
+}
+
+/// `LEASE_HELD` after repeated lost races.
+fn contended(name: &str) -> Error {
+    Error::new(
+        Reason::LeaseHeld,
+        format!("lease {name:?} is changing hands too fast to settle; retry with backoff"),
+    )
+}
+
+/// `RECORD_UNREADABLE` for a foreign value under a lease name.
+fn unreadable(name: &str, bucket: &str) -> Error {
+    Error::new(
+        Reason::RecordUnreadable,
+        format!(
+            "key {name:?} in bucket {bucket:?} holds a value that is not a Tenure lease; remove it with `nats kv del {bucket} {name}`"
+        ),
+    )
+}
+
+/// Wall-clock Unix milliseconds, for the record's informational times.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

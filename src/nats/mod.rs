@@ -1,0 +1,12 @@
+//! The NATS adapter: everything Tenure asks of NATS and nothing about
+//! leases. [`kv`] makes conditional publishes, leader reads and ordered
+//! consumers on the bucket's stream and tells messages apart by their
+//! headers; [`connection`] connects with the configured credentials;
+//! [`embedded`] starts and supervises a local nats-server.
+
+mod connection;
+pub mod embedded;
+mod kv;
+
+pub use connection::connect;
+pub use kv::{CasError, Follow, Message, Op, Store};
