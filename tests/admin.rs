@@ -67,17 +67,6 @@ async fn list_pages_through_live_holdings() {
     assert_eq!(reason(&err), "INVALID_NAME");
 }
 
-async fn next(
-    s: &mut tonic::Streaming<tenure::proto::WatchLeaseResponse>,
-) -> tenure::proto::LeaseEvent {
-    within("watch event", s.message())
-        .await
-        .unwrap()
-        .unwrap()
-        .event
-        .unwrap()
-}
-
 /// A revoke reaches the watcher as REVOKED and the holder as LEASE_NOT_HELD;
 /// the name is free again with a greater token.
 #[tokio::test]
@@ -93,9 +82,12 @@ async fn revoke_is_seen_by_watcher_and_holder() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(next(&mut watch).await.r#type, EventType::Current as i32);
     assert_eq!(
-        next(&mut watch).await.r#type,
+        next_event(&mut watch).await.r#type,
+        EventType::Current as i32
+    );
+    assert_eq!(
+        next_event(&mut watch).await.r#type,
         EventType::SnapshotComplete as i32
     );
 
@@ -135,7 +127,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
         ("worker-1", lease.fencing_token)
     );
 
-    let e = next(&mut watch).await;
+    let e = next_event(&mut watch).await;
     assert_eq!(e.r#type, EventType::Revoked as i32);
     assert_eq!(
         (e.holder.as_str(), e.fencing_token),
@@ -167,7 +159,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
 
     let (next_lease, _) = acquire(&mut c, acquire_req("jobs.stuck", "worker-2", 60)).await;
     assert!(next_lease.fencing_token > revoked.revision);
-    let e = next(&mut watch).await;
+    let e = next_event(&mut watch).await;
     assert_eq!(
         (e.r#type, e.holder.as_str()),
         (EventType::Acquired as i32, "worker-2")

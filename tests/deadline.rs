@@ -10,17 +10,6 @@ use std::time::Duration;
 
 use common::*;
 use tenure::proto::GetLeaseRequest;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn metrics(addr: std::net::SocketAddr) -> String {
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).await.unwrap();
-    text
-}
 
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: signalling the test's own child nats-server by its pid.
@@ -75,7 +64,7 @@ async fn deadline_cancels_the_nats_call() {
     let unavailable = r#"tenure_rpc_requests_total{code="UNAVAILABLE",method="GetLease"}"#;
     let text = within("the call to be recorded", async {
         loop {
-            let text = metrics(addr).await;
+            let text = http_get(addr, "/metrics").await.1;
             if text.contains(cancelled) || text.contains(unavailable) {
                 return text;
             }

@@ -8,21 +8,6 @@ use std::time::Duration;
 use common::*;
 use tenure::proto::{EventType, WatchLeaseRequest};
 
-/// Waits on a watch stream for the next EXPIRED event and returns its token.
-async fn next_expiry(s: &mut tonic::Streaming<tenure::proto::WatchLeaseResponse>) -> u64 {
-    loop {
-        let e = within("expiry", s.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .event
-            .unwrap();
-        if e.r#type == EventType::Expired as i32 {
-            return e.fencing_token;
-        }
-    }
-}
-
 /// A lease nobody renews expires, and then another holder acquires it
 /// without waiting.
 #[tokio::test]
@@ -39,7 +24,10 @@ async fn unrenewed_lease_expires_and_is_free() {
         .into_inner();
     let (lease, _) = acquire(&mut c, acquire_req("exp.a", "alice", 1)).await;
     assert_eq!(lease.ttl.unwrap().seconds, 1);
-    assert_eq!(next_expiry(&mut s).await, lease.fencing_token);
+    assert_eq!(
+        next_of(&mut s, EventType::Expired).await.fencing_token,
+        lease.fencing_token
+    );
     let (next, _) = acquire(&mut c, acquire_req("exp.a", "bob", 1)).await;
     assert!(next.fencing_token > lease.fencing_token);
 }
@@ -91,19 +79,28 @@ async fn lease_over_marker_or_tombstone_still_expires() {
         .into_inner();
     // 1. Expire once, leaving a MaxAge marker as the last message.
     let (first, _) = acquire(&mut c, acquire_req("exp.over", "a", 1)).await;
-    assert_eq!(next_expiry(&mut s).await, first.fencing_token);
+    assert_eq!(
+        next_of(&mut s, EventType::Expired).await.fencing_token,
+        first.fencing_token
+    );
     // 2. Acquire over the marker: it must expire too.
     let (over_marker, _) = acquire(&mut c, acquire_req("exp.over", "b", 1)).await;
     let js = t.nats.jetstream().await;
     let stream = js.get_stream("KV_tenure").await.unwrap();
     let raw = stream.get_raw_message(over_marker.revision).await.unwrap();
     assert_eq!(raw.headers.get("Nats-TTL").map(|v| v.as_str()), Some("1"));
-    assert_eq!(next_expiry(&mut s).await, over_marker.fencing_token);
+    assert_eq!(
+        next_of(&mut s, EventType::Expired).await.fencing_token,
+        over_marker.fencing_token
+    );
     // 3. Acquire and release, leaving a tombstone; acquire over it: it expires.
     let (held, key) = acquire(&mut c, acquire_req("exp.over", "c", 30)).await;
     c.release(release_req("exp.over", held.revision, key))
         .await
         .unwrap();
     let (over_tombstone, _) = acquire(&mut c, acquire_req("exp.over", "d", 1)).await;
-    assert_eq!(next_expiry(&mut s).await, over_tombstone.fencing_token);
+    assert_eq!(
+        next_of(&mut s, EventType::Expired).await.fencing_token,
+        over_tombstone.fencing_token
+    );
 }

@@ -7,21 +7,7 @@
 mod common;
 
 use common::*;
-use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{RevokeLeaseRequest, WatchLeaseRequest};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// GETs a path from the metrics listener; returns (status line, body).
-async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: tenure\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).await.unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
 
 /// The value of the sample `series` (name with labels, as exposed), 0 when absent.
 fn sample(body: &str, series: &str) -> f64 {
@@ -34,7 +20,7 @@ fn sample(body: &str, series: &str) -> f64 {
 async fn until(addr: std::net::SocketAddr, series: &str, at_least: f64) -> String {
     within(&format!("{series} to reach {at_least}"), async {
         loop {
-            let (_, body) = get(addr, "/metrics").await;
+            let (_, body) = http_get(addr, "/metrics").await;
             if sample(&body, series) >= at_least {
                 return body;
             }
@@ -49,9 +35,9 @@ async fn metrics_move_with_the_traffic() {
     let mut t =
         Tenure::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap())).await;
     let addr = t.running.as_ref().unwrap().metrics_addr().unwrap();
-    let (status, _) = get(addr, "/nope").await;
+    let (status, _) = http_get(addr, "/nope").await;
     assert!(status.contains("404"), "{status}");
-    let (status, before) = get(addr, "/metrics").await;
+    let (status, before) = http_get(addr, "/metrics").await;
     assert!(status.contains("200"), "{status}");
     assert_eq!(sample(&before, "tenure_nats_connected"), 1.0);
     assert_eq!(
@@ -71,17 +57,7 @@ async fn metrics_move_with_the_traffic() {
     .await;
     // A second replica renews; the first still caches the old revision, so
     // its next renewal loses one CAS race (counted) and falls back to a read.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = tenure::Config {
-        metrics_listen: None,
-        ..t.config.clone()
-    };
-    let other = tenure::start(&config, &t.nats.url(), listener)
-        .await
-        .unwrap();
-    let mut c2 = LeaseServiceClient::connect(format!("http://{}", other.addr()))
-        .await
-        .unwrap();
+    let (other, mut c2) = t.replica().await;
     c2.renew(renew_req("m.one", lease.revision, &key))
         .await
         .unwrap();
@@ -139,7 +115,7 @@ async fn metrics_move_with_the_traffic() {
     drop(watch);
     within("the watch gauge to drop", async {
         while sample(
-            &get(addr, "/metrics").await.1,
+            &http_get(addr, "/metrics").await.1,
             "tenure_watch_streams_active",
         ) != 0.0
         {
@@ -152,7 +128,7 @@ async fn metrics_move_with_the_traffic() {
     let reconnects = sample(&after, "tenure_nats_reconnects_total");
     t.nats.kill().await;
     within("the connected gauge to drop", async {
-        while sample(&get(addr, "/metrics").await.1, "tenure_nats_connected") != 0.0 {
+        while sample(&http_get(addr, "/metrics").await.1, "tenure_nats_connected") != 0.0 {
             tokio::task::yield_now().await;
         }
     })

@@ -3,81 +3,34 @@
 
 mod common;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use common::*;
-use tenure::Config;
+use tenure::{Config, NatsProcess};
 
-/// A nats-server that admits only `nkey_public`; killed on drop.
+/// A nats-server that admits only `nkey_public`; stopped on drop.
 struct LockedNats {
-    child: tokio::process::Child,
-    port: u16,
+    process: NatsProcess,
     _dir: tempfile::TempDir,
 }
 
 impl LockedNats {
     async fn start(nkey_public: &str) -> LockedNats {
         let dir = tempfile::tempdir().unwrap();
-        let ports = dir.path().join("ports");
-        std::fs::create_dir_all(&ports).unwrap();
         let conf = dir.path().join("nats.conf");
         std::fs::write(
             &conf,
-            format!(
-                "host: 127.0.0.1\nport: -1\njetstream {{ store_dir: {:?} }}\nauthorization {{ users = [ {{ nkey: {nkey_public} }} ] }}\n",
-                dir.path().join("js")
-            ),
+            format!("authorization {{ users = [ {{ nkey: {nkey_public} }} ] }}\n"),
         )
         .unwrap();
         let bin = tenure::find_binary(None).expect("nats-server");
-        let child = tokio::process::Command::new(bin)
-            .arg("-c")
-            .arg(&conf)
-            .arg("--ports_file_dir")
-            .arg(&ports)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        // The server writes its client URL to a ports file once it is ready.
-        let port = within("nats-server to be ready", async {
-            loop {
-                let found = std::fs::read_dir(&ports).unwrap().find_map(|e| {
-                    let text = std::fs::read_to_string(e.ok()?.path()).ok()?;
-                    let url = text.split("nats://").nth(1)?;
-                    let port: String = url
-                        .split(':')
-                        .nth(1)?
-                        .chars()
-                        .take_while(char::is_ascii_digit)
-                        .collect();
-                    port.parse::<u16>().ok()
-                });
-                if let Some(port) = found {
-                    return port;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        LockedNats {
-            child,
-            port,
-            _dir: dir,
-        }
+        let process =
+            NatsProcess::spawn_with_config(&bin, &dir.path().join("js"), None, Some(&conf))
+                .await
+                .expect("start nats-server");
+        LockedNats { process, _dir: dir }
     }
 
     fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for LockedNats {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
+        self.process.url()
     }
 }
 

@@ -93,18 +93,8 @@ async fn retried_renew_with_stale_revision_succeeds() {
 #[tokio::test]
 async fn second_replica_renews_and_refuses_alike() {
     let t = Tenure::start().await;
-    let config = t.config.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let other = tenure::start(&config, &t.nats.url(), listener)
-        .await
-        .unwrap();
+    let (other, mut c2) = t.replica().await;
     let mut c1 = t.client().await;
-    let mut c2 = tenure::proto::lease_service_client::LeaseServiceClient::connect(format!(
-        "http://{}",
-        other.addr()
-    ))
-    .await
-    .unwrap();
     let (lease, key) = acquire(&mut c1, acquire_req("own.replica", "alice", 30)).await;
     let r = renew(&mut c2, renew_req("own.replica", lease.revision, &key)).await;
     assert_eq!(r.fencing_token, lease.fencing_token);
@@ -145,17 +135,7 @@ async fn after_expiry_is_not_held() {
         .unwrap()
         .into_inner();
     let (lease, key) = acquire(&mut c, acquire_req("own.exp", "alice", 1)).await;
-    loop {
-        let event = within("expiry", events.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .event
-            .unwrap();
-        if event.r#type == EventType::Expired as i32 {
-            break;
-        }
-    }
+    next_of(&mut events, EventType::Expired).await;
     let before = t.last_sequence().await;
     let err = c
         .renew(renew_req("own.exp", lease.revision, &key))

@@ -6,30 +6,6 @@ mod common;
 use common::*;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{EventType, LeaseEvent, WatchLeaseRequest};
-use tonic::transport::Channel;
-use tonic::Streaming;
-
-async fn watch(
-    c: &mut LeaseServiceClient<Channel>,
-    name: &str,
-) -> Streaming<tenure::proto::WatchLeaseResponse> {
-    c.watch_lease(WatchLeaseRequest {
-        name: name.into(),
-        event_types: vec![],
-    })
-    .await
-    .unwrap()
-    .into_inner()
-}
-
-async fn next(s: &mut Streaming<tenure::proto::WatchLeaseResponse>) -> LeaseEvent {
-    within("next watch event", s.message())
-        .await
-        .expect("stream ok")
-        .expect("stream open")
-        .event
-        .unwrap()
-}
 
 fn kind(e: &LeaseEvent) -> EventType {
     EventType::try_from(e.r#type).unwrap()
@@ -43,19 +19,19 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
     let mut c = t.client().await;
     let (pre_lease, pre_key) = acquire(&mut c, acquire_req(pre, "early", 60)).await;
     let mut s = watch(&mut c, target).await;
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (kind(&e), e.name.as_str(), e.fencing_token),
         (EventType::Current, pre, pre_lease.fencing_token)
     );
     assert_eq!(e.lease.as_ref().unwrap().holder, "early");
-    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    assert_eq!(kind(&next_event(&mut s).await), EventType::SnapshotComplete);
     if pre == name {
         // Free the name for the lifecycle; the watch sees that first.
         c.release(release_req(pre, pre_lease.revision, pre_key))
             .await
             .unwrap();
-        let e = next(&mut s).await;
+        let e = next_event(&mut s).await;
         assert_eq!(
             (kind(&e), e.holder.as_str()),
             (EventType::Released, "early")
@@ -69,7 +45,7 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
         .await
         .unwrap()
         .into_inner();
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (kind(&e), e.name.as_str(), e.revision, e.fencing_token),
         (
@@ -80,12 +56,12 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
         )
     );
     assert_eq!(e.holder, "alice");
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (kind(&e), e.revision, e.fencing_token),
         (EventType::Renewed, renewed.revision, lease.fencing_token)
     );
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (kind(&e), e.revision, e.fencing_token, e.holder.as_str()),
         (
@@ -97,12 +73,12 @@ async fn lifecycle(target: &str, pre: &str, name: &str, name2: &str) {
     );
 
     let (short, _) = acquire(&mut c, acquire_req(name2, "bob", 1)).await;
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (kind(&e), e.name.as_str(), e.fencing_token),
         (EventType::Acquired, name2, short.fencing_token)
     );
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!(
         (
             kind(&e),
@@ -140,13 +116,13 @@ async fn empty_snapshot_and_filters() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    assert_eq!(kind(&next_event(&mut s).await), EventType::SnapshotComplete);
     acquire(&mut c, acquire_req("other", "x", 30)).await;
     let (lease, key) = acquire(&mut c, acquire_req("f.a", "alice", 30)).await;
     c.release(release_req("f.a", lease.revision, key))
         .await
         .unwrap();
-    let e = next(&mut s).await;
+    let e = next_event(&mut s).await;
     assert_eq!((kind(&e), e.name.as_str()), (EventType::Released, "f.a"));
 }
 
@@ -156,7 +132,7 @@ async fn shutdown_ends_watches_with_unavailable() {
     let mut t = Tenure::start().await;
     let mut c = t.client().await;
     let mut s = watch(&mut c, ">").await;
-    assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+    assert_eq!(kind(&next_event(&mut s).await), EventType::SnapshotComplete);
     let running = t.running.take().unwrap();
     let stopping = tokio::spawn(running.shutdown());
     let err = within("watch ends", s.message()).await.unwrap_err();
@@ -188,7 +164,7 @@ async fn watchers_share_one_nats_consumer() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(kind(&next(&mut s).await), EventType::SnapshotComplete);
+        assert_eq!(kind(&next_event(&mut s).await), EventType::SnapshotComplete);
         streams.push((target, s));
     }
     let js = t.nats.jetstream().await;
@@ -198,7 +174,7 @@ async fn watchers_share_one_nats_consumer() {
         acquire(&mut c, acquire_req(&format!("fan.n{n}"), "h", 30)).await;
     }
     for (target, s) in &mut streams {
-        let e = next(s).await;
+        let e = next_event(s).await;
         assert_eq!(kind(&e), EventType::Acquired, "{target}");
         if target != "fan.>" {
             assert_eq!(&e.name, target);
@@ -217,7 +193,7 @@ async fn large_snapshot_arrives_whole() {
     let mut s = watch(&mut c, "big.>").await;
     let mut names = std::collections::HashSet::new();
     loop {
-        let e = next(&mut s).await;
+        let e = next_event(&mut s).await;
         match kind(&e) {
             EventType::Current => assert!(names.insert(e.name)),
             EventType::SnapshotComplete => break,

@@ -50,17 +50,10 @@ impl KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::record::fixtures;
 
     fn record(holder: &str) -> Record {
-        Record {
-            holder: holder.into(),
-            token: 0,
-            key_sha256: String::new(),
-            ttl_s: 1,
-            acquired_ms: 0,
-            renewed_ms: 0,
-            metadata: Default::default(),
-        }
+        fixtures::record(holder, "fixture-lease-key", 0)
     }
 
     /// An entry answers only for its exact revision, and is forgotten on

@@ -87,28 +87,8 @@ impl Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::record::{Record, Released};
-
-    fn entry(name: &str, revision: u64, kind: Kind) -> Entry {
-        Entry {
-            name: name.into(),
-            revision,
-            time_ms: 0,
-            kind,
-        }
-    }
-
-    fn rec(holder: &str, token: u64) -> Kind {
-        Kind::Held(Record {
-            holder: holder.into(),
-            token,
-            key_sha256: String::new(),
-            ttl_s: 1,
-            acquired_ms: 0,
-            renewed_ms: 0,
-            metadata: Default::default(),
-        })
-    }
+    use crate::lease::record::fixtures::{entry, held as rec};
+    use crate::lease::record::Released;
 
     /// The initial load produces no events; live messages map to ACQUIRED,
     /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.

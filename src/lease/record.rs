@@ -275,3 +275,38 @@ mod tests {
         );
     }
 }
+
+/// Records and entries for the lease layer's unit tests.
+#[cfg(test)]
+pub mod fixtures {
+    use super::{Entry, KeyHash, Kind, Record};
+
+    /// A record of `holder` under lease key `key` with stored token `token`
+    /// (0: the acquiring write).
+    pub fn record(holder: &str, key: &str, token: u64) -> Record {
+        Record {
+            holder: holder.into(),
+            token,
+            key_sha256: KeyHash::of(key).to_hex(),
+            ttl_s: 5,
+            acquired_ms: 0,
+            renewed_ms: 0,
+            metadata: Default::default(),
+        }
+    }
+
+    /// A live holding of `holder` with stored token `token`.
+    pub fn held(holder: &str, token: u64) -> Kind {
+        Kind::Held(record(holder, "fixture-lease-key", token))
+    }
+
+    /// A message of `name` at `revision` that says `kind`.
+    pub fn entry(name: &str, revision: u64, kind: Kind) -> Entry {
+        Entry {
+            name: name.into(),
+            revision,
+            time_ms: 0,
+            kind,
+        }
+    }
+}

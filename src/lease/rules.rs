@@ -74,26 +74,10 @@ pub fn belongs_to_holding(expected: u64, token: u64, revision: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(holder: &str, key: &str, token: u64) -> Record {
-        Record {
-            holder: holder.into(),
-            token,
-            key_sha256: KeyHash::of(key).to_hex(),
-            ttl_s: 5,
-            acquired_ms: 0,
-            renewed_ms: 0,
-            metadata: Default::default(),
-        }
-    }
+    use crate::lease::record::fixtures::{self, record};
 
     fn entry(revision: u64, kind: Kind) -> Entry {
-        Entry {
-            name: "n".into(),
-            revision,
-            time_ms: 0,
-            kind,
-        }
+        fixtures::entry("n", revision, kind)
     }
 
     /// Absent and ended names are taken over their last revision; a live

@@ -422,28 +422,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::record::{Kind, Record};
-
-    fn entry(name: &str, revision: u64, kind: Kind) -> Entry {
-        Entry {
-            name: name.into(),
-            revision,
-            time_ms: 0,
-            kind,
-        }
-    }
-
-    fn rec(holder: &str, token: u64) -> Kind {
-        Kind::Held(Record {
-            holder: holder.into(),
-            token,
-            key_sha256: String::new(),
-            ttl_s: 1,
-            acquired_ms: 0,
-            renewed_ms: 0,
-            metadata: Default::default(),
-        })
-    }
+    use crate::lease::record::fixtures::{entry, held as rec};
 
     /// A subscriber that stops reading is ended with WATCH_LAGGED once its
     /// buffer is full, and others keep receiving.

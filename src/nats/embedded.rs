@@ -90,11 +90,26 @@ impl NatsProcess {
         store_dir: &Path,
         port: Option<u16>,
     ) -> Result<NatsProcess, String> {
+        NatsProcess::spawn_with_config(bin, store_dir, port, None).await
+    }
+
+    /// [`NatsProcess::spawn`], also reading the nats-server configuration
+    /// file `config` (e.g. an `authorization` block); the address, port and
+    /// store flags still come from the command line.
+    pub async fn spawn_with_config(
+        bin: &Path,
+        store_dir: &Path,
+        port: Option<u16>,
+        config: Option<&Path>,
+    ) -> Result<NatsProcess, String> {
         let ports_dir = store_dir.join("ports");
         std::fs::create_dir_all(&ports_dir)
             .map_err(|e| format!("cannot create {}: {e}", ports_dir.display()))?;
         let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
         let mut command = Command::new(bin);
+        if let Some(config) = config {
+            command.arg("-c").arg(config);
+        }
         command
             .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
             .arg(store_dir)

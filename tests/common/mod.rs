@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{self, AcquireRequest, ReleaseRequest, RenewRequest};
+use tenure::proto::{self, AcquireRequest, EventType, LeaseEvent, ReleaseRequest, RenewRequest};
 use tenure::Config;
 use tenure::Running;
 use tenure::{find_binary, NatsProcess};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -118,6 +119,22 @@ impl Tenure {
             .expect("connect to tenure")
     }
 
+    /// A second replica over the same bucket (metrics off), and a client of it.
+    pub async fn replica(&self) -> (Running, LeaseServiceClient<Channel>) {
+        let config = Config {
+            metrics_listen: None,
+            ..self.config.clone()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other = tenure::start(&config, &self.nats.url(), listener)
+            .await
+            .expect("second replica starts");
+        let client = LeaseServiceClient::connect(format!("http://{}", other.addr()))
+            .await
+            .expect("connect to the second replica");
+        (other, client)
+    }
+
     /// The bucket's last sequence: unchanged means nothing was written.
     pub async fn last_sequence(&self) -> u64 {
         let js = self.nats.jetstream().await;
@@ -204,4 +221,58 @@ pub async fn renew(client: &mut LeaseServiceClient<Channel>, req: RenewRequest) 
         .into_inner()
         .lease
         .unwrap()
+}
+
+/// Opens a watch of `target` (a name, `prefix.>` or `>`), all event types.
+pub async fn watch(
+    client: &mut LeaseServiceClient<Channel>,
+    target: &str,
+) -> tonic::Streaming<proto::WatchLeaseResponse> {
+    client
+        .watch_lease(proto::WatchLeaseRequest {
+            name: target.into(),
+            event_types: vec![],
+        })
+        .await
+        .expect("watch opens")
+        .into_inner()
+}
+
+/// The next event of a watch (fails the test if the stream errs or ends).
+pub async fn next_event(s: &mut tonic::Streaming<proto::WatchLeaseResponse>) -> LeaseEvent {
+    within("next watch event", s.message())
+        .await
+        .expect("stream ok")
+        .expect("stream open")
+        .event
+        .expect("an event")
+}
+
+/// The next event of type `kind`, skipping others.
+pub async fn next_of(
+    s: &mut tonic::Streaming<proto::WatchLeaseResponse>,
+    kind: EventType,
+) -> LeaseEvent {
+    loop {
+        let e = next_event(s).await;
+        if e.r#type == kind as i32 {
+            return e;
+        }
+    }
+}
+
+/// GETs `path` from an HTTP listener (the metrics endpoint); returns the
+/// status line and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: tenure\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
 }
