@@ -106,12 +106,6 @@ pub async fn start(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::Serving).await;
     METRICS.nats_connected.set(1);
-    tokio::spawn(follow_connection(
-        events,
-        store.clone(),
-        health.clone(),
-        shutdown.clone(),
-    ));
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -126,6 +120,13 @@ pub async fn start(
     let hub = Hub::start(store.clone(), shutdown.clone())
         .await
         .map_err(StartError::Nats)?;
+    tokio::spawn(follow_connection(
+        events,
+        hub.healthy(),
+        store.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
     let metrics_addr = match metrics_listener {
         Some(l) => {
             let addr = l.local_addr().ok();
@@ -255,57 +256,84 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Keeps health in step with the NATS connection: NOT_SERVING while it is
-/// down, SERVING again once it is back and the bucket verifies.
+/// What the health status follows: SERVING only while the NATS connection
+/// is up (and the bucket verified after a reconnect) and the shared bucket
+/// watcher is following the bucket.
 async fn follow_connection(
     mut events: mpsc::UnboundedReceiver<Event>,
+    mut watcher: tokio::sync::watch::Receiver<bool>,
     store: Store,
     health: HealthReporter,
     shutdown: CancellationToken,
 ) {
     // The first Connected event is the initial connection, not a reconnect.
     let mut lost = false;
+    let mut connected = true;
+    let mut serving = true;
     loop {
         // After shutdown, NATS going away (the local server stopping with
         // us) is expected: no warning, no health change.
-        let event = tokio::select! {
+        tokio::select! {
             _ = shutdown.cancelled() => return,
+            changed = watcher.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                if *watcher.borrow_and_update() {
+                    tracing::info!("shared bucket watch is following the bucket again");
+                } else {
+                    tracing::warn!("shared bucket watch interrupted: watches are refused until it resumes");
+                }
+            }
             event = events.recv() => match event {
-                Some(event) => event,
                 None => return,
-            },
-        };
-        match event {
-            Event::Disconnected => {
-                lost = true;
-                METRICS.nats_connected.set(0);
-                tracing::warn!("NATS connection lost; reconnecting");
-                set_health(&health, ServingStatus::NotServing).await;
-            }
-            Event::Connected => {
-                loop {
-                    match store.verify().await {
-                        Ok(()) => break,
-                        Err(err) => {
-                            tracing::warn!(%err, "bucket not verified after reconnect; retrying");
-                            if !store.is_connected() {
-                                break;
-                            }
-                            tokio::time::sleep(Duration::from_millis(250)).await;
+                Some(Event::Disconnected) => {
+                    lost = true;
+                    connected = false;
+                    METRICS.nats_connected.set(0);
+                    tracing::warn!("NATS connection lost; reconnecting");
+                }
+                Some(Event::Connected) => {
+                    verify_after_reconnect(&store).await;
+                    if store.is_connected() {
+                        connected = true;
+                        METRICS.nats_connected.set(1);
+                        if std::mem::take(&mut lost) {
+                            METRICS.nats_reconnects.inc();
                         }
+                        tracing::info!("NATS connected and bucket verified");
                     }
                 }
-                if store.is_connected() {
-                    METRICS.nats_connected.set(1);
-                    if std::mem::take(&mut lost) {
-                        METRICS.nats_reconnects.inc();
-                    }
-                    tracing::info!("NATS connected and bucket verified; serving");
-                    set_health(&health, ServingStatus::Serving).await;
+                Some(Event::LameDuckMode) => tracing::warn!("NATS server entered lame duck mode"),
+                Some(other) => tracing::debug!(event = %other, "NATS event"),
+            },
+        }
+        let now = connected && *watcher.borrow();
+        if now != serving {
+            serving = now;
+            let status = if now {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            tracing::info!(?status, "health changed");
+            set_health(&health, status).await;
+        }
+    }
+}
+
+/// Verifies the bucket again after a reconnect, retrying while connected.
+async fn verify_after_reconnect(store: &Store) {
+    loop {
+        match store.verify().await {
+            Ok(()) => return,
+            Err(err) => {
+                tracing::warn!(%err, "bucket not verified after reconnect; retrying");
+                if !store.is_connected() {
+                    return;
                 }
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            Event::LameDuckMode => tracing::warn!("NATS server entered lame duck mode"),
-            other => tracing::debug!(event = %other, "NATS event"),
         }
     }
 }

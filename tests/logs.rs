@@ -1,6 +1,7 @@
-//! The lease key never appears in logs, even with every crate logging at
-//! TRACE, across Acquire, Renew (right and wrong key), Release and Revoke.
-//! One test: it installs the process-global subscriber.
+//! The lease key, and its SHA-256 (which the stored record carries), never
+//! appear in logs, even with RUST_LOG=trace through Tenure's own log filter,
+//! across Acquire, Renew (right and wrong key), Release and Revoke. One
+//! test: it installs the process-global subscriber.
 
 mod common;
 
@@ -28,10 +29,18 @@ impl Write for Capture {
 async fn lease_keys_are_never_logged() {
     let capture = Capture::default();
     let writer = capture.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("trace")
-        .with_writer(move || writer.clone())
-        .init();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::Layer;
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .with_filter(tenure::log_filter("trace").unwrap()),
+            )
+            .init();
+    }
 
     let t = Tenure::start().await;
     let mut c = t.client().await;
@@ -73,6 +82,10 @@ async fn lease_keys_are_never_logged() {
     let text = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
     // The capture works: the revoke's operator line is there.
     assert!(text.contains("lease revoked"), "nothing captured");
+    // TRACE was on: the NATS client's own debug lines are there.
+    assert!(text.contains("async_nats"), "no NATS client lines captured");
     assert!(!text.contains(key), "the lease key was logged");
+    let hash = tenure::KeyHash::of(key).to_hex();
+    assert!(!text.contains(&hash), "the lease key's SHA-256 was logged");
     assert!(!text.contains(wrong), "a presented lease key was logged");
 }

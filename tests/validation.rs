@@ -81,6 +81,62 @@ async fn invalid_acquires_are_refused_and_write_nothing() {
             "INVALID_HOLDER",
         ),
         (
+            "right-to-left override in holder",
+            AcquireRequest {
+                holder: "alice\u{202E}".into(),
+                ..good.clone()
+            },
+            "INVALID_HOLDER",
+        ),
+        (
+            "zero-width space in holder",
+            AcquireRequest {
+                holder: "al\u{200B}ice".into(),
+                ..good.clone()
+            },
+            "INVALID_HOLDER",
+        ),
+        (
+            "holder of only spaces",
+            AcquireRequest {
+                holder: "   ".into(),
+                ..good.clone()
+            },
+            "INVALID_HOLDER",
+        ),
+        (
+            "NUL in metadata value",
+            AcquireRequest {
+                metadata: [("k".to_string(), "a\0b".to_string())].into(),
+                ..good.clone()
+            },
+            "INVALID_METADATA",
+        ),
+        (
+            "ESC in metadata value",
+            AcquireRequest {
+                metadata: [("k".to_string(), "\x1b[2J".to_string())].into(),
+                ..good.clone()
+            },
+            "INVALID_METADATA",
+        ),
+        (
+            "newline in metadata value",
+            AcquireRequest {
+                metadata: [("k".to_string(), "a\nb".to_string())].into(),
+                ..good.clone()
+            },
+            "INVALID_METADATA",
+        ),
+        (
+            "blank metadata key",
+            AcquireRequest {
+                metadata: [(" ".to_string(), "v".to_string())].into(),
+                ..good.clone()
+            },
+            "INVALID_METADATA",
+        ),
+        (
             "zero ttl",
             AcquireRequest {
                 ttl: dur(0, 0),

@@ -71,16 +71,58 @@ pub fn watch_filter(filter: &str) -> Result<&str> {
 
 /// Checks a holder: 1 to 256 bytes, no control characters.
 pub fn holder(holder: &str) -> Result<&str> {
-    if holder.is_empty() || holder.len() > MAX_HOLDER_LEN || holder.chars().any(char::is_control) {
+    if holder.len() > MAX_HOLDER_LEN || !is_visible_text(holder) {
         return Err(Error::new(
             Reason::InvalidHolder,
             format!(
-                "holder must be 1 to {MAX_HOLDER_LEN} bytes of printable text (got {} bytes)",
+                "holder must be 1 to {MAX_HOLDER_LEN} bytes of visible text: not only spaces, no control or \
+                 invisible formatting characters (got {} bytes)",
                 holder.len()
             ),
         ));
     }
     Ok(holder)
+}
+
+/// Whether `text` is something a person can read back: not empty, not
+/// only white space, and free of control characters and of invisible
+/// formatting characters (zero-width spaces and joiners, bidirectional
+/// overrides such as U+202E, byte-order marks, tag characters), which make
+/// two different holders look the same in logs, tables and alerts.
+pub fn is_visible_text(text: &str) -> bool {
+    !text.trim().is_empty()
+        && !text
+            .chars()
+            .any(|c| c.is_control() || is_invisible_format(c))
+}
+
+/// The invisible formatting characters: Unicode's general category Cf
+/// (format) and the line and paragraph separators (Zl, Zp).
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
 }
 
 /// Turns a requested TTL into the granted whole seconds: rounded up, raised
@@ -175,13 +217,17 @@ pub fn metadata(map: &HashMap<String, String>) -> Result<BTreeMap<String, String
     let bytes: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
     if map.len() > MAX_METADATA_ENTRIES
         || bytes > MAX_METADATA_BYTES
-        || map.keys().any(String::is_empty)
+        || map.keys().any(|k| !is_visible_text(k))
+        || map
+            .values()
+            .any(|v| v.chars().any(|c| c.is_control() || is_invisible_format(c)))
     {
         return Err(Error::new(
             Reason::InvalidMetadata,
             format!(
-                "metadata must have at most {MAX_METADATA_ENTRIES} entries with non-empty keys and at most \
-                 {MAX_METADATA_BYTES} bytes of keys and values (got {} entries, {bytes} bytes)",
+                "metadata must have at most {MAX_METADATA_ENTRIES} entries with visible keys, values without \
+                 control or invisible formatting characters, and at most {MAX_METADATA_BYTES} bytes of keys \
+                 and values (got {} entries, {bytes} bytes)",
                 map.len()
             ),
         ));
@@ -394,6 +440,37 @@ mod tests {
         assert!(holder("").is_err());
         assert!(holder("a\nb").is_err());
         assert!(holder("worker 1").is_ok());
+        assert!(holder("wörker-ü 1").is_ok());
+        for invisible in [
+            "   ",
+            "alice\u{202E}",
+            "al\u{200B}ice",
+            "\u{FEFF}alice",
+            "alice\u{2028}",
+            "a\u{E0041}",
+        ] {
+            assert_eq!(
+                holder(invisible).unwrap_err().reason,
+                Reason::InvalidHolder,
+                "{invisible:?}"
+            );
+        }
+        for (k, v) in [
+            ("k", "a\0b"),
+            ("k", "\x1b[31m"),
+            ("k", "a\nb"),
+            (" ", "v"),
+            ("k\u{200D}", "v"),
+        ] {
+            let md: HashMap<_, _> = [(k.to_string(), v.to_string())].into();
+            assert_eq!(
+                metadata(&md).unwrap_err().reason,
+                Reason::InvalidMetadata,
+                "{k:?}={v:?}"
+            );
+        }
+        let md: HashMap<_, _> = [("team".to_string(), String::new())].into();
+        assert!(metadata(&md).is_ok(), "an empty value is fine");
         assert!(revision(0).is_err());
         assert!(prefix("").is_ok());
         assert!(prefix("jobs.").is_ok());

@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use super::record::{Entry, Holding, Kind};
 use crate::error::{Error, Reason, Result};
-use crate::nats::Store;
+use crate::nats::{Start, Store};
 
 /// Page size when a request gives none.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -50,7 +50,7 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
         Some(i) => format!("{}>", &prefix[..=i]),
         None => ">".to_string(),
     };
-    let mut follow = store.follow(&filter, true).await?;
+    let mut follow = store.follow(&filter, Start::Snapshot).await?;
     // name → holding; at most size + 1 entries (the extra one says a next
     // page exists).
     let mut page: BTreeMap<String, Holding> = BTreeMap::new();

@@ -7,6 +7,13 @@
 //! `Acquire` whose filter matches. NATS therefore serves one consumer per
 //! replica, not one per watcher, however many clients watch.
 //!
+//! The watcher heals itself: when its consumer fails (missed heartbeats
+//! after a NATS stall, the consumer deleted, a leader change), it follows
+//! the bucket again from the last revision it applied, so open watches
+//! resume without a gap. While it is away, [`Hub::healthy`] says so (the
+//! server reports NOT_SERVING) and new watches are refused with
+//! NATS_UNAVAILABLE instead of being served a stale snapshot.
+//!
 //! A new watch first reads the bucket's last revision from the stream leader
 //! and the hub serves its snapshot only once the mirror has caught up to it,
 //! so a watch started after a write always sees that write.
@@ -16,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -25,10 +32,15 @@ use super::event::{Event, EventKind, Filter};
 use super::mirror::Mirror;
 use super::record::Entry;
 use crate::error::{Error, Reason, Result};
-use crate::nats::{Follow, Store};
+use crate::nats::{Follow, Start, Store};
 
 /// Events buffered per subscriber before it counts as too slow and is dropped.
 const SUBSCRIBER_BUFFER: usize = 1024;
+/// First pause before following the bucket again after the watch failed;
+/// it doubles up to [`RESUBSCRIBE_MAX`].
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between attempts to follow the bucket again.
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 /// How long a snapshot waits for the mirror to reach the bucket's position
 /// before it is served from what the mirror has (a newest message that
 /// expired before the hub saw it would otherwise never arrive).
@@ -82,8 +94,8 @@ enum Command {
         snapshot: bool,
         /// The bucket revision the snapshot must include.
         position: u64,
-        /// Confirms registration with the receiving end.
-        reply: oneshot::Sender<Subscription>,
+        /// Confirms registration with the receiving end, or says why not.
+        reply: oneshot::Sender<Result<Subscription>>,
     },
 }
 
@@ -94,15 +106,28 @@ pub struct Hub {
     commands: mpsc::UnboundedSender<Command>,
     /// The bucket, for reading its position.
     store: Store,
+    /// Whether the hub is following the bucket right now.
+    healthy: watch::Receiver<bool>,
 }
 
 impl Hub {
     /// Starts the hub task over `store`; it runs until `shutdown`.
     pub async fn start(store: Store, shutdown: CancellationToken) -> Result<Hub> {
-        let follow = store.follow(">", true).await?;
+        let follow = store.follow(">", Start::Snapshot).await?;
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(follow, rx, shutdown));
-        Ok(Hub { commands, store })
+        let (healthy_tx, healthy) = watch::channel(true);
+        tokio::spawn(run(store.clone(), follow, rx, shutdown, healthy_tx));
+        Ok(Hub {
+            commands,
+            store,
+            healthy,
+        })
+    }
+
+    /// Whether the hub follows the bucket (false while it resubscribes
+    /// after a failure); changes are signalled on the receiver.
+    pub fn healthy(&self) -> watch::Receiver<bool> {
+        self.healthy.clone()
     }
 
     /// Follows `filter` with a snapshot first: the current holdings (as of
@@ -142,7 +167,7 @@ impl Hub {
                 reply,
             })
             .map_err(|_| gone())?;
-        confirmed.await.map_err(|_| gone())
+        confirmed.await.map_err(|_| gone())?
     }
 }
 
@@ -197,7 +222,7 @@ struct Pending {
     /// Which kinds to deliver (empty: all).
     kinds: Vec<EventKind>,
     /// Confirms registration with the receiving end.
-    reply: oneshot::Sender<Subscription>,
+    reply: oneshot::Sender<Result<Subscription>>,
 }
 
 /// The hub's state: the mirror and the subscribers.
@@ -217,47 +242,89 @@ struct State {
     pending: Vec<Pending>,
 }
 
-/// The hub task: applies bucket messages to the mirror and fans them out.
+/// The hub task: applies bucket messages to the mirror and fans them out;
+/// follows the bucket again from the mirror's position when the consumer
+/// fails.
 async fn run(
-    mut follow: Follow,
+    store: Store,
+    follow: Follow,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
+    healthy: watch::Sender<bool>,
 ) {
     let mut state = State::default();
     if follow.initially_pending == 0 {
         state.mirror.live = true;
     }
+    let mut follow = Some(follow);
+    let mut retry = Instant::now();
+    let mut backoff = RESUBSCRIBE_MIN;
     let mut sweep = tokio::time::interval(Duration::from_secs(5));
-    let end = loop {
+    loop {
         let next_deadline = state.pending.iter().map(|p| p.deadline).min();
+        let following = follow.is_some();
+        let message = async {
+            match follow.as_mut() {
+                Some(f) => f.messages.next().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = shutdown.cancelled() => break Error::new(Reason::ShuttingDown, "the server is shutting down; watch again on another replica"),
+            _ = shutdown.cancelled() => break,
             command = commands.recv() => match command {
-                Some(command) => state.command(command),
-                None => break Error::new(Reason::ShuttingDown, "the server is shutting down"),
+                Some(command) => state.command(command, following),
+                None => break,
             },
-            message = follow.messages.next() => match message {
+            message = message => match message {
                 Some(Ok((message, pending))) => state.apply(Entry::from(message), pending),
-                Some(Err(err)) => {
-                    tracing::error!(%err, "shared bucket watch failed");
-                    break err;
+                failed => {
+                    let why = match failed {
+                        Some(Err(err)) => err.message,
+                        _ => "the consumer ended".into(),
+                    };
+                    tracing::warn!(position = state.mirror.position, "shared bucket watch interrupted ({why}); following the bucket again from its last revision");
+                    follow = None;
+                    healthy.send_replace(false);
+                    retry = Instant::now();
+                    backoff = RESUBSCRIBE_MIN;
                 }
-                None => break Error::new(Reason::NatsUnavailable, "the bucket watch ended; watch again"),
             },
+            _ = tokio::time::sleep_until(retry), if !following => {
+                match store.follow(">", Start::After(state.mirror.position)).await {
+                    Ok(resumed) => {
+                        if resumed.initially_pending == 0 && !state.mirror.live {
+                            state.mirror.live = true;
+                        }
+                        tracing::info!(position = state.mirror.position, "shared bucket watch resumed");
+                        follow = Some(resumed);
+                        healthy.send_replace(true);
+                    }
+                    Err(err) => {
+                        tracing::debug!(%err, ?backoff, "shared bucket watch not resumed yet");
+                        retry = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
+                    }
+                }
+            }
             _ = async { match next_deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 state.serve_pending(true);
             }
             _ = sweep.tick() => state.sweep(),
         }
-    };
+    }
+    let end = Error::new(
+        Reason::ShuttingDown,
+        "the server is shutting down; watch again on another replica",
+    );
     for (_, subscriber) in state.subscribers.drain() {
         subscriber.end(end.clone());
     }
 }
 
 impl State {
-    /// Handles a command.
-    fn command(&mut self, command: Command) {
+    /// Handles a command; `following` says whether the bucket is being
+    /// followed right now (snapshots are refused while it is not).
+    fn command(&mut self, command: Command, following: bool) {
         let Command::Subscribe {
             filter,
             kinds,
@@ -267,7 +334,14 @@ impl State {
         } = command;
         if !snapshot {
             let subscription = self.register(filter, kinds, Vec::new());
-            let _ = reply.send(subscription);
+            let _ = reply.send(Ok(subscription));
+            return;
+        }
+        if !following {
+            let _ = reply.send(Err(Error::new(
+                Reason::NatsUnavailable,
+                "this replica is reconnecting its bucket watch; watch again shortly",
+            )));
             return;
         }
         self.pending.push(Pending {
@@ -311,7 +385,7 @@ impl State {
             snapshot.sort_by_key(|e| e.revision);
             snapshot.push(Event::snapshot_complete());
             let subscription = self.register(p.filter, p.kinds, snapshot);
-            let _ = p.reply.send(subscription);
+            let _ = p.reply.send(Ok(subscription));
         }
     }
 

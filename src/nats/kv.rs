@@ -323,15 +323,17 @@ impl Store {
     }
 
     /// Follows the bucket with an ordered consumer. `filter` is a key or a
-    /// KV wildcard (`jobs.>`, `>`). With `snapshot`, the last message of every
-    /// matching key comes first; otherwise only new messages. The consumer is
-    /// recreated by async-nats after reconnects, resuming where it was.
-    pub async fn follow(&self, filter: &str, snapshot: bool) -> Result<Follow> {
+    /// KV wildcard (`jobs.>`, `>`); `from` says where to begin. The consumer
+    /// is recreated by async-nats after reconnects, resuming where it was;
+    /// when it fails for good, the caller follows again [`Start::After`] the
+    /// last revision it saw.
+    pub async fn follow(&self, filter: &str, from: Start) -> Result<Follow> {
         self.ensure_connected()?;
-        let deliver_policy = if snapshot {
-            consumer::DeliverPolicy::LastPerSubject
-        } else {
-            consumer::DeliverPolicy::New
+        let deliver_policy = match from {
+            Start::Snapshot => consumer::DeliverPolicy::LastPerSubject,
+            Start::After(revision) => consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: revision + 1,
+            },
         };
         let consumer = self
             .stream
@@ -374,6 +376,16 @@ impl Store {
             messages: stream.boxed(),
         })
     }
+}
+
+/// Where a [`Store::follow`] begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// With the last message of every matching key, then new ones.
+    Snapshot,
+    /// With the first message after this revision still in the stream
+    /// (with history 1, the last message of each key changed since).
+    After(u64),
 }
 
 /// The messages of an ordered consumer, each with the number of messages

@@ -6,4 +6,4 @@ mod metrics;
 mod traces;
 
 pub use metrics::{bind as bind_metrics, code_name, serve as serve_metrics, METRICS};
-pub use traces::{init, set_parent, Telemetry};
+pub use traces::{init, log_filter, set_parent, Telemetry};

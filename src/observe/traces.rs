@@ -40,11 +40,31 @@ impl Drop for Telemetry {
     }
 }
 
+/// The filter of log lines: `directives` (RUST_LOG syntax), except that the
+/// NATS client never logs at TRACE. At that level async-nats writes every
+/// protocol operation with its payload, and the payloads are lease records
+/// (with the SHA-256 of the lease key) and the CONNECT line (with NATS
+/// credentials): no log level may show those.
+pub fn log_filter(
+    directives: &str,
+) -> Result<impl tracing_subscriber::layer::Filter<tracing_subscriber::Registry>, String> {
+    let env =
+        EnvFilter::try_new(directives).map_err(|e| format!("RUST_LOG {directives:?}: {e}"))?;
+    let no_nats_trace = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.target().starts_with("async_nats") && *meta.level() == tracing::Level::TRACE)
+    });
+    Ok(tracing_subscriber::filter::FilterExt::and(
+        env,
+        no_nats_trace,
+    ))
+}
+
 /// Installs the global subscriber: logs, and traces to `otlp_endpoint` when
 /// given. Call once, from `main` (or once per test binary), inside the
 /// tokio runtime.
 pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let filter = log_filter(&directives)?;
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {
         LogFormat::Human => logs.boxed(),
