@@ -21,7 +21,7 @@ use tonic_health::ServingStatus;
 use crate::api::{Auth, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
 use crate::error::StartError;
-use crate::lease::{Hub, Leases};
+use crate::lease::{Budget, Hub, Leases, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
 use crate::nats::Store;
 use crate::observe::METRICS;
@@ -117,7 +117,12 @@ pub async fn start(
     let reflection_error = |e| StartError::Internal(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-    let hub = Hub::start(store.clone(), shutdown.clone())
+    let budget = Budget::new(
+        WATCH_BUFFER_EVENTS,
+        config.max_watch_buffer_bytes,
+        config.max_watch_buffer_total_bytes,
+    );
+    let hub = Hub::start(store.clone(), budget, shutdown.clone())
         .await
         .map_err(StartError::Nats)?;
     tokio::spawn(follow_connection(

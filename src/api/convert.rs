@@ -30,7 +30,7 @@ pub fn lease(h: &Holding) -> proto::Lease {
 }
 
 /// A domain event as a proto `LeaseEvent`.
-pub fn event(e: Event) -> proto::LeaseEvent {
+pub fn event(e: &Event) -> proto::LeaseEvent {
     let kind = match e.kind {
         EventKind::Current => proto::EventType::Current,
         EventKind::SnapshotComplete => proto::EventType::SnapshotComplete,
@@ -42,11 +42,11 @@ pub fn event(e: Event) -> proto::LeaseEvent {
     };
     proto::LeaseEvent {
         r#type: kind as i32,
-        name: e.name,
+        name: e.name.clone(),
         revision: e.revision,
-        holder: e.holder,
+        holder: e.holder.clone(),
         fencing_token: e.token,
-        lease: e.holding.as_ref().map(lease),
+        lease: e.holding.as_deref().map(lease),
         time: (e.time_ms > 0).then(|| timestamp(e.time_ms)),
     }
 }
@@ -121,7 +121,7 @@ mod tests {
                 holding: None,
                 time_ms: 0,
             };
-            assert_eq!(event(e).r#type, n);
+            assert_eq!(event(&e).r#type, n);
         }
         assert!(event_kind(proto::EventType::Unspecified).is_none());
     }

@@ -260,7 +260,7 @@ impl LeaseService for LeaseApi {
             let stream = subscription.into_stream().map(move |item| {
                 let _held = &permit;
                 item.map(|e| proto::WatchLeaseResponse {
-                    event: Some(convert::event(e)),
+                    event: Some(convert::event(&e)),
                 })
                 .map_err(Status::from)
             });

@@ -117,6 +117,17 @@ pub struct Config {
     )]
     pub max_watch_streams_per_identity: usize,
 
+    /// Most bytes of events one watch stream may have waiting for its
+    /// client to read; a stream that falls further behind is ended with
+    /// WATCH_LAGGED and its buffer freed.
+    #[arg(long, env = "TENURE_MAX_WATCH_BUFFER_BYTES", default_value_t = 1 << 20)]
+    pub max_watch_buffer_bytes: usize,
+
+    /// Most bytes of events all watch streams of this replica may have
+    /// waiting together; past it, the stream furthest behind is ended.
+    #[arg(long, env = "TENURE_MAX_WATCH_BUFFER_TOTAL_BYTES", default_value_t = 256 << 20)]
+    pub max_watch_buffer_total_bytes: usize,
+
     /// Largest request message, in bytes.
     #[arg(long, env = "TENURE_MAX_REQUEST_BYTES", default_value_t = 16384)]
     pub max_request_bytes: usize,
@@ -228,6 +239,11 @@ impl Config {
                 self.max_watch_streams_per_identity,
             ),
             ("--max-request-bytes", self.max_request_bytes),
+            ("--max-watch-buffer-bytes", self.max_watch_buffer_bytes),
+            (
+                "--max-watch-buffer-total-bytes",
+                self.max_watch_buffer_total_bytes,
+            ),
             ("--max-metadata-bytes", self.max_metadata_bytes),
         ] {
             if n == 0 {

@@ -1,6 +1,8 @@
 //! Lease events and watch filters: what the shared watcher tells
 //! `WatchLease` streams and waiting Acquires.
 
+use std::sync::Arc;
+
 use super::record::Holding;
 
 /// What happened to a lease.
@@ -35,8 +37,9 @@ pub struct Event {
     pub holder: String,
     /// The fencing token concerned, where known (0 when not).
     pub token: u64,
-    /// The full holding for `Current`, `Acquired` and `Renewed`.
-    pub holding: Option<Holding>,
+    /// The full holding for `Current`, `Acquired` and `Renewed`, shared
+    /// with the mirror (never copied per watcher).
+    pub holding: Option<Arc<Holding>>,
     /// When the change was stored, Unix milliseconds.
     pub time_ms: u64,
 }
@@ -56,7 +59,7 @@ impl Event {
     }
 
     /// A `Current` event for a live holding.
-    pub fn current(h: &Holding) -> Event {
+    pub fn current(h: &Arc<Holding>) -> Event {
         Event {
             kind: EventKind::Current,
             name: h.name.clone(),
@@ -66,6 +69,23 @@ impl Event {
             holding: Some(h.clone()),
             time_ms: h.record.renewed_ms,
         }
+    }
+
+    /// Roughly how many bytes this event holds (its strings and holding),
+    /// for the watch buffer budgets.
+    pub fn weight(&self) -> usize {
+        let holding = self.holding.as_ref().map_or(0, |h| {
+            std::mem::size_of::<Holding>()
+                + h.name.len()
+                + h.record.holder.len()
+                + h.record.key_sha256.len()
+                + h.record
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 48)
+                    .sum::<usize>()
+        });
+        std::mem::size_of::<Event>() + self.name.len() + self.holder.len() + holding
     }
 }
 

@@ -8,7 +8,7 @@
 //! marker NATS writes when a release tombstone itself ages out. Expiries are
 //! counted here, where they are classified.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::event::{Event, EventKind};
 use super::record::{Entry, Holding, Kind};
@@ -18,7 +18,9 @@ use crate::observe::METRICS;
 #[derive(Default)]
 pub struct Mirror {
     /// name → its live holding; free names are absent.
-    pub names: HashMap<String, Holding>,
+    /// A persistent map: a watch's snapshot is a clone of it, which costs
+    /// O(1) and shares every entry, however many names the bucket holds.
+    pub names: imbl::OrdMap<String, Arc<Holding>>,
     /// The highest bucket revision applied.
     pub position: u64,
     /// Whether the initial load is done: events are only produced after it.
@@ -39,7 +41,7 @@ impl Mirror {
                 } else {
                     EventKind::Renewed
                 };
-                let holding = Holding::at(&entry.name, entry.revision, record);
+                let holding = Arc::new(Holding::at(&entry.name, entry.revision, record));
                 self.names.insert(entry.name.clone(), holding.clone());
                 (kind, holding.record.holder.clone(), token, Some(holding))
             }
@@ -51,7 +53,7 @@ impl Mirror {
                 let before = self.names.remove(&entry.name);
                 let (holder, token) = match (payload, before) {
                     (Some(p), _) => (p.holder, p.token),
-                    (None, Some(b)) => (b.record.holder, b.token),
+                    (None, Some(b)) => (b.record.holder.clone(), b.token),
                     (None, None) => (String::new(), 0),
                 };
                 (EventKind::Released, holder, token, None)
@@ -63,7 +65,7 @@ impl Mirror {
                     EventKind::Revoked
                 };
                 let before = self.names.remove(&entry.name)?;
-                (kind, before.record.holder, before.token, None)
+                (kind, before.record.holder.clone(), before.token, None)
             }
         };
         if !self.live {

@@ -17,6 +17,7 @@ mod cache;
 mod event;
 mod list;
 mod mirror;
+mod queue;
 mod record;
 mod rules;
 mod watch;
@@ -30,8 +31,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use event::{Event, EventKind, Filter};
 pub use list::Page;
+pub use queue::Budget;
 pub use record::{Holding, KeyHash, Record, Released};
-pub use watch::{Hub, Subscription};
+pub use watch::{Hub, Subscription, WATCH_BUFFER_EVENTS};
 
 use cache::KeyCache;
 use record::{Entry, Kind, Revoked};

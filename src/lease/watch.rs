@@ -19,7 +19,8 @@
 //! so a watch started after a write always sees that write.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -30,12 +31,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, Filter};
 use super::mirror::Mirror;
-use super::record::Entry;
+use super::queue::{Budget, Queue, Refused};
+use super::record::{Entry, Holding};
 use crate::error::{Error, Reason, Result};
 use crate::nats::{Follow, Start, Store};
+use crate::observe::METRICS;
 
-/// Events buffered per subscriber before it counts as too slow and is dropped.
-const SUBSCRIBER_BUFFER: usize = 1024;
+/// Events buffered per watch before it counts as too slow and is ended.
+pub const WATCH_BUFFER_EVENTS: usize = 1024;
 /// First pause before following the bucket again after the watch failed;
 /// it doubles up to [`RESUBSCRIBE_MAX`].
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
@@ -46,31 +49,73 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 /// expired before the hub saw it would otherwise never arrive).
 const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
 
-/// The receiving end of a subscription: events, then why it ended.
+/// The receiving end of a subscription: its snapshot (read lazily from a
+/// clone of the mirror, so it copies nothing per watcher), then its queue
+/// of live events, then why it ended.
 pub struct Subscription {
-    /// Events in bucket order.
-    events: mpsc::Receiver<Event>,
-    /// Why the hub ended this subscription, when it did.
-    ended: Arc<OnceLock<Error>>,
+    /// The snapshot still to be read; `None` once `SnapshotComplete` was
+    /// returned, or for a subscription without one.
+    snapshot: Option<Snapshot>,
+    /// Live events in bucket order.
+    queue: Arc<Queue>,
+}
+
+/// A snapshot being read: the mirror as it was, and how far it was read.
+struct Snapshot {
+    /// The holdings as of the snapshot (an O(1) clone of the mirror's map).
+    names: imbl::OrdMap<String, Arc<Holding>>,
+    /// What the watch follows.
+    filter: Filter,
+    /// Whether `Current` events are wanted (the kinds filter allows them).
+    wanted: bool,
+    /// The last name returned.
+    after: Option<String>,
+}
+
+impl Snapshot {
+    /// The next holding of the snapshot, in name order.
+    fn next(&mut self) -> Option<Arc<Holding>> {
+        if !self.wanted {
+            return None;
+        }
+        let found = match &self.filter {
+            Filter::Name(name) if self.after.is_none() => self.names.get(name).cloned(),
+            Filter::Name(_) => None,
+            Filter::Subtree(prefix) => {
+                let start = match &self.after {
+                    Some(after) => Bound::Excluded(after.clone()),
+                    None => Bound::Included(prefix.clone()),
+                };
+                self.names
+                    .range((start, Bound::Unbounded))
+                    .take_while(|(name, _)| name.starts_with(prefix.as_str()))
+                    .find(|(name, _)| self.filter.matches(name))
+                    .map(|(_, h)| h.clone())
+            }
+        }?;
+        self.after = Some(found.name.clone());
+        Some(found)
+    }
 }
 
 impl Subscription {
-    /// The next event; `Err` once the subscription has ended (shutdown, a
-    /// subscriber too slow to keep up, or the bucket watch failing).
-    pub async fn next(&mut self) -> Result<Event> {
-        match self.events.recv().await {
-            Some(event) => Ok(event),
-            None => Err(self.ended.get().cloned().unwrap_or_else(|| {
-                Error::new(
-                    Reason::NatsUnavailable,
-                    "the bucket watch ended; watch again",
-                )
-            })),
+    /// The next event; `Err` once the subscription has ended (shutdown, or
+    /// a watch too slow to keep up).
+    pub async fn next(&mut self) -> Result<Arc<Event>> {
+        if let Some(snapshot) = self.snapshot.as_mut() {
+            return Ok(Arc::new(match snapshot.next() {
+                Some(holding) => Event::current(&holding),
+                None => {
+                    self.snapshot = None;
+                    Event::snapshot_complete()
+                }
+            }));
         }
+        self.queue.pop().await
     }
 
     /// Turns the subscription into a stream that ends after its first error.
-    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Event>> + Send {
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Arc<Event>>> + Send {
         futures::stream::unfold(Some(self), |state| async move {
             let mut sub = state?;
             match sub.next().await {
@@ -111,12 +156,14 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Starts the hub task over `store`; it runs until `shutdown`.
-    pub async fn start(store: Store, shutdown: CancellationToken) -> Result<Hub> {
+    /// Starts the hub task over `store`, with the watch queues bounded by
+    /// `budget`; it runs until `shutdown`.
+    pub async fn start(store: Store, budget: Budget, shutdown: CancellationToken) -> Result<Hub> {
         let follow = store.follow(">", Start::Snapshot).await?;
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
-        tokio::spawn(run(store.clone(), follow, rx, shutdown, healthy_tx));
+        let state = State::new(Arc::new(budget));
+        tokio::spawn(run(store.clone(), follow, state, rx, shutdown, healthy_tx));
         Ok(Hub {
             commands,
             store,
@@ -177,37 +224,19 @@ struct Subscriber {
     filter: Filter,
     /// Which kinds it wants (empty: all).
     kinds: Vec<EventKind>,
-    /// Where its events go.
-    events: mpsc::Sender<Event>,
-    /// Why it ended, set before its sender is dropped.
-    ended: Arc<OnceLock<Error>>,
+    /// Its queue, shared with its stream.
+    queue: Arc<Queue>,
 }
 
 impl Subscriber {
-    /// Delivers an event; `false` when the subscriber is gone or too slow.
-    fn deliver(&self, event: &Event) -> bool {
-        if !self.kinds.is_empty()
-            && event.kind != EventKind::SnapshotComplete
-            && !self.kinds.contains(&event.kind)
-        {
-            return true;
-        }
-        match self.events.try_send(event.clone()) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                let _ = self.ended.set(Error::new(
-                    Reason::WatchLagged,
-                    format!("watch fell more than {SUBSCRIBER_BUFFER} events behind; read faster or narrow the watch, then watch again"),
-                ));
-                false
-            }
-        }
+    /// Whether it wants events of `kind`.
+    fn wants(&self, kind: EventKind) -> bool {
+        self.kinds.is_empty() || self.kinds.contains(&kind)
     }
 
-    /// Ends the subscription with `err`.
-    fn end(self, err: Error) {
-        let _ = self.ended.set(err);
+    /// Whether its stream is gone (only the hub holds the queue).
+    fn abandoned(&self) -> bool {
+        Arc::strong_count(&self.queue) == 1
     }
 }
 
@@ -226,8 +255,9 @@ struct Pending {
 }
 
 /// The hub's state: the mirror and the subscribers.
-#[derive(Default)]
 struct State {
+    /// The bounds of the watch queues.
+    budget: Arc<Budget>,
     /// The bucket's current holdings and how each free name got free.
     mirror: Mirror,
     /// Subscribers by id.
@@ -248,11 +278,11 @@ struct State {
 async fn run(
     store: Store,
     follow: Follow,
+    mut state: State,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
     healthy: watch::Sender<bool>,
 ) {
-    let mut state = State::default();
     if follow.initially_pending == 0 {
         state.mirror.live = true;
     }
@@ -317,11 +347,24 @@ async fn run(
         "the server is shutting down; watch again on another replica",
     );
     for (_, subscriber) in state.subscribers.drain() {
-        subscriber.end(end.clone());
+        subscriber.queue.end(end.clone());
     }
 }
 
 impl State {
+    /// No subscribers yet; queues bounded by `budget`.
+    fn new(budget: Arc<Budget>) -> State {
+        State {
+            budget,
+            mirror: Mirror::default(),
+            subscribers: HashMap::new(),
+            by_name: HashMap::new(),
+            by_prefix: HashMap::new(),
+            next_id: 0,
+            pending: Vec::new(),
+        }
+    }
+
     /// Handles a command; `following` says whether the bucket is being
     /// followed right now (snapshots are refused while it is not).
     fn command(&mut self, command: Command, following: bool) {
@@ -333,7 +376,7 @@ impl State {
             reply,
         } = command;
         if !snapshot {
-            let subscription = self.register(filter, kinds, Vec::new());
+            let subscription = self.register(filter, kinds, false);
             let _ = reply.send(Ok(subscription));
             return;
         }
@@ -366,48 +409,26 @@ impl State {
             });
         self.pending = waiting;
         for p in ready {
-            let mut snapshot: Vec<Event> = match &p.filter {
-                Filter::Name(name) => self
-                    .mirror
-                    .names
-                    .get(name)
-                    .map(Event::current)
-                    .into_iter()
-                    .collect(),
-                filter => self
-                    .mirror
-                    .names
-                    .values()
-                    .filter(|h| filter.matches(&h.name))
-                    .map(Event::current)
-                    .collect(),
-            };
-            snapshot.sort_by_key(|e| e.revision);
-            snapshot.push(Event::snapshot_complete());
-            let subscription = self.register(p.filter, p.kinds, snapshot);
+            let subscription = self.register(p.filter, p.kinds, true);
             let _ = p.reply.send(Ok(subscription));
         }
     }
 
-    /// Adds a subscriber to the indexes with `first` already queued (the
-    /// channel has room for all of it plus the usual buffer).
-    fn register(
-        &mut self,
-        filter: Filter,
-        kinds: Vec<EventKind>,
-        first: Vec<Event>,
-    ) -> Subscription {
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER + first.len());
-        let ended = Arc::new(OnceLock::new());
+    /// Adds a subscriber to the indexes; with `snapshot`, its subscription
+    /// first reads the mirror as it is now.
+    fn register(&mut self, filter: Filter, kinds: Vec<EventKind>, snapshot: bool) -> Subscription {
+        let queue = Queue::new(self.budget.clone());
         let subscriber = Subscriber {
-            filter,
+            filter: filter.clone(),
             kinds,
-            events: tx,
-            ended: ended.clone(),
+            queue: queue.clone(),
         };
-        for event in &first {
-            subscriber.deliver(event);
-        }
+        let snapshot = snapshot.then(|| Snapshot {
+            names: self.mirror.names.clone(),
+            wanted: subscriber.wants(EventKind::Current),
+            filter,
+            after: None,
+        });
         let id = self.next_id;
         self.next_id += 1;
         match &subscriber.filter {
@@ -415,7 +436,7 @@ impl State {
             Filter::Subtree(p) => self.by_prefix.entry(p.clone()).or_default().push(id),
         }
         self.subscribers.insert(id, subscriber);
-        Subscription { events: rx, ended }
+        Subscription { snapshot, queue }
     }
 
     /// Applies one bucket message and delivers its event.
@@ -429,21 +450,66 @@ impl State {
             );
         }
         if let Some(event) = event {
-            let ids = self.interested(&event.name);
-            let mut gone = Vec::new();
-            for id in ids {
-                if let Some(s) = self.subscribers.get(&id) {
-                    if !s.deliver(&event) {
-                        gone.push(id);
-                    }
-                }
-            }
-            for id in gone {
-                self.remove(id);
+            let event = Arc::new(event);
+            for id in self.interested(&event.name) {
+                self.deliver(id, &event);
             }
         }
         if !self.pending.is_empty() {
             self.serve_pending(false);
+        }
+    }
+
+    /// Delivers `event` to subscriber `id`, dropping it when its stream is
+    /// gone or it fell behind; when the replica's queues are full, the
+    /// watch holding the most is ended first.
+    fn deliver(&mut self, id: u64, event: &Arc<Event>) {
+        let Some(s) = self.subscribers.get(&id) else {
+            return;
+        };
+        if !s.wants(event.kind) {
+            return;
+        }
+        if s.abandoned() {
+            self.remove(id);
+            return;
+        }
+        let mut refused = s.queue.push(event.clone());
+        if refused == Err(Refused::ReplicaFull) {
+            self.end_largest();
+            refused = match self.subscribers.get(&id) {
+                Some(s) => s.queue.push(event.clone()),
+                None => Err(Refused::Ended),
+            };
+            if refused == Err(Refused::ReplicaFull) {
+                if let Some(s) = self.subscribers.get(&id) {
+                    s.queue.end(replica_full(&self.budget));
+                }
+                refused = Err(Refused::Lagged);
+            }
+        }
+        if refused.is_err() {
+            self.remove(id);
+        }
+    }
+
+    /// Ends the watch with the most bytes queued: the replica's bound is
+    /// reached, and it is the furthest behind.
+    fn end_largest(&mut self) {
+        let largest = self
+            .subscribers
+            .iter()
+            .map(|(id, s)| (s.queue.bytes(), *id))
+            .max();
+        if let Some((bytes, id)) = largest.filter(|(bytes, _)| *bytes > 0) {
+            if let Some(s) = self.subscribers.get(&id) {
+                tracing::info!(
+                    bytes,
+                    "ending the watch furthest behind: this replica's watch buffers are full"
+                );
+                s.queue.end(replica_full(&self.budget));
+            }
+            self.remove(id);
         }
     }
 
@@ -479,12 +545,16 @@ impl State {
         }
     }
 
-    /// Drops subscribers whose clients have gone away.
+    /// Drops subscribers whose clients have gone away; samples the bytes
+    /// the watch buffers hold.
     fn sweep(&mut self) {
+        METRICS
+            .watch_buffer_bytes
+            .set(i64::try_from(self.budget.queued()).unwrap_or(i64::MAX));
         let gone: Vec<u64> = self
             .subscribers
             .iter()
-            .filter(|(_, s)| s.events.is_closed())
+            .filter(|(_, s)| s.abandoned())
             .map(|(&id, _)| id)
             .collect();
         for id in gone {
@@ -493,33 +563,113 @@ impl State {
     }
 }
 
+/// WATCH_LAGGED for a watch ended because the replica's buffers are full.
+fn replica_full(budget: &Budget) -> Error {
+    Error::new(
+        Reason::WatchLagged,
+        format!(
+            "this replica's watch buffers are full ({} bytes) and this watch was furthest behind; \
+             read faster or narrow the watch, then watch again",
+            budget.total_bytes
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lease::record::fixtures::{entry, held as rec};
 
-    /// A subscriber that stops reading is ended with WATCH_LAGGED once its
-    /// buffer is full, and others keep receiving.
-    #[tokio::test]
-    async fn slow_subscriber_is_ended_with_watch_lagged() {
-        let mut state = State::default();
+    fn state(per_watch_bytes: usize, total_bytes: usize) -> State {
+        let mut state = State::new(Arc::new(Budget::new(
+            WATCH_BUFFER_EVENTS,
+            per_watch_bytes,
+            total_bytes,
+        )));
         state.mirror.live = true;
-        let mut slow = state.register(Filter::parse(">"), Vec::new(), Vec::new());
-        let mut fast = state.register(Filter::parse("a"), Vec::new(), Vec::new());
-        for i in 0..(SUBSCRIBER_BUFFER as u64 + 10) {
+        state
+    }
+
+    /// A subscriber that stops reading is ended with WATCH_LAGGED once its
+    /// buffer is full, its buffer is freed at once (the error comes before
+    /// any queued event), and others keep receiving.
+    #[tokio::test]
+    async fn slow_subscriber_is_ended_and_freed_at_once() {
+        let mut state = state(usize::MAX, usize::MAX);
+        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
+        let mut fast = state.register(Filter::parse("a"), Vec::new(), false);
+        for i in 0..(WATCH_BUFFER_EVENTS as u64 + 10) {
             state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
             // The fast one keeps up.
             assert_eq!(fast.next().await.unwrap().revision, i + 1);
         }
-        for _ in 0..SUBSCRIBER_BUFFER {
-            slow.next().await.unwrap();
-        }
+        assert_eq!(state.budget.queued(), 0, "nothing held for the slow one");
         let err = slow.next().await.unwrap_err();
         assert_eq!(err.reason, Reason::WatchLagged);
         assert_eq!(
             state.subscribers.len(),
             1,
             "the slow subscriber was dropped"
+        );
+    }
+
+    /// A watch is bounded in bytes too, not only in events.
+    #[tokio::test]
+    async fn a_watch_is_bounded_in_bytes() {
+        let mut state = state(4096, usize::MAX);
+        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
+        for i in 0..100 {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+        }
+        assert_eq!(slow.next().await.unwrap_err().reason, Reason::WatchLagged);
+        assert!(state.subscribers.is_empty());
+    }
+
+    /// When the replica's buffers are full, the watch furthest behind is
+    /// ended and the others keep receiving.
+    #[tokio::test]
+    async fn a_full_replica_ends_the_watch_furthest_behind() {
+        let one = {
+            let mut m = Mirror {
+                live: true,
+                ..Mirror::default()
+            };
+            m.apply(entry("a", 1, rec("h", 0))).unwrap().weight()
+        };
+        let mut state = state(usize::MAX, one * 6);
+        let mut behind = state.register(Filter::parse(">"), Vec::new(), false);
+        let mut reader = state.register(Filter::parse(">"), Vec::new(), false);
+        for i in 0..20 {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            assert_eq!(reader.next().await.unwrap().revision, i + 1);
+        }
+        assert_eq!(behind.next().await.unwrap_err().reason, Reason::WatchLagged);
+        assert!(state.budget.queued() <= one * 6);
+    }
+
+    /// A snapshot is read lazily from the mirror as it was: later changes
+    /// do not show in it, and it comes in name order, filtered.
+    #[tokio::test]
+    async fn snapshots_are_read_lazily_from_the_mirror_as_it_was() {
+        let mut state = state(usize::MAX, usize::MAX);
+        for (i, name) in ["jobs.b", "jobs.a", "other.x", "jobs"].iter().enumerate() {
+            state.apply(entry(name, i as u64 + 1, rec("h", 0)), 0);
+        }
+        let mut sub = state.register(Filter::parse("jobs.>"), Vec::new(), true);
+        state.apply(entry("jobs.c", 9, rec("h", 0)), 0);
+        let mut names = Vec::new();
+        loop {
+            let e = sub.next().await.unwrap();
+            if e.kind == EventKind::SnapshotComplete {
+                break;
+            }
+            names.push(e.name.clone());
+        }
+        assert_eq!(names, ["jobs.a", "jobs.b"]);
+        let live = sub.next().await.unwrap();
+        assert_eq!(
+            (live.kind, live.name.as_str()),
+            (EventKind::Acquired, "jobs.c")
         );
     }
 }

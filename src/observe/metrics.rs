@@ -57,6 +57,9 @@ pub struct Metrics {
     pub expired: IntCounter,
     /// `tenure_watch_streams_active`: open WatchLease streams.
     pub watch_streams: IntGauge,
+    /// `tenure_watch_buffer_bytes`: bytes of events waiting in watch
+    /// buffers for their clients to read (sampled every 5 s).
+    pub watch_buffer_bytes: IntGauge,
     /// `tenure_nats_connected`: 1 while the NATS connection is up.
     pub nats_connected: IntGauge,
     /// `tenure_nats_reconnects_total`: reconnections after a loss.
@@ -149,6 +152,10 @@ impl Metrics {
             watch_streams: gauge(
                 "tenure_watch_streams_active",
                 "WatchLease streams open on this replica",
+            ),
+            watch_buffer_bytes: gauge(
+                "tenure_watch_buffer_bytes",
+                "bytes of events waiting in watch buffers for their clients to read (sampled every 5 s)",
             ),
             nats_connected: gauge(
                 "tenure_nats_connected",
