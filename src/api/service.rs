@@ -255,10 +255,11 @@ impl LeaseService for LeaseApi {
                 .collect();
             let permit = self.watches.acquire(&cx.caller.identity)?;
             let subscription = self.leases.watch(Filter::parse(filter), kinds).await?;
-            // The permit lives as long as the stream: dropping the stream
-            // (client gone, server done) frees the slot.
+            // The slot is held until the stream ends: the client goes away,
+            // the server shuts down, or the watch falls behind (then at
+            // once, even if the client never reads the end).
+            subscription.hold(permit);
             let stream = subscription.into_stream().map(move |item| {
-                let _held = &permit;
                 item.map(|e| proto::WatchLeaseResponse {
                     event: Some(convert::event(&e)),
                 })

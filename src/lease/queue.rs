@@ -62,7 +62,6 @@ pub enum Refused {
 
 /// One watch's queue, shared by the hub (which pushes) and the stream
 /// (which pops).
-#[derive(Debug)]
 pub struct Queue {
     /// The events and why the watch ended, if it did.
     state: Mutex<State>,
@@ -70,6 +69,10 @@ pub struct Queue {
     ready: Notify,
     /// The replica's bounds.
     budget: Arc<Budget>,
+    /// What the watch holds while it lives (its slot in the watch-stream
+    /// limits), released the moment it ends, even if the client never
+    /// reads the end.
+    guard: Mutex<Option<Box<dyn Send>>>,
 }
 
 /// What a queue holds.
@@ -90,7 +93,16 @@ impl Queue {
             state: Mutex::new(State::default()),
             ready: Notify::new(),
             budget,
+            guard: Mutex::new(None),
         })
+    }
+
+    /// Keeps `guard` until the watch ends.
+    pub fn hold(&self, guard: Box<dyn Send>) {
+        let ended = self.state.lock().expect("queue lock").ended.is_some();
+        if !ended {
+            *self.guard.lock().expect("guard lock") = Some(guard);
+        }
     }
 
     /// Queues `event`, or says why not.
@@ -149,6 +161,7 @@ impl Queue {
         self.budget.queued.fetch_sub(state.bytes, Ordering::Relaxed);
         state.events = VecDeque::new();
         state.bytes = 0;
+        self.guard.lock().expect("guard lock").take();
         self.ready.notify_one();
     }
 

@@ -114,6 +114,13 @@ impl Subscription {
         self.queue.pop().await
     }
 
+    /// Keeps `guard` (e.g. the watch's slot in a limit) until the
+    /// subscription ends: when the hub ends it (it fell behind, shutdown),
+    /// the guard is released at once, before the client reads the end.
+    pub fn hold(&self, guard: impl Send + 'static) {
+        self.queue.hold(Box::new(guard));
+    }
+
     /// Turns the subscription into a stream that ends after its first error.
     pub fn into_stream(self) -> impl futures::Stream<Item = Result<Arc<Event>>> + Send {
         futures::stream::unfold(Some(self), |state| async move {
