@@ -639,3 +639,64 @@ impl Drop for WatchPermit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(short: usize, per_identity: usize, reserve: usize) -> Config {
+        Config {
+            max_concurrent_requests: short,
+            max_concurrent_requests_per_identity: per_identity,
+            reserved_renewals: reserve,
+            max_waiting_acquires: 1,
+            max_waiting_acquires_per_identity: 1,
+            ..Config::for_nats("nats://127.0.0.1:4222")
+        }
+    }
+
+    fn limit(err: &Error) -> &str {
+        &err.metadata.iter().find(|(k, _)| *k == "limit").unwrap().1
+    }
+
+    /// One identity at its share is refused; another still gets in; a
+    /// dropped permit frees the share.
+    #[test]
+    fn short_calls_per_identity() {
+        let calls = CallLimits::new(&config(3, 2, 0), true);
+        let a1 = calls.admit(Class::Short, "a").unwrap();
+        let _a2 = calls.admit(Class::Short, "a").unwrap();
+        let err = calls.admit(Class::Short, "a").err().unwrap();
+        assert_eq!(err.reason, Reason::TooManyRequests);
+        assert_eq!(limit(&err), "--max-concurrent-requests-per-identity");
+        let _b = calls.admit(Class::Short, "b").unwrap();
+        let err = calls.admit(Class::Short, "c").err().unwrap();
+        assert_eq!(limit(&err), "--max-concurrent-requests");
+        drop(a1);
+        calls.admit(Class::Short, "a").unwrap();
+    }
+
+    /// Without authentication there are no shares: everyone is anonymous.
+    #[test]
+    fn no_shares_without_auth() {
+        let calls = CallLimits::new(&config(3, 1, 0), false);
+        let _held: Vec<_> = (0..3)
+            .map(|_| calls.admit(Class::Short, "anonymous").unwrap())
+            .collect();
+    }
+
+    /// Renewals use the reserve once short calls are full; waiting Acquires
+    /// count against neither.
+    #[test]
+    fn renewals_and_waiting_have_their_own_room() {
+        let calls = CallLimits::new(&config(1, 1, 1), true);
+        let _short = calls.admit(Class::Short, "a").unwrap();
+        assert!(calls.admit(Class::Short, "b").is_err());
+        let _renew = calls.admit(Class::Renewal, "b").unwrap();
+        let err = calls.admit(Class::Renewal, "b").err().unwrap();
+        assert_eq!(limit(&err), "--reserved-renewals");
+        let _wait = calls.admit(Class::Waiting, "b").unwrap();
+        let err = calls.admit(Class::Waiting, "c").err().unwrap();
+        assert_eq!(limit(&err), "--max-waiting-acquires");
+    }
+}
