@@ -12,13 +12,11 @@ use async_nats::Event;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::api::{Auth, LeaseApi, LimitLayer, WatchLimits};
+use crate::api::{Auth, CallLimits, Incoming, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
 use crate::error::StartError;
 use crate::lease::{Budget, Hub, Leases, WATCH_BUFFER_EVENTS};
@@ -29,6 +27,10 @@ use crate::proto::lease_service_server::LeaseServiceServer;
 
 /// The health service name of the lease API.
 pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
+/// How often an HTTP/2 ping checks that a client is still there.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a client has to answer the ping before its connection closes.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running server.
 pub struct Running {
@@ -141,19 +143,19 @@ pub async fn start(
         None => None,
     };
     warn_if_open(&auth, tls.is_some(), addr);
+    let calls = CallLimits::new(config, auth.enabled());
     let api = LeaseApi::new(
         Leases::new(store, hub, shutdown.clone()),
         config.limits(),
         auth,
         WatchLimits::new(config),
+        calls,
         shutdown.clone(),
     );
     let api = LeaseServiceServer::new(api).max_decoding_message_size(config.max_request_bytes);
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
+    // Caps connections, backs off on accept errors, closes silent and idle
+    // connections.
+    let incoming = Incoming::new(listener, config);
     let stop = shutdown.clone();
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
@@ -168,7 +170,12 @@ pub async fn start(
             u32::try_from(config.max_metadata_bytes.saturating_mul(4).max(16 * 1024))
                 .unwrap_or(u32::MAX),
         )
-        .layer(LimitLayer::new(config))
+        // Calls one connection may have open at once.
+        .max_concurrent_streams(config.max_streams_per_connection)
+        // Dead peers: a ping every 30 s must be answered within 10 s.
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(LimitLayer::new(config, shutdown.clone()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -1,4 +1,4 @@
-//! Limits: requests in flight, watch streams per identity and in total,
+//! Limits: waiting Acquires in flight, watch streams per identity and in total,
 //! request size and metadata size each trip with RESOURCE_EXHAUSTED and an
 //! ErrorInfo reason; the ones that clear by themselves carry RetryInfo.
 
@@ -14,49 +14,59 @@ fn retry_delay(status: &tonic::Status) -> Option<std::time::Duration> {
     status.get_details_retry_info().and_then(|r| r.retry_delay)
 }
 
-/// With one request allowed in flight, a second one is refused while the
-/// first waits, and accepted again once it is done.
+/// Waiting Acquires have their own budget: with one allowed, a second one
+/// is refused while the first waits, short calls still run beside it (even
+/// with one short call allowed), and the slot is free again once the first
+/// is done.
 #[tokio::test]
 async fn concurrent_requests_are_capped() {
-    let t = Tenure::start_with(|c| c.max_concurrent_requests = 1).await;
+    let t = Tenure::start_with(|c| {
+        c.max_concurrent_requests = 1;
+        c.max_waiting_acquires = 1;
+    })
+    .await;
     let mut c = t.client().await;
     acquire(&mut c, acquire_req("busy", "a", 1)).await;
-    // A waiting Acquire occupies the only slot.
+    let waiting_acquire = |holder: &'static str| AcquireRequest {
+        wait: Some(secs(30)),
+        ..acquire_req("busy", holder, 60)
+    };
+    // A waiting Acquire occupies the only waiting slot.
     let mut waiter = t.client().await;
-    let waiting = tokio::spawn(async move {
-        waiter
-            .acquire(AcquireRequest {
-                wait: Some(secs(30)),
-                ..acquire_req("busy", "b", 60)
-            })
-            .await
-    });
+    let first = waiting_acquire("b");
+    let waiting = tokio::spawn(async move { waiter.acquire(first).await });
     let refused = within("the limit to trip", async {
         loop {
-            match c
-                .get_lease(GetLeaseRequest {
-                    name: "busy".into(),
-                })
-                .await
-            {
+            match c.acquire(waiting_acquire("c")).await {
                 Err(status) if status.code() == Code::ResourceExhausted => break status,
-                Ok(_) => tokio::task::yield_now().await,
-                Err(other) => panic!("unexpected {other:?}"),
+                Err(status) if status.code() == Code::FailedPrecondition => {
+                    tokio::task::yield_now().await
+                }
+                other => panic!("unexpected {other:?}"),
             }
         }
     })
     .await;
     assert_eq!(reason(&refused), "TOO_MANY_REQUESTS");
     assert!(retry_delay(&refused).is_some());
-    // The first holding expires (TTL 1s): the waiter takes the lease and
-    // frees the slot.
-    let got = within("the waiter", waiting).await.unwrap().unwrap();
-    assert_eq!(got.into_inner().lease.unwrap().holder, "b");
+    // Short calls do not count waiting ones.
     c.get_lease(GetLeaseRequest {
         name: "busy".into(),
     })
     .await
-    .expect("the slot is free again");
+    .expect("a short call runs beside the waiting one");
+    // The first holding expires (TTL 1s): the waiter takes the lease and
+    // frees the slot.
+    let got = within("the waiter", waiting).await.unwrap().unwrap();
+    assert_eq!(got.into_inner().lease.unwrap().holder, "b");
+    let err = c
+        .acquire(AcquireRequest {
+            wait: Some(secs(1)),
+            ..acquire_req("busy", "c", 60)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "LEASE_HELD", "the waiting slot is free again");
 }
 
 async fn open_watch(

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::transport::server::TlsConnectInfo;
 
+use super::listener::ConnInfo;
 use crate::config::{Action, Config, Grant};
 use crate::error::{Error, Reason, Result};
 
@@ -157,14 +158,31 @@ impl Auth {
         Err(Error::new(
             Reason::PermissionDenied,
             format!(
-                "identity {:?} may not {} {what} {subject:?}; add a [[grant]] for it to the server's config",
-                caller.identity,
-                action.as_str()
+                "identity {:?} may not {} {what} {:?}; add a [[grant]] for it to the server's config",
+                clip(&caller.identity),
+                action.as_str(),
+                clip(subject),
             ),
         )
-        .with("identity", &caller.identity)
+        .with("identity", clip(&caller.identity))
         .with("action", action.as_str()))
     }
+}
+
+/// Longest piece of caller input quoted in messages, spans and logs.
+pub const QUOTE_MAX: usize = 64;
+
+/// The first [`QUOTE_MAX`] bytes of `s` (at a character boundary): what
+/// errors, spans and logs quote of caller input.
+pub fn clip(s: &str) -> &str {
+    if s.len() <= QUOTE_MAX {
+        return s;
+    }
+    let mut end = QUOTE_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Reads `IDENTITY TOKEN` lines (blank lines and `#` comments allowed).
@@ -228,7 +246,7 @@ fn bearer(metadata: &MetadataMap) -> Result<Option<&str>> {
 fn cert_caller<T>(request: &tonic::Request<T>) -> Result<Option<Caller>> {
     let certs: Option<Arc<Vec<_>>> = request
         .extensions()
-        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .get::<TlsConnectInfo<ConnInfo>>()
         .and_then(|info| info.peer_certs());
     let Some(leaf) = certs.as_ref().and_then(|c| c.first()) else {
         return Ok(None);
@@ -302,7 +320,8 @@ pub fn server_tls(
         ));
     }
     let mut tls = tonic::transport::ServerTlsConfig::new()
-        .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
+        .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem))
+        .timeout(config.handshake_timeout);
     if let Some(ca) = &config.tls_client_ca {
         let ca_pem = read("--tls-client-ca", ca)?;
         tls = tls

@@ -1,15 +1,17 @@
 //! The gRPC API: tonic glue over the lease protocol. [`service`] holds
 //! every RPC (validation with [`validate`], proto ↔ domain with
 //! [`convert`]) behind one generic wrapper for authentication
-//! ([`auth`]), spans and metrics; [`limits`] bounds what callers can make
-//! the server hold.
+//! ([`auth`]), spans and metrics; [`limits`] and [`listener`] bound what
+//! callers can make the server hold.
 
 mod auth;
 mod convert;
 mod limits;
+mod listener;
 mod service;
 mod validate;
 
 pub use auth::{server_tls, Auth};
-pub use limits::{LimitLayer, WatchLimits};
+pub use limits::{CallLimits, LimitLayer, WatchLimits};
+pub use listener::Incoming;
 pub use service::LeaseApi;

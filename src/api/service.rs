@@ -5,10 +5,15 @@
 //! refusal of new work during shutdown, the trace span with the lease name,
 //! holder, fencing token, revision and outcome, and the RPC metrics) is the
 //! one generic wrapper [`LeaseApi::rpc`], driven by what each request type
-//! says of itself ([`Call`]) and what each response shows ([`Reply`]). The
-//! request-size, metadata and in-flight limits act even earlier, as a tower
-//! layer around the whole server ([`super::limits::LimitLayer`]). The span
-//! never records a lease key: only the fields named above are put on it.
+//! says of itself ([`Call`]) and what each response shows ([`Reply`]).
+//! The wrapper checks the name (or prefix, or watch target) before
+//! authorizing, so a refusal never quotes invalid input, and takes the
+//! call's in-flight permit ([`CallLimits`]) only after that: a caller that
+//! is not authenticated, or not allowed, holds nothing. The request-size,
+//! metadata and body-time limits act earlier, as a tower layer around the
+//! whole server ([`super::limits::LimitLayer`]). The span never records a
+//! lease key: only the fields named above are put on it, and caller input
+//! on it is clipped to 64 bytes.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,9 +28,9 @@ use tonic::{Code, Request, Response, Status};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::auth::{Auth, Caller, Target};
+use super::auth::{clip, Auth, Caller, Target};
 use super::convert::{self, lease};
-use super::limits::WatchLimits;
+use super::limits::{CallLimits, Class, WatchLimits};
 use super::validate;
 use crate::config::{Action, Limits};
 use crate::error::{Error, Reason};
@@ -47,6 +52,8 @@ pub struct LeaseApi {
     auth: Arc<Auth>,
     /// Open watch streams per identity and in total.
     watches: Arc<WatchLimits>,
+    /// Calls in flight: short, waiting, renewals.
+    calls: Arc<CallLimits>,
     /// Cancelled when the server shuts down: new calls are refused.
     shutdown: CancellationToken,
 }
@@ -67,6 +74,15 @@ trait Call {
     const ACTION: Action;
     /// The lease name, prefix or watch filter the call touches.
     fn subject(&self) -> &str;
+    /// Checks the subject's syntax (before authorization, so that
+    /// refusals never quote an invalid name).
+    fn check(&self) -> Result<(), Error> {
+        validate::name(self.subject()).map(drop)
+    }
+    /// Which in-flight budget the call counts against.
+    fn class(&self) -> Class {
+        Class::Short
+    }
     /// What authorization checks the grant against.
     fn target(&self) -> Target<'_> {
         Target::Name(self.subject())
@@ -85,12 +101,14 @@ trait Reply {
 
 impl LeaseApi {
     /// The service over `leases`, checking requests against `limits`,
-    /// callers against `auth` and watch streams against `watches`.
+    /// callers against `auth`, watch streams against `watches` and calls in
+    /// flight against `calls`.
     pub fn new(
         leases: Leases,
         limits: Limits,
         auth: Arc<Auth>,
         watches: Arc<WatchLimits>,
+        calls: Arc<CallLimits>,
         shutdown: CancellationToken,
     ) -> LeaseApi {
         LeaseApi {
@@ -98,13 +116,15 @@ impl LeaseApi {
             limits,
             auth,
             watches,
+            calls,
             shutdown,
         }
     }
 
     /// Runs one RPC: opens its span (continuing the caller's trace context),
-    /// identifies the caller, checks the grant, refuses new work during
-    /// shutdown, runs `handle`, and records the outcome on the span and in
+    /// identifies the caller, checks the name and then the grant, refuses
+    /// new work during shutdown, takes the call's in-flight permit, runs
+    /// `handle`, and records the outcome on the span and in
     /// the metrics. A call dropped before it finishes (its deadline passed,
     /// or the client went away) is recorded as CANCELLED.
     async fn rpc<Req, Resp, Fut>(
@@ -127,7 +147,8 @@ impl LeaseApi {
         };
         let result = async {
             let caller = self.auth.authenticate(&request)?;
-            Span::current().record("identity", caller.identity.as_str());
+            Span::current().record("identity", clip(&caller.identity));
+            request.get_ref().check()?;
             if let Err(err) = self
                 .auth
                 .authorize(&caller, Req::ACTION, request.get_ref().target())
@@ -141,6 +162,9 @@ impl LeaseApi {
                     "the server is shutting down; retry on another replica",
                 ));
             }
+            let _permit = self
+                .calls
+                .admit(request.get_ref().class(), &caller.identity)?;
             let deadline = convert::grpc_timeout(request.metadata());
             let reply = handle(request.into_inner(), Context { caller, deadline }).await?;
             reply.record(&Span::current());
@@ -313,6 +337,12 @@ impl Call for proto::AcquireRequest {
     fn holder(&self) -> Option<&str> {
         Some(&self.holder)
     }
+    fn class(&self) -> Class {
+        match &self.wait {
+            Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
+            _ => Class::Short,
+        }
+    }
 }
 
 impl Call for proto::RenewRequest {
@@ -321,6 +351,9 @@ impl Call for proto::RenewRequest {
     fn subject(&self) -> &str {
         &self.name
     }
+    fn class(&self) -> Class {
+        Class::Renewal
+    }
 }
 
 impl Call for proto::ReleaseRequest {
@@ -328,6 +361,9 @@ impl Call for proto::ReleaseRequest {
     const ACTION: Action = Action::Release;
     fn subject(&self) -> &str {
         &self.name
+    }
+    fn class(&self) -> Class {
+        Class::Renewal
     }
 }
 
@@ -345,6 +381,9 @@ impl Call for proto::WatchLeaseRequest {
     fn subject(&self) -> &str {
         &self.name
     }
+    fn check(&self) -> Result<(), Error> {
+        validate::watch_filter(&self.name).map(drop)
+    }
     /// "jobs.>" covers every name under "jobs.", ">" every name.
     fn target(&self) -> Target<'_> {
         match self.name.strip_suffix('>') {
@@ -359,6 +398,9 @@ impl Call for proto::ListLeasesRequest {
     const ACTION: Action = Action::Admin;
     fn subject(&self) -> &str {
         &self.prefix
+    }
+    fn check(&self) -> Result<(), Error> {
+        validate::prefix(&self.prefix).map(drop)
     }
     fn target(&self) -> Target<'_> {
         Target::Prefix(&self.prefix)
@@ -416,7 +458,7 @@ fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
         otel.kind = "server",
         rpc.system = "grpc",
         rpc.method = method,
-        lease.name = request.subject(),
+        lease.name = clip(request.subject()),
         lease.holder = Empty,
         lease.fencing_token = Empty,
         lease.revision = Empty,
@@ -424,7 +466,7 @@ fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
         outcome = Empty,
     );
     if let Some(holder) = request.holder() {
-        span.record("lease.holder", holder);
+        span.record("lease.holder", clip(holder));
     }
     span
 }

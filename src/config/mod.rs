@@ -101,9 +101,73 @@ pub struct Config {
     #[arg(long, env = "TENURE_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 
-    /// Most requests served at once; more get RESOURCE_EXHAUSTED.
+    /// Most short calls (everything but waiting Acquires) running at once on
+    /// this replica, counted after authentication and once the request has
+    /// been read; more get RESOURCE_EXHAUSTED.
     #[arg(long, env = "TENURE_MAX_CONCURRENT_REQUESTS", default_value_t = 1000)]
     pub max_concurrent_requests: usize,
+
+    /// Most short calls one authenticated identity may have running at once
+    /// on this replica (not applied without authentication).
+    #[arg(
+        long,
+        env = "TENURE_MAX_CONCURRENT_REQUESTS_PER_IDENTITY",
+        default_value_t = 500
+    )]
+    pub max_concurrent_requests_per_identity: usize,
+
+    /// Renew and Release calls admitted beyond --max-concurrent-requests (and
+    /// the per-identity share), so holders keep their leases while new work
+    /// is shed.
+    #[arg(long, env = "TENURE_RESERVED_RENEWALS", default_value_t = 200)]
+    pub reserved_renewals: usize,
+
+    /// Most Acquires waiting (`wait` > 0) at once on this replica; they do
+    /// not count against --max-concurrent-requests.
+    #[arg(long, env = "TENURE_MAX_WAITING_ACQUIRES", default_value_t = 10_000)]
+    pub max_waiting_acquires: usize,
+
+    /// Most waiting Acquires one authenticated identity may have on this
+    /// replica (not applied without authentication).
+    #[arg(
+        long,
+        env = "TENURE_MAX_WAITING_ACQUIRES_PER_IDENTITY",
+        default_value_t = 1000
+    )]
+    pub max_waiting_acquires_per_identity: usize,
+
+    /// How long a request's message may take to arrive after its headers;
+    /// a slower one is refused and its stream ended.
+    #[arg(long, env = "TENURE_REQUEST_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_body_timeout: Duration,
+
+    /// Most calls open at once on one connection (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); clients queue beyond it.
+    #[arg(
+        long,
+        env = "TENURE_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1000
+    )]
+    pub max_streams_per_connection: u32,
+
+    /// Most client connections open at once; further ones are closed at
+    /// once. Lowered to fit the open-file limit (RLIMIT_NOFILE) at start.
+    #[arg(long, env = "TENURE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// A connection with no call running for this long is closed.
+    #[arg(long, env = "TENURE_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// A new connection must send its first bytes (and finish its TLS
+    /// handshake) within this long, or it is closed.
+    #[arg(long, env = "TENURE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Most open health `Watch` streams on this replica (they need no
+    /// credentials); they end at shutdown.
+    #[arg(long, env = "TENURE_MAX_HEALTH_WATCHES", default_value_t = 100)]
+    pub max_health_watches: usize,
 
     /// Most watch streams open at once on this replica.
     #[arg(long, env = "TENURE_MAX_WATCH_STREAMS", default_value_t = 20_000)]
@@ -245,9 +309,33 @@ impl Config {
                 self.max_watch_buffer_total_bytes,
             ),
             ("--max-metadata-bytes", self.max_metadata_bytes),
+            (
+                "--max-concurrent-requests-per-identity",
+                self.max_concurrent_requests_per_identity,
+            ),
+            ("--max-waiting-acquires", self.max_waiting_acquires),
+            (
+                "--max-waiting-acquires-per-identity",
+                self.max_waiting_acquires_per_identity,
+            ),
+            (
+                "--max-streams-per-connection",
+                self.max_streams_per_connection as usize,
+            ),
+            ("--max-connections", self.max_connections),
+            ("--max-health-watches", self.max_health_watches),
         ] {
             if n == 0 {
                 return Err(format!("{flag} 0 is invalid: give at least 1"));
+            }
+        }
+        for (flag, d) in [
+            ("--request-body-timeout", self.request_body_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--handshake-timeout", self.handshake_timeout),
+        ] {
+            if d < Duration::from_millis(100) {
+                return Err(format!("{flag} {d:?} is too short: give at least 100ms"));
             }
         }
         if self.max_request_bytes < 1024 {
