@@ -35,6 +35,9 @@ for lang in go python typescript java; do
   fi
 done
 
+step "buf lint (proto/)"
+scripts/buf-lint.sh
+
 if [ -x scripts/gen-clients.sh ]; then
   step "generated client code is up to date with proto/"
   scripts/gen-clients.sh --check

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Generates the Java stubs for ../../proto (tenure/v1/lease.proto) into
+# Generates the Java stubs for ../../proto (every file: tenure/v1/lease.proto
+# and tenure/v1/error_reason.proto, the ErrorReason enum) into
 # target/generated-sources/protobuf/ with pinned protoc and protoc-gen-grpc-java
 # (versions in pom.xml, fetched from Maven Central by the protobuf Maven plugin).
 #

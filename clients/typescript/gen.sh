@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the checked-in TypeScript stubs in src/gen/ from the repo's
-# proto/ (plus google/rpc/status.proto and error_details.proto, which carry
-# Tenure's error details).
+# proto/ (lease.proto and error_reason.proto, the ErrorReason enum; plus
+# google/rpc/status.proto and error_details.proto, which carry Tenure's error
+# details).
 #
 #   ./gen.sh          regenerate src/gen/
 #   ./gen.sh --check  regenerate into a temp dir and fail if src/gen/ differs
@@ -47,7 +48,7 @@ PYTHONPATH="$py" python3 -m grpc_tools.protoc \
   -I "$proto_root" \
   -I "$py" \
   -I "$py/grpc_tools/_proto" \
-  tenure/v1/lease.proto google/rpc/status.proto google/rpc/error_details.proto
+  tenure/v1/lease.proto tenure/v1/error_reason.proto google/rpc/status.proto google/rpc/error_details.proto
 
 if [ "${1:-}" = "--check" ]; then
   if ! diff -r "$here/src/gen" "$out" >/dev/null; then

@@ -59,7 +59,7 @@ func (c *Client) Stub() tenurev1.LeaseServiceClient {
 }
 
 // Get returns the current holding of name, or an *Error with reason
-// ReasonLeaseNotFound when nobody holds it.
+// LEASE_NOT_FOUND when nobody holds it.
 func (c *Client) Get(ctx context.Context, name string) (*tenurev1.Lease, error) {
 	resp, err := c.rpc.GetLease(ctx, &tenurev1.GetLeaseRequest{Name: name})
 	if err != nil {

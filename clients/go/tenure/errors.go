@@ -3,70 +3,75 @@ package tenure
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
 )
 
 // Domain is the google.rpc.ErrorInfo domain of every Tenure error.
 const Domain = "tenure.v1"
 
 // Reason is the stable, machine-readable cause of a Tenure error: the
-// google.rpc.ErrorInfo reason the server sends with every failed call.
-type Reason string
+// google.rpc.ErrorInfo reason the server sends with every failed call, as
+// the ErrorReason enum generated from proto/tenure/v1/error_reason.proto
+// (compare with tenurev1.ErrorReason_LEASE_HELD and the like). Its zero value,
+// tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED, stands for "no Tenure
+// reason": see Error.Reason.
+type Reason = tenurev1.ErrorReason
 
-// The reasons the server sends. The gRPC code of each is noted.
-const (
-	// ReasonLeaseHeld: another holder has the lease (FAILED_PRECONDITION).
-	// Metadata: holder, fencing_token, ttl_seconds.
-	ReasonLeaseHeld Reason = "LEASE_HELD"
-	// ReasonLeaseNotHeld: the caller does not hold the lease any more
-	// (FAILED_PRECONDITION). Metadata: state.
-	ReasonLeaseNotHeld Reason = "LEASE_NOT_HELD"
-	// ReasonLeaseNotFound: nobody holds the lease (NOT_FOUND).
-	ReasonLeaseNotFound Reason = "LEASE_NOT_FOUND"
-	// ReasonInvalidName: the lease name breaks the naming rule (INVALID_ARGUMENT).
-	ReasonInvalidName Reason = "INVALID_NAME"
-	// ReasonInvalidHolder: the holder is empty, too long or not printable (INVALID_ARGUMENT).
-	ReasonInvalidHolder Reason = "INVALID_HOLDER"
-	// ReasonInvalidTTL: the TTL is zero, negative or too long (INVALID_ARGUMENT).
-	ReasonInvalidTTL Reason = "INVALID_TTL"
-	// ReasonInvalidLeaseKey: the lease key is malformed (INVALID_ARGUMENT).
-	ReasonInvalidLeaseKey Reason = "INVALID_LEASE_KEY"
-	// ReasonInvalidRevision: the expected revision is missing (INVALID_ARGUMENT).
-	ReasonInvalidRevision Reason = "INVALID_REVISION"
-	// ReasonInvalidMetadata: too many or too large metadata entries (INVALID_ARGUMENT).
-	ReasonInvalidMetadata Reason = "INVALID_METADATA"
-	// ReasonInvalidWait: the wait is negative or too long (INVALID_ARGUMENT).
-	ReasonInvalidWait Reason = "INVALID_WAIT"
-	// ReasonInvalidArgument: another argument is malformed (INVALID_ARGUMENT).
-	ReasonInvalidArgument Reason = "INVALID_ARGUMENT"
-	// ReasonRecordUnreadable: the bucket holds a value under this name that
-	// is not a Tenure lease (DATA_LOSS).
-	ReasonRecordUnreadable Reason = "RECORD_UNREADABLE"
-	// ReasonNATSUnavailable: the server cannot reach NATS (UNAVAILABLE); retry.
-	ReasonNATSUnavailable Reason = "NATS_UNAVAILABLE"
-	// ReasonShuttingDown: the server is shutting down (UNAVAILABLE); retry
-	// elsewhere.
-	ReasonShuttingDown Reason = "SHUTTING_DOWN"
-	// ReasonInternal: an unexpected server failure (INTERNAL).
-	ReasonInternal Reason = "INTERNAL"
-)
+// retryableReasons is the one classification of the reasons (the "Error
+// reasons" table of clients/README.md): sending the same request again may
+// succeed after these; every other reason is permanent.
+var retryableReasons = map[Reason]bool{
+	tenurev1.ErrorReason_NATS_UNAVAILABLE:  true,
+	tenurev1.ErrorReason_WATCH_LAGGED:      true,
+	tenurev1.ErrorReason_SHUTTING_DOWN:     true,
+	tenurev1.ErrorReason_TOO_MANY_REQUESTS: true,
+	tenurev1.ErrorReason_TOO_MANY_WATCHES:  true,
+}
+
+// RetryableReasons returns the reasons after which sending the same request
+// again may succeed, in enum order; every other reason is permanent.
+func RetryableReasons() []Reason {
+	out := make([]Reason, 0, len(retryableReasons))
+	for r := range retryableReasons {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Retryable reports whether sending the same request again may succeed after
+// a failure with reason r (see RetryableReasons); the renew loop decides with
+// it. False for every other reason, including ERROR_REASON_UNSPECIFIED:
+// classify an error, which may carry no reason, with IsRetryable or
+// Error.Retryable instead.
+func Retryable(r Reason) bool {
+	return retryableReasons[r]
+}
 
 // Error is a failed Tenure call: the gRPC code, the ErrorInfo reason and
 // metadata, and the server's one-line message.
 //
 // Every error returned by this package for a failed RPC is an *Error; get it
-// with errors.As, or just its reason with ReasonOf. Reason is empty when the
-// status carried no Tenure ErrorInfo, e.g. when the server could not be
-// reached at all (Code is then typically codes.Unavailable or
-// codes.DeadlineExceeded).
+// with errors.As, or just its reason with ReasonOf. Reason is
+// ERROR_REASON_UNSPECIFIED when the status carried no Tenure ErrorInfo, e.g.
+// when the server could not be reached at all (Code is then typically
+// codes.Unavailable or codes.DeadlineExceeded), or a reason this client does
+// not know (RawReason has it).
 type Error struct {
 	// Code is the gRPC status code.
 	Code codes.Code
-	// Reason is the ErrorInfo reason ("" when there was none).
+	// Reason is the ErrorInfo reason (ERROR_REASON_UNSPECIFIED when there was
+	// none, or one this client does not know).
 	Reason Reason
+	// RawReason is the ErrorInfo reason exactly as sent ("" when there was
+	// none).
+	RawReason string
 	// Message is the server's (or gRPC's) message.
 	Message string
 	// Metadata is the ErrorInfo metadata, e.g. "holder", "fencing_token"
@@ -78,10 +83,10 @@ type Error struct {
 
 // Error implements error.
 func (e *Error) Error() string {
-	if e.Reason == "" {
+	if e.RawReason == "" {
 		return fmt.Sprintf("tenure: %s: %s", e.Code, e.Message)
 	}
-	return fmt.Sprintf("tenure: %s (%s): %s", e.Reason, e.Code, e.Message)
+	return fmt.Sprintf("tenure: %s (%s): %s", e.RawReason, e.Code, e.Message)
 }
 
 // GRPCStatus returns the original status, so status.FromError and
@@ -93,14 +98,47 @@ func (e *Error) GRPCStatus() *status.Status {
 	return e.status
 }
 
-// ReasonOf returns the Tenure reason of err, or "" when err is nil or carries
-// none. It looks through wrapped errors (errors.As).
+// Retryable reports whether sending the same request again may succeed. With
+// a reason this client knows, that is Retryable(e.Reason); without one (the
+// server was not reached, a deadline passed, a proxy or a newer server
+// answered) it goes by the gRPC code: Unavailable, DeadlineExceeded,
+// ResourceExhausted, Aborted, Internal, Unknown and Canceled are retryable.
+func (e *Error) Retryable() bool {
+	if e.Reason != tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return Retryable(e.Reason)
+	}
+	switch e.Code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted,
+		codes.Aborted, codes.Internal, codes.Unknown, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// IsRetryable reports whether err is an *Error (looking through wrapped
+// errors) that Error.Retryable calls retryable.
+func IsRetryable(err error) bool {
+	var te *Error
+	return errors.As(err, &te) && te.Retryable()
+}
+
+// ReasonOf returns the Tenure reason of err, or ERROR_REASON_UNSPECIFIED when
+// err is nil or carries none. It looks through wrapped errors (errors.As).
 func ReasonOf(err error) Reason {
 	var te *Error
 	if errors.As(err, &te) {
 		return te.Reason
 	}
-	return ""
+	return tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+// parseReason maps an ErrorInfo reason string to the generated enum; an
+// unknown one (a newer server) is ERROR_REASON_UNSPECIFIED.
+func parseReason(raw string) Reason {
+	if v, ok := tenurev1.ErrorReason_value[raw]; ok {
+		return Reason(v)
+	}
+	return tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
 // ErrReleased is the cause of a Session's loss after Release was called.
@@ -129,7 +167,8 @@ func FromError(err error) error {
 	e := &Error{Code: st.Code(), Message: st.Message(), status: st}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
-			e.Reason = Reason(info.GetReason())
+			e.RawReason = info.GetReason()
+			e.Reason = parseReason(e.RawReason)
 			e.Metadata = info.GetMetadata()
 			break
 		}
@@ -139,7 +178,7 @@ func FromError(err error) error {
 
 // isFatal reports whether a renewal error means the holding is gone or can
 // never be renewed, as opposed to a transient failure worth retrying until
-// the safe deadline.
+// the safe deadline: anything but a retryable *Error.
 func isFatal(err error) bool {
 	if errors.Is(err, errTokenChanged) || errors.Is(err, ErrReleased) {
 		return true
@@ -148,14 +187,5 @@ func isFatal(err error) bool {
 	if !errors.As(err, &te) {
 		return false
 	}
-	if te.Reason == ReasonLeaseNotHeld {
-		return true
-	}
-	switch te.Code {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound,
-		codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented,
-		codes.DataLoss, codes.OutOfRange:
-		return true
-	}
-	return false
+	return !te.Retryable()
 }

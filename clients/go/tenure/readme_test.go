@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-dev/tenure/clients/go/tenure"
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
 )
 
 // readmeExample is the README's usage example, verbatim between the markers.
@@ -24,7 +25,7 @@ func readmeExample(ctx context.Context, addr string, runJob func(ctx context.Con
 	defer client.Close()
 	lease, err := client.Acquire(ctx, "jobs.nightly-report", "worker-1", 10*time.Second)
 	if err != nil {
-		return err // tenure.ReasonOf(err) == tenure.ReasonLeaseHeld: someone else has it
+		return err // tenure.ReasonOf(err) == tenurev1.ErrorReason_LEASE_HELD: someone else has it
 	}
 	defer lease.Release(context.Background())
 	// Work under lease.Context(): it is cancelled the moment the lease is lost.
@@ -95,7 +96,7 @@ func TestReadmeExample(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("example: err %v, job ran %v", err, ran)
 	}
-	if _, err := c.Get(ctx, "jobs.nightly-report"); tenure.ReasonOf(err) != tenure.ReasonLeaseNotFound {
+	if _, err := c.Get(ctx, "jobs.nightly-report"); tenure.ReasonOf(err) != tenurev1.ErrorReason_LEASE_NOT_FOUND {
 		t.Fatalf("after the example the lease should be released: %v", err)
 	}
 }

@@ -40,7 +40,7 @@ type acquireConfig struct {
 }
 
 // WithWait makes Acquire wait up to d for a held lease to become free,
-// instead of failing at once with ReasonLeaseHeld. The server also stops
+// instead of failing at once with LEASE_HELD. The server also stops
 // waiting shortly before ctx's deadline.
 func WithWait(d time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.wait = d }
@@ -77,7 +77,7 @@ func WithSafetyMargin(d time.Duration) AcquireOption {
 // Release, or until it is lost.
 //
 // It is lost, and Done() closes, as soon as a renewal is refused with
-// ReasonLeaseNotHeld (or another permanent error), and no later than the
+// LEASE_NOT_HELD (or another permanent error), and no later than the
 // safe deadline when renewals cannot get through. Err and
 // context.Cause(Context()) then tell why. Once lost, a Session never
 // becomes held again: Acquire anew.
@@ -115,7 +115,7 @@ type Session struct {
 // Acquire takes the lease name for holder with the requested ttl (0: the
 // server's default; the server rounds it up to whole seconds) and starts
 // renewing it in the background. On failure it returns an *Error, e.g. with
-// ReasonLeaseHeld when another holder has the lease.
+// LEASE_HELD when another holder has the lease.
 //
 // ctx bounds this call only (including WithWait); the Session's own
 // Context() keeps ctx's values but not its cancellation. Always Release the
@@ -256,7 +256,7 @@ func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 func (s *Session) Context() context.Context { return s.ctx }
 
 // Err returns nil while the lease is held, and otherwise why it is not:
-// ErrReleased after Release; an *Error with ReasonLeaseNotHeld (or another
+// ErrReleased after Release; an *Error with LEASE_NOT_HELD (or another
 // permanent error) when the server refused a renewal; an error wrapping
 // ErrDeadlinePassed (and the last renewal error) when the safe deadline
 // passed without a successful renewal.
@@ -270,7 +270,7 @@ func (s *Session) Err() error {
 }
 
 // Renew renews the holding now, in addition to the background renewals.
-// It returns an *Error on failure; a permanent one (e.g. ReasonLeaseNotHeld)
+// It returns an *Error on failure; a permanent one (e.g. LEASE_NOT_HELD)
 // also ends the Session. It fails without a call once the Session is lost.
 func (s *Session) Renew(ctx context.Context) error {
 	if err := s.Err(); err != nil {
@@ -287,7 +287,7 @@ func (s *Session) Renew(ctx context.Context) error {
 // Done closes before the lease can pass to anyone else), and releases the
 // lease on the server so the next holder can take it at once. It is safe to
 // call more than once and after a loss; a lease the server no longer counts
-// as ours yields an *Error with ReasonLeaseNotHeld.
+// as ours yields an *Error with LEASE_NOT_HELD.
 func (s *Session) Release(ctx context.Context) error {
 	s.releaseMu.Lock()
 	defer s.releaseMu.Unlock()
@@ -297,7 +297,7 @@ func (s *Session) Release(ctx context.Context) error {
 	s.lose(ErrReleased) // first: the holder stops before anyone else can take over
 	<-s.loopDone
 	err := s.releaseNow(ctx)
-	if err == nil || ReasonOf(err) == ReasonLeaseNotHeld {
+	if err == nil || ReasonOf(err) == tenurev1.ErrorReason_LEASE_NOT_HELD {
 		s.released = true
 	}
 	return err

@@ -75,7 +75,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("Renew after Release = %v, want ErrReleased", err)
 	}
 	_, err = c.Get(ctx, name)
-	if tenure.ReasonOf(err) != tenure.ReasonLeaseNotFound || status.Code(err) != codes.NotFound {
+	if tenure.ReasonOf(err) != tenurev1.ErrorReason_LEASE_NOT_FOUND || status.Code(err) != codes.NotFound {
 		t.Fatalf("GetLease after release = %v, want LEASE_NOT_FOUND", err)
 	}
 }
@@ -115,7 +115,7 @@ func TestRaceOneWins(t *testing.T) {
 		t.Fatal("both racers acquired the lease")
 	}
 	var te *tenure.Error
-	if !errors.As(errs[loser], &te) || te.Reason != tenure.ReasonLeaseHeld || te.Code != codes.FailedPrecondition {
+	if !errors.As(errs[loser], &te) || te.Reason != tenurev1.ErrorReason_LEASE_HELD || te.Code != codes.FailedPrecondition {
 		t.Fatalf("loser got %v, want LEASE_HELD", errs[loser])
 	}
 	w := sessions[winner]
@@ -227,7 +227,7 @@ func TestLossWhenTakenOverAfterExpiry(t *testing.T) {
 		t.Fatalf("takeover token %d not above %d", next.FencingToken(), stalled.FencingToken())
 	}
 	// The stalled holder can no longer release what is now someone else's.
-	if err := stalled.Release(ctx); tenure.ReasonOf(err) != tenure.ReasonLeaseNotHeld {
+	if err := stalled.Release(ctx); tenure.ReasonOf(err) != tenurev1.ErrorReason_LEASE_NOT_HELD {
 		t.Fatalf("stale Release = %v, want LEASE_NOT_HELD", err)
 	}
 	if _, err := c.Get(ctx, name); err != nil {
@@ -259,7 +259,7 @@ func TestLossOnLeaseNotHeld(t *testing.T) {
 
 	waitDone(t, s, 5*time.Second)
 	var te *tenure.Error
-	if !errors.As(s.Err(), &te) || te.Reason != tenure.ReasonLeaseNotHeld || errors.Is(s.Err(), tenure.ErrDeadlinePassed) {
+	if !errors.As(s.Err(), &te) || te.Reason != tenurev1.ErrorReason_LEASE_NOT_HELD || errors.Is(s.Err(), tenure.ErrDeadlinePassed) {
 		t.Fatalf("loss cause %v, want LEASE_NOT_HELD from a renewal", s.Err())
 	}
 	if context.Cause(s.Context()) != s.Err() || s.Held() {
@@ -314,7 +314,7 @@ func TestAcquireWaits(t *testing.T) {
 	tenure.PauseRenewals(first)
 
 	_, err = c.Acquire(ctx, name, "impatient", time.Second)
-	if tenure.ReasonOf(err) != tenure.ReasonLeaseHeld {
+	if tenure.ReasonOf(err) != tenurev1.ErrorReason_LEASE_HELD {
 		t.Fatalf("Acquire without wait = %v, want LEASE_HELD", err)
 	}
 	second, err := c.Acquire(ctx, name, "patient", time.Second, tenure.WithWait(20*time.Second))
@@ -347,7 +347,7 @@ func TestAcquireRetrySameKey(t *testing.T) {
 	if err := s1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s2.Release(ctx); tenure.ReasonOf(err) != tenure.ReasonLeaseNotHeld {
+	if err := s2.Release(ctx); tenure.ReasonOf(err) != tenurev1.ErrorReason_LEASE_NOT_HELD {
 		t.Fatalf("releasing the same holding twice = %v, want LEASE_NOT_HELD", err)
 	}
 }
@@ -359,20 +359,20 @@ func TestErrorReasons(t *testing.T) {
 
 	_, err := c.Acquire(ctx, "bad name!", "holder", time.Second)
 	var te *tenure.Error
-	if !errors.As(err, &te) || te.Reason != tenure.ReasonInvalidName || te.Code != codes.InvalidArgument || status.Code(err) != codes.InvalidArgument {
+	if !errors.As(err, &te) || te.Reason != tenurev1.ErrorReason_INVALID_NAME || te.Code != codes.InvalidArgument || status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("invalid name: %v", err)
 	}
-	if _, err := c.Acquire(ctx, leaseName(t, "a"), "", time.Second); tenure.ReasonOf(err) != tenure.ReasonInvalidHolder {
+	if _, err := c.Acquire(ctx, leaseName(t, "a"), "", time.Second); tenure.ReasonOf(err) != tenurev1.ErrorReason_INVALID_HOLDER {
 		t.Fatalf("empty holder: %v", err)
 	}
-	if _, err := c.Acquire(ctx, leaseName(t, "a"), "h", time.Second, tenure.WithLeaseKey("short")); tenure.ReasonOf(err) != tenure.ReasonInvalidLeaseKey {
+	if _, err := c.Acquire(ctx, leaseName(t, "a"), "h", time.Second, tenure.WithLeaseKey("short")); tenure.ReasonOf(err) != tenurev1.ErrorReason_INVALID_LEASE_KEY {
 		t.Fatalf("short key: %v", err)
 	}
-	if _, err := c.Watch(ctx, "bad name!"); tenure.ReasonOf(err) != tenure.ReasonInvalidName {
+	if _, err := c.Watch(ctx, "bad name!"); tenure.ReasonOf(err) != tenurev1.ErrorReason_INVALID_NAME {
 		t.Fatalf("watch invalid name: %v", err)
 	}
 	_, err = c.Stub().Renew(ctx, &tenurev1.RenewRequest{Name: leaseName(t, "a"), ExpectedRevision: 1, LeaseKey: "0123456789abcdef", Ttl: durationpb.New(time.Second)})
-	if r := tenure.ReasonOf(tenure.FromError(err)); r != tenure.ReasonLeaseNotHeld {
+	if r := tenure.ReasonOf(tenure.FromError(err)); r != tenurev1.ErrorReason_LEASE_NOT_HELD {
 		t.Fatalf("renew of an unheld lease: %v", err)
 	}
 	if _, err := c.Acquire(ctx, leaseName(t, "a"), "h", time.Second, tenure.WithRenewFraction(1)); err == nil {

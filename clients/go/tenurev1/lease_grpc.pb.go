@@ -44,8 +44,8 @@ const (
 // LeaseService acquires, renews, releases and watches leases.
 //
 // Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
-// "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
-// ...); see the README's error table.
+// "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+// (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
 type LeaseServiceClient interface {
 	// Acquire takes the named lease for a holder, or fails with LEASE_HELD when
 	// another holder has it. With `wait`, it blocks until the lease is free (or
@@ -168,8 +168,8 @@ func (c *leaseServiceClient) RevokeLease(ctx context.Context, in *RevokeLeaseReq
 // LeaseService acquires, renews, releases and watches leases.
 //
 // Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
-// "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
-// ...); see the README's error table.
+// "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+// (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
 type LeaseServiceServer interface {
 	// Acquire takes the named lease for a holder, or fails with LEASE_HELD when
 	// another holder has it. With `wait`, it blocks until the lease is free (or

@@ -82,20 +82,49 @@ def test_error_info_is_decoded_from_the_status_trailer() -> None:
     assert err.reason is Reason.LEASE_HELD
     assert err.metadata == {"holder": "x"}
     assert err.code is grpc.StatusCode.FAILED_PRECONDITION
-    assert err.retryable  # another holder may release it
+    # Permanent: the answer stands until the holding ends (Acquire with a wait).
+    assert not err.retryable
+
+
+def test_request_too_large_is_permanent() -> None:
+    err = TenureError.from_rpc_error(
+        _FakeRpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "too large",
+            _status_trailer("tenure.v1", "REQUEST_TOO_LARGE", {}),
+        )
+    )
+    assert err.reason is Reason.REQUEST_TOO_LARGE and not err.retryable
+    busy = TenureError.from_rpc_error(
+        _FakeRpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "busy",
+            _status_trailer("tenure.v1", "TOO_MANY_REQUESTS", {}),
+        )
+    )
+    assert busy.reason is Reason.TOO_MANY_REQUESTS and busy.retryable
 
 
 def test_errors_without_tenure_error_info() -> None:
     foreign = TenureError.from_rpc_error(
         _FakeRpcError(grpc.StatusCode.NOT_FOUND, "x", _status_trailer("other", "LEASE_HELD", {}))
     )
-    assert foreign.reason is Reason.UNKNOWN and not foreign.retryable
+    assert foreign.reason is Reason.ERROR_REASON_UNSPECIFIED and not foreign.retryable
     newer = TenureError.from_rpc_error(
         _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "x", _status_trailer("tenure.v1", "NEW_ONE", {}))
     )
-    assert newer.reason is Reason.UNKNOWN and newer.raw_reason == "NEW_ONE" and newer.retryable
+    assert newer.reason is Reason.ERROR_REASON_UNSPECIFIED
+    assert newer.raw_reason == "NEW_ONE" and newer.retryable and "NEW_ONE" in str(newer)
+    newer_refusal = TenureError.from_rpc_error(
+        _FakeRpcError(
+            grpc.StatusCode.FAILED_PRECONDITION, "x", _status_trailer("tenure.v1", "NEW_ONE", {})
+        )
+    )
+    assert newer_refusal.reason is Reason.ERROR_REASON_UNSPECIFIED
+    assert not newer_refusal.retryable
     bare = TenureError.from_rpc_error(_FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down", ()))
-    assert bare.reason is Reason.UNKNOWN and bare.retryable
+    assert bare.reason is Reason.ERROR_REASON_UNSPECIFIED and bare.retryable
+    assert str(bare) == "UNAVAILABLE: down"
 
 
 def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ impl Client {
     ///
     /// The address is malformed ([`Code::InvalidArgument`]) or the server
     /// cannot be reached within 5 s ([`Code::Unavailable`]); the reason is
-    /// [`Reason::Unknown`] or [`Reason::InvalidArgument`].
+    /// [`Reason::Unspecified`] or [`Reason::InvalidArgument`].
     pub async fn connect(addr: impl AsRef<str>) -> Result<Client, Error> {
         let addr = addr.as_ref();
         let uri = if addr.contains("://") {
@@ -134,7 +134,7 @@ impl Client {
             .map_err(|e| {
                 Error::local(
                     Code::Unavailable,
-                    Reason::Unknown,
+                    Reason::Unspecified,
                     format!("cannot connect to Tenure at {addr}: {e}"),
                 )
             })?;
@@ -166,7 +166,7 @@ impl Client {
     ///
     /// [`Reason::LeaseHeld`] when another holder has it (the metadata names
     /// the holder), `INVALID_*` for bad arguments, [`Reason::InvalidArgument`]
-    /// for options refused locally, [`Reason::Unknown`] with
+    /// for options refused locally, [`Reason::Unspecified`] with
     /// [`Code::Unavailable`] or [`Code::DeadlineExceeded`] when the server
     /// could not be reached or did not answer.
     pub async fn acquire(
@@ -294,7 +294,7 @@ where
 fn timeout_error(timeout: Duration) -> Error {
     Error::local(
         Code::DeadlineExceeded,
-        Reason::Unknown,
+        Reason::Unspecified,
         format!("no answer within {timeout:?}"),
     )
 }

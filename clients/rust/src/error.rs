@@ -9,107 +9,61 @@ use tonic_types::StatusExt;
 /// The `google.rpc.ErrorInfo` domain of every Tenure error.
 pub const DOMAIN: &str = "tenure.v1";
 
-/// Why a Tenure call failed: the `ErrorInfo.reason` the server sent, as a
-/// typed value.
+/// Why a Tenure call failed: the `ErrorInfo.reason` the server sent, as the
+/// enum generated from `proto/tenure/v1/error_reason.proto`
+/// ([`proto::ErrorReason`](crate::proto::ErrorReason)), so it has every reason
+/// the server sends.
 ///
-/// [`Reason::Unknown`] stands for a failure without a Tenure `ErrorInfo`:
+/// [`Reason::Unspecified`] stands for a failure without a Tenure `ErrorInfo`:
 /// the server could not be reached, the call's deadline passed, or the
 /// server sent a reason newer than this client (see [`Error::raw_reason`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Reason {
-    /// Another holder has the lease (`FAILED_PRECONDITION`); the metadata has
-    /// `holder`, `fencing_token` and `ttl_seconds`.
-    LeaseHeld,
-    /// The caller does not hold the lease (any more) (`FAILED_PRECONDITION`);
-    /// the metadata has `state`.
-    LeaseNotHeld,
-    /// Nobody holds the lease (`NOT_FOUND`).
-    LeaseNotFound,
-    /// The lease name breaks the naming rule (`INVALID_ARGUMENT`).
-    InvalidName,
-    /// The holder is empty, too long or not printable (`INVALID_ARGUMENT`).
-    InvalidHolder,
-    /// The TTL is zero, negative or above the server's maximum
-    /// (`INVALID_ARGUMENT`).
-    InvalidTtl,
-    /// The lease key is too short, too long or not printable ASCII
-    /// (`INVALID_ARGUMENT`).
-    InvalidLeaseKey,
-    /// The expected revision is missing (`INVALID_ARGUMENT`).
-    InvalidRevision,
-    /// The metadata has too many entries or is too large (`INVALID_ARGUMENT`).
-    InvalidMetadata,
-    /// The wait is negative or above the server's maximum (`INVALID_ARGUMENT`).
-    InvalidWait,
-    /// Another argument is malformed (`INVALID_ARGUMENT`); also used by this
-    /// client for options it refuses before calling (e.g. a renew fraction
-    /// outside (0, 1)).
-    InvalidArgument,
-    /// The bucket holds a value under this name that Tenure cannot read
-    /// (`DATA_LOSS`).
-    RecordUnreadable,
-    /// NATS cannot be reached or did not answer in time (`UNAVAILABLE`).
-    NatsUnavailable,
-    /// The server is shutting down (`UNAVAILABLE`).
-    ShuttingDown,
-    /// An unexpected failure on the server (`INTERNAL`).
-    Internal,
-    /// No Tenure `ErrorInfo`: a transport failure, a deadline, or a reason
-    /// this client does not know.
-    Unknown,
-}
+/// Whether retrying can help is [`Reason::is_retryable`].
+pub use crate::proto::ErrorReason as Reason;
+
+/// The numbers of every `ErrorReason` value, written by `build.rs` from the
+/// proto's descriptors.
+const REASON_NUMBERS: &[i32] = &include!(concat!(env!("OUT_DIR"), "/error_reason_numbers.rs"));
+
+/// The reasons after which sending the same request again may succeed: the
+/// one classification of the reasons (the "Error reasons" table of
+/// `clients/README.md`); every other reason is permanent. The renewal task
+/// decides with it.
+pub const RETRYABLE_REASONS: [Reason; 5] = [
+    Reason::NatsUnavailable,
+    Reason::WatchLagged,
+    Reason::ShuttingDown,
+    Reason::TooManyRequests,
+    Reason::TooManyWatches,
+];
 
 impl Reason {
-    /// Every reason the server sends (all but [`Reason::Unknown`]).
-    pub const ALL: [Reason; 15] = [
-        Reason::LeaseHeld,
-        Reason::LeaseNotHeld,
-        Reason::LeaseNotFound,
-        Reason::InvalidName,
-        Reason::InvalidHolder,
-        Reason::InvalidTtl,
-        Reason::InvalidLeaseKey,
-        Reason::InvalidRevision,
-        Reason::InvalidMetadata,
-        Reason::InvalidWait,
-        Reason::InvalidArgument,
-        Reason::RecordUnreadable,
-        Reason::NatsUnavailable,
-        Reason::ShuttingDown,
-        Reason::Internal,
-    ];
+    /// Every reason the server sends: every value of the generated enum but
+    /// [`Reason::Unspecified`], in proto order.
+    pub fn all() -> impl Iterator<Item = Reason> {
+        REASON_NUMBERS
+            .iter()
+            .filter_map(|&n| Reason::try_from(n).ok())
+            .filter(|&r| r != Reason::Unspecified)
+    }
 
-    /// The server's UPPER_SNAKE form (`"LEASE_HELD"`, …; `"UNKNOWN"` for
-    /// [`Reason::Unknown`]).
+    /// The server's UPPER_SNAKE form (`"LEASE_HELD"`, …;
+    /// `"ERROR_REASON_UNSPECIFIED"` for [`Reason::Unspecified`]).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::LeaseHeld => "LEASE_HELD",
-            Reason::LeaseNotHeld => "LEASE_NOT_HELD",
-            Reason::LeaseNotFound => "LEASE_NOT_FOUND",
-            Reason::InvalidName => "INVALID_NAME",
-            Reason::InvalidHolder => "INVALID_HOLDER",
-            Reason::InvalidTtl => "INVALID_TTL",
-            Reason::InvalidLeaseKey => "INVALID_LEASE_KEY",
-            Reason::InvalidRevision => "INVALID_REVISION",
-            Reason::InvalidMetadata => "INVALID_METADATA",
-            Reason::InvalidWait => "INVALID_WAIT",
-            Reason::InvalidArgument => "INVALID_ARGUMENT",
-            Reason::RecordUnreadable => "RECORD_UNREADABLE",
-            Reason::NatsUnavailable => "NATS_UNAVAILABLE",
-            Reason::ShuttingDown => "SHUTTING_DOWN",
-            Reason::Internal => "INTERNAL",
-            Reason::Unknown => "UNKNOWN",
-        }
+        self.as_str_name()
     }
 
     /// Parses the server's UPPER_SNAKE form; anything else is
-    /// [`Reason::Unknown`].
+    /// [`Reason::Unspecified`].
     pub fn parse(s: &str) -> Reason {
-        Reason::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .unwrap_or(Reason::Unknown)
+        Reason::from_str_name(s).unwrap_or(Reason::Unspecified)
+    }
+
+    /// Whether sending the same request again may succeed after a failure
+    /// with this reason (it is in [`RETRYABLE_REASONS`]). False for every
+    /// other reason, [`Reason::Unspecified`] included: classify an error,
+    /// which may carry no reason, with [`Error::is_retryable`].
+    pub fn is_retryable(self) -> bool {
+        RETRYABLE_REASONS.contains(&self)
     }
 }
 
@@ -165,7 +119,7 @@ impl Error {
             .filter(|info| info.domain == DOMAIN);
         let (reason, raw_reason, metadata) = match info {
             Some(info) => (Reason::parse(&info.reason), info.reason, info.metadata),
-            None => (Reason::Unknown, String::new(), HashMap::new()),
+            None => (Reason::Unspecified, String::new(), HashMap::new()),
         };
         Error {
             code: status.code(),
@@ -181,14 +135,14 @@ impl Error {
         self.code
     }
 
-    /// The typed reason ([`Reason::Unknown`] when the status had no Tenure
-    /// `ErrorInfo`).
+    /// The typed reason ([`Reason::Unspecified`] when the status had no Tenure
+    /// `ErrorInfo`, or a reason this client does not know).
     pub fn reason(&self) -> Reason {
         self.reason
     }
 
     /// The reason string exactly as the server sent it (empty without an
-    /// `ErrorInfo`); useful when [`Error::reason`] is [`Reason::Unknown`]
+    /// `ErrorInfo`); useful when [`Error::reason`] is [`Reason::Unspecified`]
     /// because the server is newer than this client.
     pub fn raw_reason(&self) -> &str {
         &self.raw_reason
@@ -205,22 +159,25 @@ impl Error {
         &self.metadata
     }
 
-    /// Whether retrying the same call may succeed: the server or NATS was
-    /// away, the call timed out or was cut off. False for refusals
-    /// (`LEASE_HELD`, `LEASE_NOT_HELD`, `INVALID_*`, `RECORD_UNREADABLE`, …).
+    /// Whether sending the same call again may succeed. With a reason this
+    /// client knows, that is [`Reason::is_retryable`] (NATS or the server
+    /// away, too many requests, …); without one (the server could not be
+    /// reached, the deadline passed, a newer server's reason) it goes by the
+    /// gRPC code: `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`,
+    /// `ABORTED`, `INTERNAL`, `UNKNOWN` and `CANCELLED` are retryable.
     pub fn is_retryable(&self) -> bool {
-        !matches!(
+        if self.reason != Reason::Unspecified {
+            return self.reason.is_retryable();
+        }
+        matches!(
             self.code,
-            Code::InvalidArgument
-                | Code::FailedPrecondition
-                | Code::NotFound
-                | Code::AlreadyExists
-                | Code::OutOfRange
-                | Code::DataLoss
-                | Code::PermissionDenied
-                | Code::Unauthenticated
-                | Code::Unimplemented
-                | Code::Ok
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::ResourceExhausted
+                | Code::Aborted
+                | Code::Internal
+                | Code::Unknown
+                | Code::Cancelled
         )
     }
 }
@@ -233,10 +190,12 @@ impl From<tonic::Status> for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.reason == Reason::Unknown {
-            write!(f, "{:?}: {}", self.code, self.message)
-        } else {
+        if self.reason != Reason::Unspecified {
             write!(f, "{}: {}", self.reason, self.message)
+        } else if !self.raw_reason.is_empty() {
+            write!(f, "{}: {}", self.raw_reason, self.message)
+        } else {
+            write!(f, "{:?}: {}", self.code, self.message)
         }
     }
 }
@@ -250,11 +209,14 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_through_their_strings() {
-        for reason in Reason::ALL {
+        for reason in Reason::all() {
             assert_eq!(Reason::parse(reason.as_str()), reason);
         }
-        assert_eq!(Reason::parse("SOMETHING_NEW"), Reason::Unknown);
+        assert_eq!(Reason::all().count(), REASON_NUMBERS.len() - 1);
+        assert_eq!(Reason::parse("SOMETHING_NEW"), Reason::Unspecified);
+        assert_eq!(Reason::parse(""), Reason::Unspecified);
         assert_eq!(Reason::LeaseHeld.to_string(), "LEASE_HELD");
+        assert!(!Reason::Unspecified.is_retryable());
     }
 
     #[test]
@@ -277,17 +239,36 @@ mod tests {
     }
 
     #[test]
-    fn statuses_without_tenure_error_info_are_unknown() {
+    fn permanent_reasons_are_not_retryable_whatever_their_code() {
+        let status = |code, reason: &str| {
+            Error::from(tonic::Status::with_error_details(
+                code,
+                "x",
+                ErrorDetails::with_error_info(reason, DOMAIN, []),
+            ))
+        };
+        // A RESOURCE_EXHAUSTED code was once enough to retry this one.
+        let too_large = status(Code::ResourceExhausted, "REQUEST_TOO_LARGE");
+        assert_eq!(too_large.reason(), Reason::RequestTooLarge);
+        assert!(!too_large.is_retryable());
+        assert!(!status(Code::Internal, "INTERNAL").is_retryable());
+        assert!(status(Code::ResourceExhausted, "TOO_MANY_REQUESTS").is_retryable());
+        assert!(status(Code::Unavailable, "SHUTTING_DOWN").is_retryable());
+    }
+
+    #[test]
+    fn statuses_without_tenure_error_info_are_unspecified() {
         let err = Error::from(tonic::Status::unavailable("connection refused"));
-        assert_eq!(err.reason(), Reason::Unknown);
+        assert_eq!(err.reason(), Reason::Unspecified);
         assert!(err.is_retryable());
+        assert_eq!(err.to_string(), "Unavailable: connection refused");
 
         let foreign = tonic::Status::with_error_details(
             Code::Internal,
             "x",
             ErrorDetails::with_error_info("LEASE_HELD", "other.domain", []),
         );
-        assert_eq!(Error::from(foreign).reason(), Reason::Unknown);
+        assert_eq!(Error::from(foreign).reason(), Reason::Unspecified);
 
         let newer = tonic::Status::with_error_details(
             Code::FailedPrecondition,
@@ -295,7 +276,9 @@ mod tests {
             ErrorDetails::with_error_info("LEASE_FROZEN", DOMAIN, []),
         );
         let err = Error::from(newer);
-        assert_eq!(err.reason(), Reason::Unknown);
+        assert_eq!(err.reason(), Reason::Unspecified);
         assert_eq!(err.raw_reason(), "LEASE_FROZEN");
+        assert_eq!(err.to_string(), "LEASE_FROZEN: x");
+        assert!(!err.is_retryable());
     }
 }

@@ -10,7 +10,8 @@
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
 //!   release when dropped.
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
-//! - [`Error`] with a typed [`Reason`] read from the `google.rpc.ErrorInfo`.
+//! - [`Error`] with a typed [`Reason`] (the generated `ErrorReason`) read
+//!   from the `google.rpc.ErrorInfo`, and whether retrying can help.
 //! - [`FencingGuard`]: the downstream fencing check (see [`fencing`] for the
 //!   SQL pattern).
 //!
@@ -44,14 +45,15 @@ mod session;
 mod watch;
 
 /// The generated protobuf types and gRPC client of `tenure.v1`
-/// (`proto/tenure/v1/lease.proto`, compiled by `build.rs`).
+/// (`proto/tenure/v1/lease.proto` and `error_reason.proto`, compiled by
+/// `build.rs`).
 pub mod proto {
     #![allow(missing_docs, clippy::all)]
     tonic::include_proto!("tenure.v1");
 }
 
 pub use client::{AcquireOptions, Client, DEFAULT_CALL_TIMEOUT};
-pub use error::{Error, Reason, DOMAIN};
+pub use error::{Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use proto::{EventType, Lease};
 pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};

@@ -410,7 +410,7 @@ impl Inner {
             .map_err(|_| {
                 Error::local(
                     Code::DeadlineExceeded,
-                    Reason::Unknown,
+                    Reason::Unspecified,
                     "no answer to the renewal before the safe deadline",
                 )
             })??
@@ -483,7 +483,7 @@ impl Inner {
             }
             Err(_) => Err(Error::local(
                 Code::DeadlineExceeded,
-                Reason::Unknown,
+                Reason::Unspecified,
                 format!("no answer to Release within {RELEASE_TIMEOUT:?}"),
             )),
         };

@@ -429,7 +429,7 @@ async fn errors_carry_typed_reasons() {
     let err = Client::connect(format!("127.0.0.1:{port}"))
         .await
         .unwrap_err();
-    assert_eq!(err.reason(), Reason::Unknown);
+    assert_eq!(err.reason(), Reason::Unspecified);
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.is_retryable());
 }

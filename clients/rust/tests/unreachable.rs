@@ -37,7 +37,7 @@ async fn assert_lost_by_the_deadline(session: &Session) {
     // The release cannot get through either; the lease ends at its TTL.
     let err = session.release().await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
-    assert_eq!(err.reason(), Reason::Unknown, "{err}");
+    assert_eq!(err.reason(), Reason::Unspecified, "{err}");
 }
 
 #[tokio::test]

@@ -2,8 +2,9 @@
  * Typed errors of the Tenure client.
  *
  * Every failed call is a {@link TenureError}: the gRPC status code plus, when
- * the server sent one, the `google.rpc.ErrorInfo` reason (`LEASE_HELD`,
- * `LEASE_NOT_HELD`, ...) and its metadata, decoded from the standard
+ * the server sent one, the `google.rpc.ErrorInfo` reason as the generated
+ * {@link ErrorReason} (`LEASE_HELD`, `LEASE_NOT_HELD`, ...) and its metadata,
+ * and whether it is retryable; decoded from the standard
  * `grpc-status-details-bin` trailer. The end of a session is a
  * {@link LeaseLostError}, found as `session.signal.reason`.
  */
@@ -11,6 +12,7 @@ import { status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
 import { ErrorInfo } from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
+import { ErrorReason, errorReasonFromJSON, errorReasonToJSON } from "./gen/tenure/v1/error_reason";
 
 /** The `google.rpc.ErrorInfo` domain of every Tenure error. */
 export const ERROR_DOMAIN = "tenure.v1";
@@ -22,57 +24,76 @@ const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
 
 /**
- * The stable reasons the server sends in `ErrorInfo.reason` (domain
- * `tenure.v1`), usable as values: `Reason.LEASE_HELD`.
+ * The reason of a Tenure error: the generated `tenure.v1.ErrorReason` enum
+ * (`proto/tenure/v1/error_reason.proto`), so it has every reason the server
+ * sends: `ErrorReason.LEASE_HELD`, `ErrorReason.LEASE_NOT_HELD`, ...
+ * `ErrorReason.UNSPECIFIED` stands for "no Tenure reason" (see
+ * {@link TenureError.reason}). Also exported as {@link Reason}.
  */
-export const Reason = {
-  /** Another holder has the lease (FAILED_PRECONDITION; metadata holder, fencing_token, ttl_seconds). */
-  LEASE_HELD: "LEASE_HELD",
-  /** The caller does not hold the lease any more (FAILED_PRECONDITION; metadata state). */
-  LEASE_NOT_HELD: "LEASE_NOT_HELD",
-  /** Nobody holds the lease (NOT_FOUND). */
-  LEASE_NOT_FOUND: "LEASE_NOT_FOUND",
-  /** The lease name breaks the naming rule (INVALID_ARGUMENT). */
-  INVALID_NAME: "INVALID_NAME",
-  /** The holder is empty, too long or not printable (INVALID_ARGUMENT). */
-  INVALID_HOLDER: "INVALID_HOLDER",
-  /** The TTL is zero, negative or above the server's maximum (INVALID_ARGUMENT). */
-  INVALID_TTL: "INVALID_TTL",
-  /** The lease key is too short, too long or not printable ASCII (INVALID_ARGUMENT). */
-  INVALID_LEASE_KEY: "INVALID_LEASE_KEY",
-  /** The expected revision is missing (INVALID_ARGUMENT). */
-  INVALID_REVISION: "INVALID_REVISION",
-  /** The metadata has too many entries or is too large (INVALID_ARGUMENT). */
-  INVALID_METADATA: "INVALID_METADATA",
-  /** The wait is negative or above the server's maximum (INVALID_ARGUMENT). */
-  INVALID_WAIT: "INVALID_WAIT",
-  /** Another argument is malformed (INVALID_ARGUMENT). */
-  INVALID_ARGUMENT: "INVALID_ARGUMENT",
-  /** The bucket holds a value under this name that Tenure cannot read (DATA_LOSS). */
-  RECORD_UNREADABLE: "RECORD_UNREADABLE",
-  /** NATS cannot be reached or did not answer in time (UNAVAILABLE). */
-  NATS_UNAVAILABLE: "NATS_UNAVAILABLE",
-  /** The server is shutting down (UNAVAILABLE). */
-  SHUTTING_DOWN: "SHUTTING_DOWN",
-  /** An unexpected server failure (INTERNAL). */
-  INTERNAL: "INTERNAL",
-} as const;
+export { ErrorReason, errorReasonToJSON } from "./gen/tenure/v1/error_reason";
 
-/** One of the server's `ErrorInfo` reasons (see {@link Reason}). */
-export type Reason = (typeof Reason)[keyof typeof Reason];
+/** The same enum as {@link ErrorReason}, under the name earlier versions used. */
+export const Reason = ErrorReason;
+/** One of the server's `ErrorInfo` reasons (see {@link ErrorReason}). */
+export type Reason = ErrorReason;
+
+/**
+ * The one classification of the reasons (the "Error reasons" table of
+ * clients/README.md): sending the same request again may succeed after
+ * these; every other reason is permanent. The renew loop decides with it.
+ */
+export const RETRYABLE_REASONS: ReadonlySet<ErrorReason> = new Set([
+  ErrorReason.NATS_UNAVAILABLE,
+  ErrorReason.WATCH_LAGGED,
+  ErrorReason.SHUTTING_DOWN,
+  ErrorReason.TOO_MANY_REQUESTS,
+  ErrorReason.TOO_MANY_WATCHES,
+]);
+
+/**
+ * Whether sending the same request again may succeed after a failure with
+ * `reason` ({@link RETRYABLE_REASONS}). False for every other reason,
+ * `UNSPECIFIED` included: classify an error, which may carry no reason, with
+ * {@link TenureError.retryable}.
+ */
+export function isRetryable(reason: ErrorReason): boolean {
+  return RETRYABLE_REASONS.has(reason);
+}
+
+/** gRPC codes after which a failure without a Tenure reason may pass. */
+const RETRYABLE_CODES: ReadonlySet<GrpcStatus> = new Set([
+  GrpcStatus.UNAVAILABLE,
+  GrpcStatus.DEADLINE_EXCEEDED,
+  GrpcStatus.RESOURCE_EXHAUSTED,
+  GrpcStatus.ABORTED,
+  GrpcStatus.INTERNAL,
+  GrpcStatus.UNKNOWN,
+  GrpcStatus.CANCELLED,
+]);
+
+/**
+ * The {@link ErrorReason} of an `ErrorInfo.reason` string; an unknown one
+ * (from a newer server) or none is `ErrorReason.UNSPECIFIED`.
+ */
+export function parseReason(raw: string | undefined): ErrorReason {
+  if (!raw) return ErrorReason.UNSPECIFIED;
+  const reason = errorReasonFromJSON(raw);
+  return reason === ErrorReason.UNRECOGNIZED ? ErrorReason.UNSPECIFIED : reason;
+}
 
 /**
  * A failed Tenure call.
  *
- * `reason` is the server's `ErrorInfo` reason, or `undefined` when the
- * failure carries none (a transport failure such as an unreachable server,
- * or a deadline that ran out on the client).
+ * `reason` is the server's `ErrorInfo` reason, or `ErrorReason.UNSPECIFIED`
+ * when the failure carries none (a transport failure such as an unreachable
+ * server, or a deadline that ran out on the client) or one this client does
+ * not know (`rawReason` has it).
  *
  * @example
  * ```ts
  * try { await client.acquire("jobs.nightly", "worker-1"); }
  * catch (err) {
- *   if (err instanceof TenureError && err.reason === Reason.LEASE_HELD) {
+ *   if (err instanceof TenureError && err.reason === ErrorReason.LEASE_HELD) {
  *     console.log("held by", err.metadata.holder);
  *   } else throw err;
  * }
@@ -82,29 +103,55 @@ export class TenureError extends Error {
   /** The gRPC status code of the failure. */
   readonly code: GrpcStatus;
   /**
-   * The `ErrorInfo` reason from the server, or `undefined` when the status
-   * carried none. A reason unknown to this client version is kept as sent.
+   * The `ErrorInfo` reason from the server; `ErrorReason.UNSPECIFIED` when
+   * the status carried none, or one this client does not know.
    */
-  readonly reason: Reason | undefined;
+  readonly reason: ErrorReason;
+  /** The `ErrorInfo` reason exactly as sent (`""` when there was none). */
+  readonly rawReason: string;
   /** The `ErrorInfo` metadata, e.g. `holder` and `fencing_token` for LEASE_HELD. */
   readonly metadata: Readonly<Record<string, string>>;
   /** The server's message for a person (without the code prefix). */
   readonly details: string;
 
-  /** Builds an error; most code gets one from {@link TenureError.from}. */
+  /**
+   * Builds an error; most code gets one from {@link TenureError.from}.
+   * `reason` is an {@link ErrorReason} or the `ErrorInfo.reason` string as
+   * sent (an unknown string becomes `UNSPECIFIED`, kept in `rawReason`).
+   */
   constructor(
     code: GrpcStatus,
-    reason: Reason | undefined,
+    reason: ErrorReason | string | undefined,
     details: string,
     metadata: Record<string, string> = {},
     options?: { cause?: unknown },
   ) {
-    super(`${reason ?? GrpcStatus[code] ?? code}: ${details}`, options);
+    const rawReason =
+      typeof reason === "string"
+        ? reason
+        : reason === undefined || reason === ErrorReason.UNSPECIFIED
+          ? ""
+          : errorReasonToJSON(reason);
+    super(`${rawReason || (GrpcStatus[code] ?? code)}: ${details}`, options);
     this.name = "TenureError";
     this.code = code;
-    this.reason = reason;
+    this.reason = typeof reason === "number" ? reason : parseReason(reason);
+    this.rawReason = rawReason;
     this.details = details;
     this.metadata = Object.freeze({ ...metadata });
+  }
+
+  /**
+   * Whether sending the same call again may succeed. With a reason this
+   * client knows, that is {@link isRetryable} (the table of
+   * clients/README.md); without one (the server could not be reached, the
+   * deadline passed, a newer server's reason) it goes by the gRPC code:
+   * UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
+   * UNKNOWN and CANCELLED are retryable.
+   */
+  get retryable(): boolean {
+    if (this.reason !== ErrorReason.UNSPECIFIED) return isRetryable(this.reason);
+    return RETRYABLE_CODES.has(this.code);
   }
 
   /**
@@ -121,7 +168,7 @@ export class TenureError extends Error {
     const info = errorInfoOf(err);
     return new TenureError(
       err.code,
-      info?.reason as Reason | undefined,
+      info?.reason,
       err.details ?? err.message,
       info?.metadata ?? {},
       { cause: err },
@@ -168,9 +215,11 @@ function errorInfoOf(err: ServiceError): ErrorInfo | undefined {
  *   it was released or revoked behind the session's back.
  * - `SAFE_DEADLINE_PASSED`: renewals did not get through before the safe
  *   deadline (server or network away, or the process stalled).
+ * - `RENEW_FAILED`: a renewal failed with another permanent error (one that
+ *   retrying cannot fix, e.g. `INVALID_LEASE_KEY` or `RECORD_UNREADABLE`).
  * - `RELEASED`: the session was released by its owner.
  */
-export type LossReason = "LEASE_NOT_HELD" | "SAFE_DEADLINE_PASSED" | "RELEASED";
+export type LossReason = "LEASE_NOT_HELD" | "SAFE_DEADLINE_PASSED" | "RENEW_FAILED" | "RELEASED";
 
 /**
  * The end of a session: the `reason` of its aborted `signal`, and what
@@ -195,6 +244,7 @@ export class LeaseLostError extends Error {
     const why: Record<LossReason, string> = {
       LEASE_NOT_HELD: "a renewal was refused: the lease is no longer held by this session",
       SAFE_DEADLINE_PASSED: "no renewal got through before the safe deadline",
+      RENEW_FAILED: "a renewal failed with an error that retrying cannot fix",
       RELEASED: "the session was released",
     };
     super(`lease ${JSON.stringify(leaseName)} (token ${fencingToken}) lost: ${why[reason]}`, options);

@@ -8,7 +8,18 @@
 export { TenureClient, type AcquireOptions, type ClientOptions, type WatchOptions } from "./client";
 export { Session, type RenewalOptions } from "./session";
 export { FencingGuard } from "./fencing";
-export { ERROR_DOMAIN, LeaseLostError, Reason, TenureError, type LossReason } from "./errors";
+export {
+  ERROR_DOMAIN,
+  ErrorReason,
+  errorReasonToJSON,
+  isRetryable,
+  LeaseLostError,
+  parseReason,
+  Reason,
+  RETRYABLE_REASONS,
+  TenureError,
+  type LossReason,
+} from "./errors";
 export { EventType, eventTypeToJSON, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1`. */
 export * as v1 from "./gen/tenure/v1/lease";

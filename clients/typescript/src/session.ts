@@ -6,7 +6,7 @@ import { performance } from "node:perf_hooks";
 
 import type { ClientUnaryCall } from "@grpc/grpc-js";
 
-import { LeaseLostError, Reason, TenureError, type LossReason } from "./errors";
+import { ErrorReason, LeaseLostError, TenureError, type LossReason } from "./errors";
 import type {
   Lease,
   LeaseServiceClient,
@@ -32,8 +32,9 @@ export interface RenewalOptions {
    */
   safetyMarginMs?: number;
   /**
-   * How soon a failed renewal (server unreachable, NATS unavailable, ...) is
-   * retried. Default: a quarter of the renewal interval, between 50 ms and 1 s.
+   * How soon a renewal that failed with a retryable error (server
+   * unreachable, NATS unavailable, ...: `TenureError.retryable`) is retried.
+   * Default: a quarter of the renewal interval, between 50 ms and 1 s.
    */
   retryIntervalMs?: number;
   /** Deadline of each Renew and Release call. Default 5000 ms. */
@@ -54,8 +55,9 @@ export interface SessionInit {
  * One holding of a lease, kept alive by a background renewal.
  *
  * - `signal` aborts as soon as the session is no longer held: a renewal was
- *   refused (`LEASE_NOT_HELD`), the safe deadline passed without a
- *   successful renewal, or `release()` was called. `signal.reason` is a
+ *   refused (`LEASE_NOT_HELD`) or failed with another permanent error, the
+ *   safe deadline passed without a successful renewal, or `release()` was
+ *   called. `signal.reason` is a
  *   {@link LeaseLostError} saying which.
  * - `isHeld()` is true only before the safe deadline (checked against the
  *   monotonic clock on every call) and while the signal has not aborted.
@@ -193,7 +195,7 @@ export class Session implements AsyncDisposable {
       ).result;
     } catch (err) {
       const error = TenureError.from(err);
-      if (error.reason === Reason.LEASE_NOT_HELD || error.reason === Reason.LEASE_NOT_FOUND) return;
+      if (error.reason === ErrorReason.LEASE_NOT_HELD || error.reason === ErrorReason.LEASE_NOT_FOUND) return;
       if (!wasHeld) return;
       throw error;
     }
@@ -257,12 +259,17 @@ export class Session implements AsyncDisposable {
       if (this.signal.aborted) return;
       const error = TenureError.from(err);
       this.#lastError = error;
-      if (error.reason === Reason.LEASE_NOT_HELD || error.reason === Reason.LEASE_NOT_FOUND) {
+      if (error.reason === ErrorReason.LEASE_NOT_HELD || error.reason === ErrorReason.LEASE_NOT_FOUND) {
         this.#lose("LEASE_NOT_HELD", error);
         return;
       }
-      // Anything else may pass (unreachable server, NATS away, a deadline):
-      // retry until the safe deadline timer ends the session.
+      if (!error.retryable) {
+        // A permanent error (clients/README.md's table): retrying cannot fix it.
+        this.#lose("RENEW_FAILED", error);
+        return;
+      }
+      // A retryable failure may pass (unreachable server, NATS away, a
+      // deadline): retry until the safe deadline timer ends the session.
       if (this.isHeld()) this.#scheduleRenew(this.#retryIntervalMs());
     } finally {
       if (this.#inflight === pending.call) this.#inflight = undefined;

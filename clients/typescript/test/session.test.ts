@@ -263,8 +263,10 @@ describe("session", () => {
     const nowhere = new TenureClient("127.0.0.1:1", { rpcTimeoutMs: 2000 });
     try {
       const err = await rejection(nowhere.acquire(uniqueName("nowhere"), "x"));
-      assert.equal(err.reason, undefined);
+      assert.equal(err.reason, Reason.UNSPECIFIED);
+      assert.equal(err.rawReason, "");
       assert.equal(err.code, GrpcStatus.UNAVAILABLE);
+      assert.equal(err.retryable, true);
     } finally {
       nowhere.close();
     }

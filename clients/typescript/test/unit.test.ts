@@ -53,18 +53,44 @@ describe("TenureError.from", () => {
     assert.deepEqual(err.metadata, { holder: "other", fencing_token: "42", ttl_seconds: "10" });
     assert.equal(err.details, "lease is held");
     assert.equal(err.message, "LEASE_HELD: lease is held");
+    assert.equal(err.rawReason, "LEASE_HELD");
+    assert.equal(err.retryable, false, "LEASE_HELD is permanent: Acquire with a wait");
     assert.equal(TenureError.from(err), err);
   });
 
-  it("ignores other domains and leaves the reason undefined without details", () => {
+  it("maps a reason this client does not know to UNSPECIFIED and keeps the string", () => {
+    const newer = TenureError.from(
+      serviceError(GrpcStatus.FAILED_PRECONDITION, "frozen", { reason: "LEASE_FROZEN", domain: "tenure.v1", metadata: {} }),
+    );
+    assert.equal(newer.reason, Reason.UNSPECIFIED);
+    assert.equal(newer.rawReason, "LEASE_FROZEN");
+    assert.equal(newer.message, "LEASE_FROZEN: frozen");
+    assert.equal(newer.retryable, false, "no known reason: FAILED_PRECONDITION is permanent");
+  });
+
+  it("calls REQUEST_TOO_LARGE permanent and TOO_MANY_REQUESTS retryable", () => {
+    const tooLarge = TenureError.from(
+      serviceError(GrpcStatus.RESOURCE_EXHAUSTED, "too large", { reason: "REQUEST_TOO_LARGE", domain: "tenure.v1", metadata: {} }),
+    );
+    assert.equal(tooLarge.reason, Reason.REQUEST_TOO_LARGE);
+    assert.equal(tooLarge.retryable, false);
+    const busy = TenureError.from(
+      serviceError(GrpcStatus.RESOURCE_EXHAUSTED, "busy", { reason: "TOO_MANY_REQUESTS", domain: "tenure.v1", metadata: {} }),
+    );
+    assert.equal(busy.retryable, true);
+  });
+
+  it("ignores other domains and leaves the reason UNSPECIFIED without details", () => {
     const foreign = TenureError.from(
       serviceError(GrpcStatus.UNAVAILABLE, "proxy", { reason: "LEASE_HELD", domain: "example.com", metadata: {} }),
     );
-    assert.equal(foreign.reason, undefined);
+    assert.equal(foreign.reason, Reason.UNSPECIFIED);
     const bare = TenureError.from(serviceError(GrpcStatus.UNAVAILABLE, "connection refused"));
-    assert.equal(bare.reason, undefined);
+    assert.equal(bare.reason, Reason.UNSPECIFIED);
+    assert.equal(bare.rawReason, "");
     assert.equal(bare.code, GrpcStatus.UNAVAILABLE);
     assert.equal(bare.message, "UNAVAILABLE: connection refused");
+    assert.equal(bare.retryable, true, "no reason: UNAVAILABLE is retryable");
     const other = TenureError.from(new TypeError("boom"));
     assert.equal(other.code, GrpcStatus.UNKNOWN);
     assert.ok(other.cause instanceof TypeError);

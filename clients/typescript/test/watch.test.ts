@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { EventType, TenureClient, type LeaseEvent } from "../src";
+import { ErrorReason, EventType, TenureClient, TenureError, type LeaseEvent } from "../src";
 import { nextMatching, TenureServer, uniqueName, within, serverPerFile } from "./harness";
 
 let server: TenureServer;
@@ -123,7 +123,7 @@ describe("watch", () => {
           // never reached
         }
       })(),
-      (err: unknown) => err instanceof Error && "reason" in err && err.reason === "INVALID_NAME",
+      (err: unknown) => err instanceof TenureError && err.reason === ErrorReason.INVALID_NAME && err.rawReason === "INVALID_NAME",
     );
   });
 });

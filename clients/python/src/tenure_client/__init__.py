@@ -7,12 +7,13 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   :meth:`~TenureClient.get`, :meth:`~TenureClient.watch`.
 - :class:`Session` — one held lease, renewed in the background; :attr:`~Session.lost`
   (an :class:`asyncio.Event`), :meth:`~Session.is_held`, :meth:`~Session.release`.
-- :class:`TenureError` — a failed call with its typed :class:`Reason`.
+- :class:`TenureError` — a failed call with its typed :class:`Reason` (made
+  from the generated ``ErrorReason``) and whether it is retryable.
 - :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
 """
 
 from ._client import AcquireContext, LeaseWatch, TenureClient
-from ._errors import DOMAIN, Reason, TenureError
+from ._errors import DOMAIN, RETRYABLE_REASONS, Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._session import LossCause, Session
 from ._types import EventType, Lease, LeaseEvent
@@ -27,6 +28,7 @@ __all__ = [
     "LeaseEvent",
     "LeaseWatch",
     "LossCause",
+    "RETRYABLE_REASONS",
     "Reason",
     "Session",
     "StaleTokenError",

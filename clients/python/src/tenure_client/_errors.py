@@ -8,6 +8,8 @@ from typing import Mapping, Optional
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from ._gen import error_reason_pb2
+
 #: The `google.rpc.ErrorInfo` domain of every Tenure error.
 DOMAIN = "tenure.v1"
 
@@ -15,86 +17,80 @@ DOMAIN = "tenure.v1"
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
-class Reason(str, enum.Enum):
-    """Why a Tenure call failed: the `ErrorInfo.reason` sent by the server.
-
-    The values are the server's stable UPPER_SNAKE strings, so
-    ``Reason("LEASE_HELD") is Reason.LEASE_HELD`` and a reason compares equal
-    to its string. :attr:`UNKNOWN` stands for a failure without a Tenure
-    ``ErrorInfo`` (the server could not be reached, the call's deadline
-    passed, or a reason newer than this client).
-    """
-
-    #: Another holder has the lease (FAILED_PRECONDITION); metadata has
-    #: ``holder``, ``fencing_token`` and ``ttl_seconds``.
-    LEASE_HELD = "LEASE_HELD"
-    #: The caller does not hold the lease (any more) (FAILED_PRECONDITION);
-    #: metadata has ``state``.
-    LEASE_NOT_HELD = "LEASE_NOT_HELD"
-    #: Nobody holds the lease (NOT_FOUND).
-    LEASE_NOT_FOUND = "LEASE_NOT_FOUND"
-    #: The lease name breaks the naming rule (INVALID_ARGUMENT).
-    INVALID_NAME = "INVALID_NAME"
-    #: The holder is empty, too long or not printable (INVALID_ARGUMENT).
-    INVALID_HOLDER = "INVALID_HOLDER"
-    #: The TTL is zero, negative or above the server's maximum (INVALID_ARGUMENT).
-    INVALID_TTL = "INVALID_TTL"
-    #: The lease key is malformed (INVALID_ARGUMENT).
-    INVALID_LEASE_KEY = "INVALID_LEASE_KEY"
-    #: The expected revision is missing (INVALID_ARGUMENT).
-    INVALID_REVISION = "INVALID_REVISION"
-    #: The metadata has too many entries or is too large (INVALID_ARGUMENT).
-    INVALID_METADATA = "INVALID_METADATA"
-    #: The wait is negative or above the server's maximum (INVALID_ARGUMENT).
-    INVALID_WAIT = "INVALID_WAIT"
-    #: Another argument is malformed (INVALID_ARGUMENT).
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    #: The bucket holds a value under the name that is not a lease (DATA_LOSS).
-    RECORD_UNREADABLE = "RECORD_UNREADABLE"
-    #: The server cannot reach NATS (UNAVAILABLE); retry shortly.
-    NATS_UNAVAILABLE = "NATS_UNAVAILABLE"
-    #: The server is shutting down (UNAVAILABLE); retry on another replica.
-    SHUTTING_DOWN = "SHUTTING_DOWN"
-    #: An unexpected server failure (INTERNAL).
-    INTERNAL = "INTERNAL"
-    #: No Tenure ErrorInfo came with the status (transport failure, client
-    #: deadline, or an unknown reason: see :attr:`TenureError.raw_reason`).
-    UNKNOWN = "UNKNOWN"
+class _ReasonBase(str, enum.Enum):
+    """The behaviour of :class:`Reason`, whose members come from the proto."""
 
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def number(self) -> int:
+        """The reason's number in the proto enum ``tenure.v1.ErrorReason``."""
+        return error_reason_pb2.ErrorReason.Value(self.value)
 
-# Reasons after which retrying the same call cannot succeed.
-_FINAL_REASONS = frozenset(
+    @property
+    def retryable(self) -> bool:
+        """Whether sending the same request again may succeed after this
+        reason (it is in :data:`RETRYABLE_REASONS`). False for every other
+        reason, :attr:`~Reason.ERROR_REASON_UNSPECIFIED` included."""
+        return self in RETRYABLE_REASONS
+
+
+# The members are made from the generated enum, so this client knows every
+# reason the proto has; `Reason.__doc__` below says what they are.
+Reason = _ReasonBase(  # type: ignore[call-overload]
+    "Reason",
+    [(name, name) for name in error_reason_pb2.ErrorReason.keys()],
+    module=__name__,
+    qualname="Reason",
+)
+Reason.__doc__ = """Why a Tenure call failed: the ``ErrorInfo.reason`` sent by the server.
+
+The members are the values of the generated enum ``tenure.v1.ErrorReason``
+(:mod:`tenure_client._gen.error_reason_pb2`, from
+``proto/tenure/v1/error_reason.proto``), named and valued by the reason
+strings themselves, so ``Reason("LEASE_HELD") is Reason.LEASE_HELD`` and a
+reason compares equal to its string. ``ERROR_REASON_UNSPECIFIED`` stands for
+a failure without a Tenure ``ErrorInfo`` (the server could not be reached,
+the call's deadline passed) or with a reason newer than this client (see
+:attr:`TenureError.raw_reason`). :attr:`retryable` tells whether sending the
+same request again may help (:data:`RETRYABLE_REASONS`).
+"""
+
+#: The one classification of the reasons (the "Error reasons" table of
+#: clients/README.md): sending the same request again may succeed after these;
+#: every other reason is permanent. The renew loop decides with it.
+RETRYABLE_REASONS: frozenset[_ReasonBase] = frozenset(
     {
-        Reason.LEASE_NOT_HELD,
-        Reason.LEASE_NOT_FOUND,
-        Reason.RECORD_UNREADABLE,
-        Reason.INVALID_NAME,
-        Reason.INVALID_HOLDER,
-        Reason.INVALID_TTL,
-        Reason.INVALID_LEASE_KEY,
-        Reason.INVALID_REVISION,
-        Reason.INVALID_METADATA,
-        Reason.INVALID_WAIT,
-        Reason.INVALID_ARGUMENT,
+        Reason.NATS_UNAVAILABLE,
+        Reason.WATCH_LAGGED,
+        Reason.SHUTTING_DOWN,
+        Reason.TOO_MANY_REQUESTS,
+        Reason.TOO_MANY_WATCHES,
     }
 )
 
-# Status codes (of errors without a Tenure reason) that retrying cannot fix.
-_FINAL_CODES = frozenset(
+# Status codes after which a failure without a Tenure reason may pass.
+_RETRYABLE_CODES = frozenset(
     {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.DATA_LOSS,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
     }
 )
+
+
+def parse_reason(raw: str) -> Reason:
+    """The :class:`Reason` of an ``ErrorInfo.reason`` string; an unknown or
+    empty one is :attr:`Reason.ERROR_REASON_UNSPECIFIED`."""
+    try:
+        return Reason(raw)
+    except ValueError:
+        return Reason.ERROR_REASON_UNSPECIFIED
 
 
 class TenureError(Exception):
@@ -127,7 +123,9 @@ class TenureError(Exception):
 
     def __str__(self) -> str:
         code = self.code.name if self.code is not None else "LOCAL"
-        return f"{self.reason.value} ({code}): {self.message}"
+        if not self.raw_reason:
+            return f"{code}: {self.message}"
+        return f"{self.raw_reason} ({code}): {self.message}"
 
     def __repr__(self) -> str:
         return (
@@ -137,14 +135,16 @@ class TenureError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Whether the same call may succeed later (the server or NATS was
-        away, the deadline passed); False when it never can (the lease is not
-        held, an argument is invalid)."""
-        if self.reason in _FINAL_REASONS:
-            return False
-        if self.reason is Reason.UNKNOWN and self.code in _FINAL_CODES:
-            return False
-        return True
+        """Whether sending the same call again may succeed. With a reason
+        this client knows, that is :attr:`Reason.retryable` (the table of
+        clients/README.md: NATS or the server away, too many requests, ...);
+        without one (the server could not be reached, the deadline passed, a
+        newer server's reason) it goes by the gRPC code: UNAVAILABLE,
+        DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL, UNKNOWN and
+        CANCELLED are retryable."""
+        if self.reason is not Reason.ERROR_REASON_UNSPECIFIED:
+            return self.reason.retryable
+        return self.code in _RETRYABLE_CODES
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> "TenureError":
@@ -154,10 +154,7 @@ class TenureError(Exception):
         code = err.code() if hasattr(err, "code") else None
         message = err.details() if hasattr(err, "details") else str(err)
         raw, metadata = _error_info(err)
-        try:
-            reason = Reason(raw) if raw else Reason.UNKNOWN
-        except ValueError:
-            reason = Reason.UNKNOWN
+        reason = parse_reason(raw)
         return cls(
             reason,
             message or "",

@@ -29,8 +29,8 @@ class LeaseServiceStub:
     """LeaseService acquires, renews, releases and watches leases.
 
     Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
-    "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
-    ...); see the README's error table.
+    "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+    (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
     """
 
     def __init__(self, channel):
@@ -80,8 +80,8 @@ class LeaseServiceServicer:
     """LeaseService acquires, renews, releases and watches leases.
 
     Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
-    "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
-    ...); see the README's error table.
+    "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+    (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
     """
 
     def Acquire(self, request, context):
@@ -194,8 +194,8 @@ class LeaseService:
     """LeaseService acquires, renews, releases and watches leases.
 
     Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
-    "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
-    ...); see the README's error table.
+    "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+    (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
     """
 
     @staticmethod

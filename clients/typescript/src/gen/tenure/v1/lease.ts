@@ -2304,8 +2304,8 @@ export const RevokeLeaseResponse: MessageFns<RevokeLeaseResponse> = {
  * LeaseService acquires, renews, releases and watches leases.
  *
  * Errors are gRPC statuses carrying a google.rpc.ErrorInfo detail with domain
- * "tenure.v1" and a stable reason (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME,
- * ...); see the README's error table.
+ * "tenure.v1" and a stable reason: the name of a tenure.v1.ErrorReason value
+ * (LEASE_HELD, LEASE_NOT_HELD, INVALID_NAME, ...), see error_reason.proto.
  */
 export type LeaseServiceService = typeof LeaseServiceService;
 export const LeaseServiceService = {

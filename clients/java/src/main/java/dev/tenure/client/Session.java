@@ -2,6 +2,7 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
@@ -554,7 +555,7 @@ public final class Session implements AutoCloseable {
                 LossReason.NOT_HELD,
                 new TenureException(
                     io.grpc.Status.Code.FAILED_PRECONDITION,
-                    TenureException.Reason.LEASE_NOT_HELD,
+                    ErrorReason.LEASE_NOT_HELD,
                     "",
                     "renewal returned fencing token "
                         + lease.getFencingToken()
@@ -584,7 +585,7 @@ public final class Session implements AutoCloseable {
         return;
       }
       long now = System.nanoTime();
-      if (error.getReason() == TenureException.Reason.LEASE_NOT_HELD) {
+      if (error.getReason() == ErrorReason.LEASE_NOT_HELD) {
         toNotify = loseLocked(LossReason.NOT_HELD, error);
       } else if (!error.isRetryable()) {
         toNotify = loseLocked(LossReason.RENEW_REJECTED, error);

@@ -3,21 +3,29 @@ package dev.tenure.client;
 import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.ErrorInfo;
+import dev.tenure.v1.ErrorReason;
 import io.grpc.Status;
 import io.grpc.protobuf.StatusProto;
 import java.util.Collections;
+import java.util.EnumSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Optional;
 import java.util.OptionalLong;
+import java.util.Set;
 
 /**
  * A failed Tenure call: the gRPC status plus the {@code google.rpc.ErrorInfo} reason the server
- * attached (domain {@code tenure.v1}) as a typed {@link Reason}.
+ * attached (domain {@code tenure.v1}) as the generated {@link ErrorReason} of {@code
+ * proto/tenure/v1/error_reason.proto}, so every reason the server sends has its value.
  *
  * <p>Failures that carry no Tenure {@code ErrorInfo} (the server could not be reached, a deadline
- * ran out, the call was cancelled) have the reason {@link Reason#UNKNOWN}; {@link #getStatusCode()}
- * then tells what happened.
+ * ran out, the call was cancelled), and reasons this client does not know, have the reason {@link
+ * ErrorReason#ERROR_REASON_UNSPECIFIED}; {@link #getStatusCode()} then tells what happened and
+ * {@link #getReasonText()} has a reason as sent.
+ *
+ * <p>Whether retrying can help is {@link #isRetryable(ErrorReason)}: the one classification of the
+ * reasons, the table "Error reasons" of {@code clients/README.md}.
  */
 public final class TenureException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -25,58 +33,62 @@ public final class TenureException extends RuntimeException {
   /** The {@code ErrorInfo.domain} of every Tenure error. */
   public static final String DOMAIN = "tenure.v1";
 
-  /** Why a Tenure call failed: the stable {@code ErrorInfo.reason} strings of the API. */
-  public enum Reason {
-    /** Another holder has the lease (FAILED_PRECONDITION; metadata holder, fencing_token, ttl_seconds). */
-    LEASE_HELD,
-    /** The caller does not hold the lease (any more) (FAILED_PRECONDITION; metadata state). */
-    LEASE_NOT_HELD,
-    /** Nobody holds the lease (NOT_FOUND). */
-    LEASE_NOT_FOUND,
-    /** The lease name breaks the naming rule (INVALID_ARGUMENT). */
-    INVALID_NAME,
-    /** The holder is empty, too long or not printable (INVALID_ARGUMENT). */
-    INVALID_HOLDER,
-    /** The TTL is zero, negative or above the server's maximum (INVALID_ARGUMENT). */
-    INVALID_TTL,
-    /** The lease key is too short, too long or not printable ASCII (INVALID_ARGUMENT). */
-    INVALID_LEASE_KEY,
-    /** The expected revision is missing (INVALID_ARGUMENT). */
-    INVALID_REVISION,
-    /** The metadata has too many entries or is too large (INVALID_ARGUMENT). */
-    INVALID_METADATA,
-    /** The wait is negative or above the server's maximum (INVALID_ARGUMENT). */
-    INVALID_WAIT,
-    /** Another argument is malformed (INVALID_ARGUMENT). */
-    INVALID_ARGUMENT,
-    /** The bucket holds a value under this name that Tenure cannot read (DATA_LOSS). */
-    RECORD_UNREADABLE,
-    /** The server cannot reach NATS (UNAVAILABLE); retry shortly. */
-    NATS_UNAVAILABLE,
-    /** The server is shutting down (UNAVAILABLE); retry on another replica. */
-    SHUTTING_DOWN,
-    /** An unexpected server failure (INTERNAL). */
-    INTERNAL,
-    /**
-     * No Tenure reason: the failure came from gRPC itself (unreachable server, deadline, cancel)
-     * or the reason is one this client does not know; see {@link #getStatusCode()} and {@link
-     * #getReasonText()}.
-     */
-    UNKNOWN;
+  /**
+   * The reasons after which sending the same request again may succeed (the "Error reasons" table
+   * of {@code clients/README.md}); every other reason is permanent. The renew loop decides with it.
+   */
+  public static final Set<ErrorReason> RETRYABLE_REASONS =
+      Collections.unmodifiableSet(
+          EnumSet.of(
+              ErrorReason.NATS_UNAVAILABLE,
+              ErrorReason.WATCH_LAGGED,
+              ErrorReason.SHUTTING_DOWN,
+              ErrorReason.TOO_MANY_REQUESTS,
+              ErrorReason.TOO_MANY_WATCHES));
 
-    static Reason parse(String text) {
-      if (text == null || text.isEmpty()) {
-        return UNKNOWN;
-      }
-      try {
-        return Reason.valueOf(text);
-      } catch (IllegalArgumentException e) {
-        return UNKNOWN;
-      }
+  /** The gRPC codes after which a failure without a Tenure reason may pass. */
+  private static final Set<Status.Code> RETRYABLE_CODES =
+      Collections.unmodifiableSet(
+          EnumSet.of(
+              Status.Code.UNAVAILABLE,
+              Status.Code.DEADLINE_EXCEEDED,
+              Status.Code.RESOURCE_EXHAUSTED,
+              Status.Code.ABORTED,
+              Status.Code.INTERNAL,
+              Status.Code.UNKNOWN,
+              Status.Code.CANCELLED));
+
+  /**
+   * Whether sending the same request again may succeed after a failure with this reason (it is in
+   * {@link #RETRYABLE_REASONS}).
+   *
+   * @param reason a reason
+   * @return true for a retryable reason; false for every other one, {@code
+   *     ERROR_REASON_UNSPECIFIED} included (classify an error with {@link #isRetryable()})
+   */
+  public static boolean isRetryable(ErrorReason reason) {
+    return RETRYABLE_REASONS.contains(reason);
+  }
+
+  /**
+   * The generated {@link ErrorReason} of an {@code ErrorInfo.reason} string.
+   *
+   * @param text the reason as sent, may be null or empty
+   * @return its value; {@code ERROR_REASON_UNSPECIFIED} for none or one this client does not know
+   */
+  public static ErrorReason parseReason(String text) {
+    if (text == null || text.isEmpty()) {
+      return ErrorReason.ERROR_REASON_UNSPECIFIED;
+    }
+    try {
+      ErrorReason reason = ErrorReason.valueOf(text);
+      return reason == ErrorReason.UNRECOGNIZED ? ErrorReason.ERROR_REASON_UNSPECIFIED : reason;
+    } catch (IllegalArgumentException e) {
+      return ErrorReason.ERROR_REASON_UNSPECIFIED;
     }
   }
 
-  private final Reason reason;
+  private final ErrorReason reason;
   private final String reasonText;
   private final Status.Code statusCode;
   private final Map<String, String> metadata;
@@ -85,7 +97,7 @@ public final class TenureException extends RuntimeException {
    * A Tenure error from its parts.
    *
    * @param statusCode the gRPC status code
-   * @param reason the typed reason
+   * @param reason the typed reason ({@code ERROR_REASON_UNSPECIFIED} when none)
    * @param reasonText the reason as sent ({@code ErrorInfo.reason}), or empty when none was sent
    * @param message a one-line description
    * @param metadata the {@code ErrorInfo.metadata} (copied)
@@ -93,7 +105,7 @@ public final class TenureException extends RuntimeException {
    */
   public TenureException(
       Status.Code statusCode,
-      Reason reason,
+      ErrorReason reason,
       String reasonText,
       String message,
       Map<String, String> metadata,
@@ -134,11 +146,11 @@ public final class TenureException extends RuntimeException {
             break;
           }
         } catch (InvalidProtocolBufferException e) {
-          // A malformed detail is no reason: fall through to UNKNOWN.
+          // A malformed detail is no reason: fall through to ERROR_REASON_UNSPECIFIED.
         }
       }
     }
-    Reason reason = Reason.parse(reasonText);
+    ErrorReason reason = parseReason(reasonText);
     String description = status.getDescription();
     StringBuilder message = new StringBuilder();
     message.append(reasonText.isEmpty() ? status.getCode().name() : reasonText);
@@ -153,9 +165,10 @@ public final class TenureException extends RuntimeException {
   /**
    * The typed reason ({@code LEASE_HELD}, {@code LEASE_NOT_HELD}, ...).
    *
-   * @return the reason, {@link Reason#UNKNOWN} when the server sent none this client knows
+   * @return the reason, {@link ErrorReason#ERROR_REASON_UNSPECIFIED} when the server sent none this
+   *     client knows
    */
-  public Reason getReason() {
+  public ErrorReason getReason() {
     return reason;
   }
 
@@ -214,34 +227,18 @@ public final class TenureException extends RuntimeException {
   }
 
   /**
-   * Whether retrying the same call later may succeed: the server or NATS was unreachable or
-   * overloaded, or the call ran out of time. Refusals ({@code LEASE_HELD}, {@code LEASE_NOT_HELD},
-   * {@code INVALID_*}) are not retryable as they are.
+   * Whether sending the same call again may succeed. With a reason this client knows, that is
+   * {@link #isRetryable(ErrorReason)} (NATS or the server away, too many requests, ...); without
+   * one (the server could not be reached, the deadline passed, a newer server's reason) it goes by
+   * the gRPC code: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL, UNKNOWN and
+   * CANCELLED are retryable.
    *
-   * @return true for transient failures
+   * @return true when retrying may help
    */
   public boolean isRetryable() {
-    switch (reason) {
-      case NATS_UNAVAILABLE:
-      case SHUTTING_DOWN:
-      case INTERNAL:
-        return true;
-      case UNKNOWN:
-        break;
-      default:
-        return false;
+    if (reason != ErrorReason.ERROR_REASON_UNSPECIFIED) {
+      return isRetryable(reason);
     }
-    switch (statusCode) {
-      case UNAVAILABLE:
-      case DEADLINE_EXCEEDED:
-      case RESOURCE_EXHAUSTED:
-      case ABORTED:
-      case INTERNAL:
-      case UNKNOWN:
-      case CANCELLED:
-        return true;
-      default:
-        return false;
-    }
+    return RETRYABLE_CODES.contains(statusCode);
   }
 }

@@ -6,8 +6,8 @@
  * dev.tenure.client.Session#isHeld()} and a {@link dev.tenure.client.Session.LossListener}, the
  * moment it can no longer be sure it holds the lease. Closing the session (try-with-resources)
  * releases the lease. {@link dev.tenure.client.LeaseClient#watch} streams lease events, every
- * failure is a {@link dev.tenure.client.TenureException} with a typed {@link
- * dev.tenure.client.TenureException.Reason}, and {@link dev.tenure.client.FencingGuard} shows how a
- * downstream store uses fencing tokens.
+ * failure is a {@link dev.tenure.client.TenureException} with a typed reason (the generated {@link
+ * dev.tenure.v1.ErrorReason}) and whether retrying can help, and {@link
+ * dev.tenure.client.FencingGuard} shows how a downstream store uses fencing tokens.
  */
 package dev.tenure.client;

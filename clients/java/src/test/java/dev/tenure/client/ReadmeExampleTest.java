@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.tenure.v1.ErrorReason;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
@@ -41,7 +42,7 @@ class ReadmeExampleTest {
       try (LeaseClient client = LeaseClient.connect(server.target())) {
         TenureException gone =
             assertThrows(TenureException.class, () -> client.getLease("jobs.report"));
-        assertEquals(TenureException.Reason.LEASE_NOT_FOUND, gone.getReason());
+        assertEquals(ErrorReason.LEASE_NOT_FOUND, gone.getReason());
       }
     }
   }

@@ -1,15 +1,16 @@
 package dev.tenure.client;
 
-import static dev.tenure.client.TenureException.Reason.INVALID_NAME;
-import static dev.tenure.client.TenureException.Reason.LEASE_HELD;
-import static dev.tenure.client.TenureException.Reason.LEASE_NOT_FOUND;
-import static dev.tenure.client.TenureException.Reason.LEASE_NOT_HELD;
+import static dev.tenure.v1.ErrorReason.INVALID_NAME;
+import static dev.tenure.v1.ErrorReason.LEASE_HELD;
+import static dev.tenure.v1.ErrorReason.LEASE_NOT_FOUND;
+import static dev.tenure.v1.ErrorReason.LEASE_NOT_HELD;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.ReleaseRequest;
 import io.grpc.Status;
@@ -254,7 +255,7 @@ class SessionTest {
     try (LeaseClient nowhere = LeaseClient.connect("127.0.0.1:" + port)) {
       TenureException e =
           assertThrows(TenureException.class, () -> nowhere.acquire("x.y", "z", ONE_SECOND));
-      assertEquals(TenureException.Reason.UNKNOWN, e.getReason());
+      assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, e.getReason());
       assertEquals(Status.Code.UNAVAILABLE, e.getStatusCode());
       assertTrue(e.isRetryable());
       assertNotEquals("", e.getMessage());

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.Any;
 import com.google.rpc.Code;
 import com.google.rpc.ErrorInfo;
+import dev.tenure.v1.ErrorReason;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
@@ -36,7 +37,7 @@ class TenureExceptionTest {
   void readsTheReasonAndMetadata() {
     TenureException e =
         TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "LEASE_HELD"));
-    assertEquals(TenureException.Reason.LEASE_HELD, e.getReason());
+    assertEquals(ErrorReason.LEASE_HELD, e.getReason());
     assertEquals("LEASE_HELD", e.getReasonText());
     assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatusCode());
     assertEquals("someone", e.getHolder().orElseThrow());
@@ -47,15 +48,19 @@ class TenureExceptionTest {
   }
 
   @Test
-  void unknownReasonsAndOtherDomainsAreUnknown() {
+  void unknownReasonsAndOtherDomainsAreUnspecified() {
     TenureException newer =
         TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "SOMETHING_NEW"));
-    assertEquals(TenureException.Reason.UNKNOWN, newer.getReason());
+    assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, newer.getReason());
     assertEquals("SOMETHING_NEW", newer.getReasonText());
+    assertFalse(newer.isRetryable(), "no known reason: FAILED_PRECONDITION is permanent");
+    assertEquals(
+        ErrorReason.ERROR_REASON_UNSPECIFIED, TenureException.parseReason("UNRECOGNIZED"));
+    assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, TenureException.parseReason(null));
 
     TenureException foreign =
         TenureException.from(status(Code.FAILED_PRECONDITION, "example.com", "LEASE_HELD"));
-    assertEquals(TenureException.Reason.UNKNOWN, foreign.getReason());
+    assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, foreign.getReason());
     assertTrue(foreign.getMetadata().isEmpty());
   }
 
@@ -63,7 +68,7 @@ class TenureExceptionTest {
   void transportFailuresAreRetryable() {
     TenureException down =
         TenureException.from(Status.UNAVAILABLE.withDescription("refused").asRuntimeException());
-    assertEquals(TenureException.Reason.UNKNOWN, down.getReason());
+    assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, down.getReason());
     assertEquals(Status.Code.UNAVAILABLE, down.getStatusCode());
     assertTrue(down.isRetryable());
     assertTrue(
@@ -71,6 +76,19 @@ class TenureExceptionTest {
             .isRetryable());
     assertFalse(
         TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "LEASE_NOT_HELD"))
+            .isRetryable());
+  }
+
+  @Test
+  void permanentReasonsAreNotRetriedWhateverTheirCode() {
+    // INTERNAL was retryable here once; the proto calls it permanent (report it).
+    assertFalse(
+        TenureException.from(status(Code.INTERNAL, "tenure.v1", "INTERNAL")).isRetryable());
+    assertFalse(
+        TenureException.from(status(Code.RESOURCE_EXHAUSTED, "tenure.v1", "REQUEST_TOO_LARGE"))
+            .isRetryable());
+    assertTrue(
+        TenureException.from(status(Code.RESOURCE_EXHAUSTED, "tenure.v1", "TOO_MANY_REQUESTS"))
             .isRetryable());
   }
 }

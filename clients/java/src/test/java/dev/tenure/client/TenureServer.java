@@ -1,5 +1,6 @@
 package dev.tenure.client;
 
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.GetLeaseRequest;
 import dev.tenure.v1.LeaseServiceGrpc;
 import io.grpc.ManagedChannel;
@@ -125,7 +126,7 @@ final class TenureServer implements AutoCloseable {
               .getLease(GetLeaseRequest.newBuilder().setName("readiness-probe").build());
           return;
         } catch (StatusRuntimeException e) {
-          if (TenureException.from(e).getReason() == TenureException.Reason.LEASE_NOT_FOUND) {
+          if (TenureException.from(e).getReason() == ErrorReason.LEASE_NOT_FOUND) {
             return;
           }
         }

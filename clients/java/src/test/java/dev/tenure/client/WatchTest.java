@@ -12,6 +12,7 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.LeaseEvent;
 import io.grpc.stub.StreamObserver;
 import java.time.Duration;
@@ -144,7 +145,7 @@ class WatchTest {
   void invalidWatchFailsWithTypedReason() {
     try (LeaseWatch watch = client.watch("bad..name")) {
       TenureException e = assertThrows(TenureException.class, watch::hasNext);
-      assertEquals(TenureException.Reason.INVALID_NAME, e.getReason());
+      assertEquals(ErrorReason.INVALID_NAME, e.getReason());
     }
   }
 }
