@@ -33,6 +33,9 @@ pub enum Command {
         /// The configuration file to check.
         file: PathBuf,
     },
+    /// The client subcommands (lock, get, list, watch, top...).
+    #[command(flatten)]
+    Client(crate::cli::ClientCommand),
 }
 
 /// Everything `tenure serve` needs. Precedence: flag, then `TENURE_*`
@@ -291,7 +294,7 @@ impl Config {
         ]);
         match cli.command {
             Command::Serve(config) => config,
-            Command::CheckConfig { .. } => unreachable!("parsed a serve command line"),
+            _ => unreachable!("parsed a serve command line"),
         }
     }
 }

@@ -35,6 +35,8 @@ pub enum Resolved {
     /// `tenure check-config FILE`, resolved as `serve --config FILE` would
     /// be, and the report to print.
     CheckConfig(Box<Config>, String),
+    /// A client subcommand, for `crate::cli::run`.
+    Client(Box<crate::cli::ClientCommand>),
 }
 
 /// Parses `args` (the whole command line, program name first), applies the
@@ -58,6 +60,7 @@ pub fn resolve(args: Vec<OsString>) -> Result<Resolved, ResolveError> {
             let (config, report) = resolve_serve(serve)?;
             Ok(Resolved::CheckConfig(Box::new(config), report))
         }
+        Command::Client(cmd) => Ok(Resolved::Client(Box::new(cmd))),
     }
 }
 
@@ -288,7 +291,7 @@ mod tests {
     fn serve(r: Resolved) -> Config {
         match r {
             Resolved::Serve(c) => *c,
-            Resolved::CheckConfig(..) => panic!("expected serve"),
+            _ => panic!("expected serve"),
         }
     }
 

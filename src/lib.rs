@@ -39,6 +39,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod config_file;
 pub mod embedded;

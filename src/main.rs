@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use tenure::config_file::{self, ResolveError, Resolved};
-use tenure::{server, telemetry};
+use tenure::{config, server, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -18,6 +18,15 @@ async fn main() -> ExitCode {
     };
     let config = match resolved {
         Resolved::Serve(config) => *config,
+        Resolved::Client(cmd) => {
+            return match *cmd {
+                tenure::cli::ClientCommand::Completions(a) => tenure::cli::completions(
+                    a.shell,
+                    <config::Cli as clap::CommandFactory>::command(),
+                ),
+                cmd => tenure::cli::run(cmd).await,
+            }
+        }
         Resolved::CheckConfig(config, report) => {
             print!("{report}");
             return match config_file::check(&config) {
