@@ -12,11 +12,25 @@ use super::args::{
 };
 use super::connect::{connect, request, Client};
 use super::error::CliError;
-use super::output::{event_header, event_json, event_line, lease_json, lease_table};
+use super::output::{self, event_header, event_json, event_line, lease_json, lease_table};
 use crate::proto::{
     AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, ReleaseRequest,
     RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
 };
+
+/// `print!` that does not panic when stdout is a closed pipe.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        let _ = super::output::write_out(&format!($($t)*));
+    }};
+}
+
+/// `println!` that does not panic when stdout is a closed pipe.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        let _ = super::output::write_out(&format!("{}\n", format_args!($($t)*)));
+    }};
+}
 
 /// The longest wait sent in one Acquire; longer waits are a loop of these,
 /// so `--wait forever` never runs into the server's --max-wait.
@@ -24,7 +38,7 @@ pub const WAIT_CHUNK: Duration = Duration::from_secs(30);
 
 /// Prints JSON, pretty for one object.
 fn print_json(v: &serde_json::Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );
@@ -53,7 +67,7 @@ pub async fn get(a: GetArgs) -> Result<(), CliError> {
     let lease = resp.lease.unwrap_or_default();
     match a.output.output {
         OutputFormat::Json => print_json(&lease_json(&lease)),
-        OutputFormat::Table => print!("{}", lease_table(std::slice::from_ref(&lease))),
+        OutputFormat::Table => out!("{}", lease_table(std::slice::from_ref(&lease))),
     }
     Ok(())
 }
@@ -96,7 +110,7 @@ pub async fn list(a: ListArgs) -> Result<(), CliError> {
         OutputFormat::Json => print_json(&serde_json::Value::Array(
             leases.iter().map(lease_json).collect(),
         )),
-        OutputFormat::Table => print!("{}", lease_table(&leases)),
+        OutputFormat::Table => out!("{}", lease_table(&leases)),
     }
     Ok(())
 }
@@ -115,7 +129,7 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
         .into_inner();
     let table = a.output.output == OutputFormat::Table;
     if table {
-        println!("{}", event_header().trim_end());
+        outln!("{}", event_header().trim_end());
     }
     let mut live = false;
     let mut seen = 0u64;
@@ -133,10 +147,14 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
         if a.no_snapshot && event.r#type == EventType::SnapshotComplete as i32 {
             continue;
         }
-        if table {
-            println!("{}", event_line(&event));
+        let line = if table {
+            event_line(&event)
         } else {
-            println!("{}", event_json(&event));
+            event_json(&event).to_string()
+        };
+        if !output::write_out(&format!("{line}\n")) {
+            // stdout is gone (`| head`): nobody reads any more.
+            return Ok(());
         }
         seen += 1;
         if a.count.is_some_and(|n| seen >= n) {
@@ -153,10 +171,17 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
 
 /// The default holder: `USER@HOST`.
 pub fn default_holder() -> String {
-    let user = std::env::var("USER")
+    format!("{}@{}", user(), hostname())
+}
+
+/// The user's name from USER or LOGNAME, else `uid` and the numeric id.
+pub fn user() -> String {
+    std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    format!("{user}@{}", hostname())
+        .ok()
+        .filter(|u| !u.is_empty())
+        // SAFETY: getuid cannot fail and touches no memory.
+        .unwrap_or_else(|| format!("uid{}", unsafe { libc::getuid() }))
 }
 
 /// This machine's host name, or `localhost`.
@@ -242,11 +267,12 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
             print_json(&v);
         }
         OutputFormat::Table => {
-            print!("{}", lease_table(std::slice::from_ref(&lease)));
-            println!("LEASE KEY  {key}");
-            println!(
+            out!("{}", lease_table(std::slice::from_ref(&lease)));
+            outln!("LEASE KEY  {key}");
+            outln!(
                 "renew:    tenure renew {} --revision {} --lease-key {key}",
-                lease.name, lease.revision
+                lease.name,
+                lease.revision
             );
         }
     }
@@ -274,7 +300,7 @@ pub async fn renew(a: RenewArgs) -> Result<(), CliError> {
         .unwrap_or_default();
     match a.output.output {
         OutputFormat::Json => print_json(&lease_json(&lease)),
-        OutputFormat::Table => print!("{}", lease_table(std::slice::from_ref(&lease))),
+        OutputFormat::Table => out!("{}", lease_table(std::slice::from_ref(&lease))),
     }
     Ok(())
 }
@@ -301,15 +327,14 @@ pub async fn release(a: ReleaseArgs) -> Result<(), CliError> {
             "name": name,
             "revision": resp.revision,
         })),
-        OutputFormat::Table => println!("released {name} at revision {}", resp.revision),
+        OutputFormat::Table => outln!("released {name} at revision {}", resp.revision),
     }
     Ok(())
 }
 
 /// The default revoke reason: who did it and with what.
 pub fn default_reason() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    format!("revoked by {user}@{} with tenure revoke", hostname())
+    format!("revoked by {}@{} with tenure revoke", user(), hostname())
 }
 
 /// `tenure revoke NAME`.
@@ -335,9 +360,12 @@ pub async fn revoke(a: RevokeArgs) -> Result<(), CliError> {
             "revision": resp.revision,
             "revoked": lease_json(&revoked),
         })),
-        OutputFormat::Table => println!(
+        OutputFormat::Table => outln!(
             "revoked {} (holder {}, token {}) at revision {}",
-            a.name, revoked.holder, revoked.fencing_token, resp.revision
+            a.name,
+            revoked.holder,
+            revoked.fencing_token,
+            resp.revision
         ),
     }
     Ok(())

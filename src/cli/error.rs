@@ -86,7 +86,7 @@ impl CliError {
 
     /// Prints the error as one line on stderr.
     pub fn print(&self) {
-        eprintln!("tenure: {}", one_line(&self.to_string()));
+        super::output::write_err(&format!("tenure: {}", one_line(&self.to_string())));
     }
 
     /// The error as a `Status`-derived value: reason from ErrorInfo, the
@@ -143,11 +143,10 @@ impl CliError {
 /// What to do about each reason.
 fn hint(reason: ErrorReason) -> Option<&'static str> {
     Some(match reason {
-        ErrorReason::LeaseHeld => "try again later, or wait for it with --wait 30s",
+        ErrorReason::LeaseHeld => "to wait for it, add --wait 30s (or --wait forever)",
         ErrorReason::LeaseNotHeld => {
             "the holding ended (released, expired, revoked or taken) or the revision/key is not its latest; acquire again"
         }
-        ErrorReason::LeaseNotFound => "nobody holds this lease",
         ErrorReason::InvalidName => "names use [-/_=.a-zA-Z0-9], up to 255, no leading/trailing or double dots",
         ErrorReason::InvalidTtl => "ask for a TTL between the server's --min-ttl and --max-ttl",
         ErrorReason::InvalidWait => "ask for a shorter --wait, up to the server's --max-wait",

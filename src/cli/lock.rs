@@ -86,7 +86,7 @@ fn unix_ms(at: Instant) -> u128 {
 /// Prints a progress line on stderr unless `--quiet`.
 fn say(quiet: bool, msg: impl AsRef<str>) {
     if !quiet {
-        eprintln!("tenure: {}", msg.as_ref());
+        super::output::write_err(&format!("tenure: {}", msg.as_ref()));
     }
 }
 

@@ -12,6 +12,23 @@ use serde_json::{json, Value};
 
 use crate::proto::{EventType, Lease, LeaseEvent};
 
+/// Writes to stdout; false when it cannot (a closed pipe): callers stop
+/// quietly instead of panicking as `print!` would.
+pub fn write_out(text: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+/// Writes one line to stderr, ignoring failures (nowhere left to report
+/// them).
+pub fn write_err(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// A table: a header row and data rows, printed with two spaces between
 /// left-aligned columns.
 #[derive(Debug, Default)]
@@ -105,7 +122,7 @@ pub fn lease_json(l: &Lease) -> Value {
         "fencing_token": l.fencing_token,
         "revision": l.revision,
         "ttl_seconds": l.ttl.map(|d| proto_duration(d).as_secs_f64()),
-        "ttl_left_seconds": ttl_left(l, SystemTime::now()).map(|d| d.as_secs_f64()),
+        "ttl_left_seconds": ttl_left(l, SystemTime::now()).map(|d| d.as_millis() as f64 / 1000.0),
         "metadata": l.metadata,
         "acquire_time": l.acquire_time.map(rfc3339),
         "renew_time": l.renew_time.map(rfc3339),
@@ -140,14 +157,21 @@ pub fn event_line(e: &LeaseEvent) -> String {
         .map(|d| secs(proto_duration(d)))
         .unwrap_or_else(|| "-".into());
     let holder = if e.holder.is_empty() { "-" } else { &e.holder };
+    let num = |n: u64| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            n.to_string()
+        }
+    };
     let line = format!(
         "{:<24}  {:<17}  {:<24}  {:<16}  {:>5}  {:>8}  {}",
         e.time.map(rfc3339).unwrap_or_else(|| "-".into()),
         event_name(e.r#type),
         if e.name.is_empty() { "-" } else { &e.name },
         holder,
-        e.fencing_token,
-        e.revision,
+        num(e.fencing_token),
+        num(e.revision),
         ttl
     );
     line.trim_end().to_string()
