@@ -323,10 +323,11 @@ impl App {
             Paragraph::new(Line::from(vec![
                 Span::styled("tenure top", Style::new().add_modifier(Modifier::BOLD)),
                 Span::raw(format!(
-                    "  {}  {}  {} leases  sort: {}  [{state}]{filter}",
+                    "  {}  {}  {} lease{}  sort: {}  [{state}]{filter}",
                     self.server,
                     self.subject,
                     count,
+                    if count == 1 { "" } else { "s" },
                     self.sort.label()
                 )),
             ])),
@@ -384,12 +385,21 @@ impl App {
         f.render_stateful_widget(table, table_area, &mut self.table);
 
         let lines = feed_area.height.saturating_sub(1) as usize;
-        let feed: Vec<Line> = self
-            .feed
+        let recent: Vec<&FeedItem> = self.feed.iter().rev().take(lines).rev().collect();
+        let name_w = recent
             .iter()
-            .rev()
-            .take(lines)
-            .rev()
+            .map(|e| e.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(48);
+        let holder_w = recent
+            .iter()
+            .map(|e| e.holder.chars().count())
+            .max()
+            .unwrap_or(1)
+            .min(32);
+        let feed: Vec<Line> = recent
+            .into_iter()
             .map(|e| {
                 let color = match e.kind {
                     "ACQUIRED" => Color::Green,
@@ -403,7 +413,7 @@ impl App {
                     Span::raw(format!("{}  ", clock(e.time))),
                     Span::styled(format!("{:<8}", e.kind), Style::new().fg(color)),
                     Span::raw(format!(
-                        "  {}  {}  token {}",
+                        "  {:<name_w$}  {:<holder_w$}  token {}",
                         e.name,
                         if e.holder.is_empty() { "-" } else { &e.holder },
                         e.token
