@@ -1,7 +1,9 @@
-//! `tenure top` driven in a real terminal: tmux runs the binary at a fixed
-//! size, the test types with `send-keys` and reads the screen with
-//! `capture-pane`. It must show a lease acquired by another process, its
-//! TTL draining, the EXPIRED event, and sort, filter and revoke on keys.
+//! The `tenure` subcommands that need a real terminal, driven in tmux: tmux
+//! runs the binary at a fixed size, the test types with `send-keys` and
+//! reads the screen with `capture-pane`. `tenure top` must show a lease
+//! acquired by another process, its TTL draining, the EXPIRED event, and
+//! sort, filter and revoke on keys; `tenure lock` must give an interactive
+//! command the terminal and take it back.
 //!
 //! Reading the screen is the only way to learn what it shows, so the test
 //! polls `capture-pane` (every 100 ms, bounded) until the expected text is
@@ -22,6 +24,13 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// A tmux server of our own for this test.
+    fn new(test: &str) -> Tmux {
+        Tmux {
+            socket: format!("tenure-{test}-{}", std::process::id()),
+        }
+    }
+
     /// Runs tmux with our socket.
     fn cmd(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
@@ -119,9 +128,7 @@ async fn top_shows_leases_draining_and_expiring() {
     let t = Tenure::start().await;
     let server = format!("http://{}", t.running.as_ref().unwrap().addr());
     let bin = env!("CARGO_BIN_EXE_tenure");
-    let tmux = Tmux {
-        socket: format!("tenure-top-test-{}", std::process::id()),
-    };
+    let tmux = Tmux::new("top");
     let started = tmux.cmd(&[
         "new-session",
         "-d",
@@ -220,6 +227,69 @@ async fn top_shows_leases_draining_and_expiring() {
     tmux.keys(&["q"]);
     tmux.until("top to exit", |s| !s.contains("tenure top"))
         .await;
+}
+
+/// `tenure lock` in a terminal: the command can read from it (it is in
+/// the foreground, not stopped by SIGTTIN), Ctrl-C reaches it, and the
+/// shell gets the terminal back afterwards (its `read` works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_gives_an_interactive_command_the_terminal() {
+    if !have_tmux() {
+        eprintln!("SKIPPED: tmux is not installed and could not be installed with apt-get");
+        return;
+    }
+    let t = Tenure::start().await;
+    let server = format!("http://{}", t.running.as_ref().unwrap().addr());
+    let bin = env!("CARGO_BIN_EXE_tenure");
+    let tmux = Tmux::new("lock-tty");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("session.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"export TENURE_SERVER={server}
+{bin} lock jobs.tty -- bash -c 'read -r n; echo "hello $n"; sleep 60'
+echo "exit $?"
+read -r x
+echo "shell read $x"
+sleep 60
+"#
+        ),
+    )
+    .unwrap();
+    let started = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "100",
+        "-y",
+        "20",
+        &format!("sh {}", script.display()),
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    tmux.until("the lease", |s| s.contains("acquired jobs.tty"))
+        .await;
+    tmux.keys(&["bob", "Enter"]);
+    tmux.until("the command reading the terminal", |s| {
+        s.contains("hello bob")
+    })
+    .await;
+    tmux.keys(&["C-c"]);
+    let s = tmux
+        .until("tenure lock to exit", |s| s.contains("exit "))
+        .await;
+    assert!(
+        s.contains("exit 130"),
+        "Ctrl-C ends the command, 128+SIGINT:\n{s}"
+    );
+    assert!(s.contains("released jobs.tty"), "{s}");
+    tmux.keys(&["ok", "Enter"]);
+    tmux.until("the shell reading the terminal again", |s| {
+        s.contains("shell read ok")
+    })
+    .await;
 }
 
 /// Without a terminal, `top` says to use `watch` instead of drawing junk.

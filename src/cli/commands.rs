@@ -269,11 +269,14 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         OutputFormat::Table => {
             out!("{}", lease_table(std::slice::from_ref(&lease)));
             outln!("LEASE KEY  {key}");
-            outln!(
-                "renew:    tenure renew {} --revision {} --lease-key {key}",
-                lease.name,
-                lease.revision
-            );
+            for verb in ["renew", "release"] {
+                outln!(
+                    "{:<9}  tenure {verb} {} --revision {} --lease-key {key}",
+                    format!("{verb}:"),
+                    lease.name,
+                    lease.revision
+                );
+            }
         }
     }
     Ok(())

@@ -116,14 +116,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         .clone()
         .unwrap_or_else(|| format!("{}:{}", default_holder(), std::process::id()));
 
-    // Acquire (interruptible: Ctrl-C while waiting exits 130).
-    let mut client = match connect(&a.conn).await {
-        Ok(c) => c,
-        Err(e) => {
-            e.print();
-            return e.code;
-        }
-    };
+    // Connect and acquire (interruptible: Ctrl-C while waiting exits 130).
     let req = AcquireRequest {
         name: a.name.clone(),
         holder: holder.clone(),
@@ -132,14 +125,19 @@ pub async fn lock(a: LockArgs) -> u8 {
         wait: None,
         metadata: a.metadata.iter().cloned().collect(),
     };
+    let acquiring = async {
+        let mut client = connect(&a.conn).await?;
+        let got = acquire_waiting(&mut client, &a.conn, req, a.wait).await?;
+        Ok::<_, CliError>((client, got))
+    };
     let acquired = tokio::select! {
-        r = acquire_waiting(&mut client, &a.conn, req, a.wait) => r,
+        r = acquiring => r,
         sig = signals.recv() => {
             say(a.quiet, format!("interrupted by signal {sig} before the lease was acquired"));
             return 128 + sig as u8;
         }
     };
-    let (lease, key, sent) = match acquired {
+    let (client, (lease, key, sent)) = match acquired {
         Ok(v) => v,
         Err(e) => {
             e.print();
@@ -225,6 +223,18 @@ pub async fn lock(a: LockArgs) -> u8 {
             unix_ms(held.deadline).to_string(),
         )
         .process_group(0);
+    let terminal = Terminal::detect();
+    if terminal.is_some() {
+        // SAFETY: only async-signal-safe calls (setpgid, signal, tcsetpgrp,
+        // getpid) between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setpgid(0, 0);
+                give_terminal(libc::getpid());
+                Ok(())
+            });
+        }
+    }
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -246,6 +256,9 @@ pub async fn lock(a: LockArgs) -> u8 {
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    // Also from this side, whichever runs first (as shells do); the guard
+    // takes the terminal back however this function returns.
+    let _terminal = terminal.map(|t| t.hand_to(pgid));
 
     // Hold the lease while the command runs.
     let lost = loop {
@@ -523,6 +536,58 @@ async fn follow(
         }
         sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// The terminal on stdin, when `tenure lock` runs in its foreground.
+///
+/// The command runs in a process group of its own (so that it and its
+/// children can be signalled together), which a terminal would treat as a
+/// background job: reading from the terminal would stop it (SIGTTIN). So
+/// the command's group is made the terminal's foreground group: it can be
+/// interactive, and Ctrl-C at the terminal reaches it directly, once. The
+/// terminal is handed back when the command is done.
+struct Terminal {
+    /// The process group to give the terminal back to (ours).
+    ours: i32,
+}
+
+impl Terminal {
+    /// Some when stdin is a terminal whose foreground group is ours.
+    fn detect() -> Option<Terminal> {
+        // SAFETY: plain queries of file descriptor 0 and our own group.
+        unsafe {
+            let ours = libc::getpgrp();
+            (libc::isatty(0) == 1 && libc::tcgetpgrp(0) == ours).then_some(Terminal { ours })
+        }
+    }
+
+    /// Makes `pgid` the foreground group; the returned guard gives the
+    /// terminal back on drop.
+    fn hand_to(self, pgid: i32) -> Terminal {
+        if pgid > 0 {
+            give_terminal(pgid);
+        }
+        self
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        give_terminal(self.ours);
+    }
+}
+
+/// Makes `pgid` the foreground process group of the terminal on stdin.
+/// SIGTTOU is ignored around the call: a background group asking for the
+/// terminal would otherwise be stopped by it. Async-signal-safe.
+fn give_terminal(pgid: i32) {
+    // SAFETY: signal and tcsetpgrp are async-signal-safe and touch no
+    // memory of ours; the previous SIGTTOU disposition is restored.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, pgid);
+        libc::signal(libc::SIGTTOU, old);
     }
 }
 
