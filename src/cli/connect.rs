@@ -119,10 +119,12 @@ pub async fn connect(conn: &Connection) -> Result<Client, CliError> {
         Ok(Ok(ch)) => ch,
         Ok(Err(e)) => return Err(CliError::unreachable(&conn.server, &e)),
         Err(_) => {
-            return Err(CliError::unreachable(
-                &conn.server,
-                &format!("no connection within --timeout {:?}", conn.timeout),
-            ))
+            let mut e = CliError::unreachable(&conn.server, &std::fmt::Error);
+            e.message = format!(
+                "cannot reach {}: no connection within --timeout {:?}",
+                conn.server, conn.timeout
+            );
+            return Err(e);
         }
     };
     Ok(LeaseServiceClient::with_interceptor(

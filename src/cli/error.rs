@@ -72,12 +72,12 @@ impl CliError {
         }
     }
 
-    /// The server cannot be reached at all.
-    pub fn unreachable(server: &str, cause: &dyn fmt::Display) -> CliError {
+    /// The server cannot be reached at all; `cause` with its sources.
+    pub fn unreachable(server: &str, cause: &(dyn std::error::Error + 'static)) -> CliError {
         CliError {
             code: EXIT_UNAVAILABLE,
             reason: "UNAVAILABLE".into(),
-            message: format!("cannot reach {server}: {}", flatten(cause)),
+            message: format!("cannot reach {server}: {}", chain(cause)),
             hint: Some(
                 "check that tenure serve runs there, or set --server / TENURE_SERVER".into(),
             ),
@@ -117,7 +117,7 @@ impl CliError {
         }
         if info.is_none() {
             if let Some(source) = std::error::Error::source(status) {
-                message = format!("{message}: {}", flatten(&source));
+                message = format!("{message}: {}", chain(source));
             }
         }
         let hint = match known {
@@ -189,9 +189,19 @@ fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// An error with its chain of causes, `a: b: c`, on one line.
-fn flatten(e: &dyn fmt::Display) -> String {
-    one_line(&e.to_string())
+/// An error with its chain of causes, `a: b: c`, on one line (a cause
+/// already quoted by the one above it is not repeated).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = cause.source();
+    }
+    one_line(&parts.join(": "))
 }
 
 /// Joins lines so the error stays one line.
