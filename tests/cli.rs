@@ -636,3 +636,74 @@ async fn completions() {
         }
     }
 }
+
+/// Over mTLS: --tls-ca verifies the server (named by --tls-domain, since
+/// the URL has an IP address), --tls-cert/--tls-key identify the client,
+/// whose grant then applies. Without a client certificate nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n);
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "tenure cli test CA");
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
+    for (name, cn, sans) in [
+        ("server", "tenure", vec!["localhost".to_string()]),
+        ("ops", "ops", vec![]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(sans).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        let cert = p.signed_by(&key, &ca).unwrap();
+        std::fs::write(path(&format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(path(&format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+    let t = Tenure::start_with(|c| {
+        c.tls_cert = Some(path("server.pem"));
+        c.tls_key = Some(path("server.key"));
+        c.tls_client_ca = Some(path("ca.pem"));
+        c.grants = vec![Grant {
+            identity: "ops".into(),
+            prefixes: vec!["tls.".into()],
+            actions: vec![Action::All],
+        }];
+    })
+    .await;
+    let server = format!("https://{}", t.running.as_ref().unwrap().addr());
+    let ca = path("ca.pem");
+    let cert = path("ops.pem");
+    let key = path("ops.key");
+    let tls = [
+        "--server",
+        server.as_str(),
+        "--tls-domain",
+        "localhost",
+        "--tls-ca",
+        ca.to_str().unwrap(),
+    ];
+    let mut args = vec!["lock", "tls.a"];
+    args.extend_from_slice(&tls);
+    args.extend_from_slice(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    args.extend_from_slice(&["--", "sh", "-c", "test -n \"$TENURE_FENCING_TOKEN\""]);
+    let ok = run(&t, &args).await;
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+
+    let mut args = vec!["get", "tls.a"];
+    args.extend_from_slice(&tls);
+    let refused = run(&t, &args).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.starts_with("tenure: "), "{}", refused.stderr);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert_eq!(refused.code, 69, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--tls-cert"), "{}", refused.stderr);
+}

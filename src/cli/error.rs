@@ -123,7 +123,9 @@ impl CliError {
         let hint = match known {
             Some(r) => hint(r),
             None => match status.code() {
-                Code::Unavailable => Some("check that the server runs and --server points at it"),
+                Code::Unavailable | Code::Cancelled | Code::Unknown => Some(
+                    "check that the server runs and --server points at it; a server that requires client certificates closes the connection without --tls-cert/--tls-key",
+                ),
                 Code::DeadlineExceeded => {
                     Some("the server did not answer in time; raise --timeout or check its load")
                 }
