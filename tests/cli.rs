@@ -707,3 +707,74 @@ async fn mutual_tls() {
     assert_eq!(refused.code, 69, "{}", refused.stderr);
     assert!(refused.stderr.contains("--tls-cert"), "{}", refused.stderr);
 }
+
+/// Without the watch grant `tenure lock` cannot follow its lease and says
+/// so; a revoke then shows up as a refused Renew (LEASE_NOT_HELD) at the
+/// next renewal, still well before the safe deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_renewal_stops_the_command_without_a_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "worker worker-token-0123456789abcdef\nops ops-token-0123456789abcdef\n",
+    )
+    .unwrap();
+    let t = Tenure::start_with(|c| {
+        c.auth_tokens = Some(tokens);
+        c.grants = vec![
+            Grant {
+                identity: "worker".into(),
+                prefixes: vec!["w.".into()],
+                actions: vec![Action::Acquire, Action::Renew, Action::Release],
+            },
+            Grant {
+                identity: "ops".into(),
+                prefixes: vec!["".into()],
+                actions: vec![Action::All],
+            },
+        ];
+    })
+    .await;
+    let mut child = tenure(&t)
+        .args([
+            "lock",
+            "w.job",
+            "--ttl",
+            "6s",
+            "--token",
+            "worker-token-0123456789abcdef",
+        ])
+        .args(["--", "bash", "-c", WAIT_FOR_TERM])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (token, deadline_ms) = ready(&line(&mut lines).await);
+    let revoked = run(
+        &t,
+        &[
+            "revoke",
+            "w.job",
+            "--token",
+            "ops-token-0123456789abcdef",
+            "--fencing-token",
+            &token.to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    let term = term_time(&line(&mut lines).await);
+    let (code, err) = finish(child).await;
+    assert!(
+        term * 1000.0 < deadline_ms as f64,
+        "{term} vs {deadline_ms}"
+    );
+    assert_eq!(code, 76, "{err}");
+    assert!(
+        err.contains("cannot follow the lease with WatchLease"),
+        "{err}"
+    );
+    assert!(err.contains("renew refused: LEASE_NOT_HELD"), "{err}");
+}

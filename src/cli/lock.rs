@@ -261,6 +261,9 @@ pub async fn lock(a: LockArgs) -> u8 {
     let _terminal = terminal.map(|t| t.hand_to(pgid));
 
     // Hold the lease while the command runs.
+    // False once the renewer has ended (after reporting a refusal): its
+    // state no longer changes, and `changed()` would fail at once forever.
+    let mut renewing = true;
     let lost = loop {
         let deadline = state_rx.borrow().deadline;
         tokio::select! {
@@ -280,7 +283,7 @@ pub async fn lock(a: LockArgs) -> u8 {
                     );
                 }
             }
-            _ = state_rx.changed() => {}
+            changed = state_rx.changed(), if renewing => renewing = changed.is_ok(),
             sig = signals.recv() => {
                 say(a.quiet, format!("forwarding signal {sig} to the command"));
                 kill_group(pgid, sig);
