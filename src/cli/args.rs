@@ -54,6 +54,7 @@ pub enum ClientCommand {
 /// How to reach and authenticate to the Tenure server; shared by every
 /// client subcommand.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection")]
 pub struct Connection {
     /// The Tenure server: http://HOST:PORT, or https://HOST:PORT for TLS.
     #[arg(
@@ -155,7 +156,7 @@ pub struct LockArgs {
     pub command: Vec<String>,
 
     /// Time to live asked for; renewed every third of it.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Duration,
 
     /// How long to wait for a held lease: a duration, or `forever`. Without
@@ -174,7 +175,7 @@ pub struct LockArgs {
 
     /// Time between SIGTERM and SIGKILL to the command's process group once
     /// the lease is lost.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub kill_grace: Duration,
 
     /// Metadata stored with the lease, KEY=VALUE (repeatable).
@@ -255,7 +256,7 @@ pub struct AcquireArgs {
     #[arg(long)]
     pub holder: Option<String>,
     /// Time to live asked for (the server's default when absent).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Option<Duration>,
     /// How long to wait for a held lease: a duration, or `forever`.
     #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
@@ -287,7 +288,7 @@ pub struct RenewArgs {
     #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
     pub lease_key: String,
     /// New time to live (the granted one is kept when absent).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Option<Duration>,
     /// Output format.
     #[command(flatten)]
@@ -343,7 +344,7 @@ pub struct TopArgs {
     /// or nothing for all.
     pub prefix: Option<String>,
     /// Screen refresh interval (TTL bars drain at this pace).
-    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
     pub refresh: Duration,
     /// Connection flags.
     #[command(flatten)]
