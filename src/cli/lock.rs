@@ -171,7 +171,24 @@ pub async fn lock(a: LockArgs) -> u8 {
         lost_tx.clone(),
         ready_tx,
     ));
-    match tokio::time::timeout(a.conn.timeout, ready_rx).await {
+    let (state_tx, mut state_rx) = watch::channel(held);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let renewer = tokio::spawn(keep(
+        client.clone(),
+        a.conn.clone(),
+        a.name.clone(),
+        key.clone(),
+        state_tx,
+        stop_rx,
+        lost_tx.clone(),
+        sent + renew_every(ttl),
+    ));
+    // Renewals run meanwhile; the wait is bounded by the deadline too.
+    let patience = a
+        .conn
+        .timeout
+        .min(held.deadline.saturating_duration_since(Instant::now()));
+    match tokio::time::timeout(patience, ready_rx).await {
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => say(
             false,
@@ -183,19 +200,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         ),
     }
 
-    let (state_tx, mut state_rx) = watch::channel(held);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let renewer = tokio::spawn(keep(
-        client.clone(),
-        a.conn.clone(),
-        a.name.clone(),
-        key.clone(),
-        state_tx,
-        stop_rx,
-        lost_tx,
-        sent + renew_every(ttl),
-    ));
-
+    drop(lost_tx);
     let finish = |client: Client, revision: Option<u64>| {
         let conn = a.conn.clone();
         let name = a.name.clone();
@@ -210,6 +215,22 @@ pub async fn lock(a: LockArgs) -> u8 {
             }
         }
     };
+
+    // The snapshot may already say the holding is gone, or the deadline
+    // may have passed while WatchLease kept us waiting: then the command
+    // never starts.
+    let early = lost_rx.try_recv().ok().or_else(|| {
+        (state_rx.borrow().deadline <= Instant::now())
+            .then(|| "no renewal got through before the safe deadline".to_string())
+    });
+    if let Some(reason) = early {
+        say(
+            false,
+            format!("lease {} lost before the command started: {reason}", a.name),
+        );
+        finish(client, None).await;
+        return EXIT_LEASE_LOST;
+    }
 
     // Start the command.
     let mut command = tokio::process::Command::new(&a.command[0]);
