@@ -7,22 +7,25 @@
 //! gRPC client that happens to ship in the same binary, so it talks to
 //! every Tenure replica the way any other client does.
 //!
-//! - [`args`]: the command line of each subcommand and the shared
-//!   connection flags.
-//! - [`connect`]: endpoint, TLS and bearer token.
-//! - [`error`]: one-line errors and the documented exit codes.
-//! - [`output`]: tables, JSON and time formatting.
-//! - [`commands`]: the one-shot subcommands.
-//! - [`lock`]: run a command under a lease.
-//! - [`top`]: the live terminal view.
+//! Only [`ClientCommand`], [`run`] and [`completions`] are public: the
+//! binary's wiring needs nothing else.
+//!
+//! - `args`: the command line of each subcommand and the shared connection
+//!   flags.
+//! - `connect`: endpoint, TLS and bearer token.
+//! - `error`: one-line errors and the documented exit codes.
+//! - `output`: tables, JSON and time formatting.
+//! - `commands`: the one-shot subcommands.
+//! - `lock`: run a command under a lease.
+//! - `top`: the live terminal view.
 
-pub mod args;
-pub mod commands;
-pub mod connect;
-pub mod error;
-pub mod lock;
-pub mod output;
-pub mod top;
+mod args;
+mod commands;
+mod connect;
+mod error;
+mod lock;
+mod output;
+mod top;
 
 use std::process::ExitCode;
 
