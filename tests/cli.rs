@@ -778,3 +778,25 @@ async fn refused_renewal_stops_the_command_without_a_watch() {
     );
     assert!(err.contains("renew refused: LEASE_NOT_HELD"), "{err}");
 }
+
+/// What the command leaves running in its process group would work without
+/// the lease: it is stopped when the command exits, before the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_of_the_command_are_stopped() {
+    let t = Tenure::start().await;
+    let out = run(
+        &t,
+        &["lock", "jobs.left", "--", "sh", "-c", "sleep 600 & echo $!"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let pid: u32 = out.stdout.trim().parse().unwrap();
+    // Gone, or a zombie waiting for an init that does not reap.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let running = state
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next())
+        .is_some_and(|s| s != "Z");
+    assert!(!running, "sleep {pid} still runs: {state}");
+}
