@@ -21,6 +21,9 @@ step "cargo test (server, Rust client, safety checker, benchmark)"
 cargo build --workspace --quiet
 cargo test --workspace
 
+step "ops assets: alert rules (promtool), their unit tests, the Grafana dashboard"
+scripts/check-ops.sh
+
 step "safety under faults (CI variant; the long run is scripts/safety.sh)"
 scripts/safety.sh --quick
 

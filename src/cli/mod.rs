@@ -1,13 +1,39 @@
-//! The `tenure` command line: parses it and runs the subcommand. `serve`
-//! resolves its settings (flags, `TENURE_*` environment, config file), sets
-//! up logs and traces, and runs the server until SIGINT or SIGTERM;
-//! `check-config` resolves a config file the same way and reports.
+//! The `tenure` command line: parses it and runs the subcommand.
+//!
+//! `serve` resolves its settings (flags, `TENURE_*` environment, config
+//! file), sets up logs and traces, and runs the server until SIGINT or
+//! SIGTERM; `check-config` resolves a config file the same way and reports.
+//!
+//! The other subcommands are for people and scripts: `lock`, `get`, `list`,
+//! `watch`, `acquire`, `renew`, `release`, `revoke`, `top` and
+//! `completions`. They use nothing of the server but the generated
+//! `crate::proto` types: a gRPC client that happens to ship in the same
+//! binary, talking to every replica the way any other client does.
+//!
+//! - `args`: the command line of each client subcommand and the shared
+//!   connection flags.
+//! - `connect`: endpoint, TLS and bearer token.
+//! - `error`: one-line errors and the documented exit codes.
+//! - `output`: tables, JSON and time formatting.
+//! - `commands`: the one-shot subcommands.
+//! - `lock`: run a command under a lease.
+//! - `top`: the live terminal view.
+
+mod args;
+mod commands;
+mod connect;
+mod error;
+mod lock;
+mod output;
+mod top;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+use args::ClientCommand;
 
 use crate::config::{self, Config, ResolveError};
 use crate::{observe, server};
@@ -34,6 +60,9 @@ enum Command {
         /// The configuration file to check.
         file: PathBuf,
     },
+    /// The client subcommands (lock, get, list, watch, top, ...).
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// Runs the command line `args` (program name first); returns the exit
@@ -49,6 +78,35 @@ pub async fn main(args: Vec<OsString>) -> ExitCode {
     match cli.command {
         Command::Serve(_) => serve(rest).await,
         Command::CheckConfig { file } => check_config(file),
+        Command::Client(cmd) => run_client(cmd).await,
+    }
+}
+
+/// Runs one client subcommand and returns the process exit code.
+async fn run_client(cmd: ClientCommand) -> ExitCode {
+    let result = match cmd {
+        ClientCommand::Lock(a) => return ExitCode::from(lock::lock(a).await),
+        ClientCommand::Get(a) => commands::get(a).await,
+        ClientCommand::List(a) => commands::list(a).await,
+        ClientCommand::Watch(a) => commands::watch(a).await,
+        ClientCommand::Acquire(a) => commands::acquire(a).await,
+        ClientCommand::Renew(a) => commands::renew(a).await,
+        ClientCommand::Release(a) => commands::release(a).await,
+        ClientCommand::Revoke(a) => commands::revoke(a).await,
+        ClientCommand::Top(a) => top::top(a).await,
+        ClientCommand::Completions(a) => {
+            // The whole command line, `serve` and `check-config` included.
+            let mut root = Cli::command();
+            clap_complete::generate(a.shell, &mut root, "tenure", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            e.print();
+            ExitCode::from(e.code)
+        }
     }
 }
 

@@ -1,0 +1,447 @@
+//! The command line of the client subcommands: what each one takes, the
+//! connection flags they all share, and the small parsers (durations,
+//! `key=value` metadata) they need.
+//!
+//! Kept apart from the server's `config` module on purpose: the client
+//! subcommands share nothing with `tenure serve` but the binary, and their
+//! environment variables are named so that a shell exporting the server's
+//! `TENURE_TLS_CERT` does not turn the client's TLS on by accident.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// The client subcommands of `tenure`: for people at a terminal and for
+/// scripts. Flattened into the binary's top-level subcommands.
+#[derive(Debug, Subcommand)]
+// Parsed once per process: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum ClientCommand {
+    /// Run a command while holding a lease; stop it when the lease is lost.
+    ///
+    /// The command gets TENURE_LEASE_NAME, TENURE_FENCING_TOKEN, TENURE_HOLDER
+    /// and TENURE_DEADLINE_UNIX_MS in its environment. The lease is renewed in
+    /// the background; when it is lost (revoked, expired, taken) or renewals
+    /// cannot get through before the safe deadline, the command's process
+    /// group gets SIGTERM at once and SIGKILL after --kill-grace. Exit codes:
+    /// the command's own; 128+N when it died of signal N; 75 when the lease
+    /// was not acquired; 76 when it was lost while the command ran; 69 when
+    /// the server cannot be reached; 77 when access is refused; 2 for usage
+    /// errors; 126/127 when the command cannot be run.
+    Lock(LockArgs),
+    /// Show the current holding of a lease.
+    Get(GetArgs),
+    /// List the live leases whose names start with a prefix (admin).
+    List(ListArgs),
+    /// Stream a lease's events (or a subtree's, with NAME.>) until interrupted.
+    Watch(WatchArgs),
+    /// Acquire a lease and print it with its lease key (for scripts and tests;
+    /// `tenure lock` is what keeps a lease while a command runs).
+    Acquire(AcquireArgs),
+    /// Renew a holding acquired with `tenure acquire`.
+    Renew(RenewArgs),
+    /// Release a holding acquired with `tenure acquire`.
+    Release(ReleaseArgs),
+    /// End someone's holding as an operator (admin).
+    Revoke(RevokeArgs),
+    /// A live view of the leases under a prefix and their events.
+    Top(TopArgs),
+    /// Print a shell completion script: `tenure completions bash > ...`.
+    Completions(CompletionsArgs),
+}
+
+/// How to reach and authenticate to the Tenure server; shared by every
+/// client subcommand.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection")]
+pub struct Connection {
+    /// The Tenure server: http://HOST:PORT, or https://HOST:PORT for TLS.
+    #[arg(
+        long,
+        env = "TENURE_SERVER",
+        default_value = "http://127.0.0.1:7419",
+        value_name = "URL"
+    )]
+    pub server: String,
+
+    /// Bearer token sent as `authorization: Bearer TOKEN`.
+    #[arg(
+        long,
+        env = "TENURE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+
+    /// File whose first line is the bearer token (keeps it out of `ps`).
+    #[arg(
+        long,
+        env = "TENURE_TOKEN_FILE",
+        conflicts_with = "token",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+
+    /// CA certificate (PEM) that the server's TLS certificate must chain to;
+    /// turns TLS on. Needed for https:// servers.
+    #[arg(long, env = "TENURE_CLIENT_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for mutual TLS (with --tls-key).
+    #[arg(
+        long,
+        env = "TENURE_CLIENT_TLS_CERT",
+        requires = "tls_key",
+        value_name = "FILE"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "TENURE_CLIENT_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "FILE"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// TLS server name to verify, when it differs from the URL's host.
+    #[arg(long, env = "TENURE_CLIENT_TLS_DOMAIN", value_name = "NAME")]
+    pub tls_domain: Option<String>,
+
+    /// Longest time one request may take (connecting included); waits asked
+    /// for with --wait come on top.
+    #[arg(
+        long,
+        env = "TENURE_TIMEOUT",
+        default_value = "10s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub timeout: Duration,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for scripts: one object per result (one per line for `watch`).
+    Json,
+}
+
+/// The `--output` flag, shared by the subcommands that print results.
+#[derive(Debug, Clone, Args)]
+pub struct Output {
+    /// Output format.
+    #[arg(
+        long,
+        short = 'o',
+        env = "TENURE_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: OutputFormat,
+}
+
+/// `tenure lock`.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    /// The lease name.
+    pub name: String,
+
+    /// The command to run and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+
+    /// Time to live asked for; renewed every third of it.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Duration,
+
+    /// How long to wait for a held lease: a duration, or `forever`. Without
+    /// it, a held lease fails at once (exit 75).
+    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
+    pub wait: Option<Wait>,
+
+    /// Who holds the lease, as others see it. Default: USER@HOST:PID.
+    #[arg(long)]
+    pub holder: Option<String>,
+
+    /// Hold one of N slots of a semaphore. Only 1 (a plain lease) is
+    /// accepted until the server has semaphores.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub limit: Option<u32>,
+
+    /// Time between SIGTERM and SIGKILL to the command's process group once
+    /// the lease is lost.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub kill_grace: Duration,
+
+    /// Metadata stored with the lease, KEY=VALUE (repeatable).
+    #[arg(long = "meta", value_parser = parse_key_value, value_name = "KEY=VALUE")]
+    pub metadata: Vec<(String, String)>,
+
+    /// Say less: no "acquired" and "released" lines on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// How long `tenure lock` and `tenure acquire` wait for a held lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Up to this long.
+    For(Duration),
+    /// Until the lease is free, however long that takes.
+    Forever,
+}
+
+/// `tenure get`.
+#[derive(Debug, Clone, Args)]
+pub struct GetArgs {
+    /// The lease name.
+    pub name: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure list`.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Plain string prefix of the names to list (`jobs.`); none lists all.
+    #[arg(default_value = "")]
+    pub prefix: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure watch`.
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// A lease name, or a subtree: `jobs.>` for every name under `jobs.`,
+    /// `>` for all.
+    pub name: String,
+    /// Leave out the snapshot of current holdings; print live events only.
+    #[arg(long)]
+    pub no_snapshot: bool,
+    /// Stop after this many events (snapshot entries included).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure acquire`.
+#[derive(Debug, Clone, Args)]
+pub struct AcquireArgs {
+    /// The lease name.
+    pub name: String,
+    /// Who holds the lease. Default: USER@HOST.
+    #[arg(long)]
+    pub holder: Option<String>,
+    /// Time to live asked for (the server's default when absent).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Option<Duration>,
+    /// How long to wait for a held lease: a duration, or `forever`.
+    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
+    pub wait: Option<Wait>,
+    /// The lease key to use (16 to 256 printable ASCII characters); the
+    /// server mints one when absent. Reusing it makes a retry safe.
+    #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
+    pub lease_key: Option<String>,
+    /// Metadata stored with the lease, KEY=VALUE (repeatable).
+    #[arg(long = "meta", value_parser = parse_key_value, value_name = "KEY=VALUE")]
+    pub metadata: Vec<(String, String)>,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure renew`.
+#[derive(Debug, Clone, Args)]
+pub struct RenewArgs {
+    /// The lease name.
+    pub name: String,
+    /// The revision printed by the last acquire or renew.
+    #[arg(long)]
+    pub revision: u64,
+    /// The lease key printed by `tenure acquire`.
+    #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
+    pub lease_key: String,
+    /// New time to live (the granted one is kept when absent).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Option<Duration>,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure release`.
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseArgs {
+    /// The lease name.
+    pub name: String,
+    /// The revision printed by the last acquire or renew.
+    #[arg(long)]
+    pub revision: u64,
+    /// The lease key printed by `tenure acquire`.
+    #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
+    pub lease_key: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure revoke`.
+#[derive(Debug, Clone, Args)]
+pub struct RevokeArgs {
+    /// The lease name.
+    pub name: String,
+    /// Why, for the audit log. Default: "revoked by USER with tenure revoke".
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Revoke only the holding with this fencing token (safe against
+    /// revoking a newer holder by mistake).
+    #[arg(long, value_name = "TOKEN")]
+    pub fencing_token: Option<u64>,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure top`.
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    /// Names to show: `jobs` or `jobs.` (every name under `jobs.`), `jobs.>`,
+    /// or nothing for all.
+    pub prefix: Option<String>,
+    /// Screen refresh interval (TTL bars drain at this pace).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub refresh: Duration,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure completions`.
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write a completion script for.
+    pub shell: clap_complete::Shell,
+}
+
+/// Parses "1500ms", "10s", "1.5s", "5m", "1h" (a bare number means seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let bad = || format!("{text:?} is not a duration; use e.g. 500ms, 10s, 1.5s, 5m, 1h");
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(bad());
+    }
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{text:?} has unknown unit {unit:?}; use ms, s, m or h"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|_| bad())
+}
+
+/// Parses a `--wait` value: a duration or `forever`.
+pub fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text.trim() {
+        "forever" | "inf" => Ok(Wait::Forever),
+        other => parse_duration(other).map(Wait::For),
+    }
+}
+
+/// Parses `KEY=VALUE`.
+pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Durations parse in the documented units; junk is refused, not panicked on.
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        for bad in [
+            "",
+            "s",
+            "1x",
+            ".5s",
+            "1.s",
+            "1..2s",
+            "-1s",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    /// `--wait forever` and `--wait 30s`.
+    #[test]
+    fn waits() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("30s"), Ok(Wait::For(Duration::from_secs(30))));
+        assert!(parse_wait("sometime").is_err());
+    }
+
+    /// Metadata needs a key; the value may hold `=`.
+    #[test]
+    fn key_values() {
+        assert_eq!(
+            parse_key_value("a=b=c"),
+            Ok(("a".to_string(), "b=c".to_string()))
+        );
+        assert!(parse_key_value("=b").is_err());
+        assert!(parse_key_value("ab").is_err());
+    }
+}
