@@ -33,7 +33,7 @@ promtool check rules ops/prometheus-rules.yml
 (cd ops && promtool test rules prometheus-rules.test.yml)
 
 # The metric names the server registers, wherever its source keeps them.
-metrics=$(grep -rhoE '"tenure_[a-z_]+_(total|seconds|active|connected)"' src | tr -d '"' | sort -u)
+metrics=$(grep -rhoE '"tenure_[a-z_]+_(total|seconds|active|connected|bytes)"' src | tr -d '"' | sort -u)
 [ -n "$metrics" ] || { echo "check-ops: found no metric names in src/" >&2; exit 1; }
 
 exprs=$(mktemp)
