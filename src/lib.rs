@@ -13,7 +13,9 @@
 //! Dependencies run one way, top to bottom; the leaves depend on nothing
 //! above them (`tests/layers.rs` checks this):
 //!
-//! - `cli/`: the `tenure` command line (`serve`, `check-config`).
+//! - `cli/`: the `tenure` command line: `serve`, `check-config`, and the
+//!   client subcommands for people (`lock`, `get`, `list`, `watch`, `top`,
+//!   ...), which use only the generated [`proto`] types.
 //! - `server.rs`: wiring only: connect, open the bucket, start the shared
 //!   watcher, serve the API with health and reflection, shut down.
 //! - `api/`: the gRPC glue: every RPC written once behind one wrapper

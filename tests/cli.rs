@@ -12,8 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::*;
 use futures::StreamExt;
-use tenure::{Action, Grant};
 use tenure::proto::{EventType, GetLeaseRequest, RevokeLeaseRequest, WatchLeaseRequest};
+use tenure::{Action, Grant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
