@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,54 +12,9 @@ use common::*;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireRequest, GetLeaseRequest};
 use tenure::{Action, Grant};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::Code;
 use tonic_types::StatusExt;
-
-/// A raw HTTP/2 connection to `addr`.
-async fn h2_connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    send
-}
-
-/// The headers of a gRPC call of `method` (no credentials).
-fn grpc_headers(addr: SocketAddr, method: &str) -> http::Request<()> {
-    http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}/tenure.v1.LeaseService/{method}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap()
-}
-
-/// The gRPC status of a raw response: from its headers (trailers-only) or
-/// its trailers.
-async fn grpc_status(response: h2::client::ResponseFuture) -> tonic::Status {
-    let response = response.await.expect("a response");
-    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-        return status;
-    }
-    let mut body = response.into_body();
-    while let Some(data) = body.data().await {
-        data.expect("body");
-    }
-    let trailers = body.trailers().await.expect("trailers").expect("trailers");
-    tonic::Status::from_header_map(&trailers).expect("grpc-status in the trailers")
-}
-
-/// A gRPC length-prefixed frame of `message`.
-fn frame(message: &[u8]) -> Bytes {
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    out.into()
-}
 
 fn grant(identity: &str, prefixes: &[&str]) -> Grant {
     Grant {

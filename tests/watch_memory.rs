@@ -20,51 +20,16 @@ const RENEWALS: usize = 600;
 /// capped at 32 MiB here; the rest is HTTP/2 and allocator slack.
 const GROWTH_BOUND_MIB: u64 = 160;
 
-/// The resident set size of a process, in MiB.
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kib / 1024
-}
-
-/// The value of an unlabelled metric.
-fn sample(body: &str, name: &str) -> f64 {
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn unread_watches_are_bounded_and_freed() {
     let nats = Nats::start().await;
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
-    drop((grpc, metrics));
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["serve", "--nats-url", &nats.url()])
-        .args(["--listen", &grpc_addr.to_string()])
-        .args(["--metrics-listen", &metrics_addr.to_string()])
-        .args(["--max-watch-buffer-total-bytes", &(32 << 20).to_string()])
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start tenure");
-    let pid = server.id().unwrap();
-    let url = format!("http://{grpc_addr}");
-    let mut c = within("tenure to listen", async {
-        loop {
-            match LeaseServiceClient::connect(url.clone()).await {
-                Ok(c) => return c,
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    })
+    let server = Serve::start(
+        &nats,
+        &["--max-watch-buffer-total-bytes", &(32 << 20).to_string()],
+    )
     .await;
+    let (pid, metrics_addr) = (server.pid, server.metrics);
+    let mut c = server.client().await;
     let metadata: std::collections::HashMap<String, String> =
         [("blob".to_string(), "m".repeat(900))].into();
     let (lease, key) = acquire(
@@ -81,8 +46,8 @@ async fn unread_watches_are_bounded_and_freed() {
     // HTTP/2 window, so what they do not read backs up into Tenure.
     let mut unread = Vec::new();
     for _ in 0..STREAMS {
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())
-            .unwrap()
+        let channel = server
+            .endpoint()
             .initial_stream_window_size(65_535)
             .initial_connection_window_size(65_535)
             .connect()
@@ -138,6 +103,5 @@ async fn unread_watches_are_bounded_and_freed() {
         }
     })
     .await;
-    server.start_kill().unwrap();
-    let _ = server.wait().await;
+    server.stop().await;
 }

@@ -1,8 +1,13 @@
 //! Test harness: a real nats-server per test (temp store, free port on
-//! 127.0.0.1, stopped by PID on drop) and an in-process Tenure over it.
+//! 127.0.0.1, stopped by PID on drop) and an in-process Tenure over it, or
+//! `tenure serve` as its own process (so its RSS is its own); raw HTTP/2
+//! helpers for what no gRPC client would send.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use async_nats::jetstream;
 use tenure::proto::lease_service_client::LeaseServiceClient;
@@ -11,7 +16,7 @@ use tenure::Config;
 use tenure::Running;
 use tenure::{find_binary, NatsProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
@@ -275,4 +280,150 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String
         head.lines().next().unwrap_or_default().to_string(),
         body.to_string(),
     )
+}
+
+/// `tenure serve` as a subprocess over `nats` (killed on drop), with its
+/// gRPC and metrics listeners on free loopback ports.
+pub struct Serve {
+    /// The process.
+    pub child: tokio::process::Child,
+    /// Its PID (for /proc).
+    pub pid: u32,
+    /// The gRPC address.
+    pub grpc: SocketAddr,
+    /// The `/metrics` address.
+    pub metrics: SocketAddr,
+}
+
+impl Serve {
+    /// Starts `tenure serve --nats-url <nats> --listen .. --metrics-listen ..`
+    /// followed by `args`, logging warnings and errors, and waits until it
+    /// accepts gRPC connections.
+    pub async fn start(nats: &Nats, args: &[&str]) -> Serve {
+        let grpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
+        drop((grpc, metrics));
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["serve", "--nats-url", &nats.url()])
+            .args(["--listen", &grpc_addr.to_string()])
+            .args(["--metrics-listen", &metrics_addr.to_string()])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tenure");
+        let serve = Serve {
+            pid: child.id().unwrap(),
+            child,
+            grpc: grpc_addr,
+            metrics: metrics_addr,
+        };
+        within("tenure to listen", async {
+            while serve.endpoint().connect().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        serve
+    }
+
+    /// The gRPC URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// An endpoint for the gRPC listener, to adjust before connecting.
+    pub fn endpoint(&self) -> tonic::transport::Endpoint {
+        tonic::transport::Endpoint::from_shared(self.url()).unwrap()
+    }
+
+    /// A client on a connection of its own.
+    pub async fn client(&self) -> LeaseServiceClient<Channel> {
+        LeaseServiceClient::new(self.endpoint().connect().await.expect("connect to tenure"))
+    }
+
+    /// Tenure's resident set size now, in MiB.
+    pub fn rss_mib(&self) -> u64 {
+        rss_mib(self.pid)
+    }
+
+    /// The value of an unlabelled metric now (0 when absent).
+    pub async fn metric(&self, name: &str) -> f64 {
+        metric(self.metrics, name).await
+    }
+
+    /// Kills the process (by its PID) and reaps it.
+    pub async fn stop(mut self) {
+        self.child.start_kill().unwrap();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// The resident set size of a process, in MiB.
+pub fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib / 1024
+}
+
+/// The value of an unlabelled metric served at `addr` now (0 when absent).
+pub async fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, body) = http_get(addr, "/metrics").await;
+    sample(&body, name)
+}
+
+/// The value of an unlabelled metric in a `/metrics` body (0 when absent).
+pub fn sample(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A raw HTTP/2 connection to `addr`.
+pub async fn h2_connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// The headers of a gRPC call of `method` (no credentials).
+pub fn grpc_headers(addr: SocketAddr, method: &str) -> http::Request<()> {
+    http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}/tenure.v1.LeaseService/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
+/// The gRPC status of a raw response: from its headers (trailers-only) or
+/// its trailers.
+pub async fn grpc_status(response: h2::client::ResponseFuture) -> tonic::Status {
+    let response = response.await.expect("a response");
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let mut body = response.into_body();
+    while let Some(data) = body.data().await {
+        data.expect("body");
+    }
+    let trailers = body.trailers().await.expect("trailers").expect("trailers");
+    tonic::Status::from_header_map(&trailers).expect("grpc-status in the trailers")
+}
+
+/// A gRPC length-prefixed frame of `message`.
+pub fn frame(message: &[u8]) -> Bytes {
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.into()
 }
