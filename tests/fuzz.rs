@@ -62,14 +62,15 @@ enum Req {
 
 fn request() -> impl Strategy<Value = Req> {
     prop_oneof![
-        3 => (name(), text(), duration(), key(), duration(), metadata()).prop_map(
-            |(name, holder, ttl, lease_key, wait, metadata)| Req::Acquire(AcquireRequest {
+        3 => (name(), text(), duration(), key(), duration(), metadata(), duration()).prop_map(
+            |(name, holder, ttl, lease_key, wait, metadata, lock_delay)| Req::Acquire(AcquireRequest {
                 name,
                 holder,
                 ttl,
                 lease_key,
                 wait,
-                metadata
+                metadata,
+                lock_delay,
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {

@@ -321,6 +321,7 @@ impl Raw {
             acquired_ms: now,
             renewed_ms: now,
             metadata: Default::default(),
+            lock_delay_s: 0,
         }
     }
 

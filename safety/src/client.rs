@@ -296,6 +296,7 @@ impl Client {
                     nanos: wait.subsec_nanos() as i32,
                 }),
                 metadata: Default::default(),
+                ..Default::default()
             };
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);

@@ -26,6 +26,10 @@ pub fn lease(h: &Holding) -> proto::Lease {
             .collect(),
         acquire_time: Some(timestamp(h.record.acquired_ms)),
         renew_time: Some(timestamp(h.record.renewed_ms)),
+        lock_delay: (h.record.lock_delay_s > 0).then_some(prost_types::Duration {
+            seconds: h.record.lock_delay_s as i64,
+            nanos: 0,
+        }),
     }
 }
 

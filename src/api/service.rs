@@ -203,6 +203,7 @@ impl LeaseService for LeaseApi {
                 key: key.map_or_else(validate::mint_key, str::to_string),
                 wait,
                 metadata: validate::metadata(&req.metadata)?,
+                lock_delay_s: validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?,
             };
             let holding = self.leases.acquire(&args).await?;
             Ok(proto::AcquireResponse {

@@ -23,7 +23,7 @@ pub const MAX_METADATA_BYTES: usize = 1024;
 /// Longest revoke reason, in bytes.
 pub const MAX_REASON_LEN: usize = 256;
 
-const NAME_RULE: &str = "1 to 255 characters from [-/_=.a-zA-Z0-9], not starting or ending with '.' and without empty levels ('..')";
+const NAME_RULE: &str = "1 to 255 characters from [-/_=.a-zA-Z0-9], not starting or ending with '.', without empty levels ('..'), and not under '_tenure' (reserved)";
 
 /// Checks a lease name (a KV key).
 pub fn name(name: &str) -> Result<&str> {
@@ -36,6 +36,8 @@ pub fn name(name: &str) -> Result<&str> {
         || name.starts_with('.')
         || name.ends_with('.')
         || name.contains("..")
+        || name == "_tenure"
+        || name.starts_with("_tenure.")
     {
         return Err(Error::new(
             Reason::InvalidName,
@@ -264,6 +266,34 @@ pub fn wait(
     Ok((!wait.is_zero()).then_some(wait))
 }
 
+/// Checks an Acquire lock delay: rounded up to whole seconds, at most the
+/// server's maximum; `None` or zero means none (0).
+pub fn lock_delay(requested: Option<&prost_types::Duration>, limits: &Limits) -> Result<u64> {
+    let Some(d) = requested else {
+        return Ok(0);
+    };
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(lock_delay_invalid(d, limits));
+    }
+    let secs = (d.seconds as u64).saturating_add(u64::from(d.nanos > 0));
+    if secs > limits.max_lock_delay_s {
+        return Err(lock_delay_invalid(d, limits));
+    }
+    Ok(secs)
+}
+
+/// `INVALID_ARGUMENT` for a lock delay out of bounds.
+fn lock_delay_invalid(d: &prost_types::Duration, limits: &Limits) -> Error {
+    Error::new(
+        Reason::InvalidArgument,
+        format!(
+            "lock_delay must be between 0 and {}s (got {}s {}ns); it is rounded up to whole seconds",
+            limits.max_lock_delay_s, d.seconds, d.nanos
+        ),
+    )
+    .with("max_lock_delay_seconds", limits.max_lock_delay_s)
+}
+
 /// Checks watch event-type filters: every value must be a known event type.
 pub fn event_types(values: &[i32]) -> Result<Vec<crate::proto::EventType>> {
     use crate::proto::EventType;
@@ -349,6 +379,7 @@ mod tests {
             max_ttl_s: 3600,
             default_ttl_s: 10,
             max_wait: Duration::from_secs(300),
+            max_lock_delay_s: 60,
         }
     }
 

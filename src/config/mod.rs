@@ -232,6 +232,10 @@ pub struct Config {
     #[arg(long, env = "TENURE_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
     pub max_wait: Duration,
 
+    /// Longest lock delay an Acquire may ask for (at most --marker-ttl).
+    #[arg(long, env = "TENURE_MAX_LOCK_DELAY", default_value = "60s", value_parser = parse_duration)]
+    pub max_lock_delay: Duration,
+
     /// Folder for the local nats-server's store (only without --nats-url).
     #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
     pub data_dir: PathBuf,
@@ -338,6 +342,13 @@ impl Config {
                 return Err(format!("{flag} {d:?} is too short: give at least 100ms"));
             }
         }
+        if self.max_lock_delay > self.marker_ttl {
+            return Err(format!(
+                "--max-lock-delay {:?} is longer than --marker-ttl {:?}: a delay is read from the expiry marker or revoke, \
+                 which must still be there when the delay ends",
+                self.max_lock_delay, self.marker_ttl
+            ));
+        }
         if self.max_request_bytes < 1024 {
             return Err(format!(
                 "--max-request-bytes {} is too small: a valid request can take ~1.8 KiB; give at least 1024",
@@ -354,6 +365,7 @@ impl Config {
             max_ttl_s: self.max_ttl.as_secs(),
             default_ttl_s: self.default_ttl.as_secs(),
             max_wait: self.max_wait,
+            max_lock_delay_s: self.max_lock_delay.as_secs(),
         }
     }
 
@@ -405,6 +417,8 @@ pub struct Limits {
     pub default_ttl_s: u64,
     /// Longest `wait` an Acquire may ask for.
     pub max_wait: Duration,
+    /// Longest `lock_delay` an Acquire may ask for, whole seconds.
+    pub max_lock_delay_s: u64,
 }
 
 /// Where the bucket lives and how it is made.

@@ -59,7 +59,9 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
             while let Some(item) = follow.messages.next().await {
                 let (message, pending) = item?;
                 let entry = Entry::from(message);
-                if let Kind::Held(record) = entry.kind {
+                if let (Kind::Held(record), false) =
+                    (entry.kind, super::rules::is_reserved(&entry.name))
+                {
                     if entry.name.starts_with(prefix) && entry.name.as_str() > page_token {
                         let holding = Holding::at(&entry.name, entry.revision, record);
                         page.insert(entry.name, holding);

@@ -33,6 +33,10 @@ impl Mirror {
     /// out) stands for nothing. Only live holdings are kept.
     pub fn apply(&mut self, entry: Entry) -> Option<Event> {
         self.position = self.position.max(entry.revision);
+        if super::rules::is_reserved(&entry.name) {
+            // Tenure's own keys (fences, tickets) are not leases.
+            return None;
+        }
         let (kind, holder, token, holding) = match entry.kind {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
@@ -58,7 +62,7 @@ impl Mirror {
                 };
                 (EventKind::Released, holder, token, None)
             }
-            Kind::Expired | Kind::Revoked => {
+            Kind::Expired | Kind::Revoked(_) => {
                 let kind = if entry.kind == Kind::Expired {
                     EventKind::Expired
                 } else {

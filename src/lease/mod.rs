@@ -36,11 +36,11 @@ pub use record::{Holding, KeyHash, Record, Released};
 pub use watch::{Hub, Subscription, WATCH_BUFFER_EVENTS};
 
 use cache::KeyCache;
-use record::{Entry, Kind, Revoked};
+use record::{Entry, Fence, Kind, Revoked};
 use rules::AcquirePlan;
 
 use crate::error::{Error, Reason, Result};
-use crate::nats::{CasError, Store};
+use crate::nats::{CasError, Op, Store, Write, WriteOp};
 use crate::observe::METRICS;
 
 /// How many times a call re-reads and retries after losing a CAS race before
@@ -65,6 +65,8 @@ pub struct AcquireArgs {
     pub wait: Option<Duration>,
     /// Metadata to store.
     pub metadata: BTreeMap<String, String>,
+    /// Lock delay of the holding, whole seconds (0: none).
+    pub lock_delay_s: u64,
 }
 
 /// How a holding is ended: by its holder, or by an operator.
@@ -134,7 +136,9 @@ impl Leases {
                 other => return other,
             };
             // Sleep until the lease may be free (a release, expiry or revoke
-            // of this name), the poll tick, or the deadline.
+            // of this name), the poll tick (or the end of a lock delay, if
+            // sooner), or the deadline.
+            let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
             let freed = async {
                 match follow.as_mut() {
                     Some(f) => f.next().await,
@@ -147,9 +151,9 @@ impl Leases {
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     let message = format!("{} (gave up after waiting {wait:?})", held.message);
-                    return Err(Error { message, ..held }.with("waited_ms", wait.as_millis()));
+                    return Err(Error { message, retry_after: None, ..held }.with("waited_ms", wait.as_millis()));
                 }
-                _ = tokio::time::sleep(WAIT_POLL) => {}
+                _ = tokio::time::sleep(tick) => {}
                 event = freed => {
                     if event.is_err() {
                         follow = None;
@@ -180,7 +184,22 @@ impl Leases {
                 }
                 AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
             };
+            // The lock delay of the holding the last message ended, and the
+            // fence the new holding replaces.
+            let fence = if rules::needs_fence(last.as_ref()) {
+                self.fence(&args.name).await?
+            } else {
+                (0, None)
+            };
             let now = now_ms();
+            if let Some(free_at) = rules::delayed_until(
+                last.as_ref(),
+                fence.1.as_ref().map_or(0, |f| f.lock_delay_s),
+            ) {
+                if free_at > now {
+                    return Err(delayed(&args.name, free_at, now));
+                }
+            }
             let record = Record {
                 holder: args.holder.clone(),
                 token: 0,
@@ -189,13 +208,42 @@ impl Leases {
                 acquired_ms: now,
                 renewed_ms: now,
                 metadata: args.metadata.clone(),
+                lock_delay_s: args.lock_delay_s,
             };
             let ttl = Duration::from_secs(args.ttl_s);
-            match self
-                .store
-                .put(&args.name, record.encode(), expected, ttl)
-                .await
-            {
+            let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
+            let written = if args.lock_delay_s > 0 || fence_live {
+                // The fence and the record in one atomic batch: a holding with
+                // a delay always has its fence, and one without never
+                // inherits an older holding's.
+                let fence_write = Write {
+                    name: rules::fence_key(&args.name),
+                    op: if args.lock_delay_s > 0 {
+                        WriteOp::Put
+                    } else {
+                        WriteOp::Delete
+                    },
+                    payload: Fence {
+                        lock_delay_s: args.lock_delay_s,
+                    }
+                    .encode(),
+                    expected: Some(fence_revision),
+                    ttl: Duration::ZERO,
+                };
+                let record_write = Write {
+                    name: args.name.clone(),
+                    op: WriteOp::Put,
+                    payload: record.encode(),
+                    expected: Some(expected),
+                    ttl,
+                };
+                self.store.batch(&[fence_write, record_write]).await
+            } else {
+                self.store
+                    .put(&args.name, record.encode(), expected, ttl)
+                    .await
+            };
+            match written {
                 Ok(revision) => {
                     tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
                     METRICS.acquired.inc();
@@ -277,21 +325,44 @@ impl Leases {
             };
             let token = rec.token_at(revision);
             let holder = rec.holder.clone();
-            let written = match &ending {
-                Ending::Release { .. } => {
-                    let payload = Released { holder, token }.encode();
-                    self.store.delete(name, payload, revision).await
-                }
-                Ending::Revoke { why, by, .. } => {
-                    let payload = Revoked {
+            let (op, payload) = match &ending {
+                Ending::Release { .. } => (WriteOp::Delete, Released { holder, token }.encode()),
+                Ending::Revoke { why, by, .. } => (
+                    WriteOp::Purge,
+                    Revoked {
                         holder,
                         token,
                         revoked_by: by.to_string(),
                         reason: why.to_string(),
+                        lock_delay_s: rec.lock_delay_s,
                     }
-                    .encode();
-                    self.store.purge(name, payload, revision).await
-                }
+                    .encode(),
+                ),
+            };
+            let written = if rec.lock_delay_s > 0 {
+                // A holding with a lock delay has a fence: it goes in the same
+                // batch, so that neither a release (no delay) nor a revoke
+                // (its delay is in the purge) leaves one behind for the
+                // marker that replaces this message when it ages out.
+                let fence = Write {
+                    name: rules::fence_key(name),
+                    op: WriteOp::Delete,
+                    payload: bytes::Bytes::new(),
+                    expected: None,
+                    ttl: Duration::ZERO,
+                };
+                let end = Write {
+                    name: name.to_string(),
+                    op,
+                    payload,
+                    expected: Some(revision),
+                    ttl: Duration::ZERO,
+                };
+                self.store.batch(&[fence, end]).await
+            } else if op == WriteOp::Delete {
+                self.store.delete(name, payload, revision).await
+            } else {
+                self.store.purge(name, payload, revision).await
             };
             match written {
                 Ok(at) => {
@@ -355,6 +426,21 @@ impl Leases {
     /// `kinds` (empty: all).
     pub async fn watch(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
         self.hub.watch(filter, kinds).await
+    }
+
+    /// The fence of `name` from the leader: its key's last revision (0: none)
+    /// and the fence, when that last message is one.
+    async fn fence(&self, name: &str) -> Result<(u64, Option<Fence>)> {
+        Ok(match self.store.last(&rules::fence_key(name)).await? {
+            Some(msg) => {
+                let fence = match &msg.op {
+                    Op::Put(payload) => Fence::decode(payload),
+                    _ => None,
+                };
+                (msg.revision, fence)
+            }
+            None => (0, None),
+        })
     }
 
     /// Reads the current record of `name` from the leader and checks that it
@@ -480,6 +566,22 @@ fn held(name: &str, rec: &Record, revision: u64) -> Error {
     .with("holder", &rec.holder)
     .with("fencing_token", token)
     .with("ttl_seconds", rec.ttl_s)
+}
+
+/// `LEASE_HELD` while the lock delay of an ended holding runs, saying when
+/// the name becomes free (metadata and RetryInfo).
+fn delayed(name: &str, free_at_ms: u64, now_ms: u64) -> Error {
+    let left = Duration::from_millis(free_at_ms.saturating_sub(now_ms));
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "lease {name:?} is in its lock delay after its last holding expired or was revoked; \
+             it becomes free in {left:?}, or Acquire with a wait"
+        ),
+    )
+    .with("free_at_unix_ms", free_at_ms)
+    .with("state", "LOCK_DELAY")
+    .retry_after(left)
 }
 
 /// `LEASE_NOT_HELD` with why.

@@ -34,6 +34,15 @@ pub struct Record {
     /// Small client metadata given at Acquire.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// The lock delay of the holding, whole seconds: after it expires or is
+    /// revoked, nobody may take the name for this long. Omitted when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_s: u64,
+}
+
+/// Whether a number field is 0 (and so left out of the JSON).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Record {
@@ -103,6 +112,10 @@ pub struct Revoked {
     pub revoked_by: String,
     /// Why.
     pub reason: String,
+    /// The lock delay of the holding that ended, whole seconds (0:
+    /// omitted): the name stays refused that long after this revoke.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_s: u64,
 }
 
 impl Revoked {
@@ -111,6 +124,34 @@ impl Revoked {
         serde_json::to_vec(self)
             .expect("a revoke always serialises")
             .into()
+    }
+
+    /// Parses a purge payload; `None` when absent or foreign (`nats kv purge`).
+    pub fn decode(bytes: &[u8]) -> Option<Revoked> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// The value of a name's fence key (`_tenure.delay.<name>`): the lock delay
+/// of the name's latest holding, kept apart from the record because an
+/// expiry marker carries no payload and the record is gone once it expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The lock delay, whole seconds.
+    pub lock_delay_s: u64,
+}
+
+impl Fence {
+    /// The JSON bytes of the fence.
+    pub fn encode(&self) -> bytes::Bytes {
+        serde_json::to_vec(self)
+            .expect("a fence always serialises")
+            .into()
+    }
+
+    /// Parses a fence; `None` when foreign.
+    pub fn decode(bytes: &[u8]) -> Option<Fence> {
+        serde_json::from_slice(bytes).ok()
     }
 }
 
@@ -150,8 +191,9 @@ pub enum Kind {
     Released(Option<Released>),
     /// An expiry marker written by NATS.
     Expired,
-    /// An operator purge (a revoke, or `nats kv purge`).
-    Revoked,
+    /// An operator purge (a revoke, or `nats kv purge`), with the lock
+    /// delay of the holding it ended (whole seconds, 0: none).
+    Revoked(u64),
 }
 
 impl Kind {
@@ -162,7 +204,7 @@ impl Kind {
             Kind::Unreadable => "UNREADABLE",
             Kind::Released(_) => "RELEASED",
             Kind::Expired => "EXPIRED",
-            Kind::Revoked => "REVOKED",
+            Kind::Revoked(_) => "REVOKED",
         }
     }
 }
@@ -185,7 +227,9 @@ impl From<Message> for Entry {
         let kind = match msg.op {
             Op::Put(payload) => Record::decode(&payload).map_or(Kind::Unreadable, Kind::Held),
             Op::Delete(payload) => Kind::Released(Released::decode(&payload)),
-            Op::Purge => Kind::Revoked,
+            Op::Purge(payload) => {
+                Kind::Revoked(Revoked::decode(&payload).map_or(0, |r| r.lock_delay_s))
+            }
             Op::Expired => Kind::Expired,
         };
         Entry {
@@ -235,6 +279,7 @@ mod tests {
             acquired_ms: 1,
             renewed_ms: 2,
             metadata: BTreeMap::from([("k".into(), "v".into())]),
+            lock_delay_s: 0,
         };
         let back = Record::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
@@ -268,7 +313,10 @@ mod tests {
             Kind::Released(None)
         );
         assert_eq!(Entry::from(msg(Op::Expired)).kind, Kind::Expired);
-        assert_eq!(Entry::from(msg(Op::Purge)).kind, Kind::Revoked);
+        assert_eq!(
+            Entry::from(msg(Op::Purge(bytes::Bytes::new()))).kind,
+            Kind::Revoked(0)
+        );
         assert_eq!(
             Entry::from(msg(Op::Put(bytes::Bytes::from_static(b"{}")))).kind,
             Kind::Unreadable
@@ -292,6 +340,7 @@ pub mod fixtures {
             acquired_ms: 0,
             renewed_ms: 0,
             metadata: Default::default(),
+            lock_delay_s: 0,
         }
     }
 

@@ -50,10 +50,52 @@ pub fn plan_acquire<'a>(last: Option<&'a Entry>, holder: &str, hash: &KeyHash) -
             record,
         },
         Kind::Unreadable => AcquirePlan::Unreadable,
-        Kind::Released(_) | Kind::Expired | Kind::Revoked => AcquirePlan::Take {
+        Kind::Released(_) | Kind::Expired | Kind::Revoked(_) => AcquirePlan::Take {
             expected: entry.revision,
         },
     }
+}
+
+/// The first level of every key Tenure keeps for itself in the bucket
+/// (fences, queue tickets). Lease names may not use it.
+pub const RESERVED: &str = "_tenure";
+
+/// Whether `key` is one of Tenure's own keys rather than a lease name.
+pub fn is_reserved(key: &str) -> bool {
+    key == RESERVED || key.starts_with("_tenure.")
+}
+
+/// The fence key of lease `name`: where the lock delay of its latest
+/// holding is kept while the holding lives and after it expired.
+pub fn fence_key(name: &str) -> String {
+    format!("{RESERVED}.delay.{name}")
+}
+
+/// Whether an Acquire over `last` must read the name's fence: after an
+/// expiry or a revoke (the delay may still run), or with no message at all
+/// (a fence may outlive the marker; the new holding must replace it).
+/// After a release there is none: the release removed it.
+pub fn needs_fence(last: Option<&Entry>) -> bool {
+    matches!(
+        last.map(|e| &e.kind),
+        None | Some(Kind::Expired) | Some(Kind::Revoked(_))
+    )
+}
+
+/// Until when (Unix ms) a name is refused by the lock delay of the holding
+/// its last message ended, or `None` when it is not delayed. An expiry
+/// marker takes the delay from the fence (`fence_delay_s`), a revoke from
+/// its own payload; a release never delays. The end is the NATS timestamp
+/// of the ending message, so the delay runs from when the bucket ended the
+/// holding, not from when a replica noticed.
+pub fn delayed_until(last: Option<&Entry>, fence_delay_s: u64) -> Option<u64> {
+    let entry = last?;
+    let delay_s = match entry.kind {
+        Kind::Expired => fence_delay_s,
+        Kind::Revoked(delay_s) => delay_s,
+        _ => 0,
+    };
+    (delay_s > 0).then(|| entry.time_ms.saturating_add(delay_s.saturating_mul(1000)))
 }
 
 /// Whether an Acquire by `holder` with key `hash` is the one that took
@@ -89,7 +131,7 @@ mod tests {
             plan_acquire(None, "alice", &key),
             AcquirePlan::Take { expected: 0 }
         );
-        for kind in [Kind::Expired, Kind::Revoked, Kind::Released(None)] {
+        for kind in [Kind::Expired, Kind::Revoked(0), Kind::Released(None)] {
             let e = entry(9, kind);
             assert_eq!(
                 plan_acquire(Some(&e), "alice", &key),
@@ -140,6 +182,34 @@ mod tests {
             "an earlier holding's revision"
         );
         assert!(!belongs_to_holding(10, 7, 9), "a revision not written yet");
+    }
+
+    /// Only an expiry or a revoke delays the name, from the ending
+    /// message's time; a release, a live holding or no message never does.
+    #[test]
+    fn lock_delay_follows_expiry_and_revoke_only() {
+        let at = |kind| Entry {
+            time_ms: 10_000,
+            ..entry(9, kind)
+        };
+        assert_eq!(delayed_until(Some(&at(Kind::Expired)), 5), Some(15_000));
+        assert_eq!(delayed_until(Some(&at(Kind::Expired)), 0), None);
+        assert_eq!(delayed_until(Some(&at(Kind::Revoked(3))), 5), Some(13_000));
+        assert_eq!(delayed_until(Some(&at(Kind::Revoked(0))), 5), None);
+        assert_eq!(delayed_until(Some(&at(Kind::Released(None))), 5), None);
+        assert_eq!(delayed_until(None, 5), None);
+        assert!(needs_fence(None));
+        assert!(needs_fence(Some(&at(Kind::Expired))));
+        assert!(!needs_fence(Some(&at(Kind::Released(None)))));
+    }
+
+    /// Tenure's own keys live under one reserved first level.
+    #[test]
+    fn reserved_keys() {
+        assert!(is_reserved(&fence_key("jobs.a")));
+        assert!(is_reserved("_tenure"));
+        assert!(!is_reserved("_tenured.a"));
+        assert!(!is_reserved("jobs._tenure"));
     }
 
     /// The token of a holding is the revision of its acquiring write, and

@@ -39,6 +39,25 @@ pub const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
 /// the subject's last message.
 pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
+/// The conditional-write header: the subject's last sequence must be this.
+pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// The per-message TTL header, whole seconds.
+pub const NATS_TTL: &str = "Nats-TTL";
+/// Atomic batch publish (ADR-50): the batch every message belongs to.
+pub const NATS_BATCH_ID: &str = "Nats-Batch-Id";
+/// Atomic batch publish: the message's place in its batch, 1, 2, 3...
+pub const NATS_BATCH_SEQUENCE: &str = "Nats-Batch-Sequence";
+/// Atomic batch publish: on the last message, commits the batch.
+pub const NATS_BATCH_COMMIT: &str = "Nats-Batch-Commit";
+/// [`NATS_BATCH_COMMIT`] value that stores the last message and commits.
+pub const NATS_BATCH_COMMIT_FINAL: &str = "1";
+/// The nats-server version that first has atomic batch publish.
+pub const ATOMIC_BATCH_VERSION: &str = "2.12";
+/// JetStream error: the expected last subject sequence did not match.
+const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
+/// JetStream error: atomic batch publish is not enabled on the stream.
+const ERR_BATCH_DISABLED: u64 = 10174;
+
 /// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -46,8 +65,9 @@ pub enum Op {
     Put(Bytes),
     /// A delete tombstone (`KV-Operation: DEL`), with its payload.
     Delete(Bytes),
-    /// A purge (`KV-Operation: PURGE`, or a purge/remove marker).
-    Purge,
+    /// A purge (`KV-Operation: PURGE`, or a purge/remove marker), with its
+    /// payload (empty for a marker).
+    Purge(Bytes),
     /// A marker NATS wrote when a TTL removed the last message
     /// (`Nats-Marker-Reason: MaxAge`).
     Expired,
@@ -76,6 +96,34 @@ pub enum CasError {
     Failed(Error),
 }
 
+/// What one write of an atomic batch does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOp {
+    /// A value, expiring after the write's TTL.
+    Put,
+    /// A delete tombstone (`KV-Operation: DEL`) with the marker TTL.
+    Delete,
+    /// A purge (`KV-Operation: PURGE`) with the marker TTL.
+    Purge,
+}
+
+/// One conditional write of an atomic batch.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// The KV key.
+    pub name: String,
+    /// What it writes.
+    pub op: WriteOp,
+    /// The payload.
+    pub payload: Bytes,
+    /// The revision the key's last message must have (0: no message);
+    /// `None`: unconditional (the batch's other writes decide).
+    pub expected: Option<u64>,
+    /// The TTL of a [`WriteOp::Put`] (zero: none, kept until overwritten);
+    /// ends get the marker TTL.
+    pub ttl: Duration,
+}
+
 /// A handle on the lease bucket; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -91,6 +139,8 @@ pub struct Store {
     prefix: String,
     /// The TTL given to release tombstones.
     marker_ttl: Duration,
+    /// Whether the stream has atomic batch publish (`allow_atomic`).
+    atomic: bool,
 }
 
 impl Store {
@@ -128,6 +178,7 @@ impl Store {
             }
             Err(err) => return Err(Error::nats("looking up the bucket", err)),
         };
+        let atomic = enable_atomic(&js, &stream).await;
         let store = Store {
             client,
             js,
@@ -135,6 +186,7 @@ impl Store {
             bucket: cfg.bucket.clone(),
             prefix: format!("$KV.{}.", cfg.bucket),
             marker_ttl: cfg.marker_ttl,
+            atomic,
         };
         store.verify().await?;
         Ok(store)
@@ -322,6 +374,85 @@ impl Store {
         }
     }
 
+    /// Writes `writes` as one JetStream atomic batch (ADR-50): every write
+    /// is conditional on its key's last revision (checked against the
+    /// stream as it was before the batch), and either all are stored, at
+    /// consecutive revisions, or none is. Returns the revision of the last
+    /// write; write `i` of `n` is at `last - (n - 1 - i)`. A stale expected
+    /// revision on any write is a [`CasError::Conflict`] (no write landed).
+    pub async fn batch(&self, writes: &[Write]) -> Result<u64, CasError> {
+        self.ensure_connected().map_err(CasError::Failed)?;
+        if !self.atomic {
+            return Err(CasError::Failed(no_atomic_batches(&self.bucket)));
+        }
+        let Some(last) = writes.len().checked_sub(1) else {
+            return Err(CasError::Failed(Error::new(
+                Reason::Internal,
+                "an empty batch",
+            )));
+        };
+        // An id unique to this batch (an inbox token is a NUID).
+        let inbox = self.client.new_inbox();
+        let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();
+        let span = tracing::debug_span!("nats.batch", otel.kind = "client", count = writes.len());
+        async {
+            for (i, w) in writes.iter().enumerate() {
+                let mut headers = HeaderMap::new();
+                headers.insert(NATS_BATCH_ID, id.as_str());
+                headers.insert(NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
+                if let Some(expected) = w.expected {
+                    headers.insert(
+                        NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                        expected.to_string().as_str(),
+                    );
+                }
+                let ttl = match w.op {
+                    WriteOp::Put => w.ttl,
+                    WriteOp::Delete => {
+                        headers.insert(KV_OPERATION, KV_OPERATION_DELETE);
+                        self.marker_ttl
+                    }
+                    WriteOp::Purge => {
+                        headers.insert(KV_OPERATION, KV_OPERATION_PURGE);
+                        self.marker_ttl
+                    }
+                };
+                // A zero TTL on a value: kept until overwritten (no header).
+                if !ttl.is_zero() {
+                    headers.insert(NATS_TTL, ttl.as_secs().to_string().as_str());
+                }
+                if i == last {
+                    headers.insert(NATS_BATCH_COMMIT, NATS_BATCH_COMMIT_FINAL);
+                }
+                let subject = format!("{}{}", self.prefix, w.name);
+                // The first message is a request, so a stream that refuses
+                // batches says so before the rest is sent; the last gets the
+                // acknowledgement of the whole batch.
+                if i == 0 || i == last {
+                    let reply = self
+                        .client
+                        .request_with_headers(subject, headers, w.payload.clone())
+                        .await
+                        .map_err(|e| CasError::Failed(Error::nats("the batch write", e)))?;
+                    let sequence = batch_reply(&reply.payload, &self.bucket)?;
+                    if i == last {
+                        return sequence.ok_or_else(|| {
+                            CasError::Failed(Error::nats("the batch write", "no acknowledgement"))
+                        });
+                    }
+                } else {
+                    self.client
+                        .publish_with_headers(subject, headers, w.payload.clone())
+                        .await
+                        .map_err(|e| CasError::Failed(Error::nats("the batch write", e)))?;
+                }
+            }
+            unreachable!("the last write returns")
+        }
+        .instrument(span)
+        .await
+    }
+
     /// Follows the bucket with an ordered consumer. `filter` is a key or a
     /// KV wildcard (`jobs.>`, `>`); `from` says where to begin. The consumer
     /// is recreated by async-nats after reconnects, resuming where it was;
@@ -403,17 +534,95 @@ fn classify(headers: Option<&HeaderMap>, payload: Bytes) -> Op {
         if let Some(op) = headers.get(KV_OPERATION) {
             return match op.as_str() {
                 KV_OPERATION_DELETE => Op::Delete(payload),
-                _ => Op::Purge,
+                _ => Op::Purge(payload),
             };
         }
         if let Some(reason) = headers.get(NATS_MARKER_REASON) {
             return match reason.as_str() {
                 MARKER_REASON_MAX_AGE => Op::Expired,
-                _ => Op::Purge,
+                _ => Op::Purge(Bytes::new()),
             };
         }
     }
     Op::Put(payload)
+}
+
+/// Turns on atomic batch publish on the bucket's stream if it is off;
+/// returns whether the stream has it. A server older than 2.12 does not
+/// know the setting (it is dropped or refused): the bucket still serves
+/// plain leases, and only the features that need batches are refused.
+async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> bool {
+    let mut stream = stream.clone();
+    let Ok(info) = stream.info().await else {
+        return false;
+    };
+    if info.config.allow_atomic_publish {
+        return true;
+    }
+    let config = stream::Config {
+        allow_atomic_publish: true,
+        ..info.config.clone()
+    };
+    match js.update_stream(config).await {
+        Ok(updated) if updated.config.allow_atomic_publish => {
+            tracing::info!(stream = %info.config.name, "enabled atomic batch publish on the bucket's stream");
+            true
+        }
+        Ok(_) => {
+            tracing::warn!(stream = %info.config.name, "nats-server ignored allow_atomic: lock-delay, fair queues and lease groups need nats-server {ATOMIC_BATCH_VERSION} or newer");
+            false
+        }
+        Err(err) => {
+            tracing::warn!(stream = %info.config.name, %err, "cannot enable atomic batch publish: lock-delay, fair queues and lease groups need nats-server {ATOMIC_BATCH_VERSION} or newer");
+            false
+        }
+    }
+}
+
+/// The refusal of a feature that needs atomic batches on a stream without
+/// them.
+fn no_atomic_batches(bucket: &str) -> Error {
+    Error::new(
+        Reason::Internal,
+        format!(
+            "bucket {bucket:?} cannot take atomic batch writes, which this request needs; \
+             run nats-server {ATOMIC_BATCH_VERSION} or newer and let Tenure enable allow_atomic on stream KV_{bucket}"
+        ),
+    )
+    .with("required_nats_server", ATOMIC_BATCH_VERSION)
+}
+
+/// Reads a reply to a batch message: empty (accepted, not the last), a
+/// PubAck with the last sequence, or a JetStream error.
+fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, CasError> {
+    if payload.is_empty() {
+        return Ok(None);
+    }
+    let reply: serde_json::Value = serde_json::from_slice(payload).map_err(|e| {
+        CasError::Failed(Error::new(
+            Reason::Internal,
+            format!("bad JetStream batch reply: {e}"),
+        ))
+    })?;
+    if let Some(error) = reply.get("error") {
+        let code = error.get("err_code").and_then(|c| c.as_u64()).unwrap_or(0);
+        let description = error
+            .get("description")
+            .and_then(|d| d.as_str())
+            .unwrap_or("unknown error");
+        return Err(match code {
+            ERR_WRONG_LAST_SEQUENCE => {
+                METRICS.cas_conflicts.inc();
+                CasError::Conflict
+            }
+            ERR_BATCH_DISABLED => CasError::Failed(no_atomic_batches(bucket)),
+            _ => CasError::Failed(Error::nats(
+                "the batch write",
+                format!("{description} (JetStream error {code})"),
+            )),
+        });
+    }
+    Ok(reply.get("seq").and_then(|s| s.as_u64()))
 }
 
 /// Whether a get-stream failure means "no such stream".
@@ -442,10 +651,10 @@ mod tests {
         assert_eq!(classify(Some(&h), Bytes::new()), Op::Expired);
         let mut h = HeaderMap::new();
         h.insert(NATS_MARKER_REASON, "Purge");
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge);
+        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
         let mut h = HeaderMap::new();
         h.insert(KV_OPERATION, KV_OPERATION_PURGE);
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge);
+        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
         let mut h = HeaderMap::new();
         h.insert(KV_OPERATION, KV_OPERATION_DELETE);
         assert_eq!(

@@ -130,7 +130,10 @@ type Lease struct {
 	// acquire_time is when the holding was acquired (server clock).
 	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
 	// renew_time is when the holding was last written (server clock).
-	RenewTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	RenewTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	// lock_delay is the holding's lock delay (whole seconds; absent when none):
+	// after it expires or is revoked, the name stays refused this long.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +224,13 @@ func (x *Lease) GetRenewTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Lease) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 // AcquireRequest asks for a lease.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -241,7 +251,15 @@ type AcquireRequest struct {
 	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	// metadata is stored with the lease and shown to watchers: at most 16
 	// entries and 1024 bytes of keys and values in total.
-	Metadata      map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// lock_delay protects downstream systems that cannot check fencing tokens:
+	// after this holding *expires or is revoked* (never after a release),
+	// nobody may acquire the name for this long. Rounded up to whole seconds,
+	// at most the server's --max-lock-delay; absent or zero means none. While
+	// it runs, Acquire without a wait fails with LEASE_HELD (metadata state
+	// LOCK_DELAY and free_at_unix_ms, plus a RetryInfo); with a wait it waits.
+	// Needs nats-server 2.12 or newer (atomic batch publish).
+	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +332,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 func (x *AcquireRequest) GetMetadata() map[string]string {
 	if x != nil {
 		return x.Metadata
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
 	}
 	return nil
 }
@@ -1148,7 +1173,7 @@ var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x03\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
@@ -1158,17 +1183,21 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\bmetadata\x18\x06 \x03(\v2\x1e.tenure.v1.Lease.MetadataEntryR\bmetadata\x12=\n" +
 	"\facquire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x129\n" +
 	"\n" +
-	"renew_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x1a;\n" +
+	"renew_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x128\n" +
+	"\n" +
+	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1b\n" +
 	"\tlease_key\x18\x04 \x01(\tR\bleaseKey\x12-\n" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12C\n" +
-	"\bmetadata\x18\x06 \x03(\v2'.tenure.v1.AcquireRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\x06 \x03(\v2'.tenure.v1.AcquireRequest.MetadataEntryR\bmetadata\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -1286,39 +1315,41 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	17, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
 	20, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
 	20, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	19, // 4: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 5: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	18, // 6: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	1,  // 7: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	19, // 8: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 9: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 10: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 11: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
-	12, // 12: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
-	0,  // 13: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
-	1,  // 14: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	20, // 15: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	1,  // 16: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	1,  // 17: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
-	2,  // 18: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 19: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 20: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 21: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 22: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 23: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 24: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	3,  // 25: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 26: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 27: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 28: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 29: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 30: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 31: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	19, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	19, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	18, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	19, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	1,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	19, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
+	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	0,  // 13: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
+	12, // 14: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
+	0,  // 15: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
+	1,  // 16: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
+	20, // 17: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	1,  // 18: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	1,  // 19: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
+	2,  // 20: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 21: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 22: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 23: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 24: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 25: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 26: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	3,  // 27: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 28: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 29: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 30: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 31: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 32: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 33: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }

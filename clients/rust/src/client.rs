@@ -196,6 +196,7 @@ impl Client {
             lease_key: options.lease_key.unwrap_or_default(),
             wait: options.wait.map(to_proto),
             metadata: options.metadata,
+            ..Default::default()
         };
         let sent = Instant::now();
         let mut stub = self.stub.clone();

@@ -31,7 +31,7 @@ EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
 
 class Lease(_message.Message):
-    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time")
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class Lease(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     fencing_token: int
@@ -55,10 +56,11 @@ class Lease(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     acquire_time: _timestamp_pb2.Timestamp
     renew_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata")
+    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,13 +74,15 @@ class AcquireRequest(_message.Message):
     LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     ttl: _duration_pb2.Duration
     lease_key: str
     wait: _duration_pb2.Duration
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "lease_key")

@@ -154,7 +154,14 @@ export interface Lease {
     | Date
     | undefined;
   /** renew_time is when the holding was last written (server clock). */
-  renewTime: Date | undefined;
+  renewTime:
+    | Date
+    | undefined;
+  /**
+   * lock_delay is the holding's lock delay (whole seconds; absent when none):
+   * after it expires or is revoked, the name stays refused this long.
+   */
+  lockDelay: Duration | undefined;
 }
 
 export interface Lease_MetadataEntry {
@@ -194,6 +201,16 @@ export interface AcquireRequest {
    * entries and 1024 bytes of keys and values in total.
    */
   metadata: { [key: string]: string };
+  /**
+   * lock_delay protects downstream systems that cannot check fencing tokens:
+   * after this holding *expires or is revoked* (never after a release),
+   * nobody may acquire the name for this long. Rounded up to whole seconds,
+   * at most the server's --max-lock-delay; absent or zero means none. While
+   * it runs, Acquire without a wait fails with LEASE_HELD (metadata state
+   * LOCK_DELAY and free_at_unix_ms, plus a RetryInfo); with a wait it waits.
+   * Needs nats-server 2.12 or newer (atomic batch publish).
+   */
+  lockDelay: Duration | undefined;
 }
 
 export interface AcquireRequest_MetadataEntry {
@@ -366,6 +383,7 @@ function createBaseLease(): Lease {
     metadata: {},
     acquireTime: undefined,
     renewTime: undefined,
+    lockDelay: undefined,
   };
 }
 
@@ -400,6 +418,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.renewTime !== undefined) {
       Timestamp.encode(toTimestamp(message.renewTime), writer.uint32(66).fork()).join();
+    }
+    if (message.lockDelay !== undefined) {
+      Duration.encode(message.lockDelay, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -484,6 +505,14 @@ export const Lease: MessageFns<Lease> = {
             message.renewTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.lockDelay = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -531,6 +560,11 @@ export const Lease: MessageFns<Lease> = {
         : isSet(object.renew_time)
         ? fromJsonTimestamp(object.renew_time)
         : undefined,
+      lockDelay: isSet(object.lockDelay)
+        ? Duration.fromJSON(object.lockDelay)
+        : isSet(object.lock_delay)
+        ? Duration.fromJSON(object.lock_delay)
+        : undefined,
     };
   },
 
@@ -566,6 +600,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.renewTime !== undefined) {
       obj.renewTime = message.renewTime.toISOString();
     }
+    if (message.lockDelay !== undefined) {
+      obj.lockDelay = Duration.toJSON(message.lockDelay);
+    }
     return obj;
   },
 
@@ -592,6 +629,9 @@ export const Lease: MessageFns<Lease> = {
     );
     message.acquireTime = object.acquireTime ?? undefined;
     message.renewTime = object.renewTime ?? undefined;
+    message.lockDelay = (object.lockDelay !== undefined && object.lockDelay !== null)
+      ? Duration.fromPartial(object.lockDelay)
+      : undefined;
     return message;
   },
 };
@@ -682,7 +722,7 @@ export const Lease_MetadataEntry: MessageFns<Lease_MetadataEntry> = {
 };
 
 function createBaseAcquireRequest(): AcquireRequest {
-  return { name: "", holder: "", ttl: undefined, leaseKey: "", wait: undefined, metadata: {} };
+  return { name: "", holder: "", ttl: undefined, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined };
 }
 
 export const AcquireRequest: MessageFns<AcquireRequest> = {
@@ -705,6 +745,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     globalThis.Object.entries(message.metadata).forEach(([key, value]: [string, string]) => {
       AcquireRequest_MetadataEntry.encode({ key: key as any, value }, writer.uint32(50).fork()).join();
     });
+    if (message.lockDelay !== undefined) {
+      Duration.encode(message.lockDelay, writer.uint32(58).fork()).join();
+    }
     return writer;
   },
 
@@ -772,6 +815,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             }
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.lockDelay = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -809,6 +860,11 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
           {},
         )
         : {},
+      lockDelay: isSet(object.lockDelay)
+        ? Duration.fromJSON(object.lockDelay)
+        : isSet(object.lock_delay)
+        ? Duration.fromJSON(object.lock_delay)
+        : undefined,
     };
   },
 
@@ -838,6 +894,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         });
       }
     }
+    if (message.lockDelay !== undefined) {
+      obj.lockDelay = Duration.toJSON(message.lockDelay);
+    }
     return obj;
   },
 
@@ -860,6 +919,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
       },
       {},
     );
+    message.lockDelay = (object.lockDelay !== undefined && object.lockDelay !== null)
+      ? Duration.fromPartial(object.lockDelay)
+      : undefined;
     return message;
   },
 };
