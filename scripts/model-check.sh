@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Model check of the lease protocol (model/lease.pml) and of fair queueing
+# (model/fifo.pml) with spin; model/README.md explains the models.
+#
+#   scripts/model-check.sh            every check (about 2.5 minutes on 2 cores)
+#   scripts/model-check.sh fifo NO_   only checks whose name contains a word
+#
+# Three kinds of check, each counted once in the summary:
+#   verify   the real protocol, searched exhaustively within its bounds:
+#            must report 0 errors and a completed search
+#   control  a mutation of the protocol or a removed assumption: must find a
+#            counterexample (breadth-first, so the shortest); its trail is printed
+#   probe    a path of the protocol that the real model must reach (a check
+#            that the model is not vacuous)
+#
+# Installs spin (Debian package) and gcc when missing. Works in a temp folder;
+# nothing is written to the tree. MODEL_MEMLIM (MB, default 4096) caps pan's
+# memory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if ! command -v spin >/dev/null 2>&1 || ! command -v gcc >/dev/null 2>&1; then
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo=(sudo -n)
+    else
+      echo "model-check: spin or gcc is missing; install them (apt-get install spin gcc) or run as root" >&2
+      exit 1
+    fi
+  fi
+  echo "model-check: installing spin and gcc (apt-get)" >&2
+  "${sudo[@]}" apt-get update -qq >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin gcc >/dev/null
+fi
+
+memlim=${MODEL_MEMLIM:-4096}
+filters=("$@")
+work=$(mktemp -d /tmp/tenure-model.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+passed=0
+failed=0
+failures=()
+start=$SECONDS
+
+# Whether a check named $1 is selected by the command-line words.
+selected() {
+  [ ${#filters[@]} -eq 0 ] && return 0
+  local f
+  for f in "${filters[@]}"; do
+    case "$1" in *"$f"*) return 0 ;; esac
+  done
+  return 1
+}
+
+pass() { passed=$((passed + 1)); echo "  PASS $1"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "  FAIL $1"; }
+
+# Generates and compiles pan for model $1 in a fresh folder $2, with spin
+# flags $3 and gcc flags $4.
+build() {
+  local model=$1 dir=$2 sflags=$3 cflags=$4
+  mkdir -p "$dir"
+  cp "$root/model/$model.pml" "$dir/"
+  # shellcheck disable=SC2086
+  (cd "$dir" && spin -a $sflags "$model.pml" >spin.out 2>&1 && gcc -w $cflags -DMEMLIM="$memlim" -o pan pan.c) || {
+    cat "$dir/spin.out" >&2
+    return 1
+  }
+}
+
+# One number from pan's report in file $1.
+pan_stat() {
+  local file=$1 what=$2
+  case "$what" in
+    states) awk '/states, stored/ { print $1; exit }' "$file" ;;
+    transitions) awk '/transitions \(= stored\+matched\)/ { print $1; exit }' "$file" ;;
+    depth) sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$file" | head -n 1 ;;
+    memory) awk '/total actual memory usage/ { print $1; exit }' "$file" ;;
+    time) sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$file" | head -n 1 ;;
+    vector) sed -n 's/^State-vector \([0-9]*\) byte.*/\1/p' "$file" | head -n 1 ;;
+  esac
+}
+
+# The printf lines of a trail replay: who did what, up to the violation.
+trail() {
+  local model=$1 dir=$2 sflags=$3
+  # shellcheck disable=SC2086
+  (cd "$dir" && spin $sflags -t "$model.pml" 2>&1) |
+    sed 's/^[[:space:]]*//; s/[[:space:]][[:space:]]*/ /g; s/ $//' |
+    grep -E '^([AB](@R[01])?[ :]|admin:|nats:|W[0-9]:|P:|VIOLATED|REACHED)' |
+    sed '/^VIOLATED/q; /^REACHED/q'
+}
+
+# verify NAME MODEL SPINFLAGS BOUNDS: exhaustive search, must find nothing.
+verify() {
+  local name=$1 model=$2 sflags=$3 bounds=$4
+  selected "$name" || return 0
+  local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
+  echo "verify $name"
+  echo "  bounds: $bounds"
+  if ! build "$model" "$dir" "$sflags" "-O2 -DSAFETY -DCOLLAPSE"; then
+    fail "$name (does not compile)"
+    return
+  fi
+  (cd "$dir" && ./pan -n -m100000 -w25 >pan.out 2>&1) || true
+  local out="$dir/pan.out"
+  local errors
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out" | head -n 1)
+  echo "  $(pan_stat "$out" states) states stored, $(pan_stat "$out" transitions) transitions," \
+    "depth $(pan_stat "$out" depth), state vector $(pan_stat "$out" vector) bytes," \
+    "$(pan_stat "$out" memory) MB, $(pan_stat "$out" time) s"
+  if [ "$errors" = 0 ] && ! grep -q "Search not completed\|max search depth too small\|MEMLIM" "$out"; then
+    pass "$name: 0 errors, full state space explored"
+  else
+    grep -E "pan:|error|Warning|MEMLIM" "$out" | head -n 5 | sed 's/^/    /'
+    if [ -f "$dir/$model.pml.trail" ]; then
+      echo "  counterexample:"
+      trail "$model" "$dir" "$sflags" | sed 's/^/    /'
+    fi
+    fail "$name: errors ${errors:-?} or search incomplete"
+  fi
+}
+
+# control NAME MODEL SPINFLAGS WHAT: must find a counterexample.
+control() {
+  local name=$1 model=$2 sflags=$3 what=$4
+  selected "$name" || return 0
+  local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
+  echo "control $name: $what"
+  if ! build "$model" "$dir" "$sflags" "-O1 -DSAFETY -DBFS"; then
+    fail "$name (does not compile)"
+    return
+  fi
+  (cd "$dir" && ./pan -n >pan.out 2>&1) || true
+  local out="$dir/pan.out"
+  if grep -q "errors: 1" "$out" && [ -f "$dir/$model.pml.trail" ]; then
+    local lines
+    lines=$(trail "$model" "$dir" "$sflags")
+    if echo "$lines" | grep -q '^VIOLATED'; then
+      echo "  counterexample (depth $(pan_stat "$out" depth), $(pan_stat "$out" states) states searched):"
+      echo "$lines" | sed 's/^/    /'
+      pass "$name: counterexample found"
+      return
+    fi
+  fi
+  grep -E "errors|pan:" "$out" | head -n 3 | sed 's/^/    /'
+  fail "$name: no counterexample found"
+}
+
+# probe NAME MODEL N WHAT: the real model must reach probe N.
+probe() {
+  local name=$1 model=$2 n=$3 what=$4
+  selected "$name" || return 0
+  local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
+  if ! build "$model" "$dir" "-DPROBE=$n" "-O1 -DSAFETY"; then
+    fail "$name (does not compile)"
+    return
+  fi
+  (cd "$dir" && ./pan -n -m100000 >pan.out 2>&1) || true
+  if [ -f "$dir/$model.pml.trail" ] && trail "$model" "$dir" "-DPROBE=$n" | tail -n 1 | grep -q "^REACHED probe $n\$"; then
+    pass "$name reachable: $what (depth $(pan_stat "$dir/pan.out" depth))"
+  else
+    fail "$name not reached: $what"
+  fi
+}
+
+echo "model-check: spin $(spin -V | sed -n 's/Spin Version \([^ ]*\).*/\1/p'), pan memory limit ${memlim} MB"
+
+# ---- the lease protocol ----
+verify lease lease "" \
+  "clients A (3 calls) and B (2 calls), one holder name, two keys; replicas R0, R1 with KeyCaches (each client's calls to its own replica, the retry to either); 1 unanswered attempt retried, the first still running; 1 revoke; expiry and ageing out at any time; MAX_CAS_ATTEMPTS 2; stream sequence <= 5"
+verify lease-any-replica lease "-DANY_REPLICA -DOPS_A=2 -DOPS_B=2 -DREVOKES=0" \
+  "as lease, but every attempt to either replica; 2 calls each; no revoke"
+verify lease-give-up lease "-DGIVE_UP -DRETRIES=0" \
+  "as lease, but instead of a retry 1 call abandoned without an answer (after a Release with no definite answer the client acquires later with a new key)"
+
+control lease-NO_KEY_CHECK lease "-DNO_KEY_CHECK" "Renew and Release accept any lease key"
+control lease-NO_ACQUIRE_KEY_CHECK lease "-DNO_ACQUIRE_KEY_CHECK" "Acquire takes a holding of the same holder name as its own, whatever the key"
+control lease-UNCONDITIONAL_WRITE lease "-DUNCONDITIONAL_WRITE" "publishes without Nats-Expected-Last-Subject-Sequence"
+control lease-NO_STALE_RULE_BOUND lease "-DNO_STALE_RULE_BOUND" "verify_holding accepts an expected revision below the holding's token"
+control lease-NO_CACHE_REVISION lease "-DNO_CACHE_REVISION" "KeyCache answers by name whatever the revision asked"
+control lease-NO_ACQUIRE_RETRY_PATH lease "-DNO_ACQUIRE_RETRY_PATH" "Acquire treats the caller's own holding as someone else's"
+control lease-ACQUIRE_RETRY_WITHOUT_WRITE lease "-DACQUIRE_RETRY_WITHOUT_WRITE" "a retried Acquire answers with the holding it read, without renewing it"
+control lease-NO_CLIENT_DEADLINE lease "-DNO_CLIENT_DEADLINE" "assumption removed: expiry may fire before the client's deadline"
+control lease-REUSE_KEY lease "-DGIVE_UP -DRETRIES=0 -DREUSE_KEY" "assumption removed: after a Release with no answer the client acquires again with the same key"
+
+probe lease-probe-1 lease 1 "a Renew through the KeyCache"
+probe lease-probe-2 lease 2 "a Renew with a stale revision (a retry) accepted"
+probe lease-probe-3 lease 3 "a retried Acquire gets its own holding, same token"
+probe lease-probe-4 lease 4 "an Acquire with expected 0 after the subject emptied"
+probe lease-probe-5 lease 5 "a reply that arrives after its holding expired"
+probe lease-probe-6 lease 6 "a write that succeeds after a lost race"
+probe lease-probe-7 lease 7 "both clients act, one on a revoked holding"
+probe lease-probe-8 lease 8 "a Renew or Release with another key refused"
+
+# ---- fair queueing ----
+verify fifo fifo "" \
+  "waiters W0, W1, W2 (ticket, head check, atomic grant, release) and a plain Acquire P (2 tries); 1 ticket refresh; 1 waiter gives up, its ticket then expires; lease tombstones age out; stream sequence <= 16"
+
+control fifo-NO_HEAD_CHECK fifo "-DNO_HEAD_CHECK" "any waiter acquires when the lease is free"
+control fifo-ORDER_BY_LAST_REVISION fifo "-DORDER_BY_LAST_REVISION" "the queue is ordered by the ticket's last revision"
+control fifo-NON_ATOMIC_GRANT fifo "-DNON_ATOMIC_GRANT" "the grant deletes the ticket and writes the lease in two writes"
+control fifo-NO_QUEUE_CONDITION fifo "-DNO_QUEUE_CONDITION" "a plain Acquire's write is not conditional on the queue"
+control fifo-STALE_QUEUE_READ fifo "-DSTALE_QUEUE_READ" "the head check may read a snapshot older than the own ticket"
+
+probe fifo-probe-1 fifo 1 "a grant past an earlier waiter that gave up and whose ticket expired"
+probe fifo-probe-2 fifo 2 "a plain Acquire stopped by the queue condition"
+probe fifo-probe-3 fifo 3 "all three waiters and P served"
+
+echo "model-check: total $((SECONDS - start)) s"
+if [ "$failed" -gt 0 ]; then
+  printf 'model-check: failed: %s\n' "${failures[@]}"
+fi
+echo "model-check: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
