@@ -38,6 +38,9 @@ for lang in go python typescript java; do
   fi
 done
 
+step "model check of the lease protocol (spin; about 2.5 minutes)"
+scripts/model-check.sh
+
 step "buf lint (proto/)"
 scripts/buf-lint.sh
 

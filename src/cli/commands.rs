@@ -258,6 +258,7 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         lease_key: a.lease_key.unwrap_or_default(),
         wait: None,
         metadata: a.metadata.into_iter().collect(),
+        lock_delay: None,
     };
     let (lease, key, _) = acquire_waiting(&mut c, &a.conn, req, a.wait).await?;
     match a.output.output {

@@ -124,6 +124,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         lease_key: String::new(),
         wait: None,
         metadata: a.metadata.iter().cloned().collect(),
+        lock_delay: None,
     };
     let acquiring = async {
         let mut client = connect(&a.conn).await?;

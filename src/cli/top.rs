@@ -493,7 +493,7 @@ enum Msg {
     /// The watch (re)opened.
     Reset,
     /// One event.
-    Event(LeaseEvent),
+    Event(Box<LeaseEvent>),
     /// The watch failed; it is being reopened.
     WatchError(CliError),
     /// A key.
@@ -540,7 +540,7 @@ pub async fn top(a: TopArgs) -> Result<(), CliError> {
             msg = rx.recv() => match msg {
                 None => break Ok(()),
                 Some(Msg::Reset) => app.reset(),
-                Some(Msg::Event(e)) => app.apply(e),
+                Some(Msg::Event(e)) => app.apply(*e),
                 Some(Msg::WatchError(e)) => {
                     app.live = false;
                     app.status = format!("{e} (reconnecting)");
@@ -605,7 +605,7 @@ async fn watch_loop(mut client: Client, subject: String, tx: mpsc::Sender<Msg>) 
                         Some(Ok(m)) => {
                             backoff = Duration::from_millis(200);
                             if let Some(e) = m.event {
-                                if tx.send(Msg::Event(e)).await.is_err() {
+                                if tx.send(Msg::Event(Box::new(e))).await.is_err() {
                                     return;
                                 }
                             }
