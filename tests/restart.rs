@@ -6,8 +6,6 @@ mod common;
 use common::*;
 use tenure::proto::GetLeaseRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// nats-server is SIGKILLed mid-test and restarted with the same store:
 /// health goes NOT_SERVING and back to SERVING, calls during the outage fail
@@ -18,25 +16,11 @@ async fn nats_restart_keeps_leases_and_health_follows() {
     let mut t = Tenure::start().await;
     let mut c = t.client().await;
     let (lease, key) = acquire(&mut c, acquire_req("survive.a", "alice", 120)).await;
-    let mut health = HealthClient::new(t.channel().await);
-    let mut statuses = health
-        .watch(HealthCheckRequest {
-            service: "tenure.v1.LeaseService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut next_status = async || {
-        within("health change", statuses.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-    };
-    assert_eq!(next_status().await, ServingStatus::Serving as i32);
+    let mut statuses = HealthStatuses::watch(&t).await;
+    assert_eq!(statuses.next().await, ServingStatus::Serving as i32);
 
     t.nats.kill().await;
-    assert_eq!(next_status().await, ServingStatus::NotServing as i32);
+    assert_eq!(statuses.next().await, ServingStatus::NotServing as i32);
     let err = c
         .get_lease(GetLeaseRequest {
             name: "survive.a".into(),
@@ -47,7 +31,7 @@ async fn nats_restart_keeps_leases_and_health_follows() {
     assert_eq!(reason(&err), "NATS_UNAVAILABLE");
 
     t.nats.restart().await;
-    assert_eq!(next_status().await, ServingStatus::Serving as i32);
+    assert_eq!(statuses.next().await, ServingStatus::Serving as i32);
 
     let now = c
         .get_lease(GetLeaseRequest {

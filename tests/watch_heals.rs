@@ -11,8 +11,6 @@ use common::*;
 use futures::StreamExt;
 use tenure::proto::EventType;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// Reads watch events until SNAPSHOT_COMPLETE.
 async fn skip_snapshot(s: &mut tonic::Streaming<tenure::proto::WatchLeaseResponse>) {
@@ -110,22 +108,8 @@ async fn a_nats_stall_is_survived_by_open_watches() {
     let mut c = t.client().await;
     let mut open = watch(&mut c, "stall.>").await;
     skip_snapshot(&mut open).await;
-    let mut health = HealthClient::new(t.channel().await);
-    let mut statuses = health
-        .watch(HealthCheckRequest {
-            service: "tenure.v1.LeaseService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut next_status = async || {
-        within("health change", statuses.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-    };
-    assert_eq!(next_status().await, ServingStatus::Serving as i32);
+    let mut statuses = HealthStatuses::watch(&t).await;
+    assert_eq!(statuses.next().await, ServingStatus::Serving as i32);
 
     let pid = t.nats.process.as_ref().unwrap().pid().unwrap() as libc::pid_t;
     // SAFETY: signalling the test's own child nats-server by its pid.
@@ -136,10 +120,10 @@ async fn a_nats_stall_is_survived_by_open_watches() {
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
 
-    assert_eq!(next_status().await, ServingStatus::NotServing as i32);
-    let mut status = next_status().await;
+    assert_eq!(statuses.next().await, ServingStatus::NotServing as i32);
+    let mut status = statuses.next().await;
     while status != ServingStatus::Serving as i32 {
-        status = next_status().await;
+        status = statuses.next().await;
     }
     let lease = acquire_when_up(&mut c, "stall.after").await;
     let e = next_of(&mut open, EventType::Acquired).await;

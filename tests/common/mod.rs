@@ -427,3 +427,30 @@ pub fn frame(message: &[u8]) -> Bytes {
     out.extend_from_slice(message);
     out.into()
 }
+
+/// The lease service's health statuses as they change, from a health Watch.
+pub struct HealthStatuses(tonic::Streaming<tonic_health::pb::HealthCheckResponse>);
+
+impl HealthStatuses {
+    /// Watches the health of `tenure.v1.LeaseService` on `t`.
+    pub async fn watch(t: &Tenure) -> HealthStatuses {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(t.channel().await);
+        let stream = health
+            .watch(tonic_health::pb::HealthCheckRequest {
+                service: "tenure.v1.LeaseService".into(),
+            })
+            .await
+            .expect("health watch opens")
+            .into_inner();
+        HealthStatuses(stream)
+    }
+
+    /// The next status (a `ServingStatus` as i32).
+    pub async fn next(&mut self) -> i32 {
+        within("health change", self.0.message())
+            .await
+            .expect("health stream ok")
+            .expect("health stream open")
+            .status
+    }
+}
