@@ -40,7 +40,12 @@ impl Mirror {
         let (kind, holder, token, holding) = match entry.kind {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
-                let kind = if record.token == 0 {
+                // A renewal of a holding the mirror has not seen begin is
+                // that holding's first appearance: with history 1, a write
+                // superseded before this consumer read it (it lagged, or
+                // resumed after a failure) is gone from the stream.
+                let known = self.names.get(&entry.name).map(|h| h.token);
+                let kind = if record.token == 0 || known != Some(token) {
                     EventKind::Acquired
                 } else {
                     EventKind::Renewed
@@ -126,6 +131,12 @@ mod tests {
         assert_eq!((e.kind, e.token), (EventKind::Released, 5));
         assert!(m.apply(entry("a", 7, Kind::Expired)).is_none());
         assert!(m.names.is_empty(), "free names are not kept");
-        assert_eq!(m.position, 7);
+        // The acquiring write was superseded before it was read: the first
+        // write seen of a new holding is its ACQUIRED.
+        let e = m.apply(entry("b", 9, rec("k", 8))).unwrap();
+        assert_eq!((e.kind, e.token, e.revision), (EventKind::Acquired, 8, 9));
+        let e = m.apply(entry("b", 10, rec("k", 8))).unwrap();
+        assert_eq!(e.kind, EventKind::Renewed);
+        assert_eq!(m.position, 10);
     }
 }
