@@ -124,6 +124,7 @@ export class TenureClient {
           ttl: options.ttlMs === undefined ? undefined : msToDuration(options.ttlMs),
           leaseKey,
           wait: waitMs > 0 ? msToDuration(waitMs) : undefined,
+          lockDelay: undefined,
           metadata: options.metadata ?? {},
         },
         waitMs + rpcTimeoutMs,
