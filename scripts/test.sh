@@ -5,8 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
+# Incremental caches only help rebuilds; on a clean clone they cost disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "disk before the run (a clean run needs about 6 GB)"
+df -h . >&2 || true
 
 step "tools (first run on a fresh machine: a few minutes of installs and builds)"
 scripts/tools.sh --protoc
