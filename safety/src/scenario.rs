@@ -386,7 +386,11 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     // Expiry events may come up to the allowed lag after the last due time
     // (more after a fault): keep watching until then, so that a holding
     // is not left unverified only because the run stopped looking.
-    let fault_end = windows.iter().map(|w| w.end_ms + FAULT_GRACE_MS).max().unwrap_or(0);
+    let fault_end = windows
+        .iter()
+        .map(|w| w.end_ms + FAULT_GRACE_MS)
+        .max()
+        .unwrap_or(0);
     let watch_until = limit.max(fault_end + set.allowed_lag_ms);
     while real_ms() < watch_until {
         tokio::time::sleep(Duration::from_millis(100)).await;
