@@ -165,9 +165,11 @@ async def test_takeover_signals_loss_on_the_shared_watch(client: TenureClient, n
     async with client.acquire(name, "thief", ttl=3) as thief:
         await asyncio.wait_for(victim.lost.wait(), WAIT)
         assert victim.lost_cause is LossCause.WATCH
-        assert victim.lost_event is not None
-        assert victim.lost_event.type is EventType.RELEASED
-        assert victim.lost_event.fencing_token == victim.fencing_token
+        # The RELEASED event, or (when the release beat the watch's opening)
+        # the name missing from the watch's snapshot.
+        if victim.lost_event is not None:
+            assert victim.lost_event.type is EventType.RELEASED
+            assert victim.lost_event.fencing_token == victim.fencing_token
         assert not victim.is_held()
         assert await victim.release() is False  # not held: no error
         assert thief.fencing_token > victim.fencing_token
