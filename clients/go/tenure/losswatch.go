@@ -35,10 +35,11 @@ type lossWatch struct {
 	cancel   context.CancelFunc    // stops the watch goroutine; nil when none
 	refused  error                 // why the server refused the watch, once it did
 	closed   bool                  // Client.Close was called
+	synced   chan struct{}         // closed at the current stream's SNAPSHOT_COMPLETE
 }
 
 func newLossWatch(c *Client) *lossWatch {
-	return &lossWatch{c: c, sessions: map[*Session]struct{}{}}
+	return &lossWatch{c: c, sessions: map[*Session]struct{}{}, synced: make(chan struct{})}
 }
 
 // add follows s, widening the watch if its name is not covered.
@@ -60,6 +61,7 @@ func (w *lossWatch) add(s *Session) {
 		names = append(names, s.name)
 	}
 	w.cover = coverOf(names)
+	w.synced = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	go w.run(ctx, w.cover)
@@ -162,6 +164,7 @@ func (w *lossWatch) follow(ctx context.Context, cover string, before []*Session,
 		ev := msg.GetEvent()
 		if ev.GetType() == tenurev1.EventType_EVENT_TYPE_SNAPSHOT_COMPLETE {
 			healthy()
+			w.markSynced(cover)
 			for _, s := range before {
 				if !seen[s] {
 					s.lose(fmt.Errorf("%w: %q no longer held with fencing token %d (watch snapshot)", ErrLostOnWatch, s.name, s.token))
@@ -176,6 +179,27 @@ func (w *lossWatch) follow(ctx context.Context, cover string, before []*Session,
 			s.observe(ev)
 		}
 	}
+}
+
+// markSynced notes that the watch of cover has delivered its snapshot.
+func (w *lossWatch) markSynced(cover string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cover != cover {
+		return
+	}
+	select {
+	case <-w.synced:
+	default:
+		close(w.synced)
+	}
+}
+
+// syncedChan returns the channel closed once the current watch is live.
+func (w *lossWatch) syncedChan() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.synced
 }
 
 // refusal reports whether a watch error means the server will not let this

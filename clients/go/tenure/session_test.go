@@ -417,8 +417,13 @@ func TestLossOnRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Release(ctx)
-	// (Revoked before the watch is open, the session would be lost all the
-	// same: the watch's snapshot would lack its token.)
+	// The watch is live (else the loss would come from its snapshot, not
+	// from the REVOKED event this test measures).
+	select {
+	case <-tenure.LossWatchSynced(c):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shared watch did not open")
+	}
 	leases, err := admin.ListLeases(ctx, leaseName(t, ""))
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("ListLeases = %d leases, %v; want 2", len(leases), err)
