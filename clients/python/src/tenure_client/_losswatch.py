@@ -80,6 +80,9 @@ class LossWatch:
         #: Why the server refused the watch, once it did.
         self.refused: Optional[TenureError] = None
         self._closed = False
+        #: Set once the current stream has delivered its snapshot (tests
+        #: await it); cleared when the watch reopens.
+        self.synced = asyncio.Event()
 
     def add(self, session: "Session") -> None:
         """Follows `session`, widening the watch if its name is not covered."""
@@ -91,6 +94,7 @@ class LossWatch:
         if self._task is not None:
             self._task.cancel()
         self._cover = cover_of(s.name for s in self._sessions)
+        self.synced = asyncio.Event()
         self._task = asyncio.create_task(self._run(self._cover), name="tenure-loss-watch")
 
     def remove(self, session: "Session") -> None:
@@ -133,6 +137,8 @@ class LossWatch:
                         continue  # an event type newer than this client
                     if event.type is EventType.SNAPSHOT_COMPLETE:
                         backoff = 0.05
+                        if cover == self._cover:
+                            self.synced.set()
                         for s in before:
                             if s not in seen:
                                 s._lose_on_watch(None)
