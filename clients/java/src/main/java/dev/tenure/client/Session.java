@@ -195,7 +195,7 @@ public final class Session implements AutoCloseable {
         apply(send, reply.getLease());
       }
     } catch (StatusRuntimeException e) {
-      TenureException error = TenureException.from(e);
+      TenureException error = client.error(e, "Renew");
       boolean expired;
       synchronized (this) {
         expired = System.nanoTime() >= deadlineNanos;
@@ -322,21 +322,33 @@ public final class Session implements AutoCloseable {
   /**
    * Stops the renewals and releases the lease with the current revision, so the next holder can
    * take it at once. After this call the session is not held, even if the call fails (the lease
-   * then ends when its TTL runs out). A second call does nothing.
+   * then ends when its TTL runs out).
    *
-   * @return the bucket revision of the release, or 0 if the session was released before
-   * @throws TenureException if the server refuses, e.g. {@code LEASE_NOT_HELD} when the lease was
-   *     already lost, or cannot be reached
+   * <p>Release after loss is not an error: it reports "was not held" ({@code false}), as does a
+   * second call. Only transport, auth and argument failures of a session that was still held
+   * throw.
+   *
+   * @return true when this call released a held lease; false when it was not held any more (lost
+   *     before, the server says it is gone, or released before)
+   * @throws TenureException when a held lease could not be released (e.g. the server cannot be
+   *     reached: the lease then expires after its TTL)
    */
-  public long release() {
+  public boolean release() {
     ReleaseRequest request;
+    boolean wasHeld;
     synchronized (this) {
       if (state == State.RELEASED) {
-        return 0;
+        return false;
       }
+      wasHeld = isHeld();
+      boolean refused = loss != null && loss.getReason() == LossReason.NOT_HELD;
       state = State.RELEASED;
       listeners.clear();
       cancelTasksLocked();
+      if (refused) {
+        client.forget(this);
+        return false;
+      }
       request =
           ReleaseRequest.newBuilder()
               .setName(name)
@@ -354,9 +366,16 @@ public final class Session implements AutoCloseable {
       synchronized (this) {
         releaseRevision = reply.getRevision();
       }
-      return reply.getRevision();
+      return wasHeld;
     } catch (StatusRuntimeException e) {
-      throw TenureException.from(e);
+      TenureException error = client.error(e, "Release");
+      ErrorReason reason = error.getReason();
+      if (!wasHeld
+          || reason == ErrorReason.LEASE_NOT_HELD
+          || reason == ErrorReason.LEASE_NOT_FOUND) {
+        return false;
+      }
+      throw error;
     }
   }
 
@@ -529,7 +548,7 @@ public final class Session implements AutoCloseable {
 
               @Override
               public void onError(Throwable t) {
-                renewFailed(TenureException.from(t));
+                renewFailed(client.error(t, "Renew"));
               }
 
               @Override
