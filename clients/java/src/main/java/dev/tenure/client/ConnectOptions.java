@@ -44,8 +44,10 @@ public final class ConnectOptions {
   private final String authority;
   private final Supplier<String> token;
   private final Map<String, String> metadata;
+  private final boolean lossWatch;
 
   private ConnectOptions(Builder b) {
+    this.lossWatch = b.lossWatch;
     this.tls = b.tls;
     this.caFile = b.caFile;
     this.certFile = b.certFile;
@@ -62,6 +64,11 @@ public final class ConnectOptions {
    */
   public static Builder builder() {
     return new Builder();
+  }
+
+  /** Whether the client keeps its shared loss watch (default true). */
+  boolean lossWatch() {
+    return lossWatch;
   }
 
   /** Builds the channel to {@code target} these options describe. */
@@ -130,8 +137,22 @@ public final class ConnectOptions {
     private String authority;
     private Supplier<String> token;
     private final Map<String, String> metadata = new LinkedHashMap<>();
+    private boolean lossWatch = true;
 
     private Builder() {}
+
+    /**
+     * Whether the client keeps one WatchLease stream following its sessions' names, so a revoke,
+     * expiry or takeover ends a session at once ({@code LEASE_ENDED}). Default true; without it
+     * loss is noticed at the next renewal.
+     *
+     * @param enabled false to rely on renewals alone
+     * @return this builder
+     */
+    public Builder lossWatch(boolean enabled) {
+      this.lossWatch = enabled;
+      return this;
+    }
 
     /**
      * TLS with the system's trusted roots.

@@ -73,6 +73,7 @@ public final class LeaseClient implements AutoCloseable {
   private final boolean ownsScheduler;
   private final ExecutorService callbacks;
   private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
+  private final LossWatch lossWatch;
 
   /**
    * Connects to a Tenure server over plaintext gRPC. The client owns the channel and shuts it
@@ -96,7 +97,7 @@ public final class LeaseClient implements AutoCloseable {
    */
   public static LeaseClient connect(String target, ConnectOptions options) {
     ManagedChannel channel = options.channel(target);
-    return new LeaseClient(channel, channel, null);
+    return new LeaseClient(channel, channel, null, options.lossWatch());
   }
 
   /**
@@ -121,7 +122,16 @@ public final class LeaseClient implements AutoCloseable {
 
   private LeaseClient(
       Channel channel, ManagedChannel ownedChannel, ScheduledExecutorService scheduler) {
+    this(channel, ownedChannel, scheduler, true);
+  }
+
+  private LeaseClient(
+      Channel channel,
+      ManagedChannel ownedChannel,
+      ScheduledExecutorService scheduler,
+      boolean followLosses) {
     Objects.requireNonNull(channel, "channel");
+    this.lossWatch = new LossWatch(this, followLosses);
     this.ownedChannel = ownedChannel;
     this.target = channel.authority();
     this.blockingStub = LeaseServiceGrpc.newBlockingStub(channel);
@@ -198,6 +208,7 @@ public final class LeaseClient implements AutoCloseable {
     Session session = new Session(this, options, reply.getLease(), reply.getLeaseKey(), send);
     sessions.add(session);
     session.start();
+    lossWatch.add(session);
     return session;
   }
 
@@ -337,6 +348,7 @@ public final class LeaseClient implements AutoCloseable {
     for (Session session : new ArrayList<>(sessions)) {
       session.close();
     }
+    lossWatch.close();
     if (ownsScheduler) {
       scheduler.shutdownNow();
     }
@@ -360,6 +372,7 @@ public final class LeaseClient implements AutoCloseable {
 
   void forget(Session session) {
     sessions.remove(session);
+    lossWatch.remove(session);
   }
 
   void callback(Runnable task) {

@@ -62,7 +62,12 @@ public final class Session implements AutoCloseable {
     /** A renewal failed with an error that retrying cannot fix (e.g. {@code INVALID_LEASE_KEY}). */
     RENEW_REJECTED,
     /** The safe deadline passed before a renewal got through (server unreachable, holder stalled). */
-    DEADLINE_PASSED
+    DEADLINE_PASSED,
+    /**
+     * The client's shared lease watch showed the holding end (REVOKED, EXPIRED, RELEASED, or
+     * another holder's token): noticed at once, not at the next renewal.
+     */
+    LEASE_ENDED
   }
 
   /** What ended a session's holding: a reason and the renewal error behind it, if any. */
@@ -336,19 +341,19 @@ public final class Session implements AutoCloseable {
   public boolean release() {
     ReleaseRequest request;
     boolean wasHeld;
+    boolean refused;
     synchronized (this) {
       if (state == State.RELEASED) {
         return false;
       }
       wasHeld = isHeld();
-      boolean refused = loss != null && loss.getReason() == LossReason.NOT_HELD;
+      refused =
+          loss != null
+              && (loss.getReason() == LossReason.NOT_HELD
+                  || loss.getReason() == LossReason.LEASE_ENDED);
       state = State.RELEASED;
       listeners.clear();
       cancelTasksLocked();
-      if (refused) {
-        client.forget(this);
-        return false;
-      }
       request =
           ReleaseRequest.newBuilder()
               .setName(name)
@@ -357,6 +362,9 @@ public final class Session implements AutoCloseable {
               .build();
     }
     client.forget(this);
+    if (refused) {
+      return false;
+    }
     try {
       ReleaseResponse reply =
           client
@@ -594,6 +602,20 @@ public final class Session implements AutoCloseable {
     } else if (observer != null) {
       observer.accept(lease);
     }
+  }
+
+  /** Called by the client's {@link LossWatch} when an event shows this holding ended. */
+  void endedByWatch(dev.tenure.v1.LeaseEvent event) {
+    List<LossListener> toNotify;
+    Loss lost;
+    synchronized (this) {
+      if (state != State.HELD) {
+        return;
+      }
+      toNotify = loseLocked(LossReason.LEASE_ENDED, null);
+      lost = loss;
+    }
+    notify(toNotify, lost);
   }
 
   private void renewFailed(TenureException error) {

@@ -195,6 +195,9 @@ class SessionTest {
 
   @Test
   void renewalRefusedWithLeaseNotHeldSignalsLossAtOnce() throws Exception {
+    // Without the loss watch, so the refused renewal is what notices (the next test has the watch).
+    LeaseClient client =
+        LeaseClient.connect(server.target(), ConnectOptions.builder().lossWatch(false).build());
     Session victim = client.acquire("revoke.one", "victim", TWO_SECONDS);
     CompletableFuture<Session.Loss> loss = Await.loss(victim);
     // Someone else with the key (a duplicate process, an operator's tool) releases it.
@@ -216,6 +219,31 @@ class SessionTest {
     // A listener added after the loss hears of it too.
     assertEquals(lost, Await.get(Await.loss(victim)));
     victim.close();
+    client.close();
+  }
+
+  @Test
+  void sharedWatchEndsARevokedSessionBeforeItsNextRenewal() throws Exception {
+    // Renewal at 80% of 30 s (24 s): only the watch can explain a loss within the await's bound.
+    Session victim =
+        client.acquire(
+            AcquireOptions.builder("watched.victim", "victim")
+                .ttl(Duration.ofSeconds(30))
+                .renewFraction(0.8)
+                .build());
+    // A second session under the same prefix widens the shared watch to a subtree.
+    Session bystander = client.acquire("watched.bystander", "bystander", Duration.ofSeconds(30));
+    CompletableFuture<Session.Loss> loss = Await.loss(victim);
+    long start = System.nanoTime();
+    other.revokeLease("watched.victim", "test revoke");
+    Session.Loss lost = Await.get(loss);
+    long micros = (System.nanoTime() - start) / 1000;
+    System.out.printf("revoke-to-loss: %.1f ms%n", micros / 1000.0);
+    assertEquals(Session.LossReason.LEASE_ENDED, lost.getReason());
+    assertFalse(victim.isHeld());
+    assertFalse(victim.release(), "release after loss reports 'was not held'");
+    assertTrue(bystander.isHeld(), "the other session is untouched");
+    assertTrue(bystander.release());
   }
 
   @Test
