@@ -106,7 +106,7 @@ pub fn all() -> Vec<Scenario> {
         work_ms: 20,
         min: Minimums {
             faults: usize::from(fault != Fault::None),
-            handoffs: 3,
+            handoffs: 2,
             writes: 50,
             stale_refused: 0,
         },
