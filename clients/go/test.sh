@@ -3,7 +3,7 @@
 # up to date with the proto, vets, runs `go test`, then installs the module
 # into a scratch module outside the repository by the README's documented
 # `replace`, builds a program and the example worker there, and runs two
-# workers against one server (examples/two_workers.sh). Expects the repo
+# workers against one server (clients/examples/two_workers.sh). Expects the repo
 # root's scripts/tools.sh and `cargo build` to have run
 # (target/debug/tenure and .tools/bin/nats-server); TENURE_BIN and
 # NATS_SERVER override them.
@@ -67,4 +67,4 @@ abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 export TENURE_BIN NATS_SERVER
 TENURE_BIN=$(abs "${TENURE_BIN:-target/debug/tenure}")
 NATS_SERVER=$(abs "${NATS_SERVER:-.tools/bin/nats-server}")
-"$here/examples/two_workers.sh" "$scratch/run" "$scratch/worker"
+"$here/../examples/two_workers.sh" "$scratch/run" "$scratch/worker"

@@ -58,4 +58,4 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 cp "$here/examples/worker.py" "$scratch/worker.py"
-"$here/examples/two_workers.sh" "$scratch/run" "$scratch/venv/bin/python" "$scratch/worker.py"
+"$here/../examples/two_workers.sh" "$scratch/run" "$scratch/venv/bin/python" "$scratch/worker.py"
