@@ -520,6 +520,14 @@ async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
     None
 }
 
+/// The current holder of `name` and its process id, when that holder is
+/// one of the live clients.
+async fn live_holder(addrs: &[String], name: &str, clients: &Clients) -> Option<(String, u32)> {
+    let holder = holder_of(addrs, name).await?;
+    let pid = clients.live.get(&holder).and_then(|c| c.id())?;
+    Some((holder, pid))
+}
+
 /// Whether `name` is held (by anyone) now.
 async fn held_now(addrs: &[String], name: &str) -> bool {
     holder_of(addrs, name).await.is_some()
@@ -622,11 +630,7 @@ async fn inject(
         Fault::PauseHolder => {
             while time_left(4000) {
                 let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
-                let Some(holder) = holder_of(addrs, &name).await else {
-                    sleep(200).await;
-                    continue;
-                };
-                let Some(pid) = clients.live.get(&holder).and_then(|c| c.id()) else {
+                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
@@ -655,11 +659,7 @@ async fn inject(
         Fault::KillHolder => {
             while time_left(500) {
                 let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
-                let Some(holder) = holder_of(addrs, &name).await else {
-                    sleep(200).await;
-                    continue;
-                };
-                let Some(pid) = clients.live.get(&holder).and_then(|c| c.id()) else {
+                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
