@@ -42,29 +42,29 @@ export const protobufFileName = "tenure/v1/election.proto";
 /** ChangeType is the kind of an ObserveResponse. */
 export enum ChangeType {
   /** UNSPECIFIED - CHANGE_TYPE_UNSPECIFIED is never sent. */
-  UNSPECIFIED = 0,
+  UNSPECIFIED = "CHANGE_TYPE_UNSPECIFIED",
   /**
    * CURRENT - CHANGE_TYPE_CURRENT is the state when the stream started: leader set,
    * or absent for "no leader". Always the first message, and only once.
    */
-  CURRENT = 1,
+  CURRENT = "CHANGE_TYPE_CURRENT",
   /** ELECTED - CHANGE_TYPE_ELECTED is a new leader (a new fencing token). */
-  ELECTED = 2,
+  ELECTED = "CHANGE_TYPE_ELECTED",
   /** PROCLAIMED - CHANGE_TYPE_PROCLAIMED is the same leader with a new value. */
-  PROCLAIMED = 3,
+  PROCLAIMED = "CHANGE_TYPE_PROCLAIMED",
   /**
    * RESIGNED - CHANGE_TYPE_RESIGNED is "no leader": the leader resigned (or released
    * the lease).
    */
-  RESIGNED = 4,
+  RESIGNED = "CHANGE_TYPE_RESIGNED",
   /** EXPIRED - CHANGE_TYPE_EXPIRED is "no leader": the leadership ran out of time. */
-  EXPIRED = 5,
+  EXPIRED = "CHANGE_TYPE_EXPIRED",
   /**
    * REVOKED - CHANGE_TYPE_REVOKED is "no leader": an operator revoked the leadership
    * (LeaseService.RevokeLease).
    */
-  REVOKED = 6,
-  UNRECOGNIZED = -1,
+  REVOKED = "CHANGE_TYPE_REVOKED",
+  UNRECOGNIZED = "UNRECOGNIZED",
 }
 
 export function changeTypeFromJSON(object: any): ChangeType {
@@ -116,6 +116,28 @@ export function changeTypeToJSON(object: ChangeType): string {
     case ChangeType.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
+  }
+}
+
+export function changeTypeToNumber(object: ChangeType): number {
+  switch (object) {
+    case ChangeType.UNSPECIFIED:
+      return 0;
+    case ChangeType.CURRENT:
+      return 1;
+    case ChangeType.ELECTED:
+      return 2;
+    case ChangeType.PROCLAIMED:
+      return 3;
+    case ChangeType.RESIGNED:
+      return 4;
+    case ChangeType.EXPIRED:
+      return 5;
+    case ChangeType.REVOKED:
+      return 6;
+    case ChangeType.UNRECOGNIZED:
+    default:
+      return -1;
   }
 }
 
@@ -1357,13 +1379,13 @@ export const ObserveRequest: MessageFns<ObserveRequest> = {
 };
 
 function createBaseObserveResponse(): ObserveResponse {
-  return { type: 0, leader: undefined, endedHolder: "", endedFencingToken: 0n, revision: 0n };
+  return { type: ChangeType.UNSPECIFIED, leader: undefined, endedHolder: "", endedFencingToken: 0n, revision: 0n };
 }
 
 export const ObserveResponse: MessageFns<ObserveResponse> = {
   encode(message: ObserveResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.type !== 0) {
-      writer.uint32(8).int32(message.type);
+    if (message.type !== ChangeType.UNSPECIFIED) {
+      writer.uint32(8).int32(changeTypeToNumber(message.type));
     }
     if (message.leader !== undefined) {
       Leadership.encode(message.leader, writer.uint32(18).fork()).join();
@@ -1404,7 +1426,7 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
               break;
             }
 
-            message.type = reader.int32() as any;
+            message.type = changeTypeFromJSON(reader.int32());
             continue;
           }
           case 2: {
@@ -1453,7 +1475,7 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
 
   fromJSON(object: any): ObserveResponse {
     return {
-      type: isSet(object.type) ? changeTypeFromJSON(object.type) : 0,
+      type: isSet(object.type) ? changeTypeFromJSON(object.type) : ChangeType.UNSPECIFIED,
       leader: isSet(object.leader) ? Leadership.fromJSON(object.leader) : undefined,
       endedHolder: isSet(object.endedHolder)
         ? globalThis.String(object.endedHolder)
@@ -1471,7 +1493,7 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
 
   toJSON(message: ObserveResponse): unknown {
     const obj: any = {};
-    if (message.type !== 0) {
+    if (message.type !== ChangeType.UNSPECIFIED) {
       obj.type = changeTypeToJSON(message.type);
     }
     if (message.leader !== undefined) {
@@ -1494,7 +1516,7 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<ObserveResponse>, I>>(object: I): ObserveResponse {
     const message = createBaseObserveResponse();
-    message.type = object.type ?? 0;
+    message.type = object.type ?? ChangeType.UNSPECIFIED;
     message.leader = (object.leader !== undefined && object.leader !== null)
       ? Leadership.fromPartial(object.leader)
       : undefined;
