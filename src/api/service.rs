@@ -153,7 +153,7 @@ impl LeaseApi {
                 .auth
                 .authorize(&caller, Req::ACTION, request.get_ref().target())
             {
-                tracing::info!(identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
+                tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
                 return Err(err);
             }
             if self.shutdown.is_cancelled() {
@@ -453,7 +453,7 @@ impl Reply for <LeaseApi as LeaseService>::WatchLeaseStream {}
 
 /// The span of one RPC, with the fields filled in as they become known.
 fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "rpc",
         otel.name = method,
         otel.kind = "server",
