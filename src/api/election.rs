@@ -21,7 +21,7 @@ use tracing::Span;
 
 use super::convert::timestamp;
 use super::limits::Class;
-use super::service::{Call, LeaseApi, Reply, DEADLINE_MARGIN};
+use super::service::{wait_class, Call, LeaseApi, Reply, DEADLINE_MARGIN};
 use super::validate;
 use crate::config::Action;
 use crate::error::{Error, Reason};
@@ -219,10 +219,7 @@ impl Call for proto::CampaignRequest {
         Some(&self.holder)
     }
     fn class(&self) -> Class {
-        match &self.wait {
-            Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
-            _ => Class::Short,
-        }
+        wait_class(self.wait.as_ref())
     }
 }
 

@@ -339,10 +339,16 @@ impl Call for proto::AcquireRequest {
         Some(&self.holder)
     }
     fn class(&self) -> Class {
-        match &self.wait {
-            Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
-            _ => Class::Short,
-        }
+        wait_class(self.wait.as_ref())
+    }
+}
+
+/// The request class of a call that may wait: waiting ones take a waiting
+/// slot, the others a short one.
+pub(super) fn wait_class(wait: Option<&prost_types::Duration>) -> Class {
+    match wait {
+        Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
+        _ => Class::Short,
     }
 }
 
