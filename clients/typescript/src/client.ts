@@ -173,6 +173,7 @@ export class TenureClient {
     const call: ClientReadableStream<WatchLeaseResponse> = this.stub.watchLease({
       name,
       eventTypes: options.eventTypes ?? [],
+      startRevision: 0n,
     });
     // After a cancel the stream may still emit its CANCELLED status.
     call.on("error", () => undefined);
