@@ -101,26 +101,6 @@ func expectEvent(t *testing.T, events <-chan tenure.Event, typ tenure.EventType,
 	return e
 }
 
-// requireResume skips the test when the server ignores start_revision (a
-// Tenure from before watch resume): such a server answers a resume from far
-// beyond the bucket's last revision with a snapshot instead of
-// INVALID_ARGUMENT.
-func requireResume(ctx context.Context, t *testing.T, c *tenure.Client) {
-	t.Helper()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.Stub().WatchLease(wctx, &tenurev1.WatchLeaseRequest{Name: ">", StartRevision: 1 << 60})
-	if err == nil {
-		_, err = stream.Recv()
-	}
-	if err == nil {
-		t.Skip("this Tenure ignores WatchLeaseRequest.start_revision (no watch resume on the server yet)")
-	}
-	if tenure.ReasonOf(tenure.FromError(err)) == tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED {
-		t.Fatalf("probing start_revision: %v", err)
-	}
-}
-
 // A watch open across a Tenure restart (SIGKILL, then a new Tenure on the
 // same port over the same NATS) sees every change exactly once and in
 // order: one made before, two made on another replica while its Tenure was
@@ -134,7 +114,6 @@ func TestWatchResumesAcrossTenureRestart(t *testing.T) {
 	c := newClient(t, first.addr)
 	oc := newClient(t, other.addr)
 	prefix := leaseName(t, "jobs")
-	requireResume(ctx, t, c)
 
 	events, err := c.Watch(ctx, prefix+".>")
 	if err != nil {
@@ -151,12 +130,10 @@ func TestWatchResumesAcrossTenureRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	startReplica(t, first.addr, natsURL)
-	ready := time.Now()
 
 	if e := expectEvent(t, events, tenure.EventAcquired, prefix+".b"); e.FencingToken != b.GetFencingToken() || e.Resync {
 		t.Fatalf("got %+v, want ACQUIRED of token %d, not a resync", e, b.GetFencingToken())
 	}
-	t.Logf("first resumed event %v after the new Tenure was SERVING", time.Since(ready))
 	expectEvent(t, events, tenure.EventReleased, prefix+".a")
 	cLease, cKey := rawAcquire(ctx, t, c, prefix+".c")
 	expectEvent(t, events, tenure.EventAcquired, prefix+".c")
@@ -178,7 +155,6 @@ func TestSessionRevokedWhileTenureDownIsLost(t *testing.T) {
 	c := newClient(t, first.addr)
 	oc := newClient(t, other.addr)
 	prefix := leaseName(t, "jobs")
-	requireResume(ctx, t, c)
 
 	// Renewals only after 27 s: within the test, only the watch can tell.
 	revoked, err := c.Acquire(ctx, prefix+".revoked", "me", 30*time.Second, tenure.WithRenewFraction(0.9))
@@ -201,10 +177,8 @@ func TestSessionRevokedWhileTenureDownIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	startReplica(t, first.addr, natsURL)
-	ready := time.Now()
 
 	waitDone(t, revoked, 30*time.Second)
-	t.Logf("loss signalled %v after the new Tenure was SERVING", time.Since(ready))
 	if !errors.Is(revoked.Err(), tenure.ErrLostOnWatch) {
 		t.Fatalf("lost with %v, want the watch to have seen the revoke", revoked.Err())
 	}
@@ -213,5 +187,64 @@ func TestSessionRevokedWhileTenureDownIsLost(t *testing.T) {
 	}
 	if err := kept.Renew(ctx); err != nil {
 		t.Fatalf("the unrevoked session no longer renews: %v", err)
+	}
+}
+
+// When the changes made while its Tenure was down can no longer be proven
+// complete (markers last only --marker-ttl), the resume is refused with
+// WATCH_HISTORY_COMPACTED and the watch starts over with a fresh snapshot
+// whose events say Resync: the lease released meanwhile is simply absent,
+// the one acquired meanwhile is CURRENT, and live events follow.
+func TestWatchFallsBackToSnapshotWhenHistoryCompacted(t *testing.T) {
+	ctx := testCtx(t)
+	natsURL := startNats(t)
+	short := []string{"--marker-ttl", "3s", "--max-lock-delay", "1s"}
+	first := startReplica(t, "", natsURL, short...)
+	other := startReplica(t, "", natsURL, short...)
+	c := newClient(t, first.addr)
+	oc := newClient(t, other.addr)
+	prefix := leaseName(t, "jobs")
+
+	events, err := c.Watch(ctx, prefix+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectEvent(t, events, tenure.EventSnapshotComplete, "")
+	a, aKey := rawAcquire(ctx, t, c, prefix+".a")
+	expectEvent(t, events, tenure.EventAcquired, prefix+".a")
+
+	first.kill(t)
+	if _, err := oc.Stub().Release(ctx, &tenurev1.ReleaseRequest{Name: prefix + ".a", ExpectedRevision: a.GetRevision(), LeaseKey: aKey}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := rawAcquire(ctx, t, oc, prefix+".b")
+	// Await the history after a's revision no longer being resumable.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		stream, err := oc.Stub().WatchLease(wctx, &tenurev1.WatchLeaseRequest{Name: prefix + ".>", StartRevision: a.GetRevision()})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		cancel()
+		if tenure.ReasonOf(tenure.FromError(err)) == tenurev1.ErrorReason_WATCH_HISTORY_COMPACTED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a resume from %d is still served after 30 s (last: %v)", a.GetRevision(), err)
+		}
+		time.Sleep(200 * time.Millisecond) // markers age by the clock: poll
+	}
+	startReplica(t, first.addr, natsURL, short...)
+
+	if e := expectEvent(t, events, tenure.EventCurrent, prefix+".b"); !e.Resync || e.FencingToken != b.GetFencingToken() {
+		t.Fatalf("got %+v, want CURRENT of token %d with Resync", e, b.GetFencingToken())
+	}
+	if e := expectEvent(t, events, tenure.EventSnapshotComplete, ""); !e.Resync {
+		t.Fatalf("got %+v, want the resync snapshot's SNAPSHOT_COMPLETE with Resync", e)
+	}
+	rawAcquire(ctx, t, c, prefix+".c")
+	if e := expectEvent(t, events, tenure.EventAcquired, prefix+".c"); e.Resync {
+		t.Fatalf("got %+v, live events are not Resync", e)
 	}
 }

@@ -12,7 +12,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from tenure_client import EventType, LeaseEvent, LeaseWatch, TenureClient
+from tenure_client import EventType, LeaseEvent, LeaseWatch, Reason, TenureClient, TenureError
 from tenure_client import lease_pb2 as T
 from tenure_client._session import LossCause
 from tenure_server import NatsServer, TenureServer
@@ -38,25 +38,12 @@ def replicas(nats: NatsServer) -> Iterator[List[TenureServer]]:
         srv.cleanup()
 
 
-def _replica(replicas: List[TenureServer], nats: NatsServer, port: int = 0) -> TenureServer:
-    srv = TenureServer(nats_url=nats.url, port=port).start()
+def _replica(
+    replicas: List[TenureServer], nats: NatsServer, port: int = 0, args: tuple = ()
+) -> TenureServer:
+    srv = TenureServer(args, nats_url=nats.url, port=port).start()
     replicas.append(srv)
     return srv
-
-
-async def _require_resume(client: TenureClient) -> None:
-    """Skips the test when the server ignores start_revision (a Tenure from
-    before watch resume): it answers a resume from far beyond the bucket's
-    last revision with a snapshot instead of INVALID_ARGUMENT."""
-    call = client.stub.WatchLease(T.WatchLeaseRequest(name=">", start_revision=1 << 60))
-    try:
-        await asyncio.wait_for(call.read(), WAIT)
-    except grpc.aio.AioRpcError as err:
-        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
-        return
-    finally:
-        call.cancel()
-    pytest.skip("this Tenure ignores WatchLeaseRequest.start_revision (no watch resume yet)")
 
 
 async def _raw_acquire(client: TenureClient, name: str) -> Any:
@@ -82,7 +69,6 @@ async def test_watch_resumes_across_tenure_restart(
     first = _replica(replicas, nats)
     other = _replica(replicas, nats)
     async with TenureClient(first.target) as client, TenureClient(other.target) as oc:
-        await _require_resume(client)
         async with client.watch(f"{name}.>") as watch:
             await _expect(watch, EventType.SNAPSHOT_COMPLETE, "")
             a = await _raw_acquire(client, f"{name}.a")
@@ -119,7 +105,6 @@ async def test_session_revoked_while_tenure_down_is_lost(
     first = _replica(replicas, nats)
     other = _replica(replicas, nats)
     async with TenureClient(first.target) as client, TenureClient(other.target) as oc:
-        await _require_resume(client)
         revoked = await client.acquire(f"{name}.revoked", "me", ttl=30, renew_fraction=0.8)
         kept = await client.acquire(f"{name}.kept", "me", ttl=30, renew_fraction=0.8)
         await asyncio.wait_for(client._loss.synced.wait(), WAIT)
@@ -135,3 +120,52 @@ async def test_session_revoked_while_tenure_down_is_lost(
         assert kept.is_held()
         await kept.renew()
         assert await kept.release()
+
+
+async def test_watch_falls_back_to_snapshot_when_history_compacted(
+    nats: NatsServer, replicas: List[TenureServer], name: str
+) -> None:
+    """When the changes made while its Tenure was down can no longer be
+    proven complete (markers last only --marker-ttl), the resume is refused
+    with WATCH_HISTORY_COMPACTED and the watch starts over with a fresh
+    snapshot marked resync: the lease released meanwhile is absent, the one
+    acquired meanwhile is CURRENT, and live events follow."""
+    short = ("--marker-ttl", "3s", "--max-lock-delay", "1s")
+    first = _replica(replicas, nats, args=short)
+    other = _replica(replicas, nats, args=short)
+    async with TenureClient(first.target) as client, TenureClient(other.target) as oc:
+        async with client.watch(f"{name}.>") as watch:
+            await _expect(watch, EventType.SNAPSHOT_COMPLETE, "")
+            a = await _raw_acquire(client, f"{name}.a")
+            await _expect(watch, EventType.ACQUIRED, f"{name}.a")
+
+            first.stop(signal.SIGKILL)
+            await oc.stub.Release(
+                T.ReleaseRequest(
+                    name=f"{name}.a", expected_revision=a.lease.revision, lease_key=a.lease_key
+                )
+            )
+            b = await _raw_acquire(oc, f"{name}.b")
+            # Await the history after a's revision no longer being resumable.
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                probe = oc.stub.WatchLease(
+                    T.WatchLeaseRequest(name=f"{name}.>", start_revision=a.lease.revision)
+                )
+                try:
+                    await asyncio.wait_for(probe.read(), WAIT)
+                except grpc.aio.AioRpcError as err:
+                    if TenureError.from_rpc_error(err).reason is Reason.WATCH_HISTORY_COMPACTED:
+                        break
+                    raise
+                finally:
+                    probe.cancel()
+                assert asyncio.get_running_loop().time() < deadline, "resume still served"
+                await asyncio.sleep(0.2)  # markers age by the clock: poll
+            _replica(replicas, nats, port=first.port, args=short)
+
+            current = await _expect(watch, EventType.CURRENT, f"{name}.b")
+            assert current.resync and current.fencing_token == b.lease.fencing_token
+            assert (await _expect(watch, EventType.SNAPSHOT_COMPLETE, "")).resync
+            await _raw_acquire(client, f"{name}.c")
+            assert not (await _expect(watch, EventType.ACQUIRED, f"{name}.c")).resync
