@@ -42,8 +42,9 @@ type Event struct {
 	Time time.Time
 	// Resync is true on the CURRENT events and the SNAPSHOT_COMPLETE of a
 	// snapshot sent again after a reconnect that could not resume (the
-	// server no longer had the history, reason WATCH_HISTORY_COMPACTED, or
-	// the stream broke before its first snapshot was complete): changes made
+	// server no longer had the history, reason WATCH_HISTORY_COMPACTED; the
+	// stream broke before its first snapshot was complete; or the watch had
+	// seen no revision yet, an empty snapshot and no change): changes made
 	// while disconnected may be missing from the events, so replace what
 	// you built from earlier events with this snapshot.
 	Resync bool
@@ -220,7 +221,8 @@ func (c *Client) openWatch(ctx context.Context, req *tenurev1.WatchLeaseRequest)
 func (c *Client) followWatch(ctx context.Context, req *tenurev1.WatchLeaseRequest, point resumePoint, resync bool,
 	stream tenurev1.LeaseService_WatchLeaseClient, first *tenurev1.WatchLeaseResponse, events chan<- Event,
 ) {
-	var bo backoff // resync: the current stream's snapshot replaces an earlier view
+	// resync: the current stream's snapshot replaces an earlier view.
+	var bo backoff
 	msg := first
 	for {
 		resumed := req.GetStartRevision() > 0
@@ -272,8 +274,9 @@ func (c *Client) followWatch(ctx context.Context, req *tenurev1.WatchLeaseReques
 				}
 			}
 			if point.start() == 0 {
-				// A fresh snapshot, whether the history is gone or the
-				// first snapshot never completed: it replaces the view.
+				// A fresh snapshot, whether the history is gone, the first
+				// snapshot never completed, or no revision was seen yet
+				// (an empty snapshot): it replaces the view.
 				resync, point = true, resumePoint{}
 			}
 			req.StartRevision = point.start()

@@ -110,8 +110,9 @@ class LeaseEvent:
         time: when the change was written (server clock, UTC), if known.
         resync: True on the CURRENT events and the SNAPSHOT_COMPLETE of a
             snapshot sent again after a reconnect that could not resume (the
-            server no longer had the history: WATCH_HISTORY_COMPACTED; or the
-            stream broke before its first snapshot was complete). Changes
+            server no longer had the history: WATCH_HISTORY_COMPACTED; the
+            stream broke before its first snapshot was complete; or it had
+            seen no revision yet: an empty snapshot and no change). Changes
             made while disconnected may be missing from the events: replace
             what you built from earlier events with this snapshot.
     """
