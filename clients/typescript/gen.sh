@@ -44,7 +44,7 @@ mkdir -p "$out"
 PYTHONPATH="$py" python3 -m grpc_tools.protoc \
   --plugin=protoc-gen-ts_proto="$here/node_modules/.bin/protoc-gen-ts_proto" \
   --ts_proto_out="$out" \
-  --ts_proto_opt=outputServices=grpc-js,env=node,forceLong=bigint,useDate=true,esModuleInterop=true,removeEnumPrefix=true \
+  --ts_proto_opt=outputServices=grpc-js,env=node,forceLong=bigint,useDate=true,esModuleInterop=true,removeEnumPrefix=true,stringEnums=true \
   -I "$proto_root" \
   -I "$py" \
   -I "$py/grpc_tools/_proto" \
