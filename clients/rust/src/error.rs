@@ -34,6 +34,7 @@ pub const RETRYABLE_REASONS: [Reason; 5] = [
     Reason::ShuttingDown,
     Reason::TooManyRequests,
     Reason::TooManyWatches,
+    Reason::TooManyWaiters,
 ];
 
 impl Reason {

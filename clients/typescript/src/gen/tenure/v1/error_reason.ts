@@ -169,6 +169,13 @@ export enum ErrorReason {
    * INTERNAL; permanent (report it).
    */
   INTERNAL = "INTERNAL",
+  /**
+   * TOO_MANY_WAITERS - buf:lint:ignore ENUM_VALUE_PREFIX
+   * TOO_MANY_WAITERS: every queue slot of the name is taken: as many
+   * Acquires wait for it as the server's --max-waiters allows (metadata
+   * waiters, max_waiters; with RetryInfo). RESOURCE_EXHAUSTED; retryable.
+   */
+  TOO_MANY_WAITERS = "TOO_MANY_WAITERS",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -243,6 +250,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 22:
     case "INTERNAL":
       return ErrorReason.INTERNAL;
+    case 25:
+    case "TOO_MANY_WAITERS":
+      return ErrorReason.TOO_MANY_WAITERS;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -298,6 +308,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "METADATA_TOO_LARGE";
     case ErrorReason.INTERNAL:
       return "INTERNAL";
+    case ErrorReason.TOO_MANY_WAITERS:
+      return "TOO_MANY_WAITERS";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -352,6 +364,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 21;
     case ErrorReason.INTERNAL:
       return 22;
+    case ErrorReason.TOO_MANY_WAITERS:
+      return 25;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;
