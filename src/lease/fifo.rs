@@ -94,6 +94,12 @@ pub struct Queue {
 impl Queue {
     /// Reads the queue of `name`. Every key under the queue's wildcard that
     /// is not a slot or the guard (written by something else) is ignored.
+    ///
+    /// The scan reads one message at a time in revision order, so a slot
+    /// rewritten during it (a refresh, a grant) can show twice: its later
+    /// message wins. Each slot is thus seen as it was at some moment of the
+    /// scan, and a ticket ahead of the reader's (written before it) is seen
+    /// live unless it was gone by then.
     pub async fn read(store: &Store, name: &str, max_waiters: usize) -> Result<Queue> {
         // Slots past max_waiters may exist (another replica with a higher
         // limit): read them too, up to a hard cap.
@@ -112,6 +118,8 @@ impl Queue {
             let Ok(slot) = level.parse::<usize>() else {
                 continue;
             };
+            queue.slots.retain(|(s, _)| *s != slot);
+            queue.live.retain(|t| t.slot != slot);
             queue.slots.push((slot, msg.revision));
             if let Op::Put(payload) = &msg.op {
                 if let Ok(ticket) = serde_json::from_slice::<TicketRecord>(payload) {
