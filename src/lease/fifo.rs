@@ -156,13 +156,13 @@ impl Queue {
             .any(|t| t.slot == slot && t.revision == revision)
     }
 
-    /// A slot below `max_waiters` with no live ticket, searched from
-    /// `start` (so that concurrent waiters spread over the free slots), and
-    /// the revision a write into it must name.
-    pub fn free_slot(&self, max_waiters: usize, start: usize) -> Option<(usize, u64)> {
+    /// The slots below `max_waiters` with no live ticket, in order from
+    /// `start` (so that concurrent waiters spread over the free slots), each
+    /// with the revision a write into it must name.
+    pub fn free_slots(&self, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
         (0..max_waiters)
             .map(|i| (start + i) % max_waiters)
-            .find(|slot| !self.live.iter().any(|t| t.slot == *slot))
+            .filter(|slot| !self.live.iter().any(|t| t.slot == *slot))
             .map(|slot| {
                 let expected = self
                     .slots
@@ -171,6 +171,7 @@ impl Queue {
                     .map_or(0, |(_, r)| *r);
                 (slot, expected)
             })
+            .collect()
     }
 
     /// The guard write of an Acquire without a wait: a tombstone on the
@@ -280,9 +281,9 @@ mod tests {
     #[test]
     fn finds_free_slots() {
         let q = queue(&[(0, 9, 3)], &[(0, 9), (1, 7)]);
-        assert_eq!(q.free_slot(3, 0), Some((1, 7)));
-        assert_eq!(q.free_slot(3, 2), Some((2, 0)));
-        assert_eq!(q.free_slot(1, 0), None);
+        assert_eq!(q.free_slots(3, 0), vec![(1, 7), (2, 0)]);
+        assert_eq!(q.free_slots(3, 2), vec![(2, 0), (1, 7)]);
+        assert!(q.free_slots(1, 0).is_empty());
     }
 
     /// Queue keys stay under the reserved level and one level below the

@@ -181,7 +181,21 @@ impl Leases {
             // A new ticket tries at once: the lease may be free already.
             let queued_now = self.fair() && ticket.is_none();
             if queued_now {
-                ticket = Some(self.enqueue(args).await?);
+                // Queueing counts against the wait too. Should the deadline
+                // cut a ticket write short after NATS stored it, that
+                // ticket expires like a dead waiter's.
+                match tokio::time::timeout_at(deadline, self.enqueue(args)).await {
+                    Ok(queued) => ticket = Some(queued?),
+                    Err(_) => {
+                        let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                        return Err(Error {
+                            message,
+                            retry_after: None,
+                            ..held
+                        }
+                        .with("waited_ms", wait.as_millis()));
+                    }
+                }
                 refresh.reset();
             }
             // Sleep until the lease may be free (a release, expiry or revoke
@@ -256,42 +270,47 @@ impl Leases {
     }
 
     /// Writes a ticket for `args` into a free slot of the name's queue, at
-    /// the back.
+    /// the back. A slot lost to another waiter (a CAS conflict) is skipped
+    /// for the next free one of the same read, so waiters arriving together
+    /// each cost one queue read, not one per lost race.
     async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
         for _ in 0..MAX_CAS_ATTEMPTS {
             let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
             let start = rand::random_range(0..self.max_waiters);
-            let Some((slot, expected)) = queue.free_slot(self.max_waiters, start) else {
+            let free = queue.free_slots(self.max_waiters, start);
+            if free.is_empty() {
                 return Err(too_many_waiters(
                     &args.name,
                     queue.waiting(),
                     self.max_waiters,
                 ));
-            };
-            let key = fifo::slot_key(&args.name, slot);
+            }
             let payload = fifo::TicketRecord {
                 place: 0,
                 holder: args.holder.clone(),
             }
             .encode();
-            match self
-                .store
-                .put(&key, payload, expected, fifo::TICKET_TTL)
-                .await
-            {
-                Ok(revision) => {
-                    tracing::debug!(name = %args.name, slot, place = revision, "queued");
-                    return Ok(fifo::Ticket {
-                        store: self.store.clone(),
-                        key,
-                        slot,
-                        revision,
-                        place: revision,
-                        armed: true,
-                    });
+            for (slot, expected) in free {
+                let key = fifo::slot_key(&args.name, slot);
+                match self
+                    .store
+                    .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
+                    .await
+                {
+                    Ok(revision) => {
+                        tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                        return Ok(fifo::Ticket {
+                            store: self.store.clone(),
+                            key,
+                            slot,
+                            revision,
+                            place: revision,
+                            armed: true,
+                        });
+                    }
+                    Err(CasError::Conflict) => continue,
+                    Err(CasError::Failed(err)) => return Err(err),
                 }
-                Err(CasError::Conflict) => continue,
-                Err(CasError::Failed(err)) => return Err(err),
             }
         }
         Err(contended(&args.name))
@@ -357,7 +376,9 @@ impl Leases {
             }
             AcquirePlan::Held { revision, record } => {
                 let mut err = held(&args.name, record, revision);
-                if matches!(place, Place::Plain) && self.fair() {
+                // The queue length, for an Acquire that does not wait (one
+                // that waits learns its place by queueing: no second scan).
+                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() {
                     err = err.with("waiters", self.waiting(&args.name).await?);
                 }
                 return Err(err);
