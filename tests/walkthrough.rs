@@ -28,16 +28,16 @@ const EXPECTED: &[&[&str]] = &[
     &["tenure.v1.LeaseService", "grpc.health.v1.Health"],
     &["rpc Acquire", "rpc WatchLease"],
     &[
-        "\"fencingToken\": \"1\"",
-        "\"revision\": \"1\"",
+        "\"fencingToken\": \"2\"",
+        "\"revision\": \"2\"",
         "\"leaseKey\": \"my-secret-lease-key-1\"",
     ],
-    &["\"fencingToken\": \"1\"", "\"revision\": \"2\""],
+    &["\"fencingToken\": \"2\"", "\"revision\": \"3\""],
     &["\"code\": 9", "LEASE_HELD", "\"holder\": \"worker-1\""],
-    &["\"holder\": \"worker-1\"", "\"revision\": \"2\""],
+    &["\"holder\": \"worker-1\"", "\"revision\": \"3\""],
     &["EVENT_TYPE_CURRENT", "EVENT_TYPE_SNAPSHOT_COMPLETE"],
-    &["\"revision\": \"3\""],
-    &["\"holder\": \"worker-2\"", "\"fencingToken\": \"4\""],
+    &["\"revision\": \"4\""],
+    &["\"holder\": \"worker-2\"", "\"fencingToken\": \"6\""],
 ];
 
 /// Every README walkthrough command runs and prints what the README says,

@@ -20,9 +20,12 @@
 //! new ticket reuses a slot whose last ticket is gone, so the tombstones of
 //! granted or departed waiters do not pile up.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
 use serde::{Deserialize, Serialize};
 
 use super::rules::RESERVED;
@@ -187,6 +190,48 @@ impl Queue {
             expected_of: Some(queue_filter(name)),
             ttl: Duration::ZERO,
         }
+    }
+}
+
+/// One queue read, awaited by every waiter that shares it.
+type SharedRead = Shared<BoxFuture<'static, Result<Arc<Queue>>>>;
+
+/// The queue reads of waiters that are queueing, in flight on this replica,
+/// by name: waiters of one name that queue at the same time share one read
+/// instead of each scanning the queue. A shared read may have begun just
+/// before the caller asked, which is safe here: every ticket write names
+/// the revision of the slot it takes, so a slot taken meanwhile fails the
+/// write, and a refusal (every slot live) is retryable. The head check never
+/// uses it (it needs a read made after its own ticket).
+#[derive(Default)]
+pub struct SharedReads {
+    /// The read in flight for each name.
+    inflight: Mutex<HashMap<String, SharedRead>>,
+}
+
+impl SharedReads {
+    /// The queue of `name`: the read in flight, or a new one.
+    pub async fn read(&self, store: &Store, name: &str, max_waiters: usize) -> Result<Arc<Queue>> {
+        let read = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            inflight
+                .entry(name.to_string())
+                .or_insert_with(|| {
+                    let (store, name) = (store.clone(), name.to_string());
+                    async move { Queue::read(&store, &name, max_waiters).await.map(Arc::new) }
+                        .boxed()
+                        .shared()
+                })
+                .clone()
+        };
+        let queue = read.clone().await;
+        // The first caller back retires the read, so later callers start a
+        // new one (at most one entry per name with a read in flight).
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if inflight.get(name).is_some_and(|r| r.ptr_eq(&read)) {
+            inflight.remove(name);
+        }
+        queue
     }
 }
 

@@ -8,8 +8,9 @@
 //! against the exact record that the write replaces. A lost race (a CAS
 //! conflict) re-reads and tries again, a bounded number of times.
 //!
-//! The only memory here is the [`cache::KeyCache`] and the watcher's
-//! mirror; neither decides anything a conditional write does not confirm.
+//! The only memory here is the [`cache::KeyCache`], the watcher's mirror
+//! and the queue reads in flight ([`fifo::SharedReads`]); none decides
+//! anything a conditional write does not confirm.
 //! The protocol counts what it does (acquired, released, revoked) where it
 //! knows it happened.
 
@@ -107,6 +108,8 @@ pub struct Leases {
     shutdown: CancellationToken,
     /// Most waiters queued on one name (its queue slots).
     max_waiters: usize,
+    /// Queue reads shared by waiters that queue at the same time.
+    queue_reads: Arc<fifo::SharedReads>,
 }
 
 /// Where an attempt to take a lease stands towards the name's queue.
@@ -128,6 +131,7 @@ impl Leases {
             hub,
             shutdown,
             max_waiters: DEFAULT_MAX_WAITERS,
+            queue_reads: Arc::default(),
         }
     }
 
@@ -270,12 +274,17 @@ impl Leases {
     }
 
     /// Writes a ticket for `args` into a free slot of the name's queue, at
-    /// the back. A slot lost to another waiter (a CAS conflict) is skipped
-    /// for the next free one of the same read, so waiters arriving together
-    /// each cost one queue read, not one per lost race.
+    /// the back. Waiters queueing together share a queue read
+    /// ([`fifo::SharedReads`]), and a slot lost to another waiter (a CAS
+    /// conflict) is skipped for the next free one of the same read, so a
+    /// burst of waiters costs a few queue reads, not one per waiter and
+    /// lost race.
     async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+            let queue = self
+                .queue_reads
+                .read(&self.store, &args.name, self.max_waiters)
+                .await?;
             let start = rand::random_range(0..self.max_waiters);
             let free = queue.free_slots(self.max_waiters, start);
             if free.is_empty() {
