@@ -2,7 +2,7 @@
 # Model check of the lease protocol (model/lease.pml) and of fair queueing
 # (model/fifo.pml) with spin; model/README.md explains the models.
 #
-#   scripts/model-check.sh            every check (about 2.5 minutes on 2 cores)
+#   scripts/model-check.sh            every check (about 5 minutes on 2 cores)
 #   scripts/model-check.sh fifo NO_   only checks whose name contains a word
 #
 # Three kinds of check, each counted once in the summary:
@@ -198,17 +198,20 @@ probe lease-probe-8 lease 8 "a Renew or Release with another key refused"
 
 # ---- fair queueing ----
 verify fifo fifo "" \
-  "waiters W0, W1, W2 (ticket, head check, atomic grant, release) and a plain Acquire P (2 tries); 1 ticket refresh; 1 waiter gives up, its ticket then expires; lease tombstones age out; stream sequence <= 16"
+  "waiters W0, W1, W2 in 2 queue slots (slot pick and conditional ticket write, refusal when full, head check, atomic grant, release) and a plain Acquire P (2 tries, guard + lease batch); 1 ticket refresh; 1 waiter gives up, its ticket then expires; lease, slot and guard tombstones and markers age out; stream sequence <= 16"
 
 control fifo-NO_HEAD_CHECK fifo "-DNO_HEAD_CHECK" "any waiter acquires when the lease is free"
 control fifo-ORDER_BY_LAST_REVISION fifo "-DORDER_BY_LAST_REVISION" "the queue is ordered by the ticket's last revision"
 control fifo-NON_ATOMIC_GRANT fifo "-DNON_ATOMIC_GRANT" "the grant deletes the ticket and writes the lease in two writes"
 control fifo-NO_QUEUE_CONDITION fifo "-DNO_QUEUE_CONDITION" "a plain Acquire's write is not conditional on the queue"
 control fifo-STALE_QUEUE_READ fifo "-DSTALE_QUEUE_READ" "the head check may read a snapshot older than the own ticket"
+control fifo-NO_SLOT_CONDITION fifo "-DNO_SLOT_CONDITION" "a ticket is written into its slot unconditionally"
 
 probe fifo-probe-1 fifo 1 "a grant past an earlier waiter that gave up and whose ticket expired"
 probe fifo-probe-2 fifo 2 "a plain Acquire stopped by the queue condition"
 probe fifo-probe-3 fifo 3 "all three waiters and P served"
+probe fifo-probe-4 fifo 4 "a ticket reuses a slot an earlier ticket left"
+probe fifo-probe-5 fifo 5 "a waiter refused because every slot is live"
 
 echo "model-check: total $((SECONDS - start)) s"
 if [ "$failed" -gt 0 ]; then

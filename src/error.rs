@@ -43,6 +43,7 @@ impl Reason {
             Reason::PermissionDenied => Code::PermissionDenied,
             Reason::TooManyRequests
             | Reason::TooManyWatches
+            | Reason::TooManyWaiters
             | Reason::RequestTooLarge
             | Reason::MetadataTooLarge => Code::ResourceExhausted,
             Reason::Internal | Reason::Unspecified => Code::Internal,

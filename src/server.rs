@@ -149,7 +149,7 @@ pub async fn start(
     warn_if_open(&auth, tls.is_some(), addr);
     let calls = CallLimits::new(config, auth.enabled());
     let api = Arc::new(LeaseApi::new(
-        Leases::new(store, hub, shutdown.clone()),
+        Leases::new(store, hub, shutdown.clone()).with_max_waiters(config.max_waiters.into()),
         config.limits(),
         auth,
         WatchLimits::new(config),

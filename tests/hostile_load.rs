@@ -7,7 +7,8 @@
 //! - unread watches: streams on connections with small HTTP/2 windows that
 //!   never read, while a writer makes heavy (~1 KiB) events they follow;
 //! - waiting Acquires: hundreds of Acquires with a `wait` on one held name,
-//!   from one client, sent again whenever one returns;
+//!   from one client, sent again whenever one returns (past `--max-waiters`
+//!   queued on the name, the rest are refused with `TOO_MANY_WAITERS`);
 //! - a NATS stall: nats-server SIGSTOPped for a few seconds in the middle.
 //!
 //! It checks behaviour, not speed: no honest lease is lost (every holder
@@ -403,7 +404,11 @@ async fn waiting_acquirer(
             Err(s) => {
                 *outcomes.entry(reason_or_code(&s)).or_insert(0) += 1;
                 assert!(
-                    retryable(&s) || reason_or_code(&s) == "LEASE_HELD",
+                    retryable(&s)
+                        || matches!(
+                            reason_or_code(&s).as_str(),
+                            "LEASE_HELD" | "TOO_MANY_WAITERS"
+                        ),
                     "a waiting Acquire failed unexpectedly: {s:?}"
                 );
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -257,9 +257,11 @@ impl LeaseService for LeaseApi {
         request: Request<proto::GetLeaseRequest>,
     ) -> Result<Response<proto::GetLeaseResponse>, Status> {
         self.rpc(request, |req, _| async move {
-            let holding = self.leases.get(validate::name(&req.name)?).await?;
+            let name = validate::name(&req.name)?;
+            let holding = self.leases.get(name).await?;
             Ok(proto::GetLeaseResponse {
                 lease: Some(lease(&holding)),
+                waiting: self.leases.waiting(name).await? as u32,
             })
         })
         .await

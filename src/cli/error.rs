@@ -161,6 +161,7 @@ fn hint(reason: ErrorReason) -> Option<&'static str> {
         ErrorReason::NatsUnavailable => "the server cannot reach NATS; retry shortly",
         ErrorReason::ShuttingDown => "this replica is stopping; retry (on another replica)",
         ErrorReason::TooManyRequests | ErrorReason::TooManyWatches => "the server is at its limit; retry shortly",
+        ErrorReason::TooManyWaiters => "too many Acquires wait for this name; retry later or without --wait",
         ErrorReason::RecordUnreadable => "an operator must remove the foreign value under this name",
         ErrorReason::Internal => "a bug in the server: report it with this line",
         ErrorReason::WatchLagged => "the watch fell behind; start it again",
@@ -222,6 +223,7 @@ pub fn permanent(status: &tonic::Status) -> bool {
                     | ErrorReason::ShuttingDown
                     | ErrorReason::TooManyRequests
                     | ErrorReason::TooManyWatches
+                    | ErrorReason::TooManyWaiters
                     | ErrorReason::WatchLagged
             )
         ),

@@ -236,6 +236,11 @@ pub struct Config {
     #[arg(long, env = "TENURE_MAX_LOCK_DELAY", default_value = "60s", value_parser = parse_duration)]
     pub max_lock_delay: Duration,
 
+    /// Most Acquires that may wait (queue) for one name at a time; the next
+    /// gets TOO_MANY_WAITERS. Each waiter is a ticket key in the bucket.
+    #[arg(long, env = "TENURE_MAX_WAITERS", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_waiters: u16,
+
     /// Folder for the local nats-server's store (only without --nats-url).
     #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
     pub data_dir: PathBuf,

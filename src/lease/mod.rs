@@ -8,14 +8,16 @@
 //! against the exact record that the write replaces. A lost race (a CAS
 //! conflict) re-reads and tries again, a bounded number of times.
 //!
-//! The only memory here is the [`cache::KeyCache`] and the watcher's
-//! mirror; neither decides anything a conditional write does not confirm.
+//! The only memory here is the [`cache::KeyCache`], the watcher's mirror
+//! and the queue reads in flight ([`fifo::SharedReads`]); none decides
+//! anything a conditional write does not confirm.
 //! The protocol counts what it does (acquired, released, revoked) where it
 //! knows it happened.
 
 mod cache;
 mod election;
 mod event;
+mod fifo;
 mod list;
 mod mirror;
 mod queue;
@@ -52,6 +54,8 @@ const MAX_CAS_ATTEMPTS: usize = 5;
 /// How often a waiting Acquire re-checks even without a bucket event: a
 /// safety net should the event stream break.
 const WAIT_POLL: Duration = Duration::from_secs(1);
+/// Most waiters queued per name unless the server is told otherwise.
+pub const DEFAULT_MAX_WAITERS: usize = 64;
 
 /// What Acquire asks for, already validated.
 #[derive(Debug, Clone)]
@@ -105,6 +109,19 @@ pub struct Leases {
     hub: Hub,
     /// Ends waiting Acquires when the server shuts down.
     shutdown: CancellationToken,
+    /// Most waiters queued on one name (its queue slots).
+    max_waiters: usize,
+    /// Queue reads shared by waiters that queue at the same time.
+    queue_reads: Arc<fifo::SharedReads>,
+}
+
+/// Where an attempt to take a lease stands towards the name's queue.
+enum Place<'a> {
+    /// An Acquire without a ticket: only when nobody is queued.
+    Plain,
+    /// A queued waiter: only as the head, and its ticket leaves in the
+    /// grant's batch.
+    Queued(&'a fifo::Ticket),
 }
 
 impl Leases {
@@ -116,10 +133,36 @@ impl Leases {
             cache: Arc::new(KeyCache::default()),
             hub,
             shutdown,
+            max_waiters: DEFAULT_MAX_WAITERS,
+            queue_reads: Arc::default(),
         }
     }
 
+    /// The same, with at most `max_waiters` waiters queued per name.
+    pub fn with_max_waiters(mut self, max_waiters: usize) -> Leases {
+        self.max_waiters = max_waiters.max(1);
+        self
+    }
+
+    /// Whether waits are fair: the bucket takes the atomic batches that
+    /// grants and guarded Acquires need.
+    fn fair(&self) -> bool {
+        self.store.atomic()
+    }
+
+    /// How many waiters are queued for `name` (0 without fair waiting).
+    pub async fn waiting(&self, name: &str) -> Result<usize> {
+        if !self.fair() {
+            return Ok(0);
+        }
+        Ok(fifo::Queue::read(&self.store, name, self.max_waiters)
+            .await?
+            .waiting())
+    }
+
     /// Takes a lease, waiting for it to become free if `args.wait` says so.
+    /// On a bucket with atomic batches a wait is fair (first come, first
+    /// served across replicas: see [`fifo`]); otherwise it polls.
     pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
         let Some(wait) = args.wait else {
             return self.try_acquire(args).await;
@@ -133,14 +176,38 @@ impl Leases {
             .follow(Filter::Name(args.name.clone()), ends)
             .await
             .ok();
+        let mut held = match self.try_acquire(args).await {
+            Err(err) if err.reason == Reason::LeaseHeld => err,
+            other => return other,
+        };
+        let mut ticket = None;
+        let mut refresh = tokio::time::interval(fifo::TICKET_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        refresh.reset();
         loop {
-            let held = match self.try_acquire(args).await {
-                Err(err) if err.reason == Reason::LeaseHeld => err,
-                other => return other,
-            };
+            // A new ticket tries at once: the lease may be free already.
+            let queued_now = self.fair() && ticket.is_none();
+            if queued_now {
+                // Queueing counts against the wait too. Should the deadline
+                // cut a ticket write short after NATS stored it, that
+                // ticket expires like a dead waiter's.
+                match tokio::time::timeout_at(deadline, self.enqueue(args)).await {
+                    Ok(queued) => ticket = Some(queued?),
+                    Err(_) => {
+                        let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                        return Err(Error {
+                            message,
+                            retry_after: None,
+                            ..held
+                        }
+                        .with("waited_ms", wait.as_millis()));
+                    }
+                }
+                refresh.reset();
+            }
             // Sleep until the lease may be free (a release, expiry or revoke
             // of this name), the poll tick (or the end of a lock delay, if
-            // sooner), or the deadline.
+            // sooner), or the deadline; keep the ticket alive meanwhile.
             let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
             let freed = async {
                 match follow.as_mut() {
@@ -149,13 +216,31 @@ impl Leases {
                 }
             };
             tokio::select! {
+                biased;
                 _ = self.shutdown.cancelled() => {
                     return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
                 }
                 _ = tokio::time::sleep_until(deadline) => {
+                    if let Some(t) = ticket.take() {
+                        t.leave().await;
+                    }
                     let message = format!("{} (gave up after waiting {wait:?})", held.message);
                     return Err(Error { message, retry_after: None, ..held }.with("waited_ms", wait.as_millis()));
                 }
+                _ = refresh.tick(), if ticket.is_some() => {
+                    if let Some(t) = ticket.as_mut() {
+                        if !self.refresh(args, t).await? {
+                            // The ticket is gone (it expired before this
+                            // refresh): queue again, at the back.
+                            tracing::warn!(name = %args.name, "a waiter's ticket expired while it waited; it queues again");
+                            if let Some(mut t) = ticket.take() {
+                                t.armed = false;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                _ = std::future::ready(()), if queued_now => {}
                 _ = tokio::time::sleep(tick) => {}
                 event = freed => {
                     if event.is_err() {
@@ -163,101 +248,254 @@ impl Leases {
                     }
                 }
             }
+            let attempt = match &ticket {
+                Some(t) => self.attempt_as(args, Place::Queued(t)).await,
+                None => self.try_acquire(args).await,
+            };
+            held = match attempt {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                Err(err) => {
+                    if let Some(t) = ticket.take() {
+                        t.leave().await;
+                    }
+                    return Err(err);
+                }
+                Ok(holding) => {
+                    if let Some(mut t) = ticket.take() {
+                        // The grant's batch deleted it, unless this was the
+                        // caller's own holding found again (a retry).
+                        if holding.revision == holding.token {
+                            t.armed = false;
+                        } else {
+                            t.leave().await;
+                        }
+                    }
+                    return Ok(holding);
+                }
+            };
         }
     }
 
-    /// One attempt to take a lease: read the last message, then CAS over it.
-    async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
-        let hash = KeyHash::of(&args.key);
+    /// Writes a ticket for `args` into a free slot of the name's queue, at
+    /// the back. Waiters queueing together share a queue read
+    /// ([`fifo::SharedReads`]), and a slot lost to another waiter (a CAS
+    /// conflict) is skipped for the next free one of the same read, so a
+    /// burst of waiters costs a few queue reads, not one per waiter and
+    /// lost race.
+    async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let last = self.store.last(&args.name).await?.map(Entry::from);
-            let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
-                AcquirePlan::Take { expected } => expected,
-                AcquirePlan::Retry { revision, record } => {
-                    match self
-                        .write_renewal(&args.name, revision, record, Some(args.ttl_s))
-                        .await
-                    {
-                        Err(CasError::Conflict) => continue,
-                        other => return other.map_err(cas_failed),
-                    }
-                }
-                AcquirePlan::Held { revision, record } => {
-                    return Err(held(&args.name, record, revision))
-                }
-                AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
-            };
-            // The lock delay of the holding the last message ended, and the
-            // fence the new holding replaces.
-            let fence = if rules::needs_fence(last.as_ref()) {
-                self.fence(&args.name).await?
-            } else {
-                (0, None)
-            };
-            let now = now_ms();
-            if let Some(free_at) = rules::delayed_until(
-                last.as_ref(),
-                fence.1.as_ref().map_or(0, |f| f.lock_delay_s),
-            ) {
-                if free_at > now {
-                    return Err(delayed(&args.name, free_at, now));
-                }
+            let queue = self
+                .queue_reads
+                .read(&self.store, &args.name, self.max_waiters)
+                .await?;
+            let start = rand::random_range(0..self.max_waiters);
+            let free = queue.free_slots(self.max_waiters, start);
+            if free.is_empty() {
+                return Err(too_many_waiters(
+                    &args.name,
+                    queue.waiting(),
+                    self.max_waiters,
+                ));
             }
-            let record = Record {
+            let payload = fifo::TicketRecord {
+                place: 0,
                 holder: args.holder.clone(),
-                token: 0,
-                key_sha256: hash.to_hex(),
-                ttl_s: args.ttl_s,
-                acquired_ms: now,
-                renewed_ms: now,
-                metadata: args.metadata.clone(),
-                lock_delay_s: args.lock_delay_s,
-            };
-            let ttl = Duration::from_secs(args.ttl_s);
-            let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
-            let written = if args.lock_delay_s > 0 || fence_live {
-                // The fence and the record in one atomic batch: a holding with
-                // a delay always has its fence, and one without never
-                // inherits an older holding's.
-                let fence_write = Write {
-                    name: rules::fence_key(&args.name),
-                    op: if args.lock_delay_s > 0 {
-                        WriteOp::Put
-                    } else {
-                        WriteOp::Delete
-                    },
-                    payload: Fence {
-                        lock_delay_s: args.lock_delay_s,
-                    }
-                    .encode(),
-                    expected: Some(fence_revision),
-                    ttl: Duration::ZERO,
-                };
-                let record_write = Write {
-                    name: args.name.clone(),
-                    op: WriteOp::Put,
-                    payload: record.encode(),
-                    expected: Some(expected),
-                    ttl,
-                };
-                self.store.batch(&[fence_write, record_write]).await
-            } else {
-                self.store
-                    .put(&args.name, record.encode(), expected, ttl)
+            }
+            .encode();
+            for (slot, expected) in free {
+                let key = fifo::slot_key(&args.name, slot);
+                match self
+                    .store
+                    .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
                     .await
-            };
-            match written {
-                Ok(revision) => {
-                    tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
-                    METRICS.acquired.inc();
-                    self.cache.insert(&args.name, revision, &record);
-                    return Ok(Holding::at(&args.name, revision, record));
+                {
+                    Ok(revision) => {
+                        tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                        return Ok(fifo::Ticket {
+                            store: self.store.clone(),
+                            key,
+                            slot,
+                            revision,
+                            place: revision,
+                            armed: true,
+                        });
+                    }
+                    Err(CasError::Conflict) => continue,
+                    Err(CasError::Failed(err)) => return Err(err),
                 }
-                Err(CasError::Conflict) => continue,
-                Err(CasError::Failed(err)) => return Err(err),
             }
         }
         Err(contended(&args.name))
+    }
+
+    /// Rewrites a ticket so that it does not expire, keeping its place.
+    /// `false`: the ticket is gone.
+    async fn refresh(&self, args: &AcquireArgs, ticket: &mut fifo::Ticket) -> Result<bool> {
+        let payload = fifo::TicketRecord {
+            place: ticket.place,
+            holder: args.holder.clone(),
+        }
+        .encode();
+        match self
+            .store
+            .put(&ticket.key, payload, ticket.revision, fifo::TICKET_TTL)
+            .await
+        {
+            Ok(revision) => {
+                ticket.revision = revision;
+                Ok(true)
+            }
+            Err(CasError::Conflict) => Ok(false),
+            Err(CasError::Failed(err)) => Err(err),
+        }
+    }
+
+    /// One Acquire without a ticket: read, then CAS, retried on lost races.
+    async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            if let Some(holding) = self.attempt(args, Place::Plain).await? {
+                return Ok(holding);
+            }
+        }
+        Err(contended(&args.name))
+    }
+
+    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
+    /// waiter waits for the next event rather than retrying at once).
+    async fn attempt_as(&self, args: &AcquireArgs, place: Place<'_>) -> Result<Holding> {
+        match self.attempt(args, place).await? {
+            Some(holding) => Ok(holding),
+            None => Err(contended(&args.name)),
+        }
+    }
+
+    /// One attempt to take a lease: read the last message, then CAS over it
+    /// (`None`: a lost race). A plain attempt writes only when no waiter is
+    /// queued; a queued one only as the head of the queue.
+    async fn attempt(&self, args: &AcquireArgs, place: Place<'_>) -> Result<Option<Holding>> {
+        let hash = KeyHash::of(&args.key);
+        let last = self.store.last(&args.name).await?.map(Entry::from);
+        let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
+            AcquirePlan::Take { expected } => expected,
+            AcquirePlan::Retry { revision, record } => {
+                return match self
+                    .write_renewal(&args.name, revision, record, Some(args.ttl_s))
+                    .await
+                {
+                    Err(CasError::Conflict) => Ok(None),
+                    other => other.map(Some).map_err(cas_failed),
+                }
+            }
+            AcquirePlan::Held { revision, record } => {
+                let mut err = held(&args.name, record, revision);
+                // The queue length, for an Acquire that does not wait (one
+                // that waits learns its place by queueing: no second scan).
+                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() {
+                    err = err.with("waiters", self.waiting(&args.name).await?);
+                }
+                return Err(err);
+            }
+            AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
+        };
+        // The queue decides who may write: nobody queued (plain), or the
+        // head (queued); the batch re-checks what this read saw.
+        let queue_write = match place {
+            Place::Plain if self.fair() => {
+                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+                if queue.waiting() > 0 {
+                    return Err(queued(&args.name, queue.waiting()));
+                }
+                Some(queue.guard(&args.name))
+            }
+            Place::Plain => None,
+            Place::Queued(ticket) => {
+                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+                if !queue.holds(ticket.slot, ticket.revision) {
+                    // Gone or rewritten: the next refresh finds out which.
+                    return Ok(None);
+                }
+                let ahead = queue.ahead_of(ticket.place);
+                if ahead > 0 {
+                    return Err(queued(&args.name, queue.waiting()).with("ahead", ahead));
+                }
+                Some(ticket.grant_write())
+            }
+        };
+        // The lock delay of the holding the last message ended, and the
+        // fence the new holding replaces.
+        let fence = if rules::needs_fence(last.as_ref()) {
+            self.fence(&args.name).await?
+        } else {
+            (0, None)
+        };
+        let now = now_ms();
+        if let Some(free_at) = rules::delayed_until(
+            last.as_ref(),
+            fence.1.as_ref().map_or(0, |f| f.lock_delay_s),
+        ) {
+            if free_at > now {
+                return Err(delayed(&args.name, free_at, now));
+            }
+        }
+        let record = Record {
+            holder: args.holder.clone(),
+            token: 0,
+            key_sha256: hash.to_hex(),
+            ttl_s: args.ttl_s,
+            acquired_ms: now,
+            renewed_ms: now,
+            metadata: args.metadata.clone(),
+            lock_delay_s: args.lock_delay_s,
+        };
+        let ttl = Duration::from_secs(args.ttl_s);
+        let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
+        // The queue's write, the fence (a holding with a delay always has
+        // its fence, and one without never inherits an older holding's) and
+        // the record (last: the batch's revision is the token): one atomic
+        // batch when there is more than the record.
+        let mut writes: Vec<Write> = queue_write.into_iter().collect();
+        if args.lock_delay_s > 0 || fence_live {
+            writes.push(Write {
+                name: rules::fence_key(&args.name),
+                op: if args.lock_delay_s > 0 {
+                    WriteOp::Put
+                } else {
+                    WriteOp::Delete
+                },
+                payload: Fence {
+                    lock_delay_s: args.lock_delay_s,
+                }
+                .encode(),
+                expected: Some(fence_revision),
+                expected_of: None,
+                ttl: Duration::ZERO,
+            });
+        }
+        let written = if writes.is_empty() {
+            self.store
+                .put(&args.name, record.encode(), expected, ttl)
+                .await
+        } else {
+            writes.push(Write {
+                name: args.name.clone(),
+                op: WriteOp::Put,
+                payload: record.encode(),
+                expected: Some(expected),
+                expected_of: None,
+                ttl,
+            });
+            self.store.batch(&writes).await
+        };
+        match written {
+            Ok(revision) => {
+                tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
+                METRICS.acquired.inc();
+                self.cache.insert(&args.name, revision, &record);
+                Ok(Some(Holding::at(&args.name, revision, record)))
+            }
+            Err(CasError::Conflict) => Ok(None),
+            Err(CasError::Failed(err)) => Err(err),
+        }
     }
 
     /// Extends a holding. `expected` may be stale (a retry after a lost
@@ -352,6 +590,7 @@ impl Leases {
                     op: WriteOp::Delete,
                     payload: bytes::Bytes::new(),
                     expected: None,
+                    expected_of: None,
                     ttl: Duration::ZERO,
                 };
                 let end = Write {
@@ -359,6 +598,7 @@ impl Leases {
                     op,
                     payload,
                     expected: Some(revision),
+                    expected_of: None,
                     ttl: Duration::ZERO,
                 };
                 self.store.batch(&[fence, end]).await
@@ -595,6 +835,33 @@ fn delayed(name: &str, free_at_ms: u64, now_ms: u64) -> Error {
     .with("free_at_unix_ms", free_at_ms)
     .with("state", "LOCK_DELAY")
     .retry_after(left)
+}
+
+/// `LEASE_HELD` for a name that is free but has waiters queued: an Acquire
+/// without a ticket does not jump them.
+fn queued(name: &str, waiters: usize) -> Error {
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "lease {name:?} has {waiters} waiter(s) queued, who take it first; Acquire with a wait to queue behind them"
+        ),
+    )
+    .with("waiters", waiters)
+    .with("state", "QUEUED")
+}
+
+/// `TOO_MANY_WAITERS` when every queue slot of a name is taken.
+fn too_many_waiters(name: &str, waiters: usize, max: usize) -> Error {
+    Error::new(
+        Reason::TooManyWaiters,
+        format!(
+            "lease {name:?} already has {waiters} waiters queued (--max-waiters {max}); retry later, or Acquire without a wait"
+        ),
+    )
+    .with("waiters", waiters)
+    .with("limit", "--max-waiters")
+    .with("max_waiters", max)
+    .retry_after(fifo::TICKET_REFRESH)
 }
 
 /// `LEASE_NOT_HELD` with why.

@@ -41,6 +41,10 @@ pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
 /// The conditional-write header: the subject's last sequence must be this.
 pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// The conditional-write header naming another subject (or a wildcard)
+/// whose last sequence [`NATS_EXPECTED_LAST_SUBJECT_SEQUENCE`] checks.
+pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str =
+    "Nats-Expected-Last-Subject-Sequence-Subject";
 /// The per-message TTL header, whole seconds.
 pub const NATS_TTL: &str = "Nats-TTL";
 /// Atomic batch publish (ADR-50): the batch every message belongs to.
@@ -119,6 +123,9 @@ pub struct Write {
     /// The revision the key's last message must have (0: no message);
     /// `None`: unconditional (the batch's other writes decide).
     pub expected: Option<u64>,
+    /// The key or KV wildcard (`a.*`) whose last revision `expected` checks,
+    /// when not this write's own key.
+    pub expected_of: Option<String>,
     /// The TTL of a [`WriteOp::Put`] (zero: none, kept until overwritten);
     /// ends get the marker TTL.
     pub ttl: Duration,
@@ -236,6 +243,62 @@ impl Store {
             );
         }
         Ok(())
+    }
+
+    /// Whether the bucket takes atomic batch writes ([`Store::batch`]).
+    pub fn atomic(&self) -> bool {
+        self.atomic
+    }
+
+    /// A new unique token (a NUID: 22 characters from [0-9A-Za-z]), usable
+    /// as one level of a key.
+    pub fn unique_id(&self) -> String {
+        let inbox = self.client.new_inbox();
+        inbox.rsplit('.').next().unwrap_or(&inbox).to_string()
+    }
+
+    /// The last message of every key matching `filter` (a KV wildcard such
+    /// as `a.b.*`), in revision order, read from the stream leader one
+    /// message at a time. With history 1 every key has one message, so this
+    /// is the current state of each. Reads at most `max` messages; returns
+    /// whether it read them all.
+    pub async fn scan(&self, filter: &str, max: usize) -> Result<(Vec<Message>, bool)> {
+        self.ensure_connected()?;
+        let subject = format!("{}{}", self.prefix, filter);
+        let mut out = Vec::new();
+        let mut from = 1;
+        while out.len() < max {
+            let read = self
+                .stream
+                .raw_message_builder()
+                .sequence(from)
+                .next_by_subject(subject.clone())
+                .send()
+                .instrument(
+                    tracing::debug_span!("nats.get_next", otel.kind = "client", subject = %subject),
+                )
+                .await;
+            let msg = match read {
+                Ok(msg) => msg,
+                Err(err) => match err.kind() {
+                    stream::RawMessageErrorKind::NoMessageFound => return Ok((out, true)),
+                    _ => return Err(Error::nats("reading a queue", err)),
+                },
+            };
+            from = msg.sequence + 1;
+            let name = msg
+                .subject
+                .strip_prefix(self.prefix.as_str())
+                .unwrap_or(msg.subject.as_str())
+                .to_string();
+            out.push(Message {
+                name,
+                revision: msg.sequence,
+                time_ms: unix_ms(msg.time),
+                op: classify(Some(&msg.headers), msg.payload),
+            });
+        }
+        Ok((out, false))
     }
 
     /// The bucket name.
@@ -443,9 +506,8 @@ impl Store {
                 "an empty batch",
             )));
         };
-        // An id unique to this batch (an inbox token is a NUID).
-        let inbox = self.client.new_inbox();
-        let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();
+        // An id unique to this batch.
+        let id = self.unique_id();
         let span = tracing::debug_span!("nats.batch", otel.kind = "client", count = writes.len());
         async {
             for (i, w) in writes.iter().enumerate() {
@@ -457,6 +519,12 @@ impl Store {
                         NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
                         expected.to_string().as_str(),
                     );
+                    if let Some(of) = &w.expected_of {
+                        headers.insert(
+                            NATS_EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+                            format!("{}{of}", self.prefix).as_str(),
+                        );
+                    }
                 }
                 let ttl = match w.op {
                     WriteOp::Put => w.ttl,

@@ -34,6 +34,7 @@ var retryableReasons = map[Reason]bool{
 	tenurev1.ErrorReason_SHUTTING_DOWN:     true,
 	tenurev1.ErrorReason_TOO_MANY_REQUESTS: true,
 	tenurev1.ErrorReason_TOO_MANY_WATCHES:  true,
+	tenurev1.ErrorReason_TOO_MANY_WAITERS:  true,
 }
 
 // RetryableReasons returns the reasons after which sending the same request

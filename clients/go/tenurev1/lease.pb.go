@@ -677,7 +677,10 @@ func (x *GetLeaseRequest) GetName() string {
 type GetLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// lease is the current holding.
-	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// waiting is how many Acquires with a wait are queued for the name, in
+	// every replica (fair waiting needs nats-server 2.12 or newer; 0 without).
+	Waiting       uint32 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -717,6 +720,13 @@ func (x *GetLeaseResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *GetLeaseResponse) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
 }
 
 // WatchLeaseRequest selects what to watch.
@@ -1241,9 +1251,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"%\n" +
 	"\x0fGetLeaseRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\":\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"T\n" +
 	"\x10GetLeaseResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x85\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\rR\awaiting\"\x85\x01\n" +
 	"\x11WatchLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x14.tenure.v1.EventTypeR\n" +

@@ -28,12 +28,13 @@ const REASON_NUMBERS: &[i32] = &include!(concat!(env!("OUT_DIR"), "/error_reason
 /// one classification of the reasons (the "Error reasons" table of
 /// `clients/README.md`); every other reason is permanent. The renewal task
 /// decides with it.
-pub const RETRYABLE_REASONS: [Reason; 5] = [
+pub const RETRYABLE_REASONS: [Reason; 6] = [
     Reason::NatsUnavailable,
     Reason::WatchLagged,
     Reason::ShuttingDown,
     Reason::TooManyRequests,
     Reason::TooManyWatches,
+    Reason::TooManyWaiters,
 ];
 
 impl Reason {

@@ -48,6 +48,7 @@ export const RETRYABLE_REASONS: ReadonlySet<ErrorReason> = new Set([
   ErrorReason.SHUTTING_DOWN,
   ErrorReason.TOO_MANY_REQUESTS,
   ErrorReason.TOO_MANY_WATCHES,
+  ErrorReason.TOO_MANY_WAITERS,
 ]);
 
 /**

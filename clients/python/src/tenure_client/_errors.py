@@ -67,6 +67,7 @@ RETRYABLE_REASONS: frozenset[_ReasonBase] = frozenset(
         Reason.SHUTTING_DOWN,
         Reason.TOO_MANY_REQUESTS,
         Reason.TOO_MANY_WATCHES,
+        Reason.TOO_MANY_WAITERS,
     }
 )
 

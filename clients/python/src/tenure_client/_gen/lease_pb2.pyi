@@ -133,10 +133,12 @@ class GetLeaseRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetLeaseResponse(_message.Message):
-    __slots__ = ("lease",)
+    __slots__ = ("lease", "waiting")
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+    waiting: int
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waiting: _Optional[int] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
     __slots__ = ("name", "event_types", "start_revision")

@@ -170,6 +170,13 @@ export enum ErrorReason {
    */
   INTERNAL = "INTERNAL",
   /**
+   * TOO_MANY_WAITERS - buf:lint:ignore ENUM_VALUE_PREFIX
+   * TOO_MANY_WAITERS: every queue slot of the name is taken: as many
+   * Acquires wait for it as the server's --max-waiters allows (metadata
+   * waiters, max_waiters; with RetryInfo). RESOURCE_EXHAUSTED; retryable.
+   */
+  TOO_MANY_WAITERS = "TOO_MANY_WAITERS",
+  /**
    * WATCH_HISTORY_COMPACTED - buf:lint:ignore ENUM_VALUE_PREFIX
    * WATCH_HISTORY_COMPACTED: a WatchLease start_revision is older than the
    * history the bucket still proves complete, so a resume could miss a
@@ -252,6 +259,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 22:
     case "INTERNAL":
       return ErrorReason.INTERNAL;
+    case 25:
+    case "TOO_MANY_WAITERS":
+      return ErrorReason.TOO_MANY_WAITERS;
     case 30:
     case "WATCH_HISTORY_COMPACTED":
       return ErrorReason.WATCH_HISTORY_COMPACTED;
@@ -310,6 +320,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "METADATA_TOO_LARGE";
     case ErrorReason.INTERNAL:
       return "INTERNAL";
+    case ErrorReason.TOO_MANY_WAITERS:
+      return "TOO_MANY_WAITERS";
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return "WATCH_HISTORY_COMPACTED";
     case ErrorReason.UNRECOGNIZED:
@@ -366,6 +378,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 21;
     case ErrorReason.INTERNAL:
       return 22;
+    case ErrorReason.TOO_MANY_WAITERS:
+      return 25;
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return 30;
     case ErrorReason.UNRECOGNIZED:

@@ -295,7 +295,14 @@ export interface GetLeaseRequest {
 /** GetLeaseResponse is the current holding. */
 export interface GetLeaseResponse {
   /** lease is the current holding. */
-  lease: Lease | undefined;
+  lease:
+    | Lease
+    | undefined;
+  /**
+   * waiting is how many Acquires with a wait are queued for the name, in
+   * every replica (fair waiting needs nats-server 2.12 or newer; 0 without).
+   */
+  waiting: number;
 }
 
 /** WatchLeaseRequest selects what to watch. */
@@ -1591,13 +1598,16 @@ export const GetLeaseRequest: MessageFns<GetLeaseRequest> = {
 };
 
 function createBaseGetLeaseResponse(): GetLeaseResponse {
-  return { lease: undefined };
+  return { lease: undefined, waiting: 0 };
 }
 
 export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
   encode(message: GetLeaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.lease !== undefined) {
       Lease.encode(message.lease, writer.uint32(10).fork()).join();
+    }
+    if (message.waiting !== 0) {
+      writer.uint32(16).uint32(message.waiting);
     }
     return writer;
   },
@@ -1623,6 +1633,14 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
             message.lease = Lease.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.waiting = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1636,13 +1654,19 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
   },
 
   fromJSON(object: any): GetLeaseResponse {
-    return { lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined };
+    return {
+      lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
+      waiting: isSet(object.waiting) ? globalThis.Number(object.waiting) : 0,
+    };
   },
 
   toJSON(message: GetLeaseResponse): unknown {
     const obj: any = {};
     if (message.lease !== undefined) {
       obj.lease = Lease.toJSON(message.lease);
+    }
+    if (message.waiting !== 0) {
+      obj.waiting = Math.round(message.waiting);
     }
     return obj;
   },
@@ -1653,6 +1677,7 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
   fromPartial<I extends Exact<DeepPartial<GetLeaseResponse>, I>>(object: I): GetLeaseResponse {
     const message = createBaseGetLeaseResponse();
     message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    message.waiting = object.waiting ?? 0;
     return message;
   },
 };

@@ -44,7 +44,8 @@ public final class TenureException extends RuntimeException {
               ErrorReason.WATCH_LAGGED,
               ErrorReason.SHUTTING_DOWN,
               ErrorReason.TOO_MANY_REQUESTS,
-              ErrorReason.TOO_MANY_WATCHES));
+              ErrorReason.TOO_MANY_WATCHES,
+              ErrorReason.TOO_MANY_WAITERS));
 
   /** The gRPC codes after which a failure without a Tenure reason may pass. */
   private static final Set<Status.Code> RETRYABLE_CODES =

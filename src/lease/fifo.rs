@@ -1,0 +1,341 @@
+//! Fair (first-come-first-served) waiting: the queue of waiter tickets of a
+//! name, kept in the bucket so that every replica serving it sees one queue
+//! and no replica holds queue state of its own.
+//!
+//! A waiting Acquire writes a ticket in one of the name's queue slots,
+//! `_tenure.q.<name>.<slot>` (slot `0..max_waiters`; the `_tenure` level is
+//! not a lease name, so tickets never collide with leases and never show as
+//! leases). Its place is the revision of its first write: the ticket stores
+//! it (0 in that first write: "this revision", like a lease's token), so the
+//! refreshes that keep the ticket alive (conditional rewrites with a TTL)
+//! keep its place. The head is the live ticket with the lowest place. Only
+//! the head writes the lease, in one atomic batch that also deletes its
+//! ticket; an Acquire without a wait writes only when no ticket is live, and
+//! its write is conditional on the queue's last revision (through the guard
+//! key `_tenure.q.<name>.plain`, written in the same batch), so it never
+//! jumps a waiter that queued meanwhile. `model/fifo.pml` checks this design.
+//!
+//! Slots bound the queue structurally (at most `max_waiters` tickets, and a
+//! scan of the queue reads at most that many keys plus the guard), and a
+//! new ticket reuses a slot whose last ticket is gone, so the tombstones of
+//! granted or departed waiters do not pile up.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use serde::{Deserialize, Serialize};
+
+use super::rules::RESERVED;
+use crate::error::Result;
+use crate::nats::{Op, Store, Write, WriteOp};
+
+/// The TTL of a ticket: a waiter that stops refreshing (its replica died)
+/// leaves the queue at most this long after its last refresh.
+pub const TICKET_TTL: Duration = Duration::from_secs(5);
+/// How often a waiter rewrites its ticket: twice per TTL and then some, so
+/// one slow or lost refresh does not drop a live waiter.
+pub const TICKET_REFRESH: Duration = Duration::from_secs(2);
+/// The last level of the guard key (never a slot number).
+const GUARD: &str = "plain";
+
+/// The key of queue slot `slot` of lease `name`.
+pub fn slot_key(name: &str, slot: usize) -> String {
+    format!("{RESERVED}.q.{name}.{slot}")
+}
+
+/// The KV wildcard that matches every key of the queue of `name` (slots and
+/// guard): one level below `_tenure.q.<name>`, never a deeper name's queue.
+pub fn queue_filter(name: &str) -> String {
+    format!("{RESERVED}.q.{name}.*")
+}
+
+/// The value of a ticket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketRecord {
+    /// The waiter's place: the revision of the ticket's first write (0 in
+    /// that write itself).
+    pub place: u64,
+    /// Who waits (informational, for `nats kv get`).
+    pub holder: String,
+}
+
+impl TicketRecord {
+    /// The JSON bytes of the ticket.
+    pub fn encode(&self) -> Bytes {
+        serde_json::to_vec(self)
+            .expect("a ticket always serialises")
+            .into()
+    }
+}
+
+/// One live ticket as the queue shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Live {
+    /// Its slot.
+    pub slot: usize,
+    /// Its last revision.
+    pub revision: u64,
+    /// Its place.
+    pub place: u64,
+}
+
+/// The queue of one name, read from the stream leader.
+#[derive(Debug, Default)]
+pub struct Queue {
+    /// The live tickets.
+    pub live: Vec<Live>,
+    /// The last revision of each slot that has a message, by slot.
+    pub slots: Vec<(usize, u64)>,
+    /// The last revision of any key of the queue (0: none): what a write
+    /// conditional on "no change to the queue" names.
+    pub last: u64,
+}
+
+impl Queue {
+    /// Reads the queue of `name`. Every key under the queue's wildcard that
+    /// is not a slot or the guard (written by something else) is ignored.
+    ///
+    /// The scan reads one message at a time in revision order, so a slot
+    /// rewritten during it (a refresh, a grant) can show twice: its later
+    /// message wins. Each slot is thus seen as it was at some moment of the
+    /// scan, and a ticket ahead of the reader's (written before it) is seen
+    /// live unless it was gone by then.
+    pub async fn read(store: &Store, name: &str, max_waiters: usize) -> Result<Queue> {
+        // Slots past max_waiters may exist (another replica with a higher
+        // limit): read them too, up to a hard cap.
+        let cap = max_waiters.saturating_mul(2).saturating_add(8);
+        let (messages, _) = store.scan(&queue_filter(name), cap).await?;
+        let prefix = format!("{RESERVED}.q.{name}.");
+        let mut queue = Queue::default();
+        for msg in messages {
+            queue.last = queue.last.max(msg.revision);
+            let Some(level) = msg.name.strip_prefix(&prefix) else {
+                continue;
+            };
+            if level == GUARD {
+                continue;
+            }
+            let Ok(slot) = level.parse::<usize>() else {
+                continue;
+            };
+            queue.slots.retain(|(s, _)| *s != slot);
+            queue.live.retain(|t| t.slot != slot);
+            queue.slots.push((slot, msg.revision));
+            if let Op::Put(payload) = &msg.op {
+                if let Ok(ticket) = serde_json::from_slice::<TicketRecord>(payload) {
+                    let place = if ticket.place == 0 {
+                        msg.revision
+                    } else {
+                        ticket.place
+                    };
+                    queue.live.push(Live {
+                        slot,
+                        revision: msg.revision,
+                        place,
+                    });
+                }
+            }
+        }
+        Ok(queue)
+    }
+
+    /// How many waiters are queued.
+    pub fn waiting(&self) -> usize {
+        self.live.len()
+    }
+
+    /// How many live tickets are ahead of the one with `place`.
+    pub fn ahead_of(&self, place: u64) -> usize {
+        self.live.iter().filter(|t| t.place < place).count()
+    }
+
+    /// Whether the ticket in `slot` is live at exactly `revision`.
+    pub fn holds(&self, slot: usize, revision: u64) -> bool {
+        self.live
+            .iter()
+            .any(|t| t.slot == slot && t.revision == revision)
+    }
+
+    /// The slots below `max_waiters` with no live ticket, in order from
+    /// `start` (so that concurrent waiters spread over the free slots), each
+    /// with the revision a write into it must name.
+    pub fn free_slots(&self, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
+        (0..max_waiters)
+            .map(|i| (start + i) % max_waiters)
+            .filter(|slot| !self.live.iter().any(|t| t.slot == *slot))
+            .map(|slot| {
+                let expected = self
+                    .slots
+                    .iter()
+                    .find(|(s, _)| *s == slot)
+                    .map_or(0, |(_, r)| *r);
+                (slot, expected)
+            })
+            .collect()
+    }
+
+    /// The guard write of an Acquire without a wait: a tombstone on the
+    /// guard key, conditional on the queue's last revision, so the batch
+    /// that carries it fails if any ticket was written or removed since
+    /// this queue was read.
+    pub fn guard(&self, name: &str) -> Write {
+        Write {
+            name: format!("{RESERVED}.q.{name}.{GUARD}"),
+            op: WriteOp::Delete,
+            payload: Bytes::new(),
+            expected: Some(self.last),
+            expected_of: Some(queue_filter(name)),
+            ttl: Duration::ZERO,
+        }
+    }
+}
+
+/// One queue read, awaited by every waiter that shares it.
+type SharedRead = Shared<BoxFuture<'static, Result<Arc<Queue>>>>;
+
+/// The queue reads of waiters that are queueing, in flight on this replica,
+/// by name: waiters of one name that queue at the same time share one read
+/// instead of each scanning the queue. A shared read may have begun just
+/// before the caller asked, which is safe here: every ticket write names
+/// the revision of the slot it takes, so a slot taken meanwhile fails the
+/// write, and a refusal (every slot live) is retryable. The head check never
+/// uses it (it needs a read made after its own ticket).
+#[derive(Default)]
+pub struct SharedReads {
+    /// The read in flight for each name.
+    inflight: Mutex<HashMap<String, SharedRead>>,
+}
+
+impl SharedReads {
+    /// The queue of `name`: the read in flight, or a new one.
+    pub async fn read(&self, store: &Store, name: &str, max_waiters: usize) -> Result<Arc<Queue>> {
+        let read = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            inflight
+                .entry(name.to_string())
+                .or_insert_with(|| {
+                    let (store, name) = (store.clone(), name.to_string());
+                    async move { Queue::read(&store, &name, max_waiters).await.map(Arc::new) }
+                        .boxed()
+                        .shared()
+                })
+                .clone()
+        };
+        let queue = read.clone().await;
+        // The first caller back retires the read, so later callers start a
+        // new one (at most one entry per name with a read in flight).
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if inflight.get(name).is_some_and(|r| r.ptr_eq(&read)) {
+            inflight.remove(name);
+        }
+        queue
+    }
+}
+
+/// A waiter's ticket while it waits. Dropping it (the call was cancelled:
+/// the client went away or its deadline passed) removes the ticket in the
+/// background, so the next waiter need not wait for the TTL.
+pub struct Ticket {
+    /// The bucket.
+    pub store: Store,
+    /// The ticket's key.
+    pub key: String,
+    /// Its slot.
+    pub slot: usize,
+    /// Its last revision.
+    pub revision: u64,
+    /// The waiter's place.
+    pub place: u64,
+    /// Whether the ticket is still in the bucket as far as we know (a grant
+    /// deleted it otherwise).
+    pub armed: bool,
+}
+
+impl Ticket {
+    /// The write that removes the ticket in the grant's batch.
+    pub fn grant_write(&self) -> Write {
+        Write {
+            name: self.key.clone(),
+            op: WriteOp::Delete,
+            payload: Bytes::new(),
+            expected: Some(self.revision),
+            expected_of: None,
+            ttl: Duration::ZERO,
+        }
+    }
+
+    /// Leaves the queue now (best effort: a ticket that stays expires).
+    pub async fn leave(mut self) {
+        self.armed = false;
+        let _ = self
+            .store
+            .delete(&self.key, Bytes::new(), self.revision)
+            .await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, revision) = (self.store.clone(), self.key.clone(), self.revision);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = store.delete(&key, Bytes::new(), revision).await;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(live: &[(usize, u64, u64)], slots: &[(usize, u64)]) -> Queue {
+        Queue {
+            live: live
+                .iter()
+                .map(|&(slot, revision, place)| Live {
+                    slot,
+                    revision,
+                    place,
+                })
+                .collect(),
+            slots: slots.to_vec(),
+            last: 0,
+        }
+    }
+
+    /// The place, not the last revision, orders the queue: a refreshed
+    /// ticket keeps its place ahead of later arrivals.
+    #[test]
+    fn orders_by_place() {
+        let q = queue(&[(0, 9, 3), (1, 5, 5)], &[(0, 9), (1, 5)]);
+        assert_eq!(q.ahead_of(3), 0);
+        assert_eq!(q.ahead_of(5), 1);
+        assert!(q.holds(0, 9));
+        assert!(!q.holds(0, 3));
+    }
+
+    /// A free slot names the revision of its last message (a gone ticket),
+    /// or 0; a full queue has none.
+    #[test]
+    fn finds_free_slots() {
+        let q = queue(&[(0, 9, 3)], &[(0, 9), (1, 7)]);
+        assert_eq!(q.free_slots(3, 0), vec![(1, 7), (2, 0)]);
+        assert_eq!(q.free_slots(3, 2), vec![(2, 0), (1, 7)]);
+        assert!(q.free_slots(1, 0).is_empty());
+    }
+
+    /// Queue keys stay under the reserved level and one level below the
+    /// name, so `a`'s wildcard never matches `a.b`'s queue.
+    #[test]
+    fn keys() {
+        assert_eq!(slot_key("a.b", 3), "_tenure.q.a.b.3");
+        assert_eq!(queue_filter("a"), "_tenure.q.a.*");
+    }
+}
