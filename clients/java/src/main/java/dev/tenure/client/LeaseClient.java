@@ -233,14 +233,29 @@ public final class LeaseClient implements AutoCloseable {
   /**
    * Watches one lease name or a subtree ({@code "jobs.>"}, or {@code ">"} for all) as a blocking
    * iterator: first a {@code CURRENT} event per held lease, then {@code SNAPSHOT_COMPLETE}, then
-   * every change. Close it to stop.
+   * every change. The watch reconnects and resumes after a Tenure restart or a broken connection
+   * (see {@link LeaseWatch}). Close it to stop.
    *
    * @param nameOrPrefix the name or subtree
    * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
    * @return the running watch
    */
   public LeaseWatch watch(String nameOrPrefix, EventType... types) {
-    return new LeaseWatch(asyncStub, watchRequest(nameOrPrefix, types));
+    return watch(nameOrPrefix, WatchOptions.DEFAULTS.withEventTypes(types));
+  }
+
+  /**
+   * Watches one lease name or a subtree as a blocking iterator, with the event types, start
+   * revision and reconnect behaviour of {@code options}.
+   *
+   * @param nameOrPrefix the name or subtree
+   * @param options what to keep, where to start, how to reconnect
+   * @return the running watch
+   */
+  public LeaseWatch watch(String nameOrPrefix, WatchOptions options) {
+    Objects.requireNonNull(nameOrPrefix, "name");
+    Objects.requireNonNull(options, "options");
+    return new LeaseWatch(asyncStub::watchLease, nameOrPrefix, options, target);
   }
 
   /**
