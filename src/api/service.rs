@@ -153,7 +153,7 @@ impl LeaseApi {
                 .auth
                 .authorize(&caller, Req::ACTION, request.get_ref().target())
             {
-                tracing::info!(identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
+                tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
                 return Err(err);
             }
             if self.shutdown.is_cancelled() {
@@ -279,7 +279,14 @@ impl LeaseService for LeaseApi {
                 .filter_map(convert::event_kind)
                 .collect();
             let permit = self.watches.acquire(&cx.caller.identity)?;
-            let subscription = self.leases.watch(Filter::parse(filter), kinds).await?;
+            let subscription = match req.start_revision {
+                0 => self.leases.watch(Filter::parse(filter), kinds).await?,
+                from => {
+                    self.leases
+                        .resume(Filter::parse(filter), kinds, from)
+                        .await?
+                }
+            };
             // The slot is held until the stream ends: the client goes away,
             // the server shuts down, or the watch falls behind (then at
             // once, even if the client never reads the end).
@@ -453,7 +460,7 @@ impl Reply for <LeaseApi as LeaseService>::WatchLeaseStream {}
 
 /// The span of one RPC, with the fields filled in as they become known.
 fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "rpc",
         otel.name = method,
         otel.kind = "server",
