@@ -6,6 +6,7 @@
  * revoked while its Tenure was down is signalled lost after the reconnect.
  */
 import assert from "node:assert/strict";
+import { performance } from "node:perf_hooks";
 import { after, before, describe, it } from "node:test";
 
 import { EventType, LeaseLostError, TenureClient, type LeaseEvent } from "../src";
@@ -131,7 +132,9 @@ describe("watch across a Tenure restart", () => {
           await replica.stop();
         }
       });
+      const restarted = performance.now();
       const reason = await within(30_000, "the loss signal after the reconnect", aborted(session.signal));
+      console.log(`# new Tenure ready to loss signal: ${(performance.now() - restarted).toFixed(1)} ms`);
       assert.ok(reason instanceof LeaseLostError);
       assert.equal(reason.reason, "LEASE_ENDED");
       assert.equal(bystander.isHeld(), true, "a session whose lease survived is not lost");
