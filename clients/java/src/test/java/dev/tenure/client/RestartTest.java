@@ -119,8 +119,40 @@ class RestartTest {
                   }
                 });
     String prefix = "restart.watch";
+    // The push form follows the same stream of changes.
+    java.util.concurrent.BlockingQueue<LeaseEvent> pushed =
+        new java.util.concurrent.LinkedBlockingQueue<>();
+    java.util.concurrent.Semaphore caughtUp = new java.util.concurrent.Semaphore(0);
+    List<Throwable> pushErrors = new CopyOnWriteArrayList<>();
+    io.grpc.stub.StreamObserver<LeaseEvent> observer =
+        new io.grpc.stub.StreamObserver<>() {
+          @Override
+          public void onNext(LeaseEvent value) {
+            if (value.getType() != EVENT_TYPE_SNAPSHOT_COMPLETE) {
+              pushed.add(value);
+            } else {
+              caughtUp.release();
+            }
+          }
+
+          @Override
+          public void onError(Throwable t) {
+            pushErrors.add(t);
+          }
+
+          @Override
+          public void onCompleted() {
+            pushErrors.add(new IllegalStateException("completed"));
+          }
+        };
+    List<LeaseEvent> pushedSeen = new ArrayList<>();
     try (LeaseClient client = LeaseClient.connect(tenure.target());
-        LeaseWatch watch = client.watch(prefix + ".>", options)) {
+        LeaseWatch watch = client.watch(prefix + ".>", options);
+        LeaseClient.Subscription push =
+            client.watch(
+                prefix + ".>",
+                observer,
+                WatchOptions.DEFAULTS.withBackoff(Duration.ofMillis(50), Duration.ofMillis(500)))) {
       assertEquals(EVENT_TYPE_SNAPSHOT_COMPLETE, watch.poll(BOUND).getType());
       AcquireResponse a = acquireRaw(client, prefix + ".a", "before");
       next(watch, seen);
@@ -136,12 +168,25 @@ class RestartTest {
       assertEquals(prefix + ".b", b.getName());
       assertEquals(replicaToken[0], b.getFencingToken());
       assertEquals(releasedA.getRevision(), reconnects.get(0), "resumed after RELEASED a");
+      // Changes made while a watch is still disconnected reach it coalesced (the latest per
+      // name), so the next changes wait until the push form has resumed too: its second
+      // SNAPSHOT_COMPLETE ("caught up").
+      assertTrue(caughtUp.tryAcquire(2, BOUND.toSeconds(), java.util.concurrent.TimeUnit.SECONDS));
 
       AcquireResponse c = acquireRaw(client, prefix + ".c", "after");
       next(watch, seen);
       releaseRaw(client, c);
       next(watch, seen);
+      while (pushedSeen.size() < seen.size()) {
+        LeaseEvent e = pushed.poll(BOUND.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+        if (e == null) {
+          fail("the push-form watch fell behind: " + pushedSeen + ", errors " + pushErrors);
+        }
+        pushedSeen.add(e);
+      }
     }
+    assertEquals(seen, pushedSeen, "the push form saw the same changes");
+    assertEquals(List.of(), pushErrors);
     assertEquals(
         List.of(
             "ACQUIRED a", "RELEASED a", "ACQUIRED b", "ACQUIRED c", "RELEASED c"),
