@@ -167,6 +167,29 @@ async fn resume_replays_exactly_the_later_changes() {
     assert_eq!(s.next().await.revision, a4.revision);
 }
 
+/// A replayed expiry names the holder and token that expired (the replica
+/// saw the holding), like the live event did.
+#[tokio::test]
+async fn a_replayed_expiry_names_its_holding() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut live = watch(&mut c, "exp.>").await;
+    assert_eq!(
+        kind(&next_event(&mut live).await),
+        EventType::SnapshotComplete
+    );
+    let (a, _) = acquire(&mut c, acquire_req("exp.a", "erin", 1)).await;
+    next_event(&mut live).await;
+    let expired = next_of(&mut live, EventType::Expired).await;
+    assert_eq!(
+        (expired.holder.as_str(), expired.fencing_token),
+        ("erin", a.fencing_token)
+    );
+    let mut s = resume(&mut c, "exp.>", a.revision).await.expect("resume");
+    let got: Vec<_> = s.replayed().await.iter().map(brief).collect();
+    assert_eq!(got, [brief(&expired)]);
+}
+
 /// The client's view of the leases a watch follows: name → (holder, token).
 type View = BTreeMap<String, (String, u64)>;
 
