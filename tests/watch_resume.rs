@@ -190,6 +190,57 @@ async fn a_replayed_expiry_names_its_holding() {
     assert_eq!(got, [brief(&expired)]);
 }
 
+/// `tenure watch --from-revision N` prints the replay, SNAPSHOT_COMPLETE,
+/// then live events; a refused resume exits non-zero naming the reason.
+#[tokio::test]
+async fn the_cli_resumes_a_watch() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (a, k) = acquire(&mut c, acquire_req("cli.a", "alice", 60)).await;
+    let a2 = renew(&mut c, renew_req("cli.a", a.revision, k)).await;
+    let run = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        cmd.env(
+            "TENURE_SERVER",
+            format!("http://{}", t.running.as_ref().unwrap().addr()),
+        )
+        .env_remove("TENURE_TOKEN")
+        .env_remove("TENURE_TOKEN_FILE")
+        .env_remove("TENURE_OUTPUT")
+        .args(args)
+        .kill_on_drop(true);
+        async move { within("tenure watch", cmd.output()).await.unwrap() }
+    };
+    let from = a.revision.to_string();
+    let out = run(&[
+        "watch",
+        "cli.>",
+        "--from-revision",
+        &from,
+        "--count",
+        "2",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "RENEWED");
+    assert_eq!(events[0]["revision"].as_u64(), Some(a2.revision));
+    assert_eq!(events[1]["type"], "SNAPSHOT_COMPLETE");
+
+    let ahead = (a2.revision + 10).to_string();
+    let out = run(&["watch", "cli.>", "--from-revision", &ahead]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("INVALID_ARGUMENT"),
+        "{out:?}"
+    );
+}
+
 /// The client's view of the leases a watch follows: name → (holder, token).
 type View = BTreeMap<String, (String, u64)>;
 
