@@ -167,6 +167,37 @@ async fn resume_replays_exactly_the_later_changes() {
     assert_eq!(s.next().await.revision, a4.revision);
 }
 
+/// A replay longer than one fetch arrives whole and in order, and its
+/// consumer is deleted once the replay is done (the hub's stays).
+#[tokio::test]
+async fn a_large_replay_arrives_whole_and_leaves_no_consumer() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (first, _) = acquire(&mut c, acquire_req("big.first", "h", 60)).await;
+    let mut written = Vec::new();
+    for i in 0..300 {
+        let (l, _) = acquire(&mut c, acquire_req(&format!("big.n{i:03}"), "h", 60)).await;
+        written.push(l.revision);
+    }
+    let js = t.nats.jetstream().await;
+    let mut stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
+        .await
+        .unwrap();
+    let before = stream.info().await.unwrap().state.consumer_count;
+    let mut s = resume(&mut c, "big.>", first.revision)
+        .await
+        .expect("resume");
+    let got: Vec<u64> = s.replayed().await.iter().map(|e| e.revision).collect();
+    assert_eq!(got, written);
+    within("the replay consumer to be deleted", async {
+        while stream.info().await.unwrap().state.consumer_count != before {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 /// A replayed expiry names the holder and token that expired (the replica
 /// saw the holding), like the live event did.
 #[tokio::test]

@@ -231,10 +231,14 @@ impl Replay {
             let Some(follow) = self.follow.as_mut() else {
                 return self.finish().map(|()| None);
             };
-            let (message, pending) = match follow.messages.next().await {
-                Some(Ok(m)) => m,
-                Some(Err(err)) => return Err(err),
-                None => {
+            // Only a marker after `from` ageing out can leave a message
+            // counted as pending that never comes; that ends the proof too.
+            let next = tokio::time::timeout_at(self.deadline, follow.messages.next());
+            let (message, pending) = match next.await {
+                Err(_) => return Err(self.proof.refusal()),
+                Ok(Some(Ok(m))) => m,
+                Ok(Some(Err(err))) => return Err(err),
+                Ok(None) => {
                     return Err(Error::new(
                         Reason::NatsUnavailable,
                         "the watch's replay consumer ended; watch again shortly",
