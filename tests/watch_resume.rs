@@ -167,6 +167,111 @@ async fn resume_replays_exactly_the_later_changes() {
     assert_eq!(s.next().await.revision, a4.revision);
 }
 
+/// A replay longer than one fetch arrives whole and in order, and its
+/// consumer is deleted once the replay is done (the hub's stays).
+#[tokio::test]
+async fn a_large_replay_arrives_whole_and_leaves_no_consumer() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (first, _) = acquire(&mut c, acquire_req("big.first", "h", 60)).await;
+    let mut written = Vec::new();
+    for i in 0..300 {
+        let (l, _) = acquire(&mut c, acquire_req(&format!("big.n{i:03}"), "h", 60)).await;
+        written.push(l.revision);
+    }
+    let js = t.nats.jetstream().await;
+    let mut stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
+        .await
+        .unwrap();
+    let before = stream.info().await.unwrap().state.consumer_count;
+    let mut s = resume(&mut c, "big.>", first.revision)
+        .await
+        .expect("resume");
+    let got: Vec<u64> = s.replayed().await.iter().map(|e| e.revision).collect();
+    assert_eq!(got, written);
+    within("the replay consumer to be deleted", async {
+        while stream.info().await.unwrap().state.consumer_count != before {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// A replayed expiry names the holder and token that expired (the replica
+/// saw the holding), like the live event did.
+#[tokio::test]
+async fn a_replayed_expiry_names_its_holding() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let mut live = watch(&mut c, "exp.>").await;
+    assert_eq!(
+        kind(&next_event(&mut live).await),
+        EventType::SnapshotComplete
+    );
+    let (a, _) = acquire(&mut c, acquire_req("exp.a", "erin", 1)).await;
+    next_event(&mut live).await;
+    let expired = next_of(&mut live, EventType::Expired).await;
+    assert_eq!(
+        (expired.holder.as_str(), expired.fencing_token),
+        ("erin", a.fencing_token)
+    );
+    let mut s = resume(&mut c, "exp.>", a.revision).await.expect("resume");
+    let got: Vec<_> = s.replayed().await.iter().map(brief).collect();
+    assert_eq!(got, [brief(&expired)]);
+}
+
+/// `tenure watch --from-revision N` prints the replay, SNAPSHOT_COMPLETE,
+/// then live events; a refused resume exits non-zero naming the reason.
+#[tokio::test]
+async fn the_cli_resumes_a_watch() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (a, k) = acquire(&mut c, acquire_req("cli.a", "alice", 60)).await;
+    let a2 = renew(&mut c, renew_req("cli.a", a.revision, k)).await;
+    let run = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        cmd.env(
+            "TENURE_SERVER",
+            format!("http://{}", t.running.as_ref().unwrap().addr()),
+        )
+        .env_remove("TENURE_TOKEN")
+        .env_remove("TENURE_TOKEN_FILE")
+        .env_remove("TENURE_OUTPUT")
+        .args(args)
+        .kill_on_drop(true);
+        async move { within("tenure watch", cmd.output()).await.unwrap() }
+    };
+    let from = a.revision.to_string();
+    let out = run(&[
+        "watch",
+        "cli.>",
+        "--from-revision",
+        &from,
+        "--count",
+        "2",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "RENEWED");
+    assert_eq!(events[0]["revision"].as_u64(), Some(a2.revision));
+    assert_eq!(events[1]["type"], "SNAPSHOT_COMPLETE");
+
+    let ahead = (a2.revision + 10).to_string();
+    let out = run(&["watch", "cli.>", "--from-revision", &ahead]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("INVALID_ARGUMENT"),
+        "{out:?}"
+    );
+}
+
 /// The client's view of the leases a watch follows: name → (holder, token).
 type View = BTreeMap<String, (String, u64)>;
 

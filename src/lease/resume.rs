@@ -231,10 +231,14 @@ impl Replay {
             let Some(follow) = self.follow.as_mut() else {
                 return self.finish().map(|()| None);
             };
-            let (message, pending) = match follow.messages.next().await {
-                Some(Ok(m)) => m,
-                Some(Err(err)) => return Err(err),
-                None => {
+            // Only a marker after `from` ageing out can leave a message
+            // counted as pending that never comes; that ends the proof too.
+            let next = tokio::time::timeout_at(self.deadline, follow.messages.next());
+            let (message, pending) = match next.await {
+                Err(_) => return Err(self.proof.refusal()),
+                Ok(Some(Ok(m))) => m,
+                Ok(Some(Err(err))) => return Err(err),
+                Ok(None) => {
                     return Err(Error::new(
                         Reason::NatsUnavailable,
                         "the watch's replay consumer ended; watch again shortly",
@@ -331,6 +335,77 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::record::fixtures::{entry, held};
+    use crate::lease::record::Released;
+
+    /// Replayed messages are classified without the state before them: a
+    /// token above the resumed revision is a new holding; ends are named
+    /// from the payload or from how the hub saw them, and a marker the hub
+    /// saw land on a free name is no event.
+    #[test]
+    fn replay_classifies_without_prior_state() {
+        let proof = Proof {
+            from: 10,
+            since_ms: Some(0),
+            now_ms: Some(0),
+            marker_ttl: Duration::from_secs(60),
+            oldest: None,
+        };
+        let mut ends = imbl::OrdMap::new();
+        let end = |revision, ended: Option<(&str, u64)>| End {
+            revision,
+            time_ms: 0,
+            ended: ended.map(|(h, t)| (h.to_string(), t)),
+        };
+        ends.insert("exp".to_string(), end(13, Some(("erin", 7))));
+        ends.insert("aged".to_string(), end(14, None));
+        ends.insert("old".to_string(), end(3, Some(("olga", 2))));
+        let replay = Replay::new(
+            None,
+            20,
+            Filter::parse(">"),
+            Vec::new(),
+            ends,
+            Instant::now() + Duration::from_secs(60),
+            proof,
+        );
+        let kind = |e: Entry| replay.classify(e).map(|e| (e.kind, e.holder, e.token));
+        let some = |k, h: &str, t| Some((k, h.to_string(), t));
+        assert_eq!(
+            kind(entry("r", 11, held("h", 4))),
+            some(EventKind::Renewed, "h", 4)
+        );
+        assert_eq!(
+            kind(entry("n", 12, held("h", 0))),
+            some(EventKind::Acquired, "h", 12)
+        );
+        assert_eq!(
+            kind(entry("n", 15, held("h", 11))),
+            some(EventKind::Acquired, "h", 11)
+        );
+        assert_eq!(
+            kind(entry("exp", 13, Kind::Expired)),
+            some(EventKind::Expired, "erin", 7)
+        );
+        assert_eq!(kind(entry("aged", 14, Kind::Expired)), None);
+        // An end the hub did not see (its record is of an older message).
+        assert_eq!(
+            kind(entry("old", 16, Kind::Revoked(0))),
+            some(EventKind::Revoked, "", 0)
+        );
+        assert_eq!(
+            kind(entry(
+                "rel",
+                17,
+                Kind::Released(Some(Released {
+                    holder: "r".into(),
+                    token: 9
+                }))
+            )),
+            some(EventKind::Released, "r", 9)
+        );
+        assert_eq!(kind(entry("u", 18, Kind::Unreadable)), None);
+    }
 
     /// Checkpoints bound the time of later messages from below, thin out
     /// close ones, survive a clock step back, and prune old ones.

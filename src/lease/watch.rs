@@ -329,11 +329,7 @@ impl Hub {
         // Dropping the subscription on refusal unregisters it.
         let deadline = Instant::now() + proof.check()?;
         let follow = if at > from {
-            Some(
-                self.store
-                    .follow(&resume::subject(&filter), Start::After(from))
-                    .await?,
-            )
+            Some(self.store.replay(&resume::subject(&filter), from).await?)
         } else {
             None
         };
@@ -606,6 +602,14 @@ impl State {
                 Waiter::Snapshot(reply) => {
                     let subscription = self.register(p.filter, p.kinds, true);
                     let _ = reply.send(Ok(subscription));
+                }
+                Waiter::Resume { reply, .. } if !self.mirror.live => {
+                    // Still loading: events before the load ends are not
+                    // produced, so a resume registered now could have a gap.
+                    let _ = reply.send(Err(Error::new(
+                        Reason::NatsUnavailable,
+                        "this replica is still loading the bucket; watch again shortly",
+                    )));
                 }
                 Waiter::Resume {
                     from,

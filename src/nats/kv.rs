@@ -606,27 +606,101 @@ impl Store {
         let prefix = self.prefix.clone();
         let stream = messages.map(move |msg| {
             let msg = msg.map_err(|e| Error::nats("following the bucket", e))?;
-            let info = msg
-                .info()
-                .map_err(|e| Error::new(Reason::Internal, format!("bad JetStream reply: {e}")))?;
-            let name = msg
-                .subject
-                .strip_prefix(prefix.as_str())
-                .unwrap_or(msg.subject.as_str())
-                .to_string();
-            let message = Message {
-                name,
-                revision: info.stream_sequence,
-                time_ms: unix_ms(info.published),
-                op: classify(msg.headers.as_ref(), msg.payload.clone()),
-            };
-            Ok((message, info.pending))
+            read_message(&prefix, &msg)
         });
         Ok(Follow {
             initially_pending,
             messages: stream.boxed(),
         })
     }
+
+    /// Reads the bucket's messages after revision `after` matching `filter`
+    /// (a key or KV wildcard) with an ordered *pull* consumer that fetches
+    /// at most [`REPLAY_BATCH`] messages at a time, so a reader that stops
+    /// reading holds no more than one batch. It stays open for new
+    /// messages; drop it when done (NATS removes the consumer).
+    pub async fn replay(&self, filter: &str, after: u64) -> Result<Follow> {
+        self.ensure_connected()?;
+        let consumer = self
+            .stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                description: Some("tenure watch resume".into()),
+                filter_subject: format!("{}{}", self.prefix, filter),
+                replay_policy: consumer::ReplayPolicy::Instant,
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: after + 1,
+                },
+                max_batch: REPLAY_BATCH,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::nats("starting a watch replay", e))?;
+        let initially_pending = consumer.cached_info().num_pending;
+        let delete = DeleteOnDrop {
+            stream: self.stream.clone(),
+            consumer: consumer.cached_info().name.clone(),
+        };
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| Error::nats("starting a watch replay", e))?;
+        let prefix = self.prefix.clone();
+        let stream = messages.map(move |msg| {
+            let _owned = &delete;
+            let msg = msg.map_err(|e| Error::nats("replaying the bucket", e))?;
+            read_message(&prefix, &msg)
+        });
+        Ok(Follow {
+            initially_pending,
+            messages: stream.boxed(),
+        })
+    }
+}
+
+/// Deletes a consumer when dropped, rather than leaving it to the server's
+/// inactivity timeout (30 s): a burst of resumed watches after a restart
+/// should not leave as many idle consumers behind.
+struct DeleteOnDrop {
+    /// The stream the consumer reads.
+    stream: stream::Stream,
+    /// The consumer's name.
+    consumer: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (stream, consumer) = (self.stream.clone(), std::mem::take(&mut self.consumer));
+            runtime.spawn(async move {
+                if let Err(err) = stream.delete_consumer(&consumer).await {
+                    tracing::debug!(%err, consumer, "replay consumer not deleted; NATS removes it when idle");
+                }
+            });
+        }
+    }
+}
+
+/// Messages a replay fetches per pull: what one resumed watch can hold
+/// while its client does not read (records are at most a few KiB).
+pub const REPLAY_BATCH: i64 = 64;
+
+/// A consumer's message as a [`Message`] with the count still pending.
+fn read_message(prefix: &str, msg: &jetstream::Message) -> Result<(Message, u64)> {
+    let info = msg
+        .info()
+        .map_err(|e| Error::new(Reason::Internal, format!("bad JetStream reply: {e}")))?;
+    let name = msg
+        .subject
+        .strip_prefix(prefix)
+        .unwrap_or(msg.subject.as_str())
+        .to_string();
+    let message = Message {
+        name,
+        revision: info.stream_sequence,
+        time_ms: unix_ms(info.published),
+        op: classify(msg.headers.as_ref(), msg.payload.clone()),
+    };
+    Ok((message, info.pending))
 }
 
 /// The bucket's position and clock (see [`Store::position`]).

@@ -35,6 +35,7 @@ import { LossWatch } from "./losswatch";
 import { CallContext, unary, type TokenSource, type UnaryMethod } from "./rpc";
 import { Session, type RenewalOptions } from "./session";
 import { msToDuration } from "./time";
+import { resumingWatch, type ResumeOptions } from "./watch";
 
 /** PEM material: the bytes, or the path of a file holding them. */
 export type Pem = Buffer | string;
@@ -105,12 +106,14 @@ export interface AcquireOptions extends RenewalOptions {
   signal?: AbortSignal;
 }
 
-/** What to watch in {@link TenureClient.watch}. */
-export interface WatchOptions {
+/**
+ * What to watch in {@link TenureClient.watch}, and how it reconnects
+ * ({@link ResumeOptions}: `startRevision`, `reconnect`, backoff, `onReconnect`,
+ * `onResync`, `signal`).
+ */
+export interface WatchOptions extends ResumeOptions {
   /** Only these kinds of change (SNAPSHOT_COMPLETE is always sent). Default: all. */
   eventTypes?: EventType[];
-  /** Ends the watch: the iteration then finishes without an error. */
-  signal?: AbortSignal;
 }
 
 /** One page of {@link TenureClient.listLeases}. */
@@ -306,21 +309,38 @@ export class TenureClient {
    * Watches one lease name, or a subtree (`"jobs.>"`, or `">"` for all), as
    * an async iterator: first a CURRENT event per held lease, then one
    * SNAPSHOT_COMPLETE, then every change (ACQUIRED, RENEWED, RELEASED,
-   * EXPIRED, REVOKED) as it happens. The stream starts on the first
-   * `next()`; leaving the `for await` loop (or aborting `signal`) cancels
-   * it. A failure of the stream is thrown as a {@link TenureError}.
+   * EXPIRED, REVOKED) as it happens, in revision order. The stream starts on
+   * the first `next()`; leaving the `for await` loop (or aborting `signal`)
+   * cancels it.
+   *
+   * When the stream ends or fails retryably (a Tenure restart, UNAVAILABLE,
+   * a broken connection) the watch reopens it with capped exponential
+   * backoff and resumes after the last revision it delivered: no duplicate,
+   * no gap (the resumed part ends with another SNAPSHOT_COMPLETE, "caught
+   * up"). If the server cannot resume (WATCH_HISTORY_COMPACTED) it starts
+   * over with a fresh snapshot and calls `onResync`. A permanent failure
+   * (PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT, ...) is thrown
+   * as a {@link TenureError}; with `reconnect: false` every failure is.
    */
-  async *watch(name: string, options: WatchOptions = {}): AsyncGenerator<LeaseEvent, void, undefined> {
-    const { signal } = options;
+  watch(name: string, options: WatchOptions = {}): AsyncGenerator<LeaseEvent, void, undefined> {
+    return resumingWatch(
+      (startRevision) => this.#watchStream(name, options.eventTypes ?? [], startRevision, options.signal),
+      (err) => this.#ctx.error(err, "WatchLease"),
+      options,
+    );
+  }
+
+  /** One WatchLease stream; cancelled when the iteration stops or `signal` aborts. */
+  async *#watchStream(
+    name: string,
+    eventTypes: EventType[],
+    startRevision: bigint,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<LeaseEvent, void, undefined> {
     if (signal?.aborted) return;
-    let md;
-    try {
-      md = await this.#ctx.metadata();
-    } catch (err) {
-      throw this.#ctx.error(err, "WatchLease");
-    }
+    const md = await this.#ctx.metadata();
     const call: ClientReadableStream<WatchLeaseResponse> = this.stub.watchLease(
-      WatchLeaseRequest.fromPartial({ name, eventTypes: options.eventTypes ?? [] }),
+      WatchLeaseRequest.fromPartial({ name, eventTypes, startRevision }),
       md,
     );
     // After a cancel the stream may still emit its CANCELLED status.
@@ -331,9 +351,6 @@ export class TenureClient {
       for await (const message of call as AsyncIterable<WatchLeaseResponse>) {
         if (message.event !== undefined) yield message.event;
       }
-    } catch (err) {
-      if (signal?.aborted) return;
-      throw this.#ctx.error(err, "WatchLease");
     } finally {
       signal?.removeEventListener("abort", onAbort);
       call.cancel();

@@ -9,18 +9,27 @@
  * reopened when a new session's name is not covered. If the server refuses
  * the watch (no `watch` grant: PERMISSION_DENIED / UNAUTHENTICATED), the
  * client stops trying and sessions rely on their renewals alone. Other
- * failures reopen the stream with backoff.
+ * failures (a Tenure restart, a broken connection) reopen the stream with
+ * capped exponential backoff and jitter, resuming after the last revision
+ * seen (`start_revision`), so a revoke, expiry or takeover that happened
+ * while disconnected still arrives as its event. When the server cannot
+ * resume (WATCH_HISTORY_COMPACTED) the stream starts fresh, and a session
+ * whose name the fresh snapshot shows with another token, or not at all,
+ * is lost.
  * @internal
  */
 import { status as GrpcStatus, type ClientReadableStream } from "@grpc/grpc-js";
 
 import {
   EventType,
+  LeaseEvent as LeaseEventMessage,
   WatchLeaseRequest,
   type LeaseEvent,
   type LeaseServiceClient,
   type WatchLeaseResponse,
 } from "./gen/tenure/v1/lease";
+import { TenureError } from "./errors";
+import { ErrorReason } from "./gen/tenure/v1/error_reason";
 import type { CallContext } from "./rpc";
 
 /** What the loss watch needs of a session. */
@@ -69,6 +78,25 @@ export function showsLoss(session: Watched, event: LeaseEvent): boolean {
 const MIN_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 5000;
 
+/** A delay in [backoff/2, backoff): spread reconnects of many clients after a restart. */
+export function jittered(backoffMs: number): number {
+  return backoffMs / 2 + Math.random() * (backoffMs / 2);
+}
+
+/** What a stream learned before its SNAPSHOT_COMPLETE. */
+interface StreamState {
+  /** The revision the stream was opened from (0: fresh snapshot). */
+  readonly startRevision: bigint;
+  /** The sessions followed when it opened: a fresh snapshot must show each. */
+  readonly expected: ReadonlySet<Watched>;
+  /** Sessions the snapshot showed with their own token. */
+  readonly shown: Set<Watched>;
+  /** Whether CURRENT events came (a snapshot, also from a server without resume). */
+  sawCurrent: boolean;
+  /** Whether SNAPSHOT_COMPLETE came. */
+  complete: boolean;
+}
+
 /** One client's shared loss watch. */
 export class LossWatch {
   readonly #stub: LeaseServiceClient;
@@ -78,6 +106,8 @@ export class LossWatch {
   #call: ClientReadableStream<WatchLeaseResponse> | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
   #backoffMs = MIN_BACKOFF_MS;
+  /** The highest revision the current filter's streams delivered (0: none yet). */
+  #lastRevision = 0n;
   #refused = false;
   #closed = false;
   readonly #started = new WeakSet<ClientReadableStream<WatchLeaseResponse>>();
@@ -98,7 +128,7 @@ export class LossWatch {
     if (this.#closed) return;
     this.#sessions.add(session);
     if (this.#refused) return;
-    if (this.#filter === undefined || !covers(this.#filter, session.name)) this.#open();
+    if (this.#filter === undefined || !covers(this.#filter, session.name)) this.#open(0n);
   }
 
   /** Stops following `session`; closes the stream when no session is left. */
@@ -118,6 +148,7 @@ export class LossWatch {
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
     this.#filter = undefined;
+    this.#lastRevision = 0n;
     const call = this.#call;
     this.#call = undefined;
     if (call === undefined) return;
@@ -128,49 +159,98 @@ export class LossWatch {
     else call.once("metadata", () => call.cancel());
   }
 
-  /** (Re)opens the stream with the filter covering every live session. */
-  #open(): void {
+  /**
+   * (Re)opens the stream with the filter covering every live session: fresh
+   * (`startRevision` 0) for a new filter, else resuming after the last
+   * revision the previous stream of the same filter delivered.
+   */
+  #open(startRevision: bigint): void {
     this.#stop();
     if (this.#sessions.size === 0 || this.#closed || this.#refused) return;
     const filter = coveringFilter([...this.#sessions].map((session) => session.name));
     this.#filter = filter;
+    this.#lastRevision = startRevision;
+    const state: StreamState = {
+      startRevision,
+      expected: new Set(this.#sessions),
+      shown: new Set(),
+      sawCurrent: false,
+      complete: false,
+    };
     void this.#ctx.metadata().then(
       (md) => {
         if (this.#filter !== filter || this.#call !== undefined) return;
-        const call = this.#stub.watchLease(WatchLeaseRequest.fromPartial({ name: filter }), md);
+        const call = this.#stub.watchLease(WatchLeaseRequest.fromPartial({ name: filter, startRevision }), md);
         this.#call = call;
         call.once("metadata", () => this.#started.add(call));
         call.on("data", (message: WatchLeaseResponse) => {
           const event = message.event;
           if (event === undefined || call !== this.#call) return;
-          if (event.type === EventType.SNAPSHOT_COMPLETE) this.#backoffMs = MIN_BACKOFF_MS;
-          for (const session of [...this.#sessions]) {
-            if (showsLoss(session, event)) {
-              this.#sessions.delete(session);
-              session.ended(event);
-            }
-          }
+          this.#deliver(state, event);
         });
-        call.on("error", (err: { code?: number }) => this.#failed(call, err.code));
+        call.on("error", (err: unknown) => this.#failed(call, err));
         call.on("end", () => this.#failed(call, undefined));
       },
-      () => this.#failed(undefined, GrpcStatus.UNAUTHENTICATED),
+      // The token callback failed: treated like a refusal (renewals still check).
+      (err: unknown) => this.#failed(undefined, new TenureError(GrpcStatus.UNAUTHENTICATED, undefined, String(err))),
     );
   }
 
-  /** The stream of `call` ended: give up when refused, else reopen after a backoff. */
-  #failed(call: ClientReadableStream<WatchLeaseResponse> | undefined, code: number | undefined): void {
+  /** Applies one event of the stream opened as `state`. */
+  #deliver(state: StreamState, event: LeaseEvent): void {
+    if (event.type === EventType.SNAPSHOT_COMPLETE) {
+      this.#backoffMs = MIN_BACKOFF_MS;
+      if (event.revision > this.#lastRevision) this.#lastRevision = event.revision;
+      if (state.complete) return;
+      state.complete = true;
+      // A snapshot (fresh, or a server that ignored start_revision) lists
+      // every holding: a session it did not show ended while unobserved.
+      if (state.startRevision !== 0n && !state.sawCurrent) return;
+      for (const session of state.expected) {
+        if (state.shown.has(session) || !this.#sessions.has(session)) continue;
+        this.#sessions.delete(session);
+        session.ended(LeaseEventMessage.fromPartial({ type: EventType.SNAPSHOT_COMPLETE, name: session.name }));
+      }
+      return;
+    }
+    if (event.revision > this.#lastRevision) this.#lastRevision = event.revision;
+    if (event.type === EventType.CURRENT) {
+      state.sawCurrent = true;
+      for (const session of state.expected) {
+        if (session.name === event.name && session.fencingToken === event.fencingToken) state.shown.add(session);
+      }
+    }
+    for (const session of [...this.#sessions]) {
+      if (showsLoss(session, event)) {
+        this.#sessions.delete(session);
+        session.ended(event);
+      }
+    }
+  }
+
+  /**
+   * The stream of `call` ended: give up when refused, start fresh when the
+   * server cannot resume, else resume after a backoff.
+   */
+  #failed(call: ClientReadableStream<WatchLeaseResponse> | undefined, err: unknown): void {
     if (call !== undefined && call !== this.#call) return; // an old stream we cancelled
+    const resumeFrom = this.#lastRevision;
     this.#call = undefined;
     this.#filter = undefined;
     if (this.#closed || this.#sessions.size === 0) return;
-    if (code === GrpcStatus.PERMISSION_DENIED || code === GrpcStatus.UNAUTHENTICATED) {
+    const error = err === undefined ? undefined : TenureError.from(err);
+    if (error?.code === GrpcStatus.PERMISSION_DENIED || error?.code === GrpcStatus.UNAUTHENTICATED) {
       this.#refused = true;
       return;
     }
+    // The history after resumeFrom is gone, or (INVALID_ARGUMENT) the
+    // bucket is not the one the revision came from: start over.
+    const fresh =
+      error?.reason === ErrorReason.WATCH_HISTORY_COMPACTED ||
+      (error?.code === GrpcStatus.INVALID_ARGUMENT && resumeFrom !== 0n);
     clearTimeout(this.#retryTimer);
-    this.#retryTimer = setTimeout(() => this.#open(), this.#backoffMs);
+    this.#retryTimer = setTimeout(() => this.#open(fresh ? 0n : resumeFrom), fresh ? 0 : jittered(this.#backoffMs));
     this.#retryTimer.unref();
-    this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
+    if (!fresh) this.#backoffMs = Math.min(MAX_BACKOFF_MS, this.#backoffMs * 2);
   }
 }

@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before } from "node:test";
@@ -63,17 +63,23 @@ export class TenureServer {
    * auth flags) and waits (at most 30 s) until a GetLease call from a
    * client with `probe` options gets a Tenure answer from it.
    */
-  static async start(extraArgs: string[] = [], probe: ClientOptions = {}): Promise<TenureServer> {
+  static async start(
+    extraArgs: string[] = [],
+    probe: ClientOptions = {},
+    where: { address?: string; nats?: NatsServer } = {},
+  ): Promise<TenureServer> {
     const bin = process.env.TENURE_BIN ?? join(repoRoot, "target", "debug", "tenure");
-    const nats = process.env.NATS_SERVER ?? join(repoRoot, ".tools", "bin", "nats-server");
+    const nats = natsBinary();
     for (const [what, path] of [["TENURE_BIN", bin], ["NATS_SERVER", nats]]) {
       if (!existsSync(path)) throw new Error(`${what} ${path} does not exist (cargo build; scripts/tools.sh)`);
     }
     const dataDir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
-    const address = `127.0.0.1:${await freePort()}`;
+    const address = where.address ?? `127.0.0.1:${await freePort()}`;
+    // With `where.nats`, a shared nats-server that outlives this Tenure (restart tests).
+    const natsArgs = where.nats ? ["--nats-url", where.nats.url] : ["--data-dir", dataDir, "--nats-server", nats];
     const child = spawn(
       bin,
-      ["serve", "--listen", address, "--data-dir", dataDir, "--nats-server", nats, "--log-format", "json", "--shutdown-grace", "1s", ...extraArgs],
+      ["serve", "--listen", address, ...natsArgs, "--log-format", "json", "--shutdown-grace", "1s", ...extraArgs],
       { stdio: ["ignore", "pipe", "pipe"] },
     );
     const server = new TenureServer(address, child, dataDir);
@@ -118,6 +124,14 @@ export class TenureServer {
     return this.#logs.join("");
   }
 
+  /** SIGKILLs the server (no goodbye to its clients) and awaits its exit. */
+  async kill(): Promise<void> {
+    if (this.#child.exitCode === null && this.#child.signalCode === null) {
+      this.#child.kill("SIGKILL");
+      await this.exited;
+    }
+  }
+
   /**
    * Stops the server with SIGTERM (it stops its nats-server too), SIGKILL
    * after 10 s, awaits the exit and removes the data directory.
@@ -130,6 +144,59 @@ export class TenureServer {
       clearTimeout(timer);
     }
     rmSync(this.#dataDir, { recursive: true, force: true });
+  }
+}
+
+/** The nats-server binary. */
+function natsBinary(): string {
+  return process.env.NATS_SERVER ?? join(repoRoot, ".tools", "bin", "nats-server");
+}
+
+/** A nats-server with JetStream that several Tenure processes share (restart tests). */
+export class NatsServer {
+  /** "nats://127.0.0.1:port". */
+  readonly url: string;
+  readonly #child: ChildProcess;
+  readonly #dir: string;
+  readonly #exited: Promise<unknown>;
+
+  private constructor(url: string, child: ChildProcess, dir: string) {
+    this.url = url;
+    this.#child = child;
+    this.#dir = dir;
+    this.#exited = new Promise((ok) => child.once("exit", ok));
+  }
+
+  /** Starts it on a free port and waits (at most 30 s) until it accepts connections. */
+  static async start(): Promise<NatsServer> {
+    const dir = mkdtempSync(join(tmpdir(), "tenure-ts-nats-"));
+    const port = await freePort();
+    const child = spawn(natsBinary(), ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir], {
+      stdio: ["ignore", "ignore", "ignore"],
+    });
+    const nats = new NatsServer(`nats://127.0.0.1:${port}`, child, dir);
+    const until = Date.now() + 30_000;
+    for (;;) {
+      const up = await new Promise<boolean>((ok) => {
+        const socket = connect(port, "127.0.0.1", () => (socket.destroy(), ok(true)));
+        socket.on("error", () => ok(false));
+      });
+      if (up) return nats;
+      if (Date.now() > until) {
+        await nats.stop();
+        throw new Error("nats-server did not listen within 30 s");
+      }
+      await delay(50);
+    }
+  }
+
+  /** Stops it and removes its store. */
+  async stop(): Promise<void> {
+    if (this.#child.exitCode === null && this.#child.signalCode === null) {
+      this.#child.kill("SIGTERM");
+      await this.#exited;
+    }
+    rmSync(this.#dir, { recursive: true, force: true });
   }
 }
 

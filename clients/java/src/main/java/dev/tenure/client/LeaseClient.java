@@ -4,6 +4,7 @@ import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
 import dev.tenure.v1.AcquireRequest;
 import dev.tenure.v1.AcquireResponse;
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.EventType;
 import dev.tenure.v1.GetLeaseRequest;
 import dev.tenure.v1.Lease;
@@ -33,6 +34,8 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -235,19 +238,35 @@ public final class LeaseClient implements AutoCloseable {
   /**
    * Watches one lease name or a subtree ({@code "jobs.>"}, or {@code ">"} for all) as a blocking
    * iterator: first a {@code CURRENT} event per held lease, then {@code SNAPSHOT_COMPLETE}, then
-   * every change. Close it to stop.
+   * every change. The watch reconnects and resumes after a Tenure restart or a broken connection
+   * (see {@link LeaseWatch}). Close it to stop.
    *
    * @param nameOrPrefix the name or subtree
    * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
    * @return the running watch
    */
   public LeaseWatch watch(String nameOrPrefix, EventType... types) {
-    return new LeaseWatch(asyncStub, watchRequest(nameOrPrefix, types));
+    return watch(nameOrPrefix, WatchOptions.DEFAULTS.withEventTypes(types));
+  }
+
+  /**
+   * Watches one lease name or a subtree as a blocking iterator, with the event types, start
+   * revision and reconnect behaviour of {@code options}.
+   *
+   * @param nameOrPrefix the name or subtree
+   * @param options what to keep, where to start, how to reconnect
+   * @return the running watch
+   */
+  public LeaseWatch watch(String nameOrPrefix, WatchOptions options) {
+    Objects.requireNonNull(nameOrPrefix, "name");
+    Objects.requireNonNull(options, "options");
+    return new LeaseWatch(asyncStub::watchLease, nameOrPrefix, options, target);
   }
 
   /**
    * Watches one lease name or a subtree, pushing each event to {@code observer} (on a gRPC
-   * thread). Errors reach {@code observer.onError} as {@link TenureException}s. After {@link
+   * thread). Reconnects and resumes like {@link #watch(String, EventType...)}; a permanent failure
+   * reaches {@code observer.onError} as a {@link TenureException}. After {@link
    * Subscription#close()}, the observer is called no more.
    *
    * @param nameOrPrefix the name or subtree
@@ -257,9 +276,27 @@ public final class LeaseClient implements AutoCloseable {
    */
   public Subscription watch(
       String nameOrPrefix, StreamObserver<LeaseEvent> observer, EventType... types) {
+    return watch(nameOrPrefix, observer, WatchOptions.DEFAULTS.withEventTypes(types));
+  }
+
+  /**
+   * Watches one lease name or a subtree, pushing each event to {@code observer} (on a gRPC
+   * thread), with the event types, start revision and reconnect behaviour of {@code options}.
+   * With reconnect off, the first failure goes to {@code onError} and a clean end of the stream
+   * to {@code onCompleted}.
+   *
+   * @param nameOrPrefix the name or subtree
+   * @param observer receives the events
+   * @param options what to keep, where to start, how to reconnect
+   * @return a handle that cancels the watch
+   */
+  public Subscription watch(
+      String nameOrPrefix, StreamObserver<LeaseEvent> observer, WatchOptions options) {
+    Objects.requireNonNull(nameOrPrefix, "name");
     Objects.requireNonNull(observer, "observer");
-    ObserverWatch watch = new ObserverWatch(observer, target);
-    asyncStub.watchLease(watchRequest(nameOrPrefix, types), watch);
+    Objects.requireNonNull(options, "options");
+    ObserverWatch watch = new ObserverWatch(nameOrPrefix, observer, options);
+    watch.open(options.startRevision());
     return watch;
   }
 
@@ -391,15 +428,6 @@ public final class LeaseClient implements AutoCloseable {
     }
   }
 
-  private static WatchLeaseRequest watchRequest(String nameOrPrefix, EventType... types) {
-    WatchLeaseRequest.Builder request =
-        WatchLeaseRequest.newBuilder().setName(Objects.requireNonNull(nameOrPrefix, "name"));
-    for (EventType type : types) {
-      request.addEventTypes(type);
-    }
-    return request.build();
-  }
-
   static com.google.protobuf.Duration toProto(Duration d) {
     return com.google.protobuf.Duration.newBuilder()
         .setSeconds(d.getSeconds())
@@ -422,49 +450,150 @@ public final class LeaseClient implements AutoCloseable {
     };
   }
 
-  /** Adapts the generated stream to a {@code StreamObserver<LeaseEvent>} that can be cancelled. */
-  private static final class ObserverWatch
-      implements ClientResponseObserver<WatchLeaseRequest, WatchLeaseResponse>, Subscription {
+  /**
+   * The push form of a watch: one stream at a time, reopened after it ends or fails retryably
+   * (with jittered backoff, on the scheduler), resuming after the last delivered revision.
+   */
+  private final class ObserverWatch implements Subscription {
+    private final String name;
     private final StreamObserver<LeaseEvent> observer;
-    private volatile ClientCallStreamObserver<WatchLeaseRequest> call;
+    private final WatchOptions options;
     private volatile boolean closed;
-    private final String target;
+    /** The generation of the current stream; callbacks of older ones are ignored. */
+    private volatile int generation;
+    private ClientCallStreamObserver<WatchLeaseRequest> call;
+    private ScheduledFuture<?> retry;
+    /** The revision the current stream started from (0: a snapshot). */
+    private volatile long start;
+    /** The highest revision delivered. */
+    private volatile long last;
+    private long backoffNanos;
 
-    ObserverWatch(StreamObserver<LeaseEvent> observer, String target) {
+    ObserverWatch(String name, StreamObserver<LeaseEvent> observer, WatchOptions options) {
+      this.name = name;
       this.observer = observer;
-      this.target = target;
+      this.options = options;
+      this.last = options.startRevision();
+      this.backoffNanos = options.minBackoff().toNanos();
     }
 
-    @Override
-    public void beforeStart(ClientCallStreamObserver<WatchLeaseRequest> requestStream) {
-      this.call = requestStream;
-    }
-
-    @Override
-    public void onNext(WatchLeaseResponse value) {
-      if (!closed) {
-        observer.onNext(value.getEvent());
+    synchronized void open(long startRevision) {
+      retry = null;
+      if (closed) {
+        return;
       }
+      int gen = ++generation;
+      start = startRevision;
+      WatchLeaseRequest request =
+          WatchLeaseRequest.newBuilder()
+              .setName(name)
+              .addAllEventTypes(options.eventTypes())
+              .setStartRevision(startRevision)
+              .build();
+      asyncStub.watchLease(
+          request,
+          new ClientResponseObserver<WatchLeaseRequest, WatchLeaseResponse>() {
+            @Override
+            public void beforeStart(ClientCallStreamObserver<WatchLeaseRequest> requestStream) {
+              call = requestStream; // inside open(), under the lock
+            }
+
+            @Override
+            public void onNext(WatchLeaseResponse value) {
+              deliver(gen, value.getEvent());
+            }
+
+            @Override
+            public void onError(Throwable t) {
+              ended(gen, t);
+            }
+
+            @Override
+            public void onCompleted() {
+              ended(gen, null);
+            }
+          });
     }
 
-    @Override
-    public void onError(Throwable t) {
-      if (!closed) {
-        observer.onError(TenureException.from(t, target, "WatchLease"));
+    /** Passes one event of stream {@code gen} on, unless delivered before. */
+    private void deliver(int gen, LeaseEvent event) {
+      if (closed || gen != generation) {
+        return;
       }
+      if (event.getType() == EventType.EVENT_TYPE_SNAPSHOT_COMPLETE) {
+        synchronized (this) {
+          backoffNanos = options.minBackoff().toNanos(); // connected and caught up
+        }
+      } else if (start != 0 && Long.compareUnsigned(event.getRevision(), start) <= 0) {
+        return; // a server without resume sends its snapshot again
+      }
+      if (Long.compareUnsigned(event.getRevision(), last) > 0) {
+        last = event.getRevision();
+      }
+      observer.onNext(event);
     }
 
-    @Override
-    public void onCompleted() {
-      if (!closed) {
+    /** Stream {@code gen} ended: reconnect, start over, or tell the observer. */
+    private void ended(int gen, Throwable t) {
+      TenureException error = t == null ? null : TenureException.from(t, target, "WatchLease");
+      synchronized (this) {
+        if (closed || gen != generation) {
+          return;
+        }
+        call = null;
+        if (options.reconnect()) {
+          if (error != null
+              && error.getReason() == ErrorReason.WATCH_HISTORY_COMPACTED
+              && start != 0) {
+            last = 0;
+            options.listener().onResync(error);
+            if (schedule(() -> open(0), 0)) {
+              return;
+            }
+          }
+          if (error == null || error.isRetryable()) {
+            long delay =
+                backoffNanos / 2 + ThreadLocalRandom.current().nextLong(backoffNanos / 2 + 1);
+            backoffNanos = Math.min(options.maxBackoff().toNanos(), backoffNanos * 2);
+            options.listener().onReconnect(error, last, Duration.ofNanos(delay));
+            long from = last;
+            if (schedule(() -> open(from), delay)) {
+              return;
+            }
+          }
+        }
+        closed = true;
+      }
+      if (error != null) {
+        observer.onError(error);
+      } else {
         observer.onCompleted();
+      }
+    }
+
+    /** Schedules a reopen; false when the client is closed (its scheduler stopped). */
+    private boolean schedule(Runnable reopen, long delayNanos) {
+      try {
+        retry = scheduler.schedule(reopen, delayNanos, NANOSECONDS);
+        return true;
+      } catch (RejectedExecutionException e) {
+        return false;
       }
     }
 
     @Override
     public void close() {
-      closed = true;
-      call.cancel("watch closed by the client", null);
+      ClientCallStreamObserver<WatchLeaseRequest> c;
+      synchronized (this) {
+        closed = true;
+        if (retry != null) {
+          retry.cancel(false);
+        }
+        c = call;
+      }
+      if (c != null) {
+        c.cancel("watch closed by the client", null);
+      }
     }
   }
 }

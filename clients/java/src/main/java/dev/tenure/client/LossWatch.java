@@ -1,5 +1,6 @@
 package dev.tenure.client;
 
+import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.EventType;
 import dev.tenure.v1.LeaseEvent;
 import dev.tenure.v1.WatchLeaseRequest;
@@ -12,6 +13,7 @@ import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -23,8 +25,12 @@ import java.util.concurrent.TimeUnit;
  * name, the common dotted prefix {@code a.b.>}, or {@code >}); it is reopened when a new session's
  * name is not covered and closed when no session is left. If the server refuses the watch
  * (PERMISSION_DENIED / UNAUTHENTICATED: no {@code watch} grant) the client stops watching and
- * sessions notice loss at their next renewal. Other failures reopen it with backoff (100 ms
- * doubling to 5 s).
+ * sessions notice loss at their next renewal. Other failures (a Tenure restart, a broken
+ * connection) reopen it with backoff (100 ms doubling to 5 s, jittered), resuming after the last
+ * revision seen ({@code start_revision}), so a revoke, expiry or takeover that happened while
+ * disconnected still arrives as its event. When the server cannot resume ({@code
+ * WATCH_HISTORY_COMPACTED}) the stream starts fresh, and a session whose name the fresh snapshot
+ * shows with another token, or not at all, is lost.
  */
 final class LossWatch {
   private static final long MIN_BACKOFF_MS = 100;
@@ -36,6 +42,8 @@ final class LossWatch {
   private ClientCallStreamObserver<WatchLeaseRequest> call;
   private ScheduledFuture<?> retry;
   private long backoffMs = MIN_BACKOFF_MS;
+  /** The highest revision the current filter's streams delivered (0: none yet). */
+  private long lastRevision;
   private boolean refused;
   private boolean closed;
 
@@ -95,7 +103,7 @@ final class LossWatch {
     }
     sessions.add(session);
     if (!refused && (filter == null || !covers(filter, session.getName()))) {
-      open();
+      open(0);
     }
   }
 
@@ -118,60 +126,107 @@ final class LossWatch {
       retry = null;
     }
     filter = null;
+    lastRevision = 0;
     if (call != null) {
       call.cancel("no session left to follow", null);
       call = null;
     }
   }
 
-  private void open() {
+  /**
+   * (Re)opens the stream with the filter covering every live session: fresh ({@code
+   * startRevision} 0) for a new filter, else resuming after the last revision of the same filter.
+   */
+  private void open(long startRevision) {
     stop();
     if (sessions.isEmpty() || closed || refused) {
       return;
     }
     filter = coveringFilter(sessions.stream().map(Session::getName).toList());
+    lastRevision = startRevision;
     client
         .asyncStub()
-        .watchLease(WatchLeaseRequest.newBuilder().setName(filter).build(), new Observer());
+        .watchLease(
+            WatchLeaseRequest.newBuilder().setName(filter).setStartRevision(startRevision).build(),
+            new Observer(startRevision, new LinkedHashSet<>(sessions)));
   }
 
   private void onEvent(Observer from, LeaseEvent event) {
     List<Session> ended = new ArrayList<>();
+    List<LeaseEvent> why = new ArrayList<>();
     synchronized (this) {
       if (from.call != call) {
         return;
       }
+      if (Long.compareUnsigned(event.getRevision(), lastRevision) > 0) {
+        lastRevision = event.getRevision();
+      }
       if (event.getType() == EventType.EVENT_TYPE_SNAPSHOT_COMPLETE) {
         backoffMs = MIN_BACKOFF_MS;
-      }
-      for (Session s : sessions) {
-        if (showsLoss(s.getName(), s.getFencingToken(), event)) {
-          ended.add(s);
+        // A snapshot (fresh, or from a server that ignored start_revision) lists every holding:
+        // a session it did not show ended while nobody watched.
+        if (!from.complete && (from.startRevision == 0 || from.sawCurrent)) {
+          for (Session s : from.expected) {
+            if (!from.shown.contains(s) && sessions.contains(s)) {
+              ended.add(s);
+              why.add(event.toBuilder().setName(s.getName()).build());
+            }
+          }
+        }
+        from.complete = true;
+      } else {
+        if (event.getType() == EventType.EVENT_TYPE_CURRENT) {
+          from.sawCurrent = true;
+          for (Session s : from.expected) {
+            if (s.getName().equals(event.getName())
+                && s.getFencingToken() == event.getFencingToken()) {
+              from.shown.add(s);
+            }
+          }
+        }
+        for (Session s : sessions) {
+          if (showsLoss(s.getName(), s.getFencingToken(), event)) {
+            ended.add(s);
+            why.add(event);
+          }
         }
       }
       sessions.removeAll(ended);
     }
     // Outside this lock: a session takes its own lock to end.
-    for (Session s : ended) {
-      s.endedByWatch(event);
+    for (int i = 0; i < ended.size(); i++) {
+      ended.get(i).endedByWatch(why.get(i));
     }
   }
 
-  private synchronized void onEnd(Observer from, Status.Code code) {
+  private synchronized void onEnd(Observer from, Throwable failure) {
     if (from.call != call) {
       return;
     }
+    long resumeFrom = lastRevision;
     call = null;
     filter = null;
     if (closed || sessions.isEmpty()) {
       return;
     }
+    TenureException error = failure == null ? null : TenureException.from(failure);
+    Status.Code code = error == null ? Status.Code.OK : error.getStatusCode();
     if (code == Status.Code.PERMISSION_DENIED || code == Status.Code.UNAUTHENTICATED) {
       refused = true;
       return;
     }
-    long delay = backoffMs;
-    backoffMs = Math.min(MAX_BACKOFF_MS, backoffMs * 2);
+    // The history after resumeFrom is gone, or (INVALID_ARGUMENT) the bucket is not the one the
+    // revision came from: start over with a snapshot.
+    boolean fresh =
+        error != null
+            && (error.getReason() == ErrorReason.WATCH_HISTORY_COMPACTED
+                || (code == Status.Code.INVALID_ARGUMENT && resumeFrom != 0));
+    long delay = 0;
+    if (!fresh) {
+      delay = backoffMs / 2 + ThreadLocalRandom.current().nextLong(backoffMs / 2 + 1);
+      backoffMs = Math.min(MAX_BACKOFF_MS, backoffMs * 2);
+    }
+    long startFrom = fresh ? 0 : resumeFrom;
     retry =
         client
             .scheduler()
@@ -180,7 +235,7 @@ final class LossWatch {
                   synchronized (LossWatch.this) {
                     retry = null;
                     if (call == null) {
-                      open();
+                      open(startFrom);
                     }
                   }
                 },
@@ -191,11 +246,26 @@ final class LossWatch {
   private final class Observer
       implements ClientResponseObserver<WatchLeaseRequest, WatchLeaseResponse> {
     private volatile ClientCallStreamObserver<WatchLeaseRequest> call;
+    /** The revision this stream started from (0: a snapshot). */
+    private final long startRevision;
+    /** The sessions followed when it opened: a snapshot must show each. */
+    private final Set<Session> expected;
+    /** The sessions the snapshot showed with their own token (under the LossWatch lock). */
+    private final Set<Session> shown = new java.util.HashSet<>();
+    /** Whether CURRENT events came (under the LossWatch lock). */
+    private boolean sawCurrent;
+    /** Whether SNAPSHOT_COMPLETE came (under the LossWatch lock). */
+    private boolean complete;
+
+    Observer(long startRevision, Set<Session> expected) {
+      this.startRevision = startRevision;
+      this.expected = expected;
+    }
 
     @Override
     public void beforeStart(ClientCallStreamObserver<WatchLeaseRequest> requestStream) {
       this.call = requestStream;
-      // Runs inside open(), which holds the LossWatch lock.
+      // Runs inside open(long), which holds the LossWatch lock.
       LossWatch.this.call = requestStream;
     }
 
@@ -206,12 +276,12 @@ final class LossWatch {
 
     @Override
     public void onError(Throwable t) {
-      onEnd(this, Status.fromThrowable(t).getCode());
+      onEnd(this, t);
     }
 
     @Override
     public void onCompleted() {
-      onEnd(this, Status.Code.OK);
+      onEnd(this, null);
     }
   }
 }

@@ -52,27 +52,50 @@ final class TenureServer implements AutoCloseable {
   static TenureServer start(
       List<String> extraArgs, java.util.function.Function<String, ManagedChannel> probe)
       throws Exception {
-    Path root = Paths.get(System.getProperty("tenure.root", "../..")).toAbsolutePath().normalize();
+    return start(extraArgs, probe, 0, null);
+  }
+
+  /**
+   * Starts a server on {@code port} (0: a free one) over the shared nats-server at {@code natsUrl}
+   * (null: its own), for restart tests: a new server on the same port and bucket.
+   */
+  static TenureServer startShared(int port, String natsUrl, String... extraArgs)
+      throws Exception {
+    return start(
+        List.of(extraArgs),
+        t -> ManagedChannelBuilder.forTarget(t).usePlaintext().build(),
+        port,
+        natsUrl);
+  }
+
+  private static TenureServer start(
+      List<String> extraArgs,
+      java.util.function.Function<String, ManagedChannel> probe,
+      int fixedPort,
+      String natsUrl)
+      throws Exception {
+    Path root = root();
     Path tenure = binary(root, "TENURE_BIN", "target/debug/tenure");
     Path nats = binary(root, "NATS_SERVER", ".tools/bin/nats-server");
     IllegalStateException failure = null;
     for (int attempt = 0; attempt < 3; attempt++) {
-      int port = freePort();
+      int port = fixedPort != 0 ? fixedPort : freePort();
       Path dataDir = Files.createTempDirectory("tenure-java-");
       Path log = dataDir.resolve("tenure.log");
       List<String> command =
           new java.util.ArrayList<>(
-              List.of(
-                  tenure.toString(),
-                  "serve",
-                  "--listen",
-                  "127.0.0.1:" + port,
-                  "--data-dir",
-                  dataDir.resolve("data").toString(),
-                  "--nats-server",
-                  nats.toString(),
-                  "--log-format",
-                  "json"));
+              List.of(tenure.toString(), "serve", "--listen", "127.0.0.1:" + port));
+      if (natsUrl != null) {
+        command.addAll(List.of("--nats-url", natsUrl));
+      } else {
+        command.addAll(
+            List.of(
+                "--data-dir",
+                dataDir.resolve("data").toString(),
+                "--nats-server",
+                nats.toString()));
+      }
+      command.addAll(List.of("--log-format", "json"));
       command.addAll(extraArgs);
       Process process =
           new ProcessBuilder(command)
@@ -95,6 +118,17 @@ final class TenureServer implements AutoCloseable {
   /** The gRPC target, {@code 127.0.0.1:PORT}. */
   String target() {
     return target;
+  }
+
+  /** The port of the gRPC listener. */
+  int port() {
+    return Integer.parseInt(target.substring(target.lastIndexOf(':') + 1));
+  }
+
+  /** SIGKILLs the server (no goodbye to its clients) and waits for it to exit. */
+  void kill() throws InterruptedException {
+    process.destroyForcibly();
+    process.waitFor(10, TimeUnit.SECONDS);
   }
 
   /** Stops the server with SIGTERM (it stops its nats-server too) and waits for it to exit. */
@@ -165,7 +199,12 @@ final class TenureServer implements AutoCloseable {
     }
   }
 
-  private static Path binary(Path root, String env, String fallback) {
+  /** The repository root. */
+  static Path root() {
+    return Paths.get(System.getProperty("tenure.root", "../..")).toAbsolutePath().normalize();
+  }
+
+  static Path binary(Path root, String env, String fallback) {
     String value = System.getenv(env);
     Path path = value == null || value.isEmpty() ? root.resolve(fallback) : root.resolve(value);
     if (!Files.isExecutable(path)) {
@@ -177,13 +216,13 @@ final class TenureServer implements AutoCloseable {
     return path;
   }
 
-  private static int freePort() throws IOException {
+  static int freePort() throws IOException {
     try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
       return socket.getLocalPort();
     }
   }
 
-  private static void deleteTree(Path dir) {
+  static void deleteTree(Path dir) {
     if (!Files.exists(dir)) {
       return;
     }
