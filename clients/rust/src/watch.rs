@@ -1,6 +1,7 @@
 //! [`Watch`]: a stream of lease events.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
@@ -57,15 +58,20 @@ impl Event {
 /// stream yields one `Err` (e.g. `SHUTTING_DOWN`) and then ends. Dropping it
 /// cancels the stream. Events of types newer than this client are skipped.
 pub struct Watch {
+    /// The gRPC stream.
     stream: tonic::Streaming<WatchLeaseResponse>,
+    /// The stream failed or ended: yield nothing more.
     done: bool,
+    /// The server, for errors.
+    target: Arc<str>,
 }
 
 impl Watch {
-    pub(crate) fn new(stream: tonic::Streaming<WatchLeaseResponse>) -> Watch {
+    pub(crate) fn new(stream: tonic::Streaming<WatchLeaseResponse>, target: Arc<str>) -> Watch {
         Watch {
             stream,
             done: false,
+            target,
         }
     }
 }
@@ -89,7 +95,8 @@ impl Stream for Watch {
                 }
                 Some(Err(status)) => {
                     self.done = true;
-                    return Poll::Ready(Some(Err(Error::from(status))));
+                    let err = Error::from(status).context(&self.target, "WatchLease");
+                    return Poll::Ready(Some(Err(err)));
                 }
                 Some(Ok(response)) => {
                     if let Some(event) = response.event.and_then(Event::from_proto) {
