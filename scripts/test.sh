@@ -8,7 +8,8 @@ export PATH="$PWD/.tools/bin:$PATH"
 # Incremental caches only help rebuilds; on a clean clone they cost disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+started=$SECONDS
+step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*" >&2; }
 
 step "disk before the run (a clean run needs about 6 GB)"
 df -h . >&2 || true
@@ -53,3 +54,5 @@ if [ -x scripts/gen-clients.sh ]; then
   step "generated client code is up to date with proto/"
   scripts/gen-clients.sh --check
 fi
+
+step "all checks passed"

@@ -247,15 +247,7 @@ async fn stall_bodies(addr: std::net::SocketAddr, attack: Arc<Attack>, stop: Can
         attack
             .stalled_sent
             .fetch_add(stalled.len() as u64, Ordering::Relaxed);
-        let statuses = within(
-            "a wave of stalled calls to be ended",
-            futures::future::join_all(stalled.into_iter().map(|(response, stream)| async move {
-                let status = grpc_status(response).await;
-                drop(stream);
-                status
-            })),
-        )
-        .await;
+        let statuses = stalled_statuses("a wave of stalled calls to be ended", stalled).await;
         for status in &statuses {
             assert_eq!(
                 status.code(),

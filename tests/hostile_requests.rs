@@ -120,15 +120,7 @@ async fn stalled_requests_hold_no_capacity() {
     }
 
     // Every stalled call is ended by the body timeout, not left open.
-    let statuses = within(
-        "the stalled calls to be ended",
-        futures::future::join_all(stalled.into_iter().map(|(response, _stream)| async move {
-            let status = grpc_status(response).await;
-            drop(_stream);
-            status
-        })),
-    )
-    .await;
+    let statuses = stalled_statuses("the stalled calls to be ended", stalled).await;
     let ended_after = sent.elapsed();
     eprintln!("measured: 1000 stalled calls ended {ended_after:?} after sending");
     assert!(

@@ -44,11 +44,11 @@ mkdir -p "$out"
 PYTHONPATH="$py" python3 -m grpc_tools.protoc \
   --plugin=protoc-gen-ts_proto="$here/node_modules/.bin/protoc-gen-ts_proto" \
   --ts_proto_out="$out" \
-  --ts_proto_opt=outputServices=grpc-js,env=node,forceLong=bigint,useDate=true,esModuleInterop=true,removeEnumPrefix=true \
+  --ts_proto_opt=outputServices=grpc-js,env=node,forceLong=bigint,useDate=true,esModuleInterop=true,removeEnumPrefix=true,stringEnums=true \
   -I "$proto_root" \
   -I "$py" \
   -I "$py/grpc_tools/_proto" \
-  tenure/v1/lease.proto tenure/v1/error_reason.proto google/rpc/status.proto google/rpc/error_details.proto
+  tenure/v1/lease.proto tenure/v1/error_reason.proto tenure/v1/election.proto google/rpc/status.proto google/rpc/error_details.proto
 
 if [ "${1:-}" = "--check" ]; then
   if ! diff -r "$here/src/gen" "$out" >/dev/null; then

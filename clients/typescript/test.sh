@@ -24,3 +24,37 @@ rm -rf dist
 node_modules/.bin/tsc -p tsconfig.json
 # One test file at a time: each starts its own Tenure + nats-server.
 node --test --test-concurrency=1 dist/test/*.test.js
+
+# The package as users get it: `npm pack` (runs `prepare`, so dist/ is in
+# the tarball), installed in a scratch project outside the repository by the
+# README's command, then required (CommonJS), imported (ESM) and type-checked.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+npm pack --silent --pack-destination "$scratch" >/dev/null
+cd "$scratch"
+npm init -y >/dev/null
+npm install --no-audit --no-fund --loglevel=error ./tenure-client-*.tgz
+node -e '
+const c = require("@tenure/client");
+if (typeof c.TenureClient !== "function" || c.EventType.ACQUIRED !== "EVENT_TYPE_ACQUIRED") throw new Error("bad CommonJS exports");
+console.log("install: require(\"@tenure/client\") ok");'
+cat > check.mjs <<'JS'
+import * as esm from "@tenure/client";
+import { createRequire } from "node:module";
+const cjs = createRequire(import.meta.url)("@tenure/client");
+const missing = Object.keys(cjs).filter((k) => !(k in esm));
+if (missing.length > 0) throw new Error(`ESM lacks ${missing}`);
+if (esm.TenureClient !== cjs.TenureClient) throw new Error("ESM and CommonJS are two copies");
+console.log("install: import from \"@tenure/client\" ok");
+JS
+node check.mjs
+cat > check.mts <<'TS'
+import { TenureClient, type Session } from "@tenure/client";
+const client: TenureClient = new TenureClient("127.0.0.1:1", { token: () => "t", tls: false });
+const pending: Promise<Session> = client.acquire("a.b", "me", { ttlMs: 1000 });
+void pending;
+client.close();
+TS
+"$here/node_modules/.bin/tsc" --noEmit --strict --module nodenext --moduleResolution nodenext \
+  --target es2022 --skipLibCheck --types node --typeRoots "$here/node_modules/@types" check.mts
+echo "install: types ok (nodenext ESM)"

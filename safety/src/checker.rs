@@ -1,5 +1,5 @@
 //! The history checker: turns the clients' histories, the store's log of
-//! accepted writes and the expiry events into verdicts on four properties.
+//! accepted writes and the expiry events into verdicts on five properties.
 //!
 //! 1. **Tokens increase.** Per name, holdings ordered by when their holder
 //!    learned of them carry strictly increasing fencing tokens, and no two
@@ -12,15 +12,26 @@
 //!    short only by the holder's own Release; all on the shared monotonic
 //!    clock. A holding whose Acquire reply came after its deadline (a holder
 //!    paused mid-call) has an empty interval and never acted.
-//! 4. **Leases end.** A holding that was not released expires no later than
-//!    its due time (server write time of its last Acquire/Renew, or send time
-//!    plus RPC timeout when the outcome was unknown, plus the TTL) plus the
-//!    allowed lag. Measured from the EXPIRED event's server time; where the
-//!    event was not seen, a `LEASE_HELD` refusal after due + lag (and before
-//!    the next holder took the name) proves the lease outlived it. Holdings
-//!    whose due time falls inside an infrastructure fault (NATS or Tenure
-//!    down or stopped, plus a grace period) are excused: expiry there waits
-//!    for the store to come back, by design.
+//! 4. **Leases end, and not late.** A holding that was not released expires
+//!    no later than its due time (server write time of its last
+//!    Acquire/Renew, or send time plus RPC timeout when the outcome was
+//!    unknown, plus the TTL) plus the allowed lag. The evidence, in order:
+//!    the EXPIRED event's server time (*measured*); a `LEASE_HELD` refusal
+//!    after the bound and before the next holder took the name (a
+//!    violation); the next holder's Acquire within the bound (*ended by
+//!    handoff*). A holding with none of these is *unverified*, and the run
+//!    reports their share (a scenario fails above its stated share). A due
+//!    time inside an infrastructure fault (NATS or Tenure down or stopped,
+//!    plus a grace period) is *excused*, but still bounded: the expiry must
+//!    come by the due time plus the durations of the faults around it plus
+//!    the stated slack (allowed lag + grace).
+//! 5. **Leases do not end early.** The next holding of a name may not be
+//!    granted before the previous, unreleased holding's server-side deadline:
+//!    the send time of its last successful Acquire/Renew plus the TTL that
+//!    call granted (the server wrote later than it was sent, so the real
+//!    deadline is no earlier). Judged on the shared monotonic clock, with the
+//!    next holder's Acquire *reply* as the latest moment it can have been
+//!    granted, so only a certain violation counts.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -82,8 +93,11 @@ pub struct Report {
     pub p2_store: usize,
     /// Property 3 violations.
     pub p3_overlap: usize,
-    /// Property 4 violations.
+    /// Property 4 violations (late, or unbounded under a fault).
     pub p4_expiry: usize,
+    /// Property 5 violations (a lease granted to another holder before the
+    /// previous holding's server-side deadline).
+    pub p5_early: usize,
     /// Longest overlap, ms.
     pub max_overlap_ms: f64,
     /// Writes the store refused (stale tokens).
@@ -96,8 +110,16 @@ pub struct Report {
     pub expiries_measured: usize,
     /// Longest measured expiry lag outside fault windows, ms.
     pub max_expiry_lag_ms: i64,
-    /// Holdings excused from property 4 by a fault window.
+    /// Holdings whose due time fell in a fault window: checked against the
+    /// wider bound (due + fault durations + slack) instead.
     pub expiry_excused: usize,
+    /// Longest expiry lag of an excused holding beyond its due time, ms.
+    pub max_excused_lag_ms: i64,
+    /// Unreleased holdings without an EXPIRED event whose end is proven by
+    /// the next holder's Acquire within the bound.
+    pub expiry_by_handoff: usize,
+    /// Unreleased holdings with no evidence of when they ended.
+    pub expiry_unverified: usize,
     /// Smallest time between a holder's deadline and the next holder's
     /// start where the first did not release (the lease expired), ms
     /// (negative: an overlap); `None` without such handoffs. This is where
@@ -112,7 +134,23 @@ pub struct Report {
 impl Report {
     /// Total violations of all properties.
     pub fn violations(&self) -> usize {
-        self.p1_tokens + self.p2_store + self.p3_overlap + self.p4_expiry
+        self.p1_tokens + self.p2_store + self.p3_overlap + self.p4_expiry + self.p5_early
+    }
+
+    /// Unreleased holdings that property 4 looked at.
+    pub fn expiries_judged(&self) -> usize {
+        self.expiries_measured
+            + self.expiry_excused
+            + self.expiry_by_handoff
+            + self.expiry_unverified
+    }
+
+    /// The share of judged holdings with no evidence of when they ended.
+    pub fn unverified_share(&self) -> f64 {
+        match self.expiries_judged() {
+            0 => 0.0,
+            n => self.expiry_unverified as f64 / n as f64,
+        }
     }
 
     /// Keeps an explanation (the first 12).
@@ -146,6 +184,23 @@ struct Holding {
     due_base_ms: u64,
     /// Server time of the Acquire, ms.
     acquired_ms: u64,
+    /// Send time of the first Acquire of this holding (its lease key), mono
+    /// ns: an Acquire retried with the same key may answer with the write
+    /// of an earlier attempt.
+    first_acquire_t0: Option<u64>,
+    /// Send time of the last successful Acquire/Renew, mono ns (for an
+    /// Acquire, of its first attempt).
+    last_ok_t0: u64,
+    /// TTL granted by that call, ms.
+    last_ok_ttl_ms: u64,
+}
+
+impl Holding {
+    /// The earliest moment the server may end this holding unless it is
+    /// released: send time of its last successful call + the TTL granted.
+    fn server_deadline(&self) -> u64 {
+        self.last_ok_t0 + self.last_ok_ttl_ms * 1_000_000
+    }
 }
 
 impl Holding {
@@ -173,6 +228,9 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
             ..Default::default()
         });
         match (op.op, op.phase) {
+            (OpKind::Acquire, Phase::Invoke) => {
+                h.first_acquire_t0 = Some(h.first_acquire_t0.map_or(op.t0, |t| t.min(op.t0)));
+            }
             (OpKind::Acquire, Phase::Ok) => {
                 h.token = op.token;
                 h.start = op.t1;
@@ -180,8 +238,17 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
                 h.deadline = h.deadline.max(op.deadline);
                 h.acquired_ms = op.server_ms;
                 h.due_base_ms = h.due_base_ms.max(op.server_ms);
+                let sent = h.first_acquire_t0.map_or(op.t0, |t| t.min(op.t0));
+                if sent >= h.last_ok_t0 {
+                    h.last_ok_t0 = sent;
+                    h.last_ok_ttl_ms = op.ttl_ms;
+                }
             }
             (OpKind::Renew, Phase::Ok) => {
+                if op.t0 >= h.last_ok_t0 {
+                    h.last_ok_t0 = op.t0;
+                    h.last_ok_ttl_ms = op.ttl_ms;
+                }
                 h.deadline = h.deadline.max(op.deadline);
                 h.ttl_ms = op.ttl_ms.max(h.ttl_ms);
                 h.due_base_ms = h.due_base_ms.max(op.server_ms);
@@ -214,7 +281,18 @@ fn in_fault(faults: &[Window], grace_ms: u64, t_ms: u64) -> bool {
         .any(|w| t_ms + grace_ms >= w.start_ms && t_ms <= w.end_ms + grace_ms)
 }
 
-/// Checks the four properties.
+/// How much longer than its due time a holding may take to expire because
+/// of the faults around that time: the summed durations of the fault
+/// windows the due time falls in (each extended by the grace period).
+fn fault_extension_ms(faults: &[Window], grace_ms: u64, t_ms: u64) -> u64 {
+    faults
+        .iter()
+        .filter(|w| t_ms + grace_ms >= w.start_ms && t_ms <= w.end_ms + grace_ms)
+        .map(|w| w.end_ms.saturating_sub(w.start_ms))
+        .sum()
+}
+
+/// Checks the five properties.
 pub fn check(input: &Input) -> Report {
     let mut r = Report::default();
     let ops = input.ops;
@@ -327,16 +405,36 @@ pub fn check(input: &Input) -> Report {
             covered = Some(covered.map_or(*end, |c| c.max(*end)));
         }
 
-        // Property 4: unreleased holdings end on time.
+        // Property 4: unreleased holdings end, and not late; property 5:
+        // nor early.
         let mut sorted: Vec<&Holding> = hs.clone();
         sorted.sort_by_key(|h| h.token);
         for (i, h) in sorted.iter().enumerate() {
             if h.maybe_released || h.acquired_ms == 0 {
                 continue;
             }
+            let next = sorted.get(i + 1);
+            if let Some(b) = sorted[i + 1..].iter().find(|b| b.start > 0) {
+                if b.start < h.server_deadline() {
+                    r.p5_early += 1;
+                    let ms = (h.server_deadline() - b.start) as f64 / 1e6;
+                    r.example(format!(
+                        "P5 {name}: {} (token {}) was granted {ms:.1} ms before {} (token {}) could end (last successful send + TTL)",
+                        b.id, b.token, h.id, h.token
+                    ));
+                }
+            }
             let due = h.due_base_ms + h.ttl_ms;
+            let extension = fault_extension_ms(input.faults, input.fault_grace_ms, due);
             let excused = in_fault(input.faults, input.fault_grace_ms, due);
-            let next_acquire = sorted.get(i + 1).map(|n| n.acquired_ms).filter(|t| *t > 0);
+            // The latest the lease may end: the allowed lag, and under a
+            // fault the fault's duration and the grace period on top.
+            let bound = if excused {
+                due + extension + input.allowed_lag_ms + input.fault_grace_ms
+            } else {
+                due + input.allowed_lag_ms
+            };
+            let next_acquire = next.map(|n| n.acquired_ms).filter(|t| *t > 0);
             let expired = input
                 .events
                 .iter()
@@ -345,22 +443,25 @@ pub fn check(input: &Input) -> Report {
                 let lag = e.time_ms as i64 - due as i64;
                 if excused {
                     r.expiry_excused += 1;
-                    continue;
+                    r.max_excused_lag_ms = r.max_excused_lag_ms.max(lag);
+                } else {
+                    r.expiries_measured += 1;
+                    r.max_expiry_lag_ms = r.max_expiry_lag_ms.max(lag);
                 }
-                r.expiries_measured += 1;
-                r.max_expiry_lag_ms = r.max_expiry_lag_ms.max(lag);
-                if lag > input.allowed_lag_ms as i64 {
+                if e.time_ms > bound {
                     r.p4_expiry += 1;
                     r.example(format!(
-                        "P4 {name}: {} (token {}) expired {lag} ms after its due time",
-                        h.id, h.token
+                        "P4 {name}: {} (token {}) expired {lag} ms after its due time (bound {} ms{})",
+                        h.id,
+                        h.token,
+                        bound - due,
+                        if excused { ", with the faults around it" } else { "" }
                     ));
                 }
                 continue;
             }
-            // No event seen: was anyone refused the name after due + lag,
+            // No event seen: was anyone refused the name after the bound,
             // before the next holder took it?
-            let limit = due + input.allowed_lag_ms;
             let refused = ops.iter().find(|o| {
                 o.op == OpKind::Acquire
                     && o.phase == Phase::Fail
@@ -368,22 +469,22 @@ pub fn check(input: &Input) -> Report {
                     && o.detail == "LEASE_HELD"
                     && {
                         let w1 = o.w0 + (o.t1.saturating_sub(o.t0)) / 1_000_000;
-                        w1 > limit + 50 && next_acquire.is_none_or(|n| w1 < n)
+                        w1 > bound + 50 && next_acquire.is_none_or(|n| w1 < n)
                     }
             });
             if let Some(o) = refused {
-                if excused {
-                    r.expiry_excused += 1;
-                } else {
-                    r.p4_expiry += 1;
-                    r.example(format!(
-                        "P4 {name}: {} (token {}) still held {} ms after due: {} was refused",
-                        h.id,
-                        h.token,
-                        o.w0 + (o.t1 - o.t0) / 1_000_000 - due,
-                        o.client
-                    ));
-                }
+                r.p4_expiry += 1;
+                r.example(format!(
+                    "P4 {name}: {} (token {}) still held {} ms after due: {} was refused",
+                    h.id,
+                    h.token,
+                    o.w0 + (o.t1 - o.t0) / 1_000_000 - due,
+                    o.client
+                ));
+            } else if next_acquire.is_some_and(|n| n <= bound) {
+                r.expiry_by_handoff += 1;
+            } else {
+                r.expiry_unverified += 1;
             }
         }
     }
@@ -589,5 +690,81 @@ mod tests {
         let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50), refused];
         let r = check_ops(&ops, &[], &[], &[]);
         assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn an_expiry_under_a_fault_is_still_bounded() {
+        // Due 2000; fault 1500-3000 (1500 ms): bound = 2000 + 1500 + lag
+        // 1000 + grace 3000 = 7500.
+        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50)];
+        let fault = Window {
+            start_ms: 1500,
+            end_ms: 3000,
+        };
+        let at = |time_ms| Event {
+            kind: "EXPIRED".into(),
+            name: "n".into(),
+            token: 1,
+            time_ms,
+        };
+        let r = check_ops(&ops, &[], &[at(7400)], std::slice::from_ref(&fault));
+        assert_eq!(r.p4_expiry, 0, "{:?}", r.examples);
+        assert_eq!((r.expiry_excused, r.max_excused_lag_ms), (1, 5400));
+        let r = check_ops(&ops, &[], &[at(20_000)], &[fault]);
+        assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_lease_granted_before_the_previous_could_end_is_early() {
+        // a: sent 1000, TTL 1000, so the server keeps it until 2000 at
+        // least; its holder stopped early (margin 500). b's Acquire was
+        // answered at 1700: granted early, though the holders never
+        // overlapped.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 500),
+            acquired("b#1", 3, 1600, 1700, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p3_overlap, 0, "{:?}", r.examples);
+        assert_eq!(r.p5_early, 1, "{:?}", r.examples);
+
+        // Answered at 2100: on time.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 500),
+            acquired("b#1", 3, 1600, 2100, 1000, 50),
+        ];
+        assert_eq!(check_ops(&ops, &[], &[], &[]).p5_early, 0);
+    }
+
+    #[test]
+    fn an_acquire_retried_with_its_key_counts_from_the_first_send() {
+        // a's first attempt (sent 1000) got no answer; the retry (sent
+        // 1500) was answered with the holding the first one wrote. The
+        // server may end it at 2000, so b granted at 2100 is not early.
+        let ops = vec![
+            op("a#1", OpKind::Acquire, Phase::Invoke, 1000, 0),
+            op("a#1", OpKind::Acquire, Phase::Invoke, 1500, 0),
+            acquired("a#1", 1, 1500, 1502, 1000, 50),
+            acquired("b#1", 3, 1800, 2100, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p5_early, 0, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_holding_with_no_evidence_of_its_end_is_unverified() {
+        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50)];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.expiry_unverified, r.expiries_judged()), (1, 1));
+        assert_eq!(r.unverified_share(), 1.0);
+
+        // The next holder's Acquire within the bound (due 2000 + lag 1000)
+        // proves it ended in time.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            acquired("b#1", 3, 2500, 2510, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.expiry_by_handoff, r.expiry_unverified), (1, 1));
     }
 }

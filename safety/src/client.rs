@@ -394,6 +394,18 @@ impl Client {
             if mono_ns() + work_ns < held.deadline {
                 // The work between the deadline check and the write: a pause
                 // here is what makes a write arrive after the lease is gone.
+                // Logged as the write's `invoke`, so the runner can pause a
+                // holder exactly here (holder-sigstop).
+                let mut op = self.op(
+                    &held.holding,
+                    &held.name,
+                    OpKind::Write,
+                    Phase::Invoke,
+                    mono_ns(),
+                    real_ms(),
+                );
+                op.token = held.token;
+                self.rec.record(&op);
                 tokio::time::sleep(Duration::from_nanos(work_ns)).await;
                 if !self.write(&held).await {
                     return;

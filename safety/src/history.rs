@@ -8,7 +8,7 @@
 //! the write may have reached NATS, which moves the lease's expiry later.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -118,20 +118,68 @@ impl Recorder {
     }
 }
 
-/// Reads every history file (`*.jsonl`) in `dir`. A torn last line (a
-/// process killed mid-write) is skipped.
-pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Op>> {
-    let mut ops = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
-            continue;
-        }
-        for line in BufReader::new(File::open(&path)?).lines() {
-            if let Ok(op) = serde_json::from_str::<Op>(&line?) {
-                ops.push(op);
+/// What the history files held.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Every parsed line, file by file, in the order written.
+    pub ops: Vec<Op>,
+    /// Complete lines that did not parse (`file:line: error`): a checker
+    /// that skipped them could miss the very operation that breaks a
+    /// property, so a scenario with any fails.
+    pub unparsable: Vec<String>,
+    /// Clients whose file ends in a line without its newline: a process
+    /// killed mid-write. Acceptable only for a client the runner killed.
+    pub torn: Vec<String>,
+}
+
+/// Reads every history file (`<client>.jsonl`) in `dir`.
+pub fn read_dir(dir: &Path) -> std::io::Result<History> {
+    let mut history = History::default();
+    let mut paths: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("jsonl"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let client = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let text = std::fs::read_to_string(&path)?;
+        let complete = text.ends_with('\n') || text.is_empty();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            match serde_json::from_str::<Op>(line) {
+                Ok(op) => history.ops.push(op),
+                Err(_) if i + 1 == lines.len() && !complete => history.torn.push(client.clone()),
+                Err(err) => history
+                    .unparsable
+                    .push(format!("{}:{}: {err}", path.display(), i + 1)),
             }
         }
     }
-    Ok(ops)
+    Ok(history)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_lines_are_reported_and_a_torn_tail_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = r#"{"client":"c0.0","holding":"c0.0#1","name":"n","op":"acquire","phase":"invoke","t0":1,"w0":1}"#;
+        std::fs::write(dir.path().join("c0.0.jsonl"), format!("{good}\nnot json\n")).unwrap();
+        std::fs::write(
+            dir.path().join("c1.0.jsonl"),
+            format!("{good}\n{{\"client\":"),
+        )
+        .unwrap();
+        let h = read_dir(dir.path()).unwrap();
+        assert_eq!(h.ops.len(), 2);
+        assert_eq!(h.unparsable.len(), 1, "{:?}", h.unparsable);
+        assert!(h.unparsable[0].contains("c0.0.jsonl:2"));
+        assert_eq!(h.torn, vec!["c1.0".to_string()]);
+    }
 }

@@ -163,15 +163,14 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         work_dir.display()
     );
     let mut outcomes = Vec::new();
-    let mut skipped = Vec::new();
     for sc in &scenarios {
         if sc.fault == scenario::Fault::IsolateLeaderThenFollower {
+            // A scenario that cannot run is a failed scenario, not a pass.
             if let Err(err) = procs::Netns::setup(1) {
-                eprintln!(
-                    "== {}: skipped, network namespaces unavailable: {err}",
-                    sc.name
-                );
-                skipped.push(sc.name);
+                let why =
+                    format!("network namespaces unavailable (run as root with `ip netns`): {err}");
+                eprintln!("== {}: FAILED, {why}", sc.name);
+                outcomes.push(scenario::Outcome::not_run(sc, why));
                 continue;
             }
         }
@@ -185,17 +184,31 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         );
         let r = &outcome.report;
         eprintln!(
-            "   {} holdings, {} writes accepted, {} stale writes refused, {} early losses, {} expiries measured (max lag {} ms), {} excused by faults",
-            r.holdings, r.writes_accepted, r.stale_refused, r.early_losses, r.expiries_measured, r.max_expiry_lag_ms, r.expiry_excused
+            "   {} holdings, {} writes accepted, {} stale writes refused, {} early losses; expiries: {} measured (max lag {} ms), {} under faults (max lag {} ms, bounded), {} by handoff, {} unverified",
+            r.holdings,
+            r.writes_accepted,
+            r.stale_refused,
+            r.early_losses,
+            r.expiries_measured,
+            r.max_expiry_lag_ms,
+            r.expiry_excused,
+            r.max_excused_lag_ms,
+            r.expiry_by_handoff,
+            r.expiry_unverified
         );
         for e in &outcome.report.examples {
             eprintln!("   {e}");
         }
+        for p in outcome.problems.iter().chain(&outcome.shortfalls()) {
+            eprintln!("   problem: {p}");
+        }
         outcomes.push(outcome);
     }
     print_table(&outcomes);
-    for name in skipped {
-        println!("\n{name}: skipped (needs root and `ip netns`)");
+    for o in &outcomes {
+        for p in o.problems.iter().chain(&o.shortfalls()) {
+            println!("\n{}: {p}", o.scenario.name);
+        }
     }
     Ok(outcomes.iter().all(|o| o.passed()))
 }
@@ -203,37 +216,44 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | handoffs | faults | P1 tokens | P2 store | P3 overlap | P4 expiry | stale writes refused | closest expiry handoff ms | max expiry lag ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
+    );
     for o in outcomes {
         let r = &o.report;
         let verdict = match (o.passed(), o.scenario.expect_violations) {
             (true, false) => "pass",
             (true, true) => "pass (violations expected and found)",
+            (false, _) if !o.problems.is_empty() || !o.shortfalls().is_empty() => {
+                "FAIL (see below)"
+            }
             (false, false) => "FAIL",
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
             o.scenario.name,
-            if o.scenario.nats_nodes > 1 {
-                "R3"
-            } else {
-                "R1"
-            },
+            if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
             r.operations,
-            r.handoffs,
             o.faults,
+            r.handoffs,
+            r.writes_accepted,
+            r.stale_refused,
             r.p1_tokens,
             r.p2_store,
             r.p3_overlap,
             r.p4_expiry,
-            r.stale_refused,
+            r.p5_early,
+            r.expiries_measured,
+            r.expiry_excused,
+            r.expiry_by_handoff,
+            r.expiry_unverified,
+            r.max_expiry_lag_ms,
             r.closest_expiry_handoff_ms
                 .map_or("-".to_string(), |g| format!("{g:.1}")),
-            r.max_expiry_lag_ms,
             r.longest_unavailable_ms,
             verdict
         );

@@ -25,6 +25,26 @@ const STREAM: &str = "KV_tenure";
 /// Faults stop this long before the load ends, so every process is running
 /// again when the clients finish.
 const FAULT_QUIET: Duration = Duration::from_secs(4);
+/// After a fault ends, expiry may need this long to be on time again (the
+/// stream catching up, clients reconnecting), ms.
+const FAULT_GRACE_MS: u64 = 3000;
+/// The largest share of unreleased holdings whose end may go unproven (no
+/// EXPIRED event seen, no handoff within the bound). Above it the run's
+/// evidence for property 4 is too thin and the scenario fails.
+pub const MAX_UNVERIFIED_SHARE: f64 = 0.25;
+
+/// What a scenario must have exercised for its verdict to mean anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Minimums {
+    /// Faults injected.
+    pub faults: usize,
+    /// Changes of holder, summed over names.
+    pub handoffs: usize,
+    /// Writes the store accepted.
+    pub writes: usize,
+    /// Stale writes the fenced store refused (fencing exercised).
+    pub stale_refused: usize,
+}
 
 /// What goes wrong in a scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +86,11 @@ pub struct Scenario {
     pub fault: Fault,
     /// Whether the checker must report violations (negative control).
     pub expect_violations: bool,
+    /// Simulated work before each write, ms (longer for holder pauses, so
+    /// a pause lands inside it).
+    pub work_ms: u64,
+    /// What the run must have exercised.
+    pub min: Minimums,
 }
 
 /// Every scenario, in the order the table lists them.
@@ -78,21 +103,38 @@ pub fn all() -> Vec<Scenario> {
         unfenced: false,
         fault,
         expect_violations: false,
+        work_ms: 20,
+        min: Minimums {
+            faults: usize::from(fault != Fault::None),
+            handoffs: 2,
+            writes: 50,
+            stale_refused: 0,
+        },
+    };
+    let stale = |sc: Scenario| Scenario {
+        min: Minimums {
+            stale_refused: 1,
+            ..sc.min
+        },
+        ..sc
     };
     vec![
         s("baseline", 1, 1, Fault::None),
-        s("holder-sigstop", 1, 1, Fault::PauseHolder),
+        stale(Scenario {
+            work_ms: 150,
+            ..s("holder-sigstop", 1, 1, Fault::PauseHolder)
+        }),
         s("holder-sigkill", 1, 1, Fault::KillHolder),
         s("tenure-sigkill", 1, 2, Fault::KillTenure),
         s("nats-sigkill", 1, 1, Fault::KillNats),
         s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
         s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
         s("r3-netns-partition", 3, 2, Fault::IsolateLeaderThenFollower),
-        Scenario {
+        stale(Scenario {
             margin_ms: -1500,
             expect_violations: true,
             ..s("negative-late", 1, 1, Fault::None)
-        },
+        }),
         Scenario {
             margin_ms: -1500,
             unfenced: true,
@@ -141,11 +183,55 @@ pub struct Outcome {
     pub faults: usize,
     /// The checker's report.
     pub report: Report,
+    /// Why the run cannot be trusted, whatever the checker says: client
+    /// crashes, unreadable history, a missing capability, minimums not met.
+    pub problems: Vec<String>,
 }
 
 impl Outcome {
-    /// Whether the scenario met its expectation.
+    /// A scenario that could not run at all.
+    pub fn not_run(scenario: &Scenario, why: String) -> Outcome {
+        Outcome {
+            scenario: scenario.clone(),
+            seconds: 0.0,
+            faults: 0,
+            report: Report::default(),
+            problems: vec![why],
+        }
+    }
+
+    /// The minimums this run did not reach, and an unverified share above
+    /// [`MAX_UNVERIFIED_SHARE`], explained.
+    pub fn shortfalls(&self) -> Vec<String> {
+        let (r, min) = (&self.report, &self.scenario.min);
+        let mut out = Vec::new();
+        let mut need = |what: &str, got: usize, want: usize| {
+            if got < want {
+                out.push(format!("{what}: {got}, need at least {want}"));
+            }
+        };
+        need("faults injected", self.faults, min.faults);
+        need("handoffs", r.handoffs, min.handoffs);
+        need("writes accepted", r.writes_accepted, min.writes);
+        need("stale writes refused", r.stale_refused, min.stale_refused);
+        if !self.scenario.expect_violations && r.unverified_share() > MAX_UNVERIFIED_SHARE {
+            out.push(format!(
+                "{} of {} expiries unverified ({:.0}%, at most {:.0}% allowed)",
+                r.expiry_unverified,
+                r.expiries_judged(),
+                r.unverified_share() * 100.0,
+                MAX_UNVERIFIED_SHARE * 100.0
+            ));
+        }
+        out
+    }
+
+    /// Whether the scenario met its expectation, with no problem and no
+    /// shortfall.
     pub fn passed(&self) -> bool {
+        if !self.problems.is_empty() || !self.shortfalls().is_empty() {
+            return false;
+        }
         if self.scenario.expect_violations {
             self.report.p3_overlap > 0
                 && self.report.stale_refused + self.report.p2_store > 0
@@ -162,6 +248,9 @@ struct Clients {
     live: HashMap<String, Child>,
     /// Incarnation per client slot.
     generation: Vec<usize>,
+    /// Clients the runner killed on purpose (their history may end in a
+    /// torn line, and their exit status says nothing).
+    killed: HashSet<String>,
 }
 
 /// Plays one scenario.
@@ -202,6 +291,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let mut clients = Clients {
         live: HashMap::new(),
         generation: vec![0; set.clients],
+        killed: HashSet::new(),
     };
     for slot in 0..set.clients {
         spawn_client(
@@ -233,21 +323,50 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     .await?;
 
     // Wait for the clients to finish (they release and exit at until_ns).
+    // A client that exits with an error, dies of a signal the runner did
+    // not send, or has to be stopped, makes the run untrustworthy.
+    let mut problems = Vec::new();
     let give_up =
         Duration::from_nanos(until_ns.saturating_sub(mono_ns())) + Duration::from_secs(15);
-    let _ = tokio::time::timeout(give_up, async {
-        for child in clients.live.values_mut() {
-            let _ = child.wait().await;
+    let deadline = tokio::time::Instant::now() + give_up;
+    let mut ids: Vec<String> = clients.live.keys().cloned().collect();
+    ids.sort();
+    for id in ids {
+        let Some(child) = clients.live.get_mut(&id) else {
+            continue;
+        };
+        match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) => problems.push(format!(
+                "client {id} crashed ({status}); see {}",
+                hist_dir.join(format!("{id}.log")).display()
+            )),
+            Ok(Err(err)) => problems.push(format!("client {id}: cannot wait: {err}")),
+            Err(_) => {
+                problems.push(format!("client {id} did not finish and was stopped"));
+                procs::stop_child(child, Duration::from_secs(1)).await;
+            }
         }
-    })
-    .await;
-    for child in clients.live.values_mut() {
-        procs::stop_child(child, Duration::from_secs(1)).await;
     }
     let seconds = (mono_ns() - start_ns) as f64 / 1e9;
 
     // Every unreleased holding must be gone once its due time + lag passed.
-    let ops = history::read_dir(&hist_dir).map_err(|e| e.to_string())?;
+    let history = history::read_dir(&hist_dir).map_err(|e| e.to_string())?;
+    problems.extend(
+        history
+            .unparsable
+            .iter()
+            .take(5)
+            .map(|l| format!("unparsable history line {l}")),
+    );
+    problems.extend(
+        history
+            .torn
+            .iter()
+            .filter(|c| !clients.killed.contains(*c))
+            .map(|c| format!("history of {c} ends in a torn line, but it was not killed")),
+    );
+    let ops = history.ops;
     // Poll until every name is free; names still held after the last due
     // time + the allowed lag are leftovers (property 4).
     let limit = last_due_ms(&ops) + set.allowed_lag_ms;
@@ -264,6 +383,18 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
 
+    // Expiry events may come up to the allowed lag after the last due time
+    // (more after a fault): keep watching until then, so that a holding
+    // is not left unverified only because the run stopped looking.
+    let fault_end = windows
+        .iter()
+        .map(|w| w.end_ms + FAULT_GRACE_MS)
+        .max()
+        .unwrap_or(0);
+    let watch_until = limit.max(fault_end + set.allowed_lag_ms);
+    while real_ms() < watch_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     watcher.abort();
     for r in &mut replicas {
         r.stop().await;
@@ -280,7 +411,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         events: &events,
         faults: &windows,
         allowed_lag_ms: set.allowed_lag_ms,
-        fault_grace_ms: 3000,
+        fault_grace_ms: FAULT_GRACE_MS,
         leftover: &leftover,
     });
     Ok(Outcome {
@@ -288,6 +419,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         seconds,
         faults,
         report,
+        problems,
     })
 }
 
@@ -351,6 +483,7 @@ fn spawn_client(
             }
         ))
         .args(["--until-ns", &until_ns.to_string()])
+        .args(["--work-ms", &sc.work_ms.to_string()])
         .args(["--pg", &set.pg])
         .args(["--prefix", prefix])
         .arg("--out")
@@ -385,6 +518,14 @@ async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The current holder of `name` and its process id, when that holder is
+/// one of the live clients.
+async fn live_holder(addrs: &[String], name: &str, clients: &Clients) -> Option<(String, u32)> {
+    let holder = holder_of(addrs, name).await?;
+    let pid = clients.live.get(&holder).and_then(|c| c.id())?;
+    Some((holder, pid))
 }
 
 /// Whether `name` is held (by anyone) now.
@@ -433,6 +574,33 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
     }
 }
 
+/// Waits (at most `within_ms`) until the bucket's stream has a leader
+/// again: until then expiries wait, so the fault is still in force.
+async fn until_led(nats: &Nats, within_ms: u64) {
+    let until = mono_ns() + within_ms * 1_000_000;
+    while mono_ns() < until && nats.leader(STREAM).await.is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (polling every 5 ms, at most `within_ms`) until the client's
+/// history ends with a write's `invoke`: the client is inside its work.
+async fn at_work(file: &Path, within_ms: u64) -> bool {
+    let until = mono_ns() + within_ms * 1_000_000;
+    while mono_ns() < until {
+        if let Ok(text) = tokio::fs::read_to_string(file).await {
+            let last = text.lines().last().unwrap_or_default();
+            if let Ok(op) = serde_json::from_str::<history::Op>(last) {
+                if op.op == OpKind::Write && op.phase == Phase::Invoke {
+                    return true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
 /// Injects the scenario's faults until `FAULT_QUIET` before the end;
 /// returns how many were injected. Infrastructure faults (NATS down or
 /// stopped) are recorded in `windows`.
@@ -459,40 +627,56 @@ async fn inject(
     sleep(2000).await;
     match sc.fault {
         Fault::None => {}
-        Fault::PauseHolder | Fault::KillHolder => {
-            let pause = sc.fault == Fault::PauseHolder;
-            while time_left(if pause { 4000 } else { 500 }) {
+        Fault::PauseHolder => {
+            while time_left(4000) {
                 let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
-                let Some(holder) = holder_of(addrs, &name).await else {
+                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
-                let Some(pid) = clients.live.get(&holder).and_then(|c| c.id()) else {
+                // Stop it inside its work, between its deadline check and
+                // its write (its history's last line is the write's invoke),
+                // and let it go only once another holder has the name and
+                // had time to write: its write then carries a stale token.
+                let file = hist_dir.join(format!("{holder}.jsonl"));
+                if !at_work(&file, 2000).await {
+                    continue;
+                }
+                signal(pid, libc::SIGSTOP);
+                count += 1;
+                let stopped = mono_ns();
+                while mono_ns() < stopped + 10_000_000_000 {
+                    match holder_of(addrs, &name).await {
+                        Some(h) if h != holder => break,
+                        _ => sleep(50).await,
+                    }
+                }
+                sleep(700).await;
+                signal(pid, libc::SIGCONT);
+                sleep(500).await;
+            }
+        }
+        Fault::KillHolder => {
+            while time_left(500) {
+                let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
+                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
                 count += 1;
-                if pause {
-                    // Longer than the longest TTL (3 s): the lease is lost
-                    // while the holder sleeps.
-                    signal(pid, libc::SIGSTOP);
-                    sleep(3500).await;
-                    signal(pid, libc::SIGCONT);
-                    sleep(500).await;
-                } else {
-                    signal(pid, libc::SIGKILL);
-                    if let Some(mut child) = clients.live.remove(&holder) {
-                        let _ = child.wait().await;
-                    }
-                    let slot: usize = holder
-                        .trim_start_matches('c')
-                        .split('.')
-                        .next()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0);
-                    spawn_client(clients, slot, sc, set, addrs, prefix, until_ns, hist_dir)?;
-                    sleep(2500).await;
+                signal(pid, libc::SIGKILL);
+                clients.killed.insert(holder.clone());
+                if let Some(mut child) = clients.live.remove(&holder) {
+                    let _ = child.wait().await;
                 }
+                let slot: usize = holder
+                    .trim_start_matches('c')
+                    .split('.')
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                spawn_client(clients, slot, sc, set, addrs, prefix, until_ns, hist_dir)?;
+                sleep(2500).await;
             }
         }
         Fault::KillTenure => {
@@ -533,6 +717,8 @@ async fn inject(
                 nats.kill(leader).await;
                 sleep(3000).await;
                 nats.restart(leader).await?;
+                // The fault lasts until the stream has a leader again.
+                until_led(nats, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),
@@ -565,6 +751,7 @@ async fn inject(
                 signal(pid, libc::SIGSTOP);
                 sleep(4000).await;
                 signal(pid, libc::SIGCONT);
+                until_led(nats, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),
@@ -595,6 +782,7 @@ async fn inject(
                 ns.isolate(victim)?;
                 sleep(set.partition.as_millis() as u64).await;
                 ns.heal(victim)?;
+                until_led(nats, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::body::Body;
 use tonic::transport::server::TlsConnectInfo;
@@ -279,21 +279,22 @@ impl http_body::Body for HeldBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Pending => {}
-            ready => return ready,
-        }
-        if let Some(end) = this.hold.ends_at_shutdown.as_mut() {
-            if end.as_mut().poll(cx).is_ready() {
+        let polled = poll_until(&mut this.inner, cx, |cx| {
+            let end = this.hold.ends_at_shutdown.as_mut()?;
+            end.as_mut().poll(cx).is_ready().then_some(())
+        });
+        match polled {
+            Cut::Inner(ready) => ready,
+            Cut::Pending => Poll::Pending,
+            Cut::Stop(()) => {
                 this.hold.ends_at_shutdown = None;
                 this.hold.health_watch = None;
                 this.inner = Body::empty();
                 let mut trailers = http::HeaderMap::new();
                 let _ = shutting_down().add_header(&mut trailers);
-                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
             }
         }
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -302,6 +303,32 @@ impl http_body::Body for HeldBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// What [`poll_until`] saw.
+enum Cut<T> {
+    /// The body had a frame, an error or its end.
+    Inner(Poll<Option<Result<Frame<Bytes>, Status>>>),
+    /// The body is pending and `stop` did not fire.
+    Pending,
+    /// The body is pending and `stop` fired with this.
+    Stop(T),
+}
+
+/// The one poll shape of [`HeldBody`] and [`TimedBody`]: the body first;
+/// only while it is pending, `stop` (which registers its wakers).
+fn poll_until<T>(
+    inner: &mut Body,
+    cx: &mut Context<'_>,
+    stop: impl FnOnce(&mut Context<'_>) -> Option<T>,
+) -> Cut<T> {
+    match http_body::Body::poll_frame(Pin::new(inner), cx) {
+        Poll::Pending => match stop(cx) {
+            Some(why) => Cut::Stop(why),
+            None => Cut::Pending,
+        },
+        ready => Cut::Inner(ready),
     }
 }
 
@@ -315,29 +342,77 @@ fn shutting_down() -> Status {
 
 /// A request body that must arrive within the body timeout and is cut off
 /// at shutdown.
+///
+/// The timers are armed only when the body is first found pending: a unary
+/// request usually arrives with its headers, and then no timer entry and no
+/// shutdown waiter is registered (and removed again) for it at all. The
+/// deadline still counts from the headers (`started`).
 struct TimedBody {
     /// The request body.
     inner: Body,
-    /// Fires when the body is late.
-    deadline: Pin<Box<Sleep>>,
-    /// The timeout, for the message.
+    /// When the headers arrived: the deadline counts from here.
+    started: Instant,
+    /// The timeout, for the deadline and the message.
     timeout: Duration,
-    /// Fires at shutdown.
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Cancelled at shutdown.
+    shutdown: CancellationToken,
+    /// The armed timers, once the body was pending.
+    timers: Option<Timers>,
     /// Whether the body has ended (or failed): the timers are off.
     done: bool,
+}
+
+/// The two timers of a [`TimedBody`] still arriving.
+struct Timers {
+    /// Fires when the body is late.
+    deadline: Pin<Box<Sleep>>,
+    /// Fires at shutdown.
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+/// Why a [`TimedBody`] was cut off.
+enum Late {
+    /// The server is shutting down.
+    Shutdown,
+    /// The body timeout passed.
+    Timeout,
 }
 
 impl TimedBody {
     fn new(inner: Body, timeout: Duration, shutdown: CancellationToken) -> TimedBody {
         TimedBody {
             inner,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            started: Instant::now(),
             timeout,
-            shutdown: Box::pin(shutdown.cancelled_owned()),
+            shutdown,
+            timers: None,
             done: false,
         }
     }
+}
+
+/// Arms `timers` if they are not yet (deadline `started + timeout`), and
+/// polls them.
+fn poll_late(
+    timers: &mut Option<Timers>,
+    started: Instant,
+    timeout: Duration,
+    shutdown: &CancellationToken,
+    cx: &mut Context<'_>,
+) -> Option<Late> {
+    let timers = timers.get_or_insert_with(|| Timers {
+        deadline: Box::pin(tokio::time::sleep_until(started + timeout)),
+        shutdown: Box::pin(shutdown.clone().cancelled_owned()),
+    });
+    if timers.shutdown.as_mut().poll(cx).is_ready() {
+        return Some(Late::Shutdown);
+    }
+    timers
+        .deadline
+        .as_mut()
+        .poll(cx)
+        .is_ready()
+        .then_some(Late::Timeout)
 }
 
 impl http_body::Body for TimedBody {
@@ -352,38 +427,45 @@ impl http_body::Body for TimedBody {
         if this.done {
             return Pin::new(&mut this.inner).poll_frame(cx);
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Pending => {}
-            ready @ (Poll::Ready(None) | Poll::Ready(Some(Err(_)))) => {
-                this.done = true;
-                return ready;
-            }
-            ready => {
-                if this.inner.is_end_stream() {
+        let polled = poll_until(&mut this.inner, cx, |cx| {
+            poll_late(
+                &mut this.timers,
+                this.started,
+                this.timeout,
+                &this.shutdown,
+                cx,
+            )
+        });
+        match polled {
+            Cut::Pending => Poll::Pending,
+            Cut::Inner(ready) => {
+                if !matches!(ready, Poll::Ready(Some(Ok(_)))) || this.inner.is_end_stream() {
                     this.done = true;
+                    this.timers = None;
                 }
-                return ready;
+                ready
+            }
+            Cut::Stop(late) => {
+                this.done = true;
+                this.timers = None;
+                Poll::Ready(Some(Err(match late {
+                    Late::Shutdown => shutting_down(),
+                    Late::Timeout => {
+                        METRICS.rejected("request_body_timeout");
+                        Status::from(
+                            Error::new(
+                                Reason::InvalidArgument,
+                                format!(
+                                    "the request message did not arrive within {:?} of its headers (--request-body-timeout); send the whole request at once",
+                                    this.timeout
+                                ),
+                            )
+                            .with("field", "request"),
+                        )
+                    }
+                })))
             }
         }
-        if this.shutdown.as_mut().poll(cx).is_ready() {
-            this.done = true;
-            return Poll::Ready(Some(Err(shutting_down())));
-        }
-        if this.deadline.as_mut().poll(cx).is_ready() {
-            this.done = true;
-            METRICS.rejected("request_body_timeout");
-            return Poll::Ready(Some(Err(Status::from(
-                Error::new(
-                    Reason::InvalidArgument,
-                    format!(
-                        "the request message did not arrive within {:?} of its headers (--request-body-timeout); send the whole request at once",
-                        this.timeout
-                    ),
-                )
-                .with("field", "request"),
-            ))));
-        }
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {

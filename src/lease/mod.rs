@@ -14,6 +14,7 @@
 //! knows it happened.
 
 mod cache;
+mod election;
 mod event;
 mod list;
 mod mirror;
@@ -29,6 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use election::{ttl_left, value_of, CampaignArgs, Change, ChangeKind, Elections, VALUE_KEY};
 pub use event::{Event, EventKind, Filter};
 pub use list::Page;
 pub use queue::Budget;

@@ -405,6 +405,24 @@ pub fn grpc_headers(addr: SocketAddr, method: &str) -> http::Request<()> {
         .unwrap()
 }
 
+/// The statuses that end a set of stalled calls (each a response and the
+/// request stream the caller never finished), awaited together within 30 s;
+/// each stream is dropped only once its call has ended.
+pub async fn stalled_statuses(
+    what: &str,
+    stalled: Vec<(h2::client::ResponseFuture, h2::SendStream<Bytes>)>,
+) -> Vec<tonic::Status> {
+    within(
+        what,
+        futures::future::join_all(stalled.into_iter().map(|(response, stream)| async move {
+            let status = grpc_status(response).await;
+            drop(stream);
+            status
+        })),
+    )
+    .await
+}
+
 /// The gRPC status of a raw response: from its headers (trailers-only) or
 /// its trailers.
 pub async fn grpc_status(response: h2::client::ResponseFuture) -> tonic::Status {

@@ -22,14 +22,23 @@ import (
 
 // Client calls a Tenure server. It is safe for concurrent use.
 type Client struct {
-	rpc  tenurev1.LeaseServiceClient
-	conn *grpc.ClientConn // set when Dial made the connection; closed by Close
+	rpc    tenurev1.LeaseServiceClient
+	elect  tenurev1.ElectionServiceClient
+	conn   *grpc.ClientConn // set when Dial made the connection; closed by Close
+	target string           // the server address, named in errors
+	loss   *lossWatch       // the one watch that follows every live session
 }
 
 // New returns a Client over an existing gRPC connection. Close does not
 // close that connection.
 func New(cc grpc.ClientConnInterface) *Client {
-	return &Client{rpc: tenurev1.NewLeaseServiceClient(cc)}
+	target := ""
+	if t, ok := cc.(interface{ Target() string }); ok {
+		target = t.Target()
+	}
+	c := &Client{rpc: tenurev1.NewLeaseServiceClient(cc), elect: tenurev1.NewElectionServiceClient(cc), target: target}
+	c.loss = newLossWatch(c)
+	return c
 }
 
 // Dial returns a Client over a new connection to target (e.g.
@@ -41,12 +50,18 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{rpc: tenurev1.NewLeaseServiceClient(conn), conn: conn}, nil
+	c := &Client{rpc: tenurev1.NewLeaseServiceClient(conn), elect: tenurev1.NewElectionServiceClient(conn), conn: conn, target: target}
+	c.loss = newLossWatch(c)
+	return c, nil
 }
+
+// Target is the server address the Client calls.
+func (c *Client) Target() string { return c.target }
 
 // Close closes the connection if Dial made it. Sessions still open lose
 // their lease at their safe deadline once renewals cannot get through.
 func (c *Client) Close() error {
+	c.loss.close()
 	if c.conn == nil {
 		return nil
 	}
@@ -63,7 +78,42 @@ func (c *Client) Stub() tenurev1.LeaseServiceClient {
 func (c *Client) Get(ctx context.Context, name string) (*tenurev1.Lease, error) {
 	resp, err := c.rpc.GetLease(ctx, &tenurev1.GetLeaseRequest{Name: name})
 	if err != nil {
-		return nil, FromError(err)
+		return nil, callError(c.target, "GetLease", err)
 	}
 	return resp.GetLease(), nil
+}
+
+// GetLease is Get under the RPC's name.
+func (c *Client) GetLease(ctx context.Context, name string) (*tenurev1.Lease, error) {
+	return c.Get(ctx, name)
+}
+
+// ListLeases returns every held lease whose name starts with prefix ("" for
+// all), following the server's pages. It needs the admin grant.
+func (c *Client) ListLeases(ctx context.Context, prefix string) ([]*tenurev1.Lease, error) {
+	var out []*tenurev1.Lease
+	page := ""
+	for {
+		resp, err := c.rpc.ListLeases(ctx, &tenurev1.ListLeasesRequest{Prefix: prefix, PageToken: page})
+		if err != nil {
+			return nil, callError(c.target, "ListLeases", err)
+		}
+		out = append(out, resp.GetLeases()...)
+		page = resp.GetNextPageToken()
+		if page == "" {
+			return out, nil
+		}
+	}
+}
+
+// RevokeLease ends the holding of name whoever holds it (the admin grant),
+// logging reason; with fencingToken > 0 only if that holding is still the
+// one with that token. It returns the revision of the revoke; LEASE_NOT_FOUND
+// when nobody holds name.
+func (c *Client) RevokeLease(ctx context.Context, name, reason string, fencingToken uint64) (uint64, error) {
+	resp, err := c.rpc.RevokeLease(ctx, &tenurev1.RevokeLeaseRequest{Name: name, Reason: reason, FencingToken: fencingToken})
+	if err != nil {
+		return 0, callError(c.target, "RevokeLease", err)
+	}
+	return resp.GetRevision(), nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -77,16 +79,51 @@ type Error struct {
 	// Metadata is the ErrorInfo metadata, e.g. "holder", "fencing_token"
 	// and "ttl_seconds" for LEASE_HELD, "state" for LEASE_NOT_HELD.
 	Metadata map[string]string
+	// Target is the server address the call went to ("" when the Client was
+	// made by New over a connection that does not say).
+	Target string
+	// RPC is the call that failed, e.g. "Acquire" ("" for FromError on a
+	// raw stub error).
+	RPC string
 
 	status *status.Status
 }
 
-// Error implements error.
+// Error implements error: "tenure at TARGET: RPC: REASON (CODE): message",
+// e.g. "tenure at 127.0.0.1:7001: Acquire: LEASE_HELD (FAILED_PRECONDITION):
+// ...", or without a reason "tenure at 127.0.0.1:7001: Acquire: UNAVAILABLE:
+// ... connection refused". Codes and reasons print as their proto names.
 func (e *Error) Error() string {
-	if e.RawReason == "" {
-		return fmt.Sprintf("tenure: %s: %s", e.Code, e.Message)
+	var b strings.Builder
+	b.WriteString("tenure")
+	if e.Target != "" {
+		b.WriteString(" at ")
+		b.WriteString(e.Target)
 	}
-	return fmt.Sprintf("tenure: %s (%s): %s", e.RawReason, e.Code, e.Message)
+	b.WriteString(": ")
+	if e.RPC != "" {
+		b.WriteString(e.RPC)
+		b.WriteString(": ")
+	}
+	if e.RawReason != "" {
+		fmt.Fprintf(&b, "%s (%s): %s", e.RawReason, CodeName(e.Code), e.Message)
+	} else {
+		fmt.Fprintf(&b, "%s: %s", CodeName(e.Code), e.Message)
+	}
+	return b.String()
+}
+
+// CodeName is the gRPC code's canonical name, e.g. "FAILED_PRECONDITION"
+// (Go's codes.Code.String() says "FailedPrecondition").
+func CodeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // GRPCStatus returns the original status, so status.FromError and
@@ -174,6 +211,23 @@ func FromError(err error) error {
 		}
 	}
 	return e
+}
+
+// callError is FromError(err) with the target and the RPC named.
+func callError(target, rpc string, err error) error {
+	err = FromError(err)
+	var te *Error
+	if errors.As(err, &te) {
+		te.Target, te.RPC = target, rpc
+		return te
+	}
+	if err == nil {
+		return nil
+	}
+	if target != "" {
+		return fmt.Errorf("tenure at %s: %s: %w", target, rpc, err)
+	}
+	return fmt.Errorf("tenure: %s: %w", rpc, err)
 }
 
 // isFatal reports whether a renewal error means the holding is gone or can

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -44,6 +45,7 @@ type server struct {
 	dataDir string
 	logPath string
 	exited  chan struct{} // closed when the process has exited
+	creds   credentials.TransportCredentials
 }
 
 // repoRoot is the repository root: this package lives in clients/go/tenure.
@@ -80,6 +82,12 @@ func freePort() (int, error) {
 // startServer starts Tenure on a free loopback port with a fresh data dir
 // and waits until its health check reports SERVING.
 func startServer() (*server, error) {
+	return startServerWith(insecure.NewCredentials())
+}
+
+// startServerWith starts Tenure with extra `serve` flags; health checks dial
+// with creds (TLS when the flags turn it on).
+func startServerWith(creds credentials.TransportCredentials, extra ...string) (*server, error) {
 	bin := toolPath("TENURE_BIN", "target/debug/tenure")
 	nats := toolPath("NATS_SERVER", ".tools/bin/nats-server")
 	for _, p := range []string{bin, nats} {
@@ -107,8 +115,9 @@ func startServer() (*server, error) {
 		logPath: logFile.Name(),
 		exited:  make(chan struct{}),
 	}
-	s.cmd = exec.Command(bin, "serve", "--listen", s.addr, "--data-dir", dir,
-		"--nats-server", nats, "--log-format", "json")
+	s.creds = creds
+	args := []string{"serve", "--listen", s.addr, "--data-dir", dir, "--nats-server", nats, "--log-format", "json"}
+	s.cmd = exec.Command(bin, append(args, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	// Own process group, so a forced stop also ends the nats-server it
 	// started; SIGTERM if this test process dies first (e.g. on a timeout).
@@ -128,7 +137,7 @@ func startServer() (*server, error) {
 // waitReady retries the gRPC health check until SERVING, the process exits,
 // or the timeout passes.
 func (s *server) waitReady(timeout time.Duration) error {
-	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(s.creds))
 	if err != nil {
 		return err
 	}

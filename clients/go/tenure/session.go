@@ -91,6 +91,7 @@ type Session struct {
 	leaseKey string
 	fraction float64
 	margin   time.Duration
+	acquired uint64 // revision of the acquiring reply: older watch events are ignored
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -149,7 +150,7 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	sent := time.Now()
 	resp, err := c.rpc.Acquire(ctx, req)
 	if err != nil {
-		return nil, FromError(err)
+		return nil, callError(c.target, "Acquire", err)
 	}
 	l := resp.GetLease()
 	granted := l.GetTtl().AsDuration()
@@ -166,6 +167,7 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		fraction: cfg.renewFraction,
 		margin:   margin,
 		revision: l.GetRevision(),
+		acquired: l.GetRevision(),
 		ttl:      granted,
 		lastSent: sent,
 		deadline: sent.Add(granted - margin),
@@ -176,7 +178,7 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	if margin >= granted {
 		s.lose(fmt.Errorf("tenure: safety margin %v is not below the granted TTL %v", margin, granted))
 		close(s.loopDone)
-		_ = s.releaseNow(ctx)
+		_, _ = s.releaseNow(ctx)
 		return nil, context.Cause(s.ctx)
 	}
 	// A long wait can leave no time on the holding as counted from the send
@@ -185,10 +187,11 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		if err := s.renewOnce(ctx); err != nil {
 			s.lose(err)
 			close(s.loopDone)
-			_ = s.releaseNow(ctx)
+			_, _ = s.releaseNow(ctx)
 			return nil, err
 		}
 	}
+	c.loss.add(s)
 	go s.run()
 	return s, nil
 }
@@ -285,26 +288,31 @@ func (s *Session) Renew(ctx context.Context) error {
 
 // Release stops the renewals, marks the Session lost with ErrReleased (so
 // Done closes before the lease can pass to anyone else), and releases the
-// lease on the server so the next holder can take it at once. It is safe to
-// call more than once and after a loss; a lease the server no longer counts
-// as ours yields an *Error with LEASE_NOT_HELD.
-func (s *Session) Release(ctx context.Context) error {
+// lease on the server so the next holder can take it at once.
+//
+// released is true when this call ended the holding, false when there was
+// nothing to end: the lease was already lost (revoked, expired, taken over)
+// or released. That is not an error; err is only for failures of the call
+// itself (server unreachable, credentials, a bad argument), after which
+// Release may be called again. Safe to call more than once.
+func (s *Session) Release(ctx context.Context) (released bool, err error) {
 	s.releaseMu.Lock()
 	defer s.releaseMu.Unlock()
 	if s.released {
-		return nil
+		return false, nil
 	}
 	s.lose(ErrReleased) // first: the holder stops before anyone else can take over
 	<-s.loopDone
-	err := s.releaseNow(ctx)
-	if err == nil || ReasonOf(err) == tenurev1.ErrorReason_LEASE_NOT_HELD {
+	released, err = s.releaseNow(ctx)
+	if err == nil {
 		s.released = true
 	}
-	return err
+	return released, err
 }
 
-// releaseNow sends Release with the current revision.
-func (s *Session) releaseNow(ctx context.Context) error {
+// releaseNow sends Release with the current revision; LEASE_NOT_HELD and
+// LEASE_NOT_FOUND mean there was nothing to release.
+func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 	s.rpcMu.Lock()
 	defer s.rpcMu.Unlock()
 	_, err := s.client.rpc.Release(ctx, &tenurev1.ReleaseRequest{
@@ -312,7 +320,14 @@ func (s *Session) releaseNow(ctx context.Context) error {
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
 	})
-	return FromError(err)
+	switch ReasonOf(FromError(err)) {
+	case tenurev1.ErrorReason_LEASE_NOT_HELD, tenurev1.ErrorReason_LEASE_NOT_FOUND:
+		return false, nil
+	}
+	if err != nil {
+		return false, callError(s.client.target, "Release", err)
+	}
+	return true, nil
 }
 
 // renewOnce sends one Renew with the current revision and, on success,
@@ -327,7 +342,7 @@ func (s *Session) renewOnce(ctx context.Context) error {
 		LeaseKey:         s.leaseKey,
 	})
 	if err != nil {
-		return FromError(err)
+		return callError(s.client.target, "Renew", err)
 	}
 	l := resp.GetLease()
 	if l.GetFencingToken() != s.token {
@@ -358,6 +373,7 @@ func (s *Session) lose(err error) {
 	}
 	s.mu.Unlock()
 	s.cancel(err)
+	s.client.loss.remove(s)
 }
 
 // schedule returns the safe deadline and the time of the next renewal.

@@ -73,12 +73,12 @@ func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (<
 	stream, err := c.rpc.WatchLease(wctx, req)
 	if err != nil {
 		cancel()
-		return nil, FromError(err)
+		return nil, callError(c.target, "WatchLease", err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
 		cancel()
-		return nil, FromError(err)
+		return nil, callError(c.target, "WatchLease", err)
 	}
 	events := make(chan Event, 16)
 	go func() {
@@ -97,7 +97,7 @@ func (c *Client) Watch(ctx context.Context, name string, opts ...WatchOption) (<
 					return
 				}
 				select {
-				case events <- Event{Err: FromError(err)}:
+				case events <- Event{Err: callError(c.target, "WatchLease", err)}:
 				case <-ctx.Done():
 				}
 				return

@@ -39,7 +39,7 @@ func TestWatchLifecycle(t *testing.T) {
 		t.Fatalf("got %+v, want RENEWED with token %d", ev, s.FencingToken())
 	}
 
-	if err := s.Release(ctx); err != nil {
+	if _, err := s.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for {

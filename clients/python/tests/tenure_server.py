@@ -46,7 +46,9 @@ def _free_port() -> int:
 class TenureServer:
     """One `tenure serve` process on 127.0.0.1 with a fresh data dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_args: tuple[str, ...] = (), ca: Optional[bytes] = None) -> None:
+        self.extra_args = extra_args
+        self.ca = ca
         self.tenure = _binary("TENURE_BIN", Path("target/debug/tenure"))
         self.nats = _binary("NATS_SERVER", Path(".tools/bin/nats-server"))
         self.data_dir = tempfile.mkdtemp(prefix="tenure-py-")
@@ -72,6 +74,7 @@ class TenureServer:
                     "--data-dir", store,
                     "--nats-server", self.nats,
                     "--log-format", "json",
+                    *self.extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -88,7 +91,12 @@ class TenureServer:
         """Retries GetLease on an unused name until the server answers
         LEASE_NOT_FOUND; False if the process exits first."""
         deadline = time.monotonic() + READY_TIMEOUT
-        with grpc.insecure_channel(self.target) as channel:
+        channel = (
+            grpc.secure_channel(self.target, grpc.ssl_channel_credentials(self.ca))
+            if self.ca is not None
+            else grpc.insecure_channel(self.target)
+        )
+        with channel:
             stub = lease_pb2_grpc.LeaseServiceStub(channel)
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -97,7 +105,9 @@ class TenureServer:
                     stub.GetLease(lease_pb2.GetLeaseRequest(name="readiness.probe"), timeout=1)
                     return True
                 except grpc.RpcError as err:
-                    if TenureError.from_rpc_error(err).reason is Reason.LEASE_NOT_FOUND:
+                    # Any Tenure answer (LEASE_NOT_FOUND, or UNAUTHENTICATED
+                    # with auth on) means it is serving.
+                    if TenureError.from_rpc_error(err).reason is not Reason.ERROR_REASON_UNSPECIFIED:
                         return True
                 # Not answering yet: the wait is the retry interval of a
                 # bounded readiness poll (there is no event to await).

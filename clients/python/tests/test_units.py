@@ -124,7 +124,13 @@ def test_errors_without_tenure_error_info() -> None:
     assert not newer_refusal.retryable
     bare = TenureError.from_rpc_error(_FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down", ()))
     assert bare.reason is Reason.ERROR_REASON_UNSPECIFIED and bare.retryable
-    assert str(bare) == "UNAVAILABLE: down"
+    assert str(bare) == "tenure: UNAVAILABLE: down"
+    named = TenureError.from_rpc_error(
+        _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused", ()),
+        target="127.0.0.1:7001",
+        rpc="Acquire",
+    )
+    assert str(named) == "tenure at 127.0.0.1:7001: Acquire: UNAVAILABLE: connection refused"
 
 
 def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:

@@ -37,3 +37,23 @@ async def test_loss_signalled_by_safe_deadline_when_server_stops(
     # ... and the failures seen were retryable ones (server unreachable).
     if session.lost_error is not None:
         assert session.lost_error.retryable
+
+
+async def test_connection_refused_names_target_rpc_and_cause() -> None:
+    import socket
+
+    import pytest
+
+    from tenure_client import Reason, TenureError
+
+    with socket.socket() as s:  # a port nobody listens on (free a moment ago)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = f"127.0.0.1:{port}"
+    async with TenureClient(target) as client:
+        with pytest.raises(TenureError) as info:
+            await client.acquire("x", "h", ttl=1, timeout=2)
+    err = info.value
+    assert str(err).startswith(f"tenure at {target}: Acquire: UNAVAILABLE: "), str(err)
+    assert "refused" in str(err).lower()
+    assert err.reason is Reason.ERROR_REASON_UNSPECIFIED and err.retryable

@@ -12,26 +12,70 @@ import {
   type ClientReadableStream,
 } from "@grpc/grpc-js";
 
+import { readFileSync } from "node:fs";
+
 import { LeaseLostError, TenureError } from "./errors";
 import {
+  AcquireRequest,
   EventType,
+  GetLeaseRequest,
   LeaseServiceClient,
-  type AcquireRequest,
+  ListLeasesRequest,
+  RevokeLeaseRequest,
+  WatchLeaseRequest,
   type AcquireResponse,
-  type GetLeaseRequest,
   type GetLeaseResponse,
   type Lease,
   type LeaseEvent,
+  type ListLeasesResponse,
+  type RevokeLeaseResponse,
   type WatchLeaseResponse,
 } from "./gen/tenure/v1/lease";
-import { unary, type UnaryMethod } from "./rpc";
+import { LossWatch } from "./losswatch";
+import { CallContext, unary, type TokenSource, type UnaryMethod } from "./rpc";
 import { Session, type RenewalOptions } from "./session";
 import { msToDuration } from "./time";
 
+/** PEM material: the bytes, or the path of a file holding them. */
+export type Pem = Buffer | string;
+
+/** TLS to the server; every field is optional. */
+export interface TlsOptions {
+  /** CA certificate(s) the server's certificate must chain to. Default: the system roots. */
+  ca?: Pem;
+  /** Client certificate chain, for mTLS (with `key`). */
+  cert?: Pem;
+  /** Client private key, for mTLS (with `cert`). */
+  key?: Pem;
+  /** The name to verify the server's certificate against. Default: the address's host. */
+  serverName?: string;
+}
+
 /** How to reach a Tenure server. */
 export interface ClientOptions {
-  /** Channel credentials. Default: insecure (plaintext). */
+  /**
+   * TLS (`true` for the system roots, or a CA and optionally a client
+   * certificate for mTLS). Default: plaintext.
+   */
+  tls?: boolean | TlsOptions;
+  /**
+   * Bearer token sent as `authorization: Bearer <token>` on every call: a
+   * string, or a function called before each call (for tokens that
+   * expire). Works over TLS and, for local development, over plaintext.
+   */
+  token?: TokenSource;
+  /** Extra metadata (headers) sent with every call. */
+  metadata?: Record<string, string>;
+  /** Channel credentials, overriding `tls`. Default: from `tls`, else plaintext. */
   credentials?: ChannelCredentials;
+  /**
+   * Keep one WatchLease stream that follows the names of this client's live
+   * sessions, so a revoke, expiry or takeover ends a session at once
+   * (`LEASE_ENDED`) instead of at its next renewal. Default `true`. Without
+   * it (or when the server refuses the watch: no `watch` grant) loss is
+   * noticed at the next renewal, as before.
+   */
+  lossWatch?: boolean;
   /** grpc-js channel options (keepalive, message sizes, ...). */
   channelOptions?: ChannelOptions;
   /** Deadline of each unary call (an Acquire gets its wait on top). Default 5000 ms. */
@@ -69,6 +113,27 @@ export interface WatchOptions {
   signal?: AbortSignal;
 }
 
+/** One page of {@link TenureClient.listLeases}. */
+export interface LeasePage {
+  /** The leases of this page, by name. */
+  leases: Lease[];
+  /** Pass as `pageToken` for the next page; `""` on the last one. */
+  nextPageToken: string;
+}
+
+/** Channel credentials from the TLS options (plaintext without them). */
+function channelCredentials(options: ClientOptions): ChannelCredentials {
+  if (options.credentials !== undefined) return options.credentials;
+  if (options.tls === undefined || options.tls === false) return grpcCredentials.createInsecure();
+  const tls = options.tls === true ? {} : options.tls;
+  const pem = (value: Pem | undefined) =>
+    value === undefined ? null : typeof value === "string" ? readFileSync(value) : value;
+  if ((tls.cert === undefined) !== (tls.key === undefined)) {
+    throw new RangeError("tls.cert and tls.key go together (mTLS needs both)");
+  }
+  return grpcCredentials.createSsl(pem(tls.ca), pem(tls.key), pem(tls.cert));
+}
+
 /** How many times an Acquire is re-sent when its reply came after its own safe deadline. */
 const MAX_REANCHORS = 3;
 
@@ -85,16 +150,22 @@ const MAX_REANCHORS = 3;
 export class TenureClient {
   /** The generated grpc-js stub, for calls the helper does not wrap. */
   readonly stub: LeaseServiceClient;
+  /** The server address as given. */
+  readonly address: string;
   readonly #rpcTimeoutMs: number;
+  readonly #ctx: CallContext;
+  readonly #lossWatch: LossWatch;
 
   /** A client of the server at `address` ("host:port"). */
   constructor(address: string, options: ClientOptions = {}) {
-    this.stub = new LeaseServiceClient(
-      address,
-      options.credentials ?? grpcCredentials.createInsecure(),
-      options.channelOptions,
-    );
+    const tls = typeof options.tls === "object" ? options.tls : undefined;
+    const channelOptions: ChannelOptions = { ...options.channelOptions };
+    if (tls?.serverName !== undefined) channelOptions["grpc.ssl_target_name_override"] = tls.serverName;
+    this.stub = new LeaseServiceClient(address, channelCredentials(options), channelOptions);
+    this.address = address;
     this.#rpcTimeoutMs = options.rpcTimeoutMs ?? 5000;
+    this.#ctx = new CallContext(address, options.token, options.metadata);
+    this.#lossWatch = new LossWatch(this.stub, this.#ctx, options.lossWatch ?? true);
   }
 
   /**
@@ -117,25 +188,31 @@ export class TenureClient {
       const waitMs = Math.max(0, waitUntil - performance.now());
       const sentAt = performance.now();
       const reply = await unary(
+        this.#ctx,
+        "Acquire",
         acquire,
-        {
+        AcquireRequest.fromPartial({
           name,
           holder,
           ttl: options.ttlMs === undefined ? undefined : msToDuration(options.ttlMs),
           leaseKey,
           wait: waitMs > 0 ? msToDuration(waitMs) : undefined,
-          lockDelay: undefined,
           metadata: options.metadata ?? {},
-        },
+        }),
         waitMs + rpcTimeoutMs,
         options.signal,
       ).result;
       const lease = reply.lease;
       if (lease === undefined) {
-        throw new TenureError(GrpcStatus.INTERNAL, undefined, "Acquire reply carried no lease");
+        throw new TenureError(GrpcStatus.INTERNAL, undefined, "Acquire reply carried no lease", {}, {
+          target: this.address,
+          rpc: "Acquire",
+        });
       }
       const session = new Session({
         stub: this.stub,
+        ctx: this.#ctx,
+        lossWatch: this.#lossWatch,
         lease,
         leaseKey: reply.leaseKey || leaseKey,
         sentAt,
@@ -154,9 +231,75 @@ export class TenureClient {
   /** The current holding of `name`; rejects with `LEASE_NOT_FOUND` when nobody holds it. */
   async getLease(name: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Lease> {
     const get: UnaryMethod<GetLeaseRequest, GetLeaseResponse> = this.stub.getLease.bind(this.stub);
-    const reply = await unary(get, { name }, options.timeoutMs ?? this.#rpcTimeoutMs, options.signal).result;
-    if (reply.lease === undefined) throw new TenureError(GrpcStatus.INTERNAL, undefined, "GetLease reply carried no lease");
+    const reply = await unary(
+      this.#ctx,
+      "GetLease",
+      get,
+      GetLeaseRequest.fromPartial({ name }),
+      options.timeoutMs ?? this.#rpcTimeoutMs,
+      options.signal,
+    ).result;
+    if (reply.lease === undefined) {
+      throw new TenureError(GrpcStatus.INTERNAL, undefined, "GetLease reply carried no lease", {}, {
+        target: this.address,
+        rpc: "GetLease",
+      });
+    }
     return reply.lease;
+  }
+
+  /**
+   * One page of the held leases whose names start with `prefix` (admin
+   * grant needed when auth is on). Pass the returned `nextPageToken` as
+   * `pageToken` for the next page.
+   */
+  async listLeases(
+    prefix = "",
+    options: { pageSize?: number; pageToken?: string; timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<LeasePage> {
+    const list: UnaryMethod<ListLeasesRequest, ListLeasesResponse> = this.stub.listLeases.bind(this.stub);
+    const reply = await unary(
+      this.#ctx,
+      "ListLeases",
+      list,
+      ListLeasesRequest.fromPartial({ prefix, pageSize: options.pageSize ?? 0, pageToken: options.pageToken ?? "" }),
+      options.timeoutMs ?? this.#rpcTimeoutMs,
+      options.signal,
+    ).result;
+    return { leases: reply.leases, nextPageToken: reply.nextPageToken };
+  }
+
+  /** Every held lease under `prefix`, all pages. */
+  async *allLeases(prefix = "", options: { pageSize?: number; signal?: AbortSignal } = {}): AsyncGenerator<Lease> {
+    let pageToken = "";
+    do {
+      const page = await this.listLeases(prefix, { ...options, pageToken });
+      yield* page.leases;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  }
+
+  /**
+   * Removes the holding of `name` at once (admin grant needed when auth is
+   * on); its holder sees REVOKED. `reason` (1 to 256 printable bytes) is
+   * logged by the server. With `fencingToken`, only that holding is
+   * revoked. Resolves with the revision of the removal.
+   */
+  async revokeLease(
+    name: string,
+    reason: string,
+    options: { fencingToken?: bigint; timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<bigint> {
+    const revoke: UnaryMethod<RevokeLeaseRequest, RevokeLeaseResponse> = this.stub.revokeLease.bind(this.stub);
+    const reply = await unary(
+      this.#ctx,
+      "RevokeLease",
+      revoke,
+      RevokeLeaseRequest.fromPartial({ name, reason, fencingToken: options.fencingToken ?? 0n }),
+      options.timeoutMs ?? this.#rpcTimeoutMs,
+      options.signal,
+    ).result;
+    return reply.revision;
   }
 
   /**
@@ -170,10 +313,16 @@ export class TenureClient {
   async *watch(name: string, options: WatchOptions = {}): AsyncGenerator<LeaseEvent, void, undefined> {
     const { signal } = options;
     if (signal?.aborted) return;
-    const call: ClientReadableStream<WatchLeaseResponse> = this.stub.watchLease({
-      name,
-      eventTypes: options.eventTypes ?? [],
-    });
+    let md;
+    try {
+      md = await this.#ctx.metadata();
+    } catch (err) {
+      throw this.#ctx.error(err, "WatchLease");
+    }
+    const call: ClientReadableStream<WatchLeaseResponse> = this.stub.watchLease(
+      WatchLeaseRequest.fromPartial({ name, eventTypes: options.eventTypes ?? [] }),
+      md,
+    );
     // After a cancel the stream may still emit its CANCELLED status.
     call.on("error", () => undefined);
     const onAbort = () => call.cancel();
@@ -184,7 +333,7 @@ export class TenureClient {
       }
     } catch (err) {
       if (signal?.aborted) return;
-      throw TenureError.from(err);
+      throw this.#ctx.error(err, "WatchLease");
     } finally {
       signal?.removeEventListener("abort", onAbort);
       call.cancel();
@@ -193,6 +342,7 @@ export class TenureClient {
 
   /** Closes the channel. Sessions of this client can no longer renew or release. */
   close(): void {
+    this.#lossWatch.close();
     this.stub.close();
   }
 }

@@ -113,31 +113,38 @@ export class TenureError extends Error {
   readonly metadata: Readonly<Record<string, string>>;
   /** The server's message for a person (without the code prefix). */
   readonly details: string;
+  /** The server address the call went to ("host:port"), when known. */
+  readonly target: string | undefined;
+  /** The RPC that failed ("Acquire", "Renew", ...), when known. */
+  readonly rpc: string | undefined;
 
   /**
    * Builds an error; most code gets one from {@link TenureError.from}.
    * `reason` is an {@link ErrorReason} or the `ErrorInfo.reason` string as
    * sent (an unknown string becomes `UNSPECIFIED`, kept in `rawReason`).
+   * The message reads `tenure at <target>: <rpc>: <REASON or CODE>: <details>`.
    */
   constructor(
     code: GrpcStatus,
     reason: ErrorReason | string | undefined,
     details: string,
     metadata: Record<string, string> = {},
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; target?: string; rpc?: string },
   ) {
-    const rawReason =
-      typeof reason === "string"
-        ? reason
-        : reason === undefined || reason === ErrorReason.UNSPECIFIED
-          ? ""
-          : errorReasonToJSON(reason);
-    super(`${rawReason || (GrpcStatus[code] ?? code)}: ${details}`, options);
+    const rawReason = reason === undefined || reason === ErrorReason.UNSPECIFIED ? "" : reason;
+    const where = [
+      options?.target === undefined ? undefined : `tenure at ${options.target}`,
+      options?.rpc,
+    ].filter((part) => part !== undefined);
+    const prefix = where.length > 0 ? `${where.join(": ")}: ` : "";
+    super(`${prefix}${rawReason || (GrpcStatus[code] ?? code)}: ${details}`, options);
     this.name = "TenureError";
     this.code = code;
-    this.reason = typeof reason === "number" ? reason : parseReason(reason);
+    this.reason = parseReason(rawReason);
     this.rawReason = rawReason;
     this.details = details;
+    this.target = options?.target;
+    this.rpc = options?.rpc;
     this.metadata = Object.freeze({ ...metadata });
   }
 
@@ -156,14 +163,14 @@ export class TenureError extends Error {
 
   /**
    * Converts anything a gRPC call rejected with into a TenureError, decoding
-   * the `ErrorInfo` detail of domain `tenure.v1` when present. A TenureError
-   * is returned as it is.
+   * the `ErrorInfo` detail of domain `tenure.v1` when present; `where`
+   * names the server and RPC in the message. A TenureError is returned as it is.
    */
-  static from(err: unknown): TenureError {
+  static from(err: unknown, where: { target?: string; rpc?: string } = {}): TenureError {
     if (err instanceof TenureError) return err;
     if (!isServiceError(err)) {
       const message = err instanceof Error ? err.message : String(err);
-      return new TenureError(GrpcStatus.UNKNOWN, undefined, message, {}, { cause: err });
+      return new TenureError(GrpcStatus.UNKNOWN, undefined, message, {}, { cause: err, ...where });
     }
     const info = errorInfoOf(err);
     return new TenureError(
@@ -171,7 +178,7 @@ export class TenureError extends Error {
       info?.reason,
       err.details ?? err.message,
       info?.metadata ?? {},
-      { cause: err },
+      { cause: err, ...where },
     );
   }
 }
@@ -213,13 +220,15 @@ function errorInfoOf(err: ServiceError): ErrorInfo | undefined {
  * Why a session stopped being held:
  * - `LEASE_NOT_HELD`: a renewal was refused; someone else holds the lease or
  *   it was released or revoked behind the session's back.
+ * - `LEASE_ENDED`: the client's lease watch showed the holding end (REVOKED,
+ *   EXPIRED, RELEASED, or another holder's token); `cause` is that event.
  * - `SAFE_DEADLINE_PASSED`: renewals did not get through before the safe
  *   deadline (server or network away, or the process stalled).
  * - `RENEW_FAILED`: a renewal failed with another permanent error (one that
  *   retrying cannot fix, e.g. `INVALID_LEASE_KEY` or `RECORD_UNREADABLE`).
  * - `RELEASED`: the session was released by its owner.
  */
-export type LossReason = "LEASE_NOT_HELD" | "SAFE_DEADLINE_PASSED" | "RENEW_FAILED" | "RELEASED";
+export type LossReason = "LEASE_NOT_HELD" | "LEASE_ENDED" | "SAFE_DEADLINE_PASSED" | "RENEW_FAILED" | "RELEASED";
 
 /**
  * The end of a session: the `reason` of its aborted `signal`, and what
@@ -243,6 +252,7 @@ export class LeaseLostError extends Error {
   ) {
     const why: Record<LossReason, string> = {
       LEASE_NOT_HELD: "a renewal was refused: the lease is no longer held by this session",
+      LEASE_ENDED: "the lease watch showed the holding end (revoked, expired, released or taken over)",
       SAFE_DEADLINE_PASSED: "no renewal got through before the safe deadline",
       RENEW_FAILED: "a renewal failed with an error that retrying cannot fix",
       RELEASED: "the session was released",

@@ -4,18 +4,18 @@
  */
 import { performance } from "node:perf_hooks";
 
-import type { ClientUnaryCall } from "@grpc/grpc-js";
-
 import { ErrorReason, LeaseLostError, TenureError, type LossReason } from "./errors";
-import type {
-  Lease,
-  LeaseServiceClient,
+import {
   ReleaseRequest,
-  ReleaseResponse,
   RenewRequest,
-  RenewResponse,
+  type Lease,
+  type LeaseEvent,
+  type LeaseServiceClient,
+  type ReleaseResponse,
+  type RenewResponse,
 } from "./gen/tenure/v1/lease";
-import { unary, type UnaryMethod } from "./rpc";
+import type { LossWatch } from "./losswatch";
+import { unary, type CallContext, type PendingCall, type UnaryMethod } from "./rpc";
 import { durationToMs } from "./time";
 
 /** How a session renews; every field has a default. */
@@ -44,6 +44,8 @@ export interface RenewalOptions {
 /** Everything a session starts from. Built by `TenureClient.acquire`. @internal */
 export interface SessionInit {
   readonly stub: LeaseServiceClient;
+  readonly ctx: CallContext;
+  readonly lossWatch: LossWatch;
   readonly lease: Lease;
   readonly leaseKey: string;
   /** `performance.now()` when the Acquire that returned `lease` was sent. */
@@ -79,6 +81,9 @@ export class Session implements AsyncDisposable {
   readonly signal: AbortSignal;
 
   readonly #stub: LeaseServiceClient;
+  readonly #ctx: CallContext;
+  readonly #lossWatch: LossWatch;
+  readonly #watched: { name: string; fencingToken: bigint; ended(event: LeaseEvent): void };
   readonly #controller = new AbortController();
   readonly #renewFraction: number;
   readonly #marginOption: number | undefined;
@@ -89,14 +94,16 @@ export class Session implements AsyncDisposable {
   #safeDeadline = 0;
   #renewTimer: NodeJS.Timeout | undefined;
   #deadlineTimer: NodeJS.Timeout | undefined;
-  #inflight: ClientUnaryCall | undefined;
+  #inflight: PendingCall<RenewResponse> | undefined;
   #lastError: TenureError | undefined;
-  #releasing: Promise<void> | undefined;
+  #releasing: Promise<boolean> | undefined;
 
   /** Starts a session from an Acquire reply; use `TenureClient.acquire`. @internal */
   constructor(init: SessionInit) {
     const options = init.options;
     this.#stub = init.stub;
+    this.#ctx = init.ctx;
+    this.#lossWatch = init.lossWatch;
     this.#lease = init.lease;
     this.name = init.lease.name;
     this.holder = init.lease.holder;
@@ -108,6 +115,33 @@ export class Session implements AsyncDisposable {
     this.#retryOption = options.retryIntervalMs;
     this.#rpcTimeoutMs = options.rpcTimeoutMs ?? 5000;
     this.#granted(init.lease, init.sentAt);
+    this.#watched = {
+      name: this.name,
+      fencingToken: this.fencingToken,
+      ended: (event) => this.#lose("LEASE_ENDED", event),
+    };
+    if (!this.signal.aborted) this.#lossWatch.add(this.#watched);
+  }
+
+  /** A one-line summary for logs: name, holder, token (decimal) and whether held. */
+  toString(): string {
+    return `Session(${this.name} held by ${this.holder}, token ${this.fencingToken}, ${this.isHeld() ? "held" : "lost"})`;
+  }
+
+  /** How `console.log` and `util.inspect` show a session. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
+  /** A JSON form (tokens and revisions as decimal strings). */
+  toJSON(): Record<string, string | boolean> {
+    return {
+      name: this.name,
+      holder: this.holder,
+      fencingToken: this.fencingToken.toString(),
+      revision: this.revision.toString(),
+      held: this.isHeld(),
+    };
   }
 
   /** The latest holding as the server last returned it. */
@@ -164,14 +198,16 @@ export class Session implements AsyncDisposable {
    * `RELEASED`, unless it was already lost) and sends Release with the
    * current revision so the next holder can take the lease at once.
    *
-   * Resolves quietly when the server says the lease is no longer ours
-   * (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`), and when the session had already
-   * been lost before this call (the Release is then a best effort). Rejects
-   * with a {@link TenureError} when a session that was still held could not
-   * be released (the lease then expires on its own after its TTL).
-   * Calling it again returns the same promise.
+   * Resolves with `true` when this call released the holding, and `false`
+   * when it was not held any more: the server says the lease is no longer
+   * ours (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`), or the session had already
+   * been lost before this call (the Release is then a best effort). A
+   * release after loss is not an error. Rejects with a {@link TenureError}
+   * only when a session that was still held could not be released
+   * (transport, auth or argument failure; the lease then expires on its own
+   * after its TTL). Calling it again returns the same promise.
    */
-  release(): Promise<void> {
+  release(): Promise<boolean> {
     this.#releasing ??= this.#release();
     return this.#releasing;
   }
@@ -181,22 +217,25 @@ export class Session implements AsyncDisposable {
     await this.release();
   }
 
-  async #release(): Promise<void> {
+  async #release(): Promise<boolean> {
     const wasHeld = this.isHeld();
     const lostBy = wasHeld ? undefined : (this.signal.reason as LeaseLostError).reason;
     this.#lose("RELEASED");
-    if (lostBy === "LEASE_NOT_HELD") return;
+    if (lostBy === "LEASE_NOT_HELD" || lostBy === "LEASE_ENDED") return false;
     const release: UnaryMethod<ReleaseRequest, ReleaseResponse> = this.#stub.release.bind(this.#stub);
     try {
       await unary(
+        this.#ctx,
+        "Release",
         release,
-        { name: this.name, expectedRevision: this.revision, leaseKey: this.leaseKey },
+        ReleaseRequest.fromPartial({ name: this.name, expectedRevision: this.revision, leaseKey: this.leaseKey }),
         this.#rpcTimeoutMs,
       ).result;
+      return wasHeld;
     } catch (err) {
       const error = TenureError.from(err);
-      if (error.reason === ErrorReason.LEASE_NOT_HELD || error.reason === ErrorReason.LEASE_NOT_FOUND) return;
-      if (!wasHeld) return;
+      if (error.reason === ErrorReason.LEASE_NOT_HELD || error.reason === ErrorReason.LEASE_NOT_FOUND) return false;
+      if (!wasHeld) return false;
       throw error;
     }
   }
@@ -241,11 +280,13 @@ export class Session implements AsyncDisposable {
     const timeout = Math.min(this.#rpcTimeoutMs, this.#safeDeadline - sentAt);
     const renew: UnaryMethod<RenewRequest, RenewResponse> = this.#stub.renew.bind(this.#stub);
     const pending = unary(
+      this.#ctx,
+      "Renew",
       renew,
-      { name: this.name, expectedRevision: this.revision, leaseKey: this.leaseKey, ttl: undefined },
+      RenewRequest.fromPartial({ name: this.name, expectedRevision: this.revision, leaseKey: this.leaseKey }),
       timeout,
     );
-    this.#inflight = pending.call;
+    this.#inflight = pending;
     try {
       const reply = await pending.result;
       if (this.signal.aborted) return;
@@ -272,13 +313,15 @@ export class Session implements AsyncDisposable {
       // deadline): retry until the safe deadline timer ends the session.
       if (this.isHeld()) this.#scheduleRenew(this.#retryIntervalMs());
     } finally {
-      if (this.#inflight === pending.call) this.#inflight = undefined;
+      if (this.#inflight === pending) this.#inflight = undefined;
     }
   }
 
   /** Ends the session once: stops timers and the call in flight, aborts the signal. */
   #lose(reason: LossReason, cause?: unknown): void {
     if (this.signal.aborted) return;
+    // Called from the constructor (a grant already past its deadline) before #watched is set.
+    if (this.#watched !== undefined) this.#lossWatch.remove(this.#watched);
     clearTimeout(this.#renewTimer);
     clearTimeout(this.#deadlineTimer);
     this.#renewTimer = undefined;

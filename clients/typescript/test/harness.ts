@@ -10,7 +10,7 @@ import { join, resolve } from "node:path";
 import { after, before } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 
-import { Reason, TenureClient, TenureError, type LeaseEvent } from "../src";
+import { Reason, TenureClient, TenureError, type ClientOptions, type LeaseEvent } from "../src";
 
 /** The repository root: the first parent folder holding proto/tenure. */
 export const repoRoot: string = (() => {
@@ -59,10 +59,11 @@ export class TenureServer {
   }
 
   /**
-   * Starts `tenure serve` on a free port and waits (at most 30 s) until a
-   * GetLease call gets a proper answer from it.
+   * Starts `tenure serve` on a free port (with `extraArgs`, e.g. TLS and
+   * auth flags) and waits (at most 30 s) until a GetLease call from a
+   * client with `probe` options gets a Tenure answer from it.
    */
-  static async start(): Promise<TenureServer> {
+  static async start(extraArgs: string[] = [], probe: ClientOptions = {}): Promise<TenureServer> {
     const bin = process.env.TENURE_BIN ?? join(repoRoot, "target", "debug", "tenure");
     const nats = process.env.NATS_SERVER ?? join(repoRoot, ".tools", "bin", "nats-server");
     for (const [what, path] of [["TENURE_BIN", bin], ["NATS_SERVER", nats]]) {
@@ -72,12 +73,12 @@ export class TenureServer {
     const address = `127.0.0.1:${await freePort()}`;
     const child = spawn(
       bin,
-      ["serve", "--listen", address, "--data-dir", dataDir, "--nats-server", nats, "--log-format", "json", "--shutdown-grace", "1s"],
+      ["serve", "--listen", address, "--data-dir", dataDir, "--nats-server", nats, "--log-format", "json", "--shutdown-grace", "1s", ...extraArgs],
       { stdio: ["ignore", "pipe", "pipe"] },
     );
     const server = new TenureServer(address, child, dataDir);
     try {
-      await server.#waitReady(30_000);
+      await server.#waitReady(30_000, probe);
     } catch (err) {
       await server.stop();
       throw err;
@@ -85,9 +86,13 @@ export class TenureServer {
     return server;
   }
 
-  /** Retries GetLease until the server answers it (LEASE_NOT_FOUND), the process dies, or time runs out. */
-  async #waitReady(timeoutMs: number): Promise<void> {
-    const client = new TenureClient(this.address);
+  /**
+   * Retries GetLease until the server answers it with a Tenure reason
+   * (LEASE_NOT_FOUND, or UNAUTHENTICATED / PERMISSION_DENIED with auth on),
+   * the process dies, or time runs out.
+   */
+  async #waitReady(timeoutMs: number, probe: ClientOptions): Promise<void> {
+    const client = new TenureClient(this.address, probe);
     const until = Date.now() + timeoutMs;
     let exited = false;
     void this.exited.then(() => (exited = true));
@@ -97,7 +102,7 @@ export class TenureServer {
           await client.getLease("readiness.probe", { timeoutMs: 1000 });
           return;
         } catch (err) {
-          if (err instanceof TenureError && err.reason === Reason.LEASE_NOT_FOUND) return;
+          if (err instanceof TenureError && err.reason !== Reason.UNSPECIFIED) return;
           if (exited) throw new Error(`tenure exited during startup:\n${this.logs()}`);
           if (Date.now() > until) throw new Error(`tenure not ready after ${timeoutMs} ms: ${err}\n${this.logs()}`);
         }

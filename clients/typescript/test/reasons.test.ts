@@ -48,7 +48,7 @@ function reasonTable(): Map<string, { code: string; retryable: boolean }> {
 
 /** Every value of the generated enum but UNSPECIFIED (never sent) and ts-proto's UNRECOGNIZED. */
 const generated: ErrorReason[] = Object.values(ErrorReason).filter(
-  (v): v is ErrorReason => typeof v === "number" && v !== ErrorReason.UNSPECIFIED && v !== ErrorReason.UNRECOGNIZED,
+  (v): v is ErrorReason => typeof v === "string" && v !== ErrorReason.UNSPECIFIED && v !== ErrorReason.UNRECOGNIZED,
 );
 
 describe("error reasons", () => {

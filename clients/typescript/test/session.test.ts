@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
 import {
@@ -142,11 +142,14 @@ describe("session", () => {
     }
   });
 
-  it("signals LEASE_NOT_HELD as soon as a renewal is refused after a takeover", async () => {
+  it("signals LEASE_NOT_HELD as soon as a renewal is refused after a takeover (no loss watch)", async () => {
     const name = uniqueName("takeover");
     // A long TTL: the refusal (at the first renewal, after 1 s) comes well
     // before the safe deadline (2.7 s), so only a refused renewal explains
-    // a LEASE_NOT_HELD loss.
+    // a LEASE_NOT_HELD loss. This client has its loss watch off, so the
+    // renewal is what notices (tests/loss.test.ts covers the watch).
+    const client = new TenureClient(server.address, { lossWatch: false });
+    after(() => client.close());
     const session = await client.acquire(name, "old", { ttlMs: 3000 });
     // Someone ends the holding behind the session's back, and another
     // holder takes the name.
@@ -165,7 +168,7 @@ describe("session", () => {
     assert.ok(reason.cause instanceof TenureError);
     assert.equal(reason.cause.reason, Reason.LEASE_NOT_HELD);
     assert.equal(session.isHeld(), false);
-    await session.release(); // resolves: nothing left to release
+    assert.equal(await session.release(), false, "release after loss reports 'was not held'");
 
     const current = await client.getLease(name);
     assert.equal(current.holder, "new", "releasing the lost session leaves the new holder alone");
@@ -248,7 +251,7 @@ describe("session", () => {
     const badName = await rejection(client.acquire(".bad..name", "x", { ttlMs: 1000 }));
     assert.equal(badName.reason, Reason.INVALID_NAME);
     assert.equal(badName.code, GrpcStatus.INVALID_ARGUMENT);
-    assert.match(badName.message, /^INVALID_NAME: /);
+    assert.match(badName.message, /^tenure at 127\.0\.0\.1:\d+: Acquire: INVALID_NAME: /);
 
     const badTtl = await rejection(client.acquire(uniqueName("ttl"), "x", { ttlMs: 10 * 3600 * 1000 }));
     assert.equal(badTtl.reason, Reason.INVALID_TTL);

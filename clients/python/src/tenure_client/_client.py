@@ -15,6 +15,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
 )
 
 import grpc
@@ -22,6 +23,7 @@ import grpc.aio
 
 from ._errors import TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
+from ._losswatch import LossWatch
 from ._session import Session
 from ._types import EventType, Lease, LeaseEvent, Seconds, to_duration, to_seconds
 
@@ -45,11 +47,23 @@ class TenureClient:
         target: the server address ("host:port"), for a channel of its own.
         channel: an existing ``grpc.aio.Channel`` to use instead (the client
             then does not close it).
-        credentials: TLS credentials for `target`; plaintext when absent.
+        credentials: TLS credentials for `target` (``grpc.ssl_channel_credentials``);
+            plaintext when absent and no `ca`/`client_cert` is given.
         options: extra channel options for `target`.
+        token: a bearer token sent as ``authorization: Bearer <token>`` with
+            every call (the server's ``--auth-tokens``), or a callable
+            returning one, called before every call (to refresh it).
+        ca: the CA (PEM bytes, or a file path) the server's certificate must
+            chain to: TLS. ``ca=True``: TLS with the system roots.
+        client_cert, client_key: the client certificate chain and key (PEM
+            bytes or file paths) for mTLS (``--tls-client-ca``).
+        server_name: the name to verify in the server's certificate, when it
+            differs from the target's host.
+        metadata: extra gRPC metadata (lower-case keys) sent with every call.
 
     Attributes:
         stub: the generated ``LeaseServiceStub`` for raw calls.
+        target: the server address ("" for a given channel), named in errors.
     """
 
     def __init__(
@@ -59,12 +73,31 @@ class TenureClient:
         channel: Optional[grpc.aio.Channel] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, Any]] = (),
+        token: Union[None, str, Callable[[], str]] = None,
+        ca: Union[None, bool, bytes, str] = None,
+        client_cert: Union[None, bytes, str] = None,
+        client_key: Union[None, bytes, str] = None,
+        server_name: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
     ) -> None:
         if (target is None) == (channel is None):
             raise ValueError("give exactly one of target and channel")
+        if (client_cert is None) != (client_key is None):
+            raise ValueError("mTLS needs both client_cert and client_key")
+        self.target = target or ""
+        self._token = token
+        self._metadata = [(k.lower(), v) for k, v in (metadata or {}).items()]
         self._owns_channel = channel is None
         if channel is None:
             assert target is not None
+            if credentials is None and (ca is not None or client_cert is not None):
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=None if ca in (None, True) else _pem(ca),
+                    private_key=None if client_key is None else _pem(client_key),
+                    certificate_chain=None if client_cert is None else _pem(client_cert),
+                )
+            if server_name is not None:
+                options = [*options, ("grpc.ssl_target_name_override", server_name)]
             if credentials is not None:
                 channel = grpc.aio.secure_channel(target, credentials, options=options)
             else:
@@ -72,6 +105,7 @@ class TenureClient:
         self._channel = channel
         self.stub = lease_pb2_grpc.LeaseServiceStub(channel)
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        self._loss = LossWatch(self)
 
     async def __aenter__(self) -> "TenureClient":
         return self
@@ -86,6 +120,7 @@ class TenureClient:
         client opened it."""
         for session in list(self._sessions):
             await session._abandon()
+        await self._loss.close()
         if self._owns_channel:
             await self._channel.close()
 
@@ -176,7 +211,7 @@ class TenureClient:
         if timeout is None:
             timeout = wait_s + DEFAULT_CALL_TIMEOUT
         sent = time.monotonic()
-        reply = await self._unary(self.stub.Acquire, request, timeout)
+        reply = await self._unary("Acquire", request, timeout)
         session = Session(
             self,
             Lease.from_proto(reply.lease),
@@ -195,6 +230,7 @@ class TenureClient:
                 if not err.retryable or not session.is_held():
                     raise
         self._sessions.add(session)
+        self._loss.add(session)
         session._start()
         return session
 
@@ -204,10 +240,49 @@ class TenureClient:
         Raises:
             TenureError: reason LEASE_NOT_FOUND when nobody holds it.
         """
-        reply = await self._unary(
-            self.stub.GetLease, lease_pb2.GetLeaseRequest(name=name), timeout
-        )
+        reply = await self._unary("GetLease", lease_pb2.GetLeaseRequest(name=name), timeout)
         return Lease.from_proto(reply.lease)
+
+    get_lease = get
+
+    async def list_leases(
+        self, prefix: str = "", *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[Lease]:
+        """Every held lease whose name starts with `prefix` ("" for all),
+        following the server's pages. Needs the admin grant."""
+        leases: list[Lease] = []
+        page = ""
+        while True:
+            reply = await self._unary(
+                "ListLeases", lease_pb2.ListLeasesRequest(prefix=prefix, page_token=page), timeout
+            )
+            leases.extend(Lease.from_proto(lease) for lease in reply.leases)
+            page = reply.next_page_token
+            if not page:
+                return leases
+
+    async def revoke_lease(
+        self,
+        name: str,
+        reason: str,
+        *,
+        fencing_token: int = 0,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
+    ) -> int:
+        """Ends the holding of `name` whoever holds it (the admin grant),
+        logging `reason`; with `fencing_token` only that holding. Returns
+        the revision of the revoke.
+
+        Raises:
+            TenureError: LEASE_NOT_FOUND when nobody holds `name` (or the
+                holding with `fencing_token` has already ended).
+        """
+        reply = await self._unary(
+            "RevokeLease",
+            lease_pb2.RevokeLeaseRequest(name=name, reason=reason, fencing_token=fencing_token),
+            timeout,
+        )
+        return int(reply.revision)
 
     def watch(self, name: str, *, event_types: Iterable[EventType] = ()) -> "LeaseWatch":
         """Watches one lease name, or a subtree ("jobs.>"; ">" for all).
@@ -230,17 +305,29 @@ class TenureClient:
         request = lease_pb2.WatchLeaseRequest(
             name=name, event_types=[int(t) for t in event_types]
         )
-        return LeaseWatch(self.stub.WatchLease(request))
+        return LeaseWatch(
+            self.stub.WatchLease(request, metadata=self._call_metadata()), self.target
+        )
 
     # ---- internals ---------------------------------------------------------
 
-    @staticmethod
-    async def _unary(method: Callable[..., Any], request: Any, timeout: Optional[float]) -> Any:
-        """Calls a unary method, turning gRPC failures into TenureError."""
+    def _call_metadata(self) -> list[Tuple[str, str]]:
+        """The metadata of one call: the extra entries and the bearer token."""
+        md = list(self._metadata)
+        if self._token is not None:
+            token = self._token() if callable(self._token) else self._token
+            md.append(("authorization", f"Bearer {token}"))
+        return md
+
+    async def _unary(self, rpc: str, request: Any, timeout: Optional[float]) -> Any:
+        """Calls the unary method `rpc`, turning gRPC failures into
+        TenureError naming the target and the RPC."""
         try:
-            return await method(request, timeout=timeout)
+            return await getattr(self.stub, rpc)(
+                request, timeout=timeout, metadata=self._call_metadata()
+            )
         except grpc.aio.AioRpcError as err:
-            raise TenureError.from_rpc_error(err) from err
+            raise TenureError.from_rpc_error(err, target=self.target, rpc=rpc) from err
 
 
 class AcquireContext(Coroutine[Any, Any, Session]):
@@ -282,8 +369,9 @@ class LeaseWatch:
     cancels the stream.
     """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
+    def __init__(self, call: grpc.aio.UnaryStreamCall, target: str = "") -> None:
         self._call = call
+        self._target = target
 
     def __aiter__(self) -> AsyncIterator[LeaseEvent]:
         return self
@@ -293,7 +381,7 @@ class LeaseWatch:
             try:
                 message = await self._call.read()
             except grpc.aio.AioRpcError as err:
-                raise TenureError.from_rpc_error(err) from err
+                raise TenureError.from_rpc_error(err, target=self._target, rpc="WatchLease") from err
             if message is grpc.aio.EOF:
                 raise StopAsyncIteration
             try:
@@ -310,3 +398,11 @@ class LeaseWatch:
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         await self.aclose()
+
+
+def _pem(value: Union[bytes, str]) -> bytes:
+    """PEM bytes as given, or read from the file a str names."""
+    if isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()

@@ -103,6 +103,12 @@ class TenureError(Exception):
         message: the server's one-line message for a person.
         metadata: the ErrorInfo metadata (for LEASE_HELD: ``holder``,
             ``fencing_token``, ``ttl_seconds``; for LEASE_NOT_HELD: ``state``).
+        target: the server address the call went to ("" when unknown).
+        rpc: the call that failed, e.g. "Acquire" ("" when unknown).
+
+    ``str(err)`` names all of it: ``tenure at 127.0.0.1:7001: Acquire:
+    LEASE_HELD (FAILED_PRECONDITION): ...``, or without a reason ``tenure at
+    127.0.0.1:7001: Acquire: UNAVAILABLE: ... Connection refused``.
     """
 
     def __init__(
@@ -113,8 +119,12 @@ class TenureError(Exception):
         code: Optional[grpc.StatusCode] = None,
         metadata: Optional[Mapping[str, str]] = None,
         raw_reason: Optional[str] = None,
+        target: str = "",
+        rpc: str = "",
     ) -> None:
         super().__init__(message)
+        self.target = target
+        self.rpc = rpc
         self.reason = reason
         self.raw_reason = reason.value if raw_reason is None else raw_reason
         self.code = code
@@ -123,9 +133,12 @@ class TenureError(Exception):
 
     def __str__(self) -> str:
         code = self.code.name if self.code is not None else "LOCAL"
+        where = f"tenure at {self.target}: " if self.target else "tenure: "
+        if self.rpc:
+            where += f"{self.rpc}: "
         if not self.raw_reason:
-            return f"{code}: {self.message}"
-        return f"{self.raw_reason} ({code}): {self.message}"
+            return f"{where}{code}: {self.message}"
+        return f"{where}{self.raw_reason} ({code}): {self.message}"
 
     def __repr__(self) -> str:
         return (
@@ -147,7 +160,9 @@ class TenureError(Exception):
         return self.code in _RETRYABLE_CODES
 
     @classmethod
-    def from_rpc_error(cls, err: grpc.RpcError) -> "TenureError":
+    def from_rpc_error(
+        cls, err: grpc.RpcError, *, target: str = "", rpc: str = ""
+    ) -> "TenureError":
         """Builds the error from a failed gRPC call, reading the
         ``google.rpc.ErrorInfo`` of domain ``tenure.v1`` from the
         ``grpc-status-details-bin`` trailer."""
@@ -161,6 +176,8 @@ class TenureError(Exception):
             code=code,
             metadata=metadata,
             raw_reason=raw,
+            target=target,
+            rpc=rpc,
         )
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
-from ._types import Lease
+from ._types import EventType, Lease, LeaseEvent
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import TenureClient
@@ -38,6 +38,11 @@ class LossCause(enum.Enum):
     RENEW_FAILED = "renew_failed"
     #: The :class:`TenureClient` was closed while the session was live.
     CLOSED = "closed"
+    #: The client's shared watch showed the holding end before a renewal
+    #: did: its token REVOKED, EXPIRED or RELEASED (by someone else), another
+    #: token holding the name, or the name missing from a reopened watch's
+    #: snapshot. :attr:`Session.lost_event` is the event, if there was one.
+    WATCH = "watch"
 
 
 class Session:
@@ -76,6 +81,7 @@ class Session:
         lost_error: the :class:`TenureError` behind the loss, if any (for
             DEADLINE: the last failed renewal's error, if one failed).
         lost_at: the :func:`time.monotonic` time the loss was marked.
+        lost_event: for cause WATCH, the :class:`LeaseEvent` that showed it.
     """
 
     def __init__(
@@ -99,6 +105,9 @@ class Session:
         self.lost_cause: Optional[LossCause] = None
         self.lost_error: Optional[TenureError] = None
         self.lost_at: Optional[float] = None
+        self.lost_event: Optional[LeaseEvent] = None
+        #: Revision of the acquiring reply: older watch events are ignored.
+        self._acquired = lease.revision
         self._last_error: Optional[TenureError] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._renewing = asyncio.Event()
@@ -173,14 +182,14 @@ class Session:
         """
         cause = self.lost_cause
         await self._stop_renewing()
-        if cause in (LossCause.RELEASED, LossCause.NOT_HELD):
+        if cause in (LossCause.RELEASED, LossCause.NOT_HELD, LossCause.WATCH):
             return False
         self._lose(LossCause.RELEASED)
         request = lease_pb2.ReleaseRequest(
             name=self.name, expected_revision=self.revision, lease_key=self.lease_key
         )
         try:
-            await self._client._unary(self._client.stub.Release, request, timeout)
+            await self._client._unary("Release", request, timeout)
         except TenureError as err:
             if err.reason in (Reason.LEASE_NOT_HELD, Reason.LEASE_NOT_FOUND):
                 return False
@@ -236,7 +245,7 @@ class Session:
             name=self.name, expected_revision=self.revision, lease_key=self.lease_key
         )
         sent = time.monotonic()
-        reply = await self._client._unary(self._client.stub.Renew, request, timeout)
+        reply = await self._client._unary("Renew", request, timeout)
         lease = Lease.from_proto(reply.lease)
         if lease.fencing_token != self.fencing_token:
             # The server promises a constant token; never trust a reply that
@@ -298,8 +307,34 @@ class Session:
         self.lost_error = error
         self.lost_at = time.monotonic()
         self.lost.set()
+        self._client._loss.remove(self)
         if cause is not LossCause.RELEASED:
             _log.info("tenure: lost lease %r (%s)", self.name, cause.value)
+
+    def _observe(self, event: LeaseEvent) -> None:
+        """Ends the session when a watch event shows its holding gone: its
+        own token REVOKED, EXPIRED or RELEASED, or another token holding the
+        name. Events older than the acquisition are ignored."""
+        if event.revision < self._acquired:
+            return
+        if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
+            if event.fencing_token not in (0, self.fencing_token):
+                return
+        elif event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
+            if event.fencing_token == self.fencing_token:
+                return
+        else:
+            return
+        self._lose_on_watch(event)
+
+    def _lose_on_watch(self, event: Optional[LeaseEvent]) -> None:
+        """Marks the session lost by the shared watch (cause WATCH)."""
+        if self.lost.is_set():
+            return
+        self.lost_event = event
+        self._lose(LossCause.WATCH)
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()  # no more renewals of a holding that is gone
 
     async def _stop_renewing(self) -> None:
         """Cancels the renewal task and waits for it to end."""

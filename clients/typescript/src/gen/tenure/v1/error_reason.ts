@@ -29,56 +29,56 @@ export const protobufFileName = "tenure/v1/error_reason.proto";
  */
 export enum ErrorReason {
   /** UNSPECIFIED - ERROR_REASON_UNSPECIFIED is never sent. */
-  UNSPECIFIED = 0,
+  UNSPECIFIED = "ERROR_REASON_UNSPECIFIED",
   /**
    * INVALID_NAME - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_NAME: the lease name (or prefix, or watch filter) breaks the
    * naming rule. INVALID_ARGUMENT; permanent.
    */
-  INVALID_NAME = 1,
+  INVALID_NAME = "INVALID_NAME",
   /**
    * INVALID_HOLDER - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_HOLDER: the holder is empty, too long or not printable.
    * INVALID_ARGUMENT; permanent.
    */
-  INVALID_HOLDER = 2,
+  INVALID_HOLDER = "INVALID_HOLDER",
   /**
    * INVALID_TTL - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_TTL: the TTL is zero, negative or above the server's maximum.
    * INVALID_ARGUMENT; permanent.
    */
-  INVALID_TTL = 3,
+  INVALID_TTL = "INVALID_TTL",
   /**
    * INVALID_LEASE_KEY - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_LEASE_KEY: the lease key is too short, too long or not printable
    * ASCII. INVALID_ARGUMENT; permanent.
    */
-  INVALID_LEASE_KEY = 4,
+  INVALID_LEASE_KEY = "INVALID_LEASE_KEY",
   /**
    * INVALID_REVISION - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_REVISION: the expected revision is missing. INVALID_ARGUMENT;
    * permanent.
    */
-  INVALID_REVISION = 5,
+  INVALID_REVISION = "INVALID_REVISION",
   /**
    * INVALID_METADATA - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_METADATA: the lease metadata has too many entries or is too
    * large. INVALID_ARGUMENT; permanent.
    */
-  INVALID_METADATA = 6,
+  INVALID_METADATA = "INVALID_METADATA",
   /**
    * INVALID_WAIT - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_WAIT: the wait is negative or above the server's maximum.
    * INVALID_ARGUMENT; permanent.
    */
-  INVALID_WAIT = 7,
+  INVALID_WAIT = "INVALID_WAIT",
   /**
    * INVALID_ARGUMENT - buf:lint:ignore ENUM_VALUE_PREFIX
    * INVALID_ARGUMENT: another argument is malformed (an unknown enum value, a
    * page token this server did not issue, an empty revoke reason).
    * INVALID_ARGUMENT; permanent.
    */
-  INVALID_ARGUMENT = 8,
+  INVALID_ARGUMENT = "INVALID_ARGUMENT",
   /**
    * LEASE_HELD - buf:lint:ignore ENUM_VALUE_PREFIX
    * LEASE_HELD: another holder has the lease (metadata: holder,
@@ -86,7 +86,7 @@ export enum ErrorReason {
    * stands until the holding ends, so Acquire with a wait instead of
    * retrying.
    */
-  LEASE_HELD = 9,
+  LEASE_HELD = "LEASE_HELD",
   /**
    * LEASE_NOT_HELD - buf:lint:ignore ENUM_VALUE_PREFIX
    * LEASE_NOT_HELD: the caller does not hold the lease (any more): it was
@@ -94,82 +94,82 @@ export enum ErrorReason {
    * revision is not the holding's. FAILED_PRECONDITION; permanent: stop
    * acting as holder.
    */
-  LEASE_NOT_HELD = 10,
+  LEASE_NOT_HELD = "LEASE_NOT_HELD",
   /**
    * LEASE_NOT_FOUND - buf:lint:ignore ENUM_VALUE_PREFIX
    * LEASE_NOT_FOUND: nobody holds the lease (GetLease, RevokeLease).
    * NOT_FOUND; permanent.
    */
-  LEASE_NOT_FOUND = 11,
+  LEASE_NOT_FOUND = "LEASE_NOT_FOUND",
   /**
    * RECORD_UNREADABLE - buf:lint:ignore ENUM_VALUE_PREFIX
    * RECORD_UNREADABLE: the bucket holds a value under this name that Tenure
    * did not write and cannot read. DATA_LOSS; permanent until an operator
    * removes it.
    */
-  RECORD_UNREADABLE = 12,
+  RECORD_UNREADABLE = "RECORD_UNREADABLE",
   /**
    * NATS_UNAVAILABLE - buf:lint:ignore ENUM_VALUE_PREFIX
    * NATS_UNAVAILABLE: NATS cannot be reached or did not answer in time.
    * UNAVAILABLE; retryable.
    */
-  NATS_UNAVAILABLE = 13,
+  NATS_UNAVAILABLE = "NATS_UNAVAILABLE",
   /**
    * WATCH_LAGGED - buf:lint:ignore ENUM_VALUE_PREFIX
    * WATCH_LAGGED: a watch fell too far behind and was ended. RESOURCE_EXHAUSTED;
    * retryable: watch again (and read faster).
    */
-  WATCH_LAGGED = 14,
+  WATCH_LAGGED = "WATCH_LAGGED",
   /**
    * SHUTTING_DOWN - buf:lint:ignore ENUM_VALUE_PREFIX
    * SHUTTING_DOWN: this replica is shutting down. UNAVAILABLE; retryable, on
    * another replica.
    */
-  SHUTTING_DOWN = 15,
+  SHUTTING_DOWN = "SHUTTING_DOWN",
   /**
    * UNAUTHENTICATED - buf:lint:ignore ENUM_VALUE_PREFIX
    * UNAUTHENTICATED: the caller presented no credentials, or ones that are
    * not valid. UNAUTHENTICATED; permanent.
    */
-  UNAUTHENTICATED = 16,
+  UNAUTHENTICATED = "UNAUTHENTICATED",
   /**
    * PERMISSION_DENIED - buf:lint:ignore ENUM_VALUE_PREFIX
    * PERMISSION_DENIED: the caller's identity has no grant for this action on
    * this name. PERMISSION_DENIED; permanent.
    */
-  PERMISSION_DENIED = 17,
+  PERMISSION_DENIED = "PERMISSION_DENIED",
   /**
    * TOO_MANY_REQUESTS - buf:lint:ignore ENUM_VALUE_PREFIX
    * TOO_MANY_REQUESTS: the server is running as many requests as it allows
    * (a google.rpc.RetryInfo says how long to back off). RESOURCE_EXHAUSTED;
    * retryable.
    */
-  TOO_MANY_REQUESTS = 18,
+  TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS",
   /**
    * TOO_MANY_WATCHES - buf:lint:ignore ENUM_VALUE_PREFIX
    * TOO_MANY_WATCHES: the caller, or the whole replica, has as many watch
    * streams open as allowed (with RetryInfo). RESOURCE_EXHAUSTED; retryable.
    */
-  TOO_MANY_WATCHES = 19,
+  TOO_MANY_WATCHES = "TOO_MANY_WATCHES",
   /**
    * REQUEST_TOO_LARGE - buf:lint:ignore ENUM_VALUE_PREFIX
    * REQUEST_TOO_LARGE: the request message is larger than the server
    * accepts. RESOURCE_EXHAUSTED; permanent: the same request never fits.
    */
-  REQUEST_TOO_LARGE = 20,
+  REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE",
   /**
    * METADATA_TOO_LARGE - buf:lint:ignore ENUM_VALUE_PREFIX
    * METADATA_TOO_LARGE: the request's gRPC metadata (headers) is larger than
    * the server accepts. RESOURCE_EXHAUSTED; permanent.
    */
-  METADATA_TOO_LARGE = 21,
+  METADATA_TOO_LARGE = "METADATA_TOO_LARGE",
   /**
    * INTERNAL - buf:lint:ignore ENUM_VALUE_PREFIX
    * INTERNAL: an unexpected failure in Tenure; the message says what.
    * INTERNAL; permanent (report it).
    */
-  INTERNAL = 22,
-  UNRECOGNIZED = -1,
+  INTERNAL = "INTERNAL",
+  UNRECOGNIZED = "UNRECOGNIZED",
 }
 
 export function errorReasonFromJSON(object: any): ErrorReason {
@@ -301,5 +301,59 @@ export function errorReasonToJSON(object: ErrorReason): string {
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
+  }
+}
+
+export function errorReasonToNumber(object: ErrorReason): number {
+  switch (object) {
+    case ErrorReason.UNSPECIFIED:
+      return 0;
+    case ErrorReason.INVALID_NAME:
+      return 1;
+    case ErrorReason.INVALID_HOLDER:
+      return 2;
+    case ErrorReason.INVALID_TTL:
+      return 3;
+    case ErrorReason.INVALID_LEASE_KEY:
+      return 4;
+    case ErrorReason.INVALID_REVISION:
+      return 5;
+    case ErrorReason.INVALID_METADATA:
+      return 6;
+    case ErrorReason.INVALID_WAIT:
+      return 7;
+    case ErrorReason.INVALID_ARGUMENT:
+      return 8;
+    case ErrorReason.LEASE_HELD:
+      return 9;
+    case ErrorReason.LEASE_NOT_HELD:
+      return 10;
+    case ErrorReason.LEASE_NOT_FOUND:
+      return 11;
+    case ErrorReason.RECORD_UNREADABLE:
+      return 12;
+    case ErrorReason.NATS_UNAVAILABLE:
+      return 13;
+    case ErrorReason.WATCH_LAGGED:
+      return 14;
+    case ErrorReason.SHUTTING_DOWN:
+      return 15;
+    case ErrorReason.UNAUTHENTICATED:
+      return 16;
+    case ErrorReason.PERMISSION_DENIED:
+      return 17;
+    case ErrorReason.TOO_MANY_REQUESTS:
+      return 18;
+    case ErrorReason.TOO_MANY_WATCHES:
+      return 19;
+    case ErrorReason.REQUEST_TOO_LARGE:
+      return 20;
+    case ErrorReason.METADATA_TOO_LARGE:
+      return 21;
+    case ErrorReason.INTERNAL:
+      return 22;
+    case ErrorReason.UNRECOGNIZED:
+    default:
+      return -1;
   }
 }

@@ -41,25 +41,25 @@ export const protobufFileName = "tenure/v1/lease.proto";
 /** EventType is the kind of a LeaseEvent. */
 export enum EventType {
   /** UNSPECIFIED - EVENT_TYPE_UNSPECIFIED is never sent. */
-  UNSPECIFIED = 0,
+  UNSPECIFIED = "EVENT_TYPE_UNSPECIFIED",
   /** CURRENT - EVENT_TYPE_CURRENT is a lease held when the watch started (snapshot). */
-  CURRENT = 1,
+  CURRENT = "EVENT_TYPE_CURRENT",
   /**
    * SNAPSHOT_COMPLETE - EVENT_TYPE_SNAPSHOT_COMPLETE marks the end of the snapshot; every event
    * after it is a live change.
    */
-  SNAPSHOT_COMPLETE = 2,
+  SNAPSHOT_COMPLETE = "EVENT_TYPE_SNAPSHOT_COMPLETE",
   /** ACQUIRED - EVENT_TYPE_ACQUIRED is a new holding (a new fencing token). */
-  ACQUIRED = 3,
+  ACQUIRED = "EVENT_TYPE_ACQUIRED",
   /** RENEWED - EVENT_TYPE_RENEWED is a renewal of the current holding. */
-  RENEWED = 4,
+  RENEWED = "EVENT_TYPE_RENEWED",
   /** RELEASED - EVENT_TYPE_RELEASED is a holder ending its holding. */
-  RELEASED = 5,
+  RELEASED = "EVENT_TYPE_RELEASED",
   /** EXPIRED - EVENT_TYPE_EXPIRED is a holding that ran out of time. */
-  EXPIRED = 6,
+  EXPIRED = "EVENT_TYPE_EXPIRED",
   /** REVOKED - EVENT_TYPE_REVOKED is a holding removed by an operator (a KV purge). */
-  REVOKED = 7,
-  UNRECOGNIZED = -1,
+  REVOKED = "EVENT_TYPE_REVOKED",
+  UNRECOGNIZED = "UNRECOGNIZED",
 }
 
 export function eventTypeFromJSON(object: any): EventType {
@@ -116,6 +116,30 @@ export function eventTypeToJSON(object: EventType): string {
     case EventType.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
+  }
+}
+
+export function eventTypeToNumber(object: EventType): number {
+  switch (object) {
+    case EventType.UNSPECIFIED:
+      return 0;
+    case EventType.CURRENT:
+      return 1;
+    case EventType.SNAPSHOT_COMPLETE:
+      return 2;
+    case EventType.ACQUIRED:
+      return 3;
+    case EventType.RENEWED:
+      return 4;
+    case EventType.RELEASED:
+      return 5;
+    case EventType.EXPIRED:
+      return 6;
+    case EventType.REVOKED:
+      return 7;
+    case EventType.UNRECOGNIZED:
+    default:
+      return -1;
   }
 }
 
@@ -1627,7 +1651,7 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
     if (message.eventTypes.length !== 0) {
       writer.uint32(18).fork();
       for (const v of message.eventTypes) {
-        writer.int32(v);
+        writer.int32(eventTypeToNumber(v));
       }
       writer.join();
     }
@@ -1657,7 +1681,7 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
           }
           case 2: {
             if (tag === 16) {
-              message.eventTypes.push(reader.int32() as any);
+              message.eventTypes.push(eventTypeFromJSON(reader.int32()));
 
               continue;
             }
@@ -1665,7 +1689,7 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
             if (tag === 18) {
               const end2 = reader.uint32() + reader.pos;
               while (reader.pos < end2) {
-                message.eventTypes.push(reader.int32() as any);
+                message.eventTypes.push(eventTypeFromJSON(reader.int32()));
               }
 
               continue;
@@ -1788,13 +1812,21 @@ export const WatchLeaseResponse: MessageFns<WatchLeaseResponse> = {
 };
 
 function createBaseLeaseEvent(): LeaseEvent {
-  return { type: 0, name: "", revision: 0n, holder: "", fencingToken: 0n, lease: undefined, time: undefined };
+  return {
+    type: EventType.UNSPECIFIED,
+    name: "",
+    revision: 0n,
+    holder: "",
+    fencingToken: 0n,
+    lease: undefined,
+    time: undefined,
+  };
 }
 
 export const LeaseEvent: MessageFns<LeaseEvent> = {
   encode(message: LeaseEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.type !== 0) {
-      writer.uint32(8).int32(message.type);
+    if (message.type !== EventType.UNSPECIFIED) {
+      writer.uint32(8).int32(eventTypeToNumber(message.type));
     }
     if (message.name !== "") {
       writer.uint32(18).string(message.name);
@@ -1841,7 +1873,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
               break;
             }
 
-            message.type = reader.int32() as any;
+            message.type = eventTypeFromJSON(reader.int32());
             continue;
           }
           case 2: {
@@ -1906,7 +1938,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
 
   fromJSON(object: any): LeaseEvent {
     return {
-      type: isSet(object.type) ? eventTypeFromJSON(object.type) : 0,
+      type: isSet(object.type) ? eventTypeFromJSON(object.type) : EventType.UNSPECIFIED,
       name: isSet(object.name) ? globalThis.String(object.name) : "",
       revision: isSet(object.revision) ? BigInt(object.revision) : 0n,
       holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
@@ -1922,7 +1954,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
 
   toJSON(message: LeaseEvent): unknown {
     const obj: any = {};
-    if (message.type !== 0) {
+    if (message.type !== EventType.UNSPECIFIED) {
       obj.type = eventTypeToJSON(message.type);
     }
     if (message.name !== "") {
@@ -1951,7 +1983,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
   },
   fromPartial<I extends Exact<DeepPartial<LeaseEvent>, I>>(object: I): LeaseEvent {
     const message = createBaseLeaseEvent();
-    message.type = object.type ?? 0;
+    message.type = object.type ?? EventType.UNSPECIFIED;
     message.name = object.name ?? "";
     message.revision = (object.revision !== undefined && object.revision !== null) ? BigInt(object.revision) : 0n;
     message.holder = object.holder ?? "";

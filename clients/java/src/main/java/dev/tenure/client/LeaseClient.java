@@ -9,6 +9,9 @@ import dev.tenure.v1.GetLeaseRequest;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.LeaseEvent;
 import dev.tenure.v1.LeaseServiceGrpc;
+import dev.tenure.v1.ListLeasesRequest;
+import dev.tenure.v1.ListLeasesResponse;
+import dev.tenure.v1.RevokeLeaseRequest;
 import dev.tenure.v1.WatchLeaseRequest;
 import dev.tenure.v1.WatchLeaseResponse;
 import io.grpc.Channel;
@@ -63,12 +66,14 @@ public final class LeaseClient implements AutoCloseable {
   }
 
   private final ManagedChannel ownedChannel;
+  private final String target;
   private final LeaseServiceGrpc.LeaseServiceBlockingStub blockingStub;
   private final LeaseServiceGrpc.LeaseServiceStub asyncStub;
   private final ScheduledExecutorService scheduler;
   private final boolean ownsScheduler;
   private final ExecutorService callbacks;
   private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
+  private final LossWatch lossWatch;
 
   /**
    * Connects to a Tenure server over plaintext gRPC. The client owns the channel and shuts it
@@ -80,6 +85,19 @@ public final class LeaseClient implements AutoCloseable {
   public static LeaseClient connect(String target) {
     ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
     return new LeaseClient(channel, channel, null);
+  }
+
+  /**
+   * Connects to a Tenure server with TLS, mTLS, a bearer token or extra metadata as {@code
+   * options} say. The client owns the channel and shuts it down on {@link #close()}.
+   *
+   * @param target a gRPC target such as {@code "tenure.example:7419"}
+   * @param options how to connect and authenticate
+   * @return a client
+   */
+  public static LeaseClient connect(String target, ConnectOptions options) {
+    ManagedChannel channel = options.channel(target);
+    return new LeaseClient(channel, channel, null, options.lossWatch());
   }
 
   /**
@@ -104,8 +122,18 @@ public final class LeaseClient implements AutoCloseable {
 
   private LeaseClient(
       Channel channel, ManagedChannel ownedChannel, ScheduledExecutorService scheduler) {
+    this(channel, ownedChannel, scheduler, true);
+  }
+
+  private LeaseClient(
+      Channel channel,
+      ManagedChannel ownedChannel,
+      ScheduledExecutorService scheduler,
+      boolean followLosses) {
     Objects.requireNonNull(channel, "channel");
+    this.lossWatch = new LossWatch(this, followLosses);
     this.ownedChannel = ownedChannel;
+    this.target = channel.authority();
     this.blockingStub = LeaseServiceGrpc.newBlockingStub(channel);
     this.asyncStub = LeaseServiceGrpc.newStub(channel);
     this.ownsScheduler = scheduler == null;
@@ -175,11 +203,12 @@ public final class LeaseClient implements AutoCloseable {
       reply =
           blockingStub.withDeadlineAfter(timeout.toNanos(), NANOSECONDS).acquire(request.build());
     } catch (StatusRuntimeException e) {
-      throw TenureException.from(e);
+      throw error(e, "Acquire");
     }
     Session session = new Session(this, options, reply.getLease(), reply.getLeaseKey(), send);
     sessions.add(session);
     session.start();
+    lossWatch.add(session);
     return session;
   }
 
@@ -197,7 +226,7 @@ public final class LeaseClient implements AutoCloseable {
           .getLease(GetLeaseRequest.newBuilder().setName(name).build())
           .getLease();
     } catch (StatusRuntimeException e) {
-      throw TenureException.from(e);
+      throw error(e, "GetLease");
     }
   }
 
@@ -227,9 +256,69 @@ public final class LeaseClient implements AutoCloseable {
   public Subscription watch(
       String nameOrPrefix, StreamObserver<LeaseEvent> observer, EventType... types) {
     Objects.requireNonNull(observer, "observer");
-    ObserverWatch watch = new ObserverWatch(observer);
+    ObserverWatch watch = new ObserverWatch(observer, target);
     asyncStub.watchLease(watchRequest(nameOrPrefix, types), watch);
     return watch;
+  }
+
+  /**
+   * The server this client talks to, as named in error messages (the channel's authority).
+   *
+   * @return e.g. {@code "127.0.0.1:7419"}
+   */
+  public String target() {
+    return target;
+  }
+
+  /** {@code t} as a TenureException whose message names this server and {@code rpc}. */
+  TenureException error(Throwable t, String rpc) {
+    return TenureException.from(t, target, rpc);
+  }
+
+  /**
+   * One page of the held leases whose names start with {@code prefix} (admin grant needed when
+   * auth is on).
+   *
+   * @param prefix the name prefix; {@code ""} lists every lease
+   * @param pageSize at most this many (0: the server's default)
+   * @param pageToken {@code ""} for the first page, else the previous page's next token
+   * @return the page; {@code getNextPageToken()} is empty on the last one
+   * @throws TenureException {@code PERMISSION_DENIED} without the grant, or a transport failure
+   */
+  public ListLeasesResponse listLeases(String prefix, int pageSize, String pageToken) {
+    try {
+      return blockingStub
+          .withDeadlineAfter(5, TimeUnit.SECONDS)
+          .listLeases(
+              ListLeasesRequest.newBuilder()
+                  .setPrefix(prefix)
+                  .setPageSize(pageSize)
+                  .setPageToken(pageToken)
+                  .build());
+    } catch (StatusRuntimeException e) {
+      throw error(e, "ListLeases");
+    }
+  }
+
+  /**
+   * Ends the holding of {@code name} at once (admin grant needed when auth is on); its holder sees
+   * REVOKED.
+   *
+   * @param name the lease name
+   * @param reason why, 1 to 256 printable bytes (logged by the server)
+   * @return the bucket revision of the removal
+   * @throws TenureException {@code LEASE_NOT_FOUND} when nobody holds it, {@code
+   *     PERMISSION_DENIED} without the grant, or a transport failure
+   */
+  public long revokeLease(String name, String reason) {
+    try {
+      return blockingStub
+          .withDeadlineAfter(5, TimeUnit.SECONDS)
+          .revokeLease(RevokeLeaseRequest.newBuilder().setName(name).setReason(reason).build())
+          .getRevision();
+    } catch (StatusRuntimeException e) {
+      throw error(e, "RevokeLease");
+    }
   }
 
   /**
@@ -259,6 +348,7 @@ public final class LeaseClient implements AutoCloseable {
     for (Session session : new ArrayList<>(sessions)) {
       session.close();
     }
+    lossWatch.close();
     if (ownsScheduler) {
       scheduler.shutdownNow();
     }
@@ -282,6 +372,7 @@ public final class LeaseClient implements AutoCloseable {
 
   void forget(Session session) {
     sessions.remove(session);
+    lossWatch.remove(session);
   }
 
   void callback(Runnable task) {
@@ -330,9 +421,11 @@ public final class LeaseClient implements AutoCloseable {
     private final StreamObserver<LeaseEvent> observer;
     private volatile ClientCallStreamObserver<WatchLeaseRequest> call;
     private volatile boolean closed;
+    private final String target;
 
-    ObserverWatch(StreamObserver<LeaseEvent> observer) {
+    ObserverWatch(StreamObserver<LeaseEvent> observer, String target) {
       this.observer = observer;
+      this.target = target;
     }
 
     @Override
@@ -350,7 +443,7 @@ public final class LeaseClient implements AutoCloseable {
     @Override
     public void onError(Throwable t) {
       if (!closed) {
-        observer.onError(TenureException.from(t));
+        observer.onError(TenureException.from(t, target, "WatchLease"));
       }
     }
 

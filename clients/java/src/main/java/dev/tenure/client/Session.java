@@ -62,7 +62,12 @@ public final class Session implements AutoCloseable {
     /** A renewal failed with an error that retrying cannot fix (e.g. {@code INVALID_LEASE_KEY}). */
     RENEW_REJECTED,
     /** The safe deadline passed before a renewal got through (server unreachable, holder stalled). */
-    DEADLINE_PASSED
+    DEADLINE_PASSED,
+    /**
+     * The client's shared lease watch showed the holding end (REVOKED, EXPIRED, RELEASED, or
+     * another holder's token): noticed at once, not at the next renewal.
+     */
+    LEASE_ENDED
   }
 
   /** What ended a session's holding: a reason and the renewal error behind it, if any. */
@@ -195,7 +200,7 @@ public final class Session implements AutoCloseable {
         apply(send, reply.getLease());
       }
     } catch (StatusRuntimeException e) {
-      TenureException error = TenureException.from(e);
+      TenureException error = client.error(e, "Renew");
       boolean expired;
       synchronized (this) {
         expired = System.nanoTime() >= deadlineNanos;
@@ -322,18 +327,30 @@ public final class Session implements AutoCloseable {
   /**
    * Stops the renewals and releases the lease with the current revision, so the next holder can
    * take it at once. After this call the session is not held, even if the call fails (the lease
-   * then ends when its TTL runs out). A second call does nothing.
+   * then ends when its TTL runs out).
    *
-   * @return the bucket revision of the release, or 0 if the session was released before
-   * @throws TenureException if the server refuses, e.g. {@code LEASE_NOT_HELD} when the lease was
-   *     already lost, or cannot be reached
+   * <p>Release after loss is not an error: it reports "was not held" ({@code false}), as does a
+   * second call. Only transport, auth and argument failures of a session that was still held
+   * throw.
+   *
+   * @return true when this call released a held lease; false when it was not held any more (lost
+   *     before, the server says it is gone, or released before)
+   * @throws TenureException when a held lease could not be released (e.g. the server cannot be
+   *     reached: the lease then expires after its TTL)
    */
-  public long release() {
+  public boolean release() {
     ReleaseRequest request;
+    boolean wasHeld;
+    boolean refused;
     synchronized (this) {
       if (state == State.RELEASED) {
-        return 0;
+        return false;
       }
+      wasHeld = isHeld();
+      refused =
+          loss != null
+              && (loss.getReason() == LossReason.NOT_HELD
+                  || loss.getReason() == LossReason.LEASE_ENDED);
       state = State.RELEASED;
       listeners.clear();
       cancelTasksLocked();
@@ -345,6 +362,9 @@ public final class Session implements AutoCloseable {
               .build();
     }
     client.forget(this);
+    if (refused) {
+      return false;
+    }
     try {
       ReleaseResponse reply =
           client
@@ -354,9 +374,16 @@ public final class Session implements AutoCloseable {
       synchronized (this) {
         releaseRevision = reply.getRevision();
       }
-      return reply.getRevision();
+      return wasHeld;
     } catch (StatusRuntimeException e) {
-      throw TenureException.from(e);
+      TenureException error = client.error(e, "Release");
+      ErrorReason reason = error.getReason();
+      if (!wasHeld
+          || reason == ErrorReason.LEASE_NOT_HELD
+          || reason == ErrorReason.LEASE_NOT_FOUND) {
+        return false;
+      }
+      throw error;
     }
   }
 
@@ -529,7 +556,7 @@ public final class Session implements AutoCloseable {
 
               @Override
               public void onError(Throwable t) {
-                renewFailed(TenureException.from(t));
+                renewFailed(client.error(t, "Renew"));
               }
 
               @Override
@@ -575,6 +602,20 @@ public final class Session implements AutoCloseable {
     } else if (observer != null) {
       observer.accept(lease);
     }
+  }
+
+  /** Called by the client's {@link LossWatch} when an event shows this holding ended. */
+  void endedByWatch(dev.tenure.v1.LeaseEvent event) {
+    List<LossListener> toNotify;
+    Loss lost;
+    synchronized (this) {
+      if (state != State.HELD) {
+        return;
+      }
+      toNotify = loseLocked(LossReason.LEASE_ENDED, null);
+      lost = loss;
+    }
+    notify(toNotify, lost);
   }
 
   private void renewFailed(TenureException error) {

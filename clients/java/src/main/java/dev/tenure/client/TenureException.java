@@ -126,6 +126,20 @@ public final class TenureException extends RuntimeException {
    * @return the typed error
    */
   public static TenureException from(Throwable t) {
+    return from(t, null, null);
+  }
+
+  /**
+   * Like {@link #from(Throwable)}, with a message that names the server and the RPC and, for a
+   * transport failure, its cause: {@code "tenure at 127.0.0.1:7419: Acquire: UNAVAILABLE: io
+   * exception: Connection refused: /127.0.0.1:7419"}.
+   *
+   * @param t what the gRPC call threw or passed to {@code onError}
+   * @param target the server address the call went to, or null
+   * @param rpc the RPC name ({@code "Acquire"}, ...), or null
+   * @return the typed error
+   */
+  public static TenureException from(Throwable t, String target, String rpc) {
     if (t instanceof TenureException te) {
       return te;
     }
@@ -153,11 +167,24 @@ public final class TenureException extends RuntimeException {
     ErrorReason reason = parseReason(reasonText);
     String description = status.getDescription();
     StringBuilder message = new StringBuilder();
+    if (target != null) {
+      message.append("tenure at ").append(target).append(": ");
+    }
+    if (rpc != null) {
+      message.append(rpc).append(": ");
+    }
     message.append(reasonText.isEmpty() ? status.getCode().name() : reasonText);
     if (description != null && !description.isEmpty()) {
       message.append(": ").append(description);
-    } else if (status.getCause() != null) {
-      message.append(": ").append(status.getCause());
+    }
+    // grpc-java says only "io exception" for a transport failure: add the causes' messages.
+    if (reasonText.isEmpty()) {
+      for (Throwable c = status.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
+        String m = c.getMessage();
+        if (m != null && !m.isEmpty() && !message.toString().contains(m)) {
+          message.append(": ").append(m);
+        }
+      }
     }
     return new TenureException(status.getCode(), reason, reasonText, message.toString(), metadata, t);
   }

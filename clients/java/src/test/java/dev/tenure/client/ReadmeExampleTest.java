@@ -10,9 +10,11 @@ import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.List;
 import java.util.stream.Collectors;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** The README's example is ReadmeExample.java verbatim, and it runs. */
+@Tag("integration")
 class ReadmeExampleTest {
   private static String exampleBlock() throws Exception {
     List<String> lines =

@@ -6,9 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** A session whose server goes away gives the lease up by its safe deadline. */
+@Tag("integration")
 class ServerUnreachableTest {
   @Test
   void lossIsSignalledByTheSafeDeadlineWhenTheServerIsGone() throws Exception {

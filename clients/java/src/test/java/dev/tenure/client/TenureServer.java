@@ -42,6 +42,16 @@ final class TenureServer implements AutoCloseable {
 
   /** Starts a server and waits until it answers RPCs. */
   static TenureServer start() throws Exception {
+    return start(List.of(), t -> ManagedChannelBuilder.forTarget(t).usePlaintext().build());
+  }
+
+  /**
+   * Starts a server with {@code extraArgs} (TLS, auth flags) and waits until a GetLease over a
+   * channel from {@code probe} gets a Tenure answer (any reason, e.g. UNAUTHENTICATED).
+   */
+  static TenureServer start(
+      List<String> extraArgs, java.util.function.Function<String, ManagedChannel> probe)
+      throws Exception {
     Path root = Paths.get(System.getProperty("tenure.root", "../..")).toAbsolutePath().normalize();
     Path tenure = binary(root, "TENURE_BIN", "target/debug/tenure");
     Path nats = binary(root, "NATS_SERVER", ".tools/bin/nats-server");
@@ -50,8 +60,9 @@ final class TenureServer implements AutoCloseable {
       int port = freePort();
       Path dataDir = Files.createTempDirectory("tenure-java-");
       Path log = dataDir.resolve("tenure.log");
-      Process process =
-          new ProcessBuilder(
+      List<String> command =
+          new java.util.ArrayList<>(
+              List.of(
                   tenure.toString(),
                   "serve",
                   "--listen",
@@ -61,13 +72,16 @@ final class TenureServer implements AutoCloseable {
                   "--nats-server",
                   nats.toString(),
                   "--log-format",
-                  "json")
+                  "json"));
+      command.addAll(extraArgs);
+      Process process =
+          new ProcessBuilder(command)
               .redirectErrorStream(true)
               .redirectOutput(log.toFile())
               .start();
       TenureServer server = new TenureServer(process, dataDir, log, "127.0.0.1:" + port);
       try {
-        server.awaitReady();
+        server.awaitReady(probe);
         return server;
       } catch (IllegalStateException e) {
         // Most likely another process took the port between our probe and the bind: retry.
@@ -112,9 +126,10 @@ final class TenureServer implements AutoCloseable {
     }
   }
 
-  private void awaitReady() throws InterruptedException {
+  private void awaitReady(java.util.function.Function<String, ManagedChannel> probe)
+      throws InterruptedException {
     long deadline = System.nanoTime() + READY_TIMEOUT_NANOS;
-    ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    ManagedChannel channel = probe.apply(target);
     try {
       LeaseServiceGrpc.LeaseServiceBlockingStub stub = LeaseServiceGrpc.newBlockingStub(channel);
       while (true) {
@@ -126,7 +141,7 @@ final class TenureServer implements AutoCloseable {
               .getLease(GetLeaseRequest.newBuilder().setName("readiness-probe").build());
           return;
         } catch (StatusRuntimeException e) {
-          if (TenureException.from(e).getReason() == ErrorReason.LEASE_NOT_FOUND) {
+          if (TenureException.from(e).getReason() != ErrorReason.ERROR_REASON_UNSPECIFIED) {
             return;
           }
         }

@@ -22,9 +22,11 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** WatchLease through the helper: the iterator and the observer forms. */
+@Tag("integration")
 class WatchTest {
   private static final Duration ONE_SECOND = Duration.ofSeconds(1);
 

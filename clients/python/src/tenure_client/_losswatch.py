@@ -1,0 +1,166 @@
+"""The one shared watch per :class:`TenureClient` that signals loss at once.
+
+A session learns from its renewals that it lost its lease, but only at the
+next renewal. This watch follows the names of all live sessions of a client
+with one WatchLease stream (the narrowest name or subtree covering them:
+"jobs.a", "jobs.>", ">"), so a revoke, an expiry, a release by someone else
+or another holder's token ends the session the moment the server reports
+it. It reopens wider when a new session's name is not covered, reconnects
+with backoff (the reopened snapshot catches what happened meanwhile), and
+closes with the last session. When the server refuses it (no ``watch``
+grant, unauthenticated), it gives up for good and sessions fall back to
+learning of a loss at their next renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Iterable, List, Optional, Set
+
+import grpc
+import grpc.aio
+
+from ._errors import TenureError
+from ._gen import lease_pb2
+from ._types import EventType, LeaseEvent
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import TenureClient
+    from ._session import Session
+
+_log = logging.getLogger("tenure_client")
+
+#: Codes after which the watch is not retried: the server will not let this
+#: caller watch, so sessions rely on their renewals.
+_REFUSED = {
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+def covers(cover: str, name: str) -> bool:
+    """Whether watching `cover` (a name, "p.>" or ">") includes `name`."""
+    if cover == ">":
+        return True
+    if cover.endswith(".>"):
+        return name.startswith(cover[:-1])
+    return cover == name
+
+
+def cover_of(names: Iterable[str]) -> str:
+    """The narrowest watch covering every name: the name when all are one,
+    else the subtree of their longest common token prefix shorter than each
+    name, else ">"."""
+    names = list(names)
+    if not names:
+        return ">"
+    if all(n == names[0] for n in names):
+        return names[0]
+    common = names[0].split(".")
+    for n in names:
+        parts = n.split(".")
+        k = 0
+        while k < len(common) and k < len(parts) and common[k] == parts[k]:
+            k += 1
+        common = common[: min(k, len(parts) - 1)]
+    return ".".join(common) + ".>" if common else ">"
+
+
+class LossWatch:
+    """The shared watch of one client (see the module doc)."""
+
+    def __init__(self, client: "TenureClient") -> None:
+        self._client = client
+        self._sessions: Set["Session"] = set()
+        self._cover = ""
+        self._task: Optional[asyncio.Task[None]] = None
+        #: Why the server refused the watch, once it did.
+        self.refused: Optional[TenureError] = None
+        self._closed = False
+        #: Set once the current stream has delivered its snapshot (tests
+        #: await it); cleared when the watch reopens.
+        self.synced = asyncio.Event()
+
+    def add(self, session: "Session") -> None:
+        """Follows `session`, widening the watch if its name is not covered."""
+        if self._closed or self.refused is not None:
+            return
+        self._sessions.add(session)
+        if self._task is not None and covers(self._cover, session.name):
+            return
+        if self._task is not None:
+            self._task.cancel()
+        self._cover = cover_of(s.name for s in self._sessions)
+        self.synced = asyncio.Event()
+        self._task = asyncio.create_task(self._run(self._cover), name="tenure-loss-watch")
+
+    def remove(self, session: "Session") -> None:
+        """Stops following `session`; the watch closes with the last one."""
+        self._sessions.discard(session)
+        if not self._sessions and self._task is not None:
+            self._task.cancel()
+            self._task, self._cover = None, ""
+
+    async def close(self) -> None:
+        """Stops the watch for good (the client is closing)."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+
+    def _covered(self, cover: str) -> List["Session"]:
+        return [s for s in self._sessions if covers(cover, s.name)]
+
+    async def _run(self, cover: str) -> None:
+        backoff = 0.05
+        while True:
+            before = self._covered(cover)
+            call = self._client.stub.WatchLease(
+                lease_pb2.WatchLeaseRequest(name=cover),
+                metadata=self._client._call_metadata(),
+            )
+            seen: Set["Session"] = set()
+            try:
+                async for message in call:
+                    try:
+                        event = LeaseEvent.from_proto(message.event)
+                    except ValueError:
+                        continue  # an event type newer than this client
+                    if event.type is EventType.SNAPSHOT_COMPLETE:
+                        backoff = 0.05
+                        if cover == self._cover:
+                            self.synced.set()
+                        for s in before:
+                            if s not in seen:
+                                s._lose_on_watch(None)
+                        continue
+                    for s in [s for s in self._sessions if s.name == event.name]:
+                        if (
+                            event.type is EventType.CURRENT
+                            and event.fencing_token == s.fencing_token
+                        ):
+                            seen.add(s)
+                        s._observe(event)
+                err: Optional[TenureError] = None
+            except grpc.aio.AioRpcError as rpc_err:
+                err = TenureError.from_rpc_error(
+                    rpc_err, target=self._client.target, rpc="WatchLease"
+                )
+                if rpc_err.code() in _REFUSED:
+                    _log.info("tenure: loss watch refused, renewals only: %s", err)
+                    self.refused = err
+                    return
+            finally:
+                call.cancel()
+            _log.debug("tenure: loss watch of %r ended (%s); reconnecting", cover, err)
+            await asyncio.sleep(backoff)  # reconnect backoff
+            backoff = min(backoff * 2, 2.0)
