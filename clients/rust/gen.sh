@@ -10,19 +10,22 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src="$here/../../proto/tenure/v1"
 dst="$here/proto/tenure/v1"
-files=(lease.proto error_reason.proto)
+# Every .proto of the package, so a file added to proto/tenure/v1 is copied
+# (and a removed one dropped) without editing this list.
+files=()
+for f in "$src"/*.proto; do files+=("$(basename "$f")"); done
 case "${1:-}" in
   "")
+    rm -rf "$dst"
     mkdir -p "$dst"
     for f in "${files[@]}"; do cp "$src/$f" "$dst/$f"; done
     ;;
   --check)
-    for f in "${files[@]}"; do
-      if ! cmp -s "$src/$f" "$dst/$f"; then
-        echo "clients/rust/proto/tenure/v1/$f differs from proto/tenure/v1/$f: run scripts/gen-clients.sh" >&2
-        exit 1
-      fi
-    done
+    if ! diff -rq "$src" "$dst" >/dev/null; then
+      echo "clients/rust/proto/tenure/v1 differs from proto/tenure/v1: run scripts/gen-clients.sh" >&2
+      diff -rq "$src" "$dst" >&2 || true
+      exit 1
+    fi
     ;;
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac

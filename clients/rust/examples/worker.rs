@@ -1,10 +1,12 @@
 //! A worker that holds a lease and writes to a fenced store with its token.
 //!
-//! Run: `cargo run --example worker -- ADDR NAME HOLDER DIR [WRITES]`
+//! Run: `cargo run --example worker -- --addr ADDR --name NAME --holder HOLDER
+//! --store DIR [--writes N]` (the flags every client's example worker takes,
+//! so `clients/examples/two_workers.sh` drives them all).
 //!
 //! It acquires NAME (waiting for the current holder), then writes once every
 //! 100 ms to the store in DIR, passing its fencing token, until it has made
-//! WRITES writes (default: forever), the lease is lost, or it gets SIGTERM
+//! N writes (default: forever), the lease is lost, or it gets SIGTERM
 //! or SIGINT; it releases the lease on the way out. The store is a
 //! directory: a write takes an exclusive flock on `DIR/lock`, reads
 //! `DIR/fence` (decimal, missing = 0), refuses a token below it, else writes
@@ -71,6 +73,21 @@ fn read_fence(path: &Path) -> std::io::Result<u64> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// Connects, retrying while the server is not up yet.
+async fn connect(config: ClientConfig, holder: &str) -> Result<Client, Error> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match Client::connect_with(config.clone()).await {
+            Err(err) if err.is_retryable() => {
+                eprintln!("{holder}: {err}; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Acquires with wait, retrying while the server is not ready yet.
 async fn acquire(
     client: &Client,
@@ -94,22 +111,65 @@ async fn acquire(
     }
 }
 
+/// The command line: `--addr`, `--name`, `--holder`, `--store`, `--writes`.
+struct Args {
+    /// The server, HOST:PORT or a URL.
+    addr: String,
+    /// The lease name.
+    name: String,
+    /// The holder identity written to the store.
+    holder: String,
+    /// The fenced store's directory.
+    store: PathBuf,
+    /// How many writes before a clean exit.
+    writes: u64,
+}
+
+/// Parses the flags; `Err` is the usage message.
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    const USAGE: &str =
+        "usage: worker --addr ADDR --name NAME --holder HOLDER --store DIR [--writes N]";
+    let (mut addr, mut name, mut holder, mut store) = (None, None, None, None);
+    let mut writes = u64::MAX;
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(USAGE)?;
+        match flag.as_str() {
+            "--addr" => addr = Some(value),
+            "--name" => name = Some(value),
+            "--holder" => holder = Some(value),
+            "--store" => store = Some(PathBuf::from(value)),
+            "--writes" => writes = value.parse().map_err(|_| USAGE)?,
+            _ => return Err(USAGE.to_string()),
+        }
+    }
+    match (addr, name, holder, store) {
+        (Some(addr), Some(name), Some(holder), Some(store)) => Ok(Args {
+            addr,
+            name,
+            holder,
+            store,
+            writes,
+        }),
+        _ => Err(USAGE.to_string()),
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() < 5 {
-        eprintln!("usage: worker ADDR NAME HOLDER DIR [WRITES]");
-        std::process::exit(2);
-    }
-    let (addr, name, holder) = (&args[1], &args[2], &args[3]);
-    let store = Store {
-        dir: PathBuf::from(&args[4]),
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(usage) => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
     };
-    let writes: u64 = args.get(5).map_or(u64::MAX, |w| w.parse().expect("WRITES"));
-    let code = match run(addr, name, holder, &store, writes).await {
+    let store = Store {
+        dir: args.store.clone(),
+    };
+    let code = match run(&args.addr, &args.name, &args.holder, &store, args.writes).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("{holder}: {err}");
+            eprintln!("{}: {err}", args.holder);
             1
         }
     };
@@ -130,7 +190,11 @@ async fn run(
     if let Ok(token) = std::env::var("TENURE_TOKEN") {
         config = config.bearer_token(token);
     }
-    let client = Client::connect_with(config).await?;
+    let client = tokio::select! {
+        c = connect(config, holder) => c?,
+        _ = term.recv() => return Ok(0),
+        _ = int.recv() => return Ok(0),
+    };
     let session = tokio::select! {
         s = acquire(&client, name, holder) => s?,
         _ = term.recv() => return Ok(0),
