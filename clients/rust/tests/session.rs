@@ -456,3 +456,36 @@ async fn a_zero_ttl_takes_the_servers_default() {
     assert_eq!(lease.ttl.unwrap().seconds, 10);
     assert!(session.release().await.unwrap());
 }
+
+#[tokio::test]
+async fn a_revoke_is_signalled_by_the_shared_watch_long_before_the_next_renewal() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let admin = server.client().await;
+    // A long TTL: the first renewal would run only after about half of it.
+    let session = client
+        .acquire("revoked.soon", "victim", secs(60), opts())
+        .await
+        .unwrap();
+    let revoked_at = Instant::now();
+    admin
+        .revoke("revoked.soon", "test: revoke to loss", None)
+        .await
+        .unwrap();
+    within("loss after the revoke", session.lost().cancelled()).await;
+    let loss = session.loss().unwrap();
+    let measured = loss.at.saturating_duration_since(revoked_at);
+    println!("revoke-to-loss: {measured:?} (renewal due after about 30 s)");
+    assert_eq!(loss.cause, LossCause::NotHeld, "{loss:?}");
+    let err = loss.error.unwrap();
+    assert_eq!(
+        err.rpc(),
+        "WatchLease",
+        "seen by the watch, not a renewal: {err}"
+    );
+    assert!(
+        err.to_string().contains("REVOKED") || err.to_string().contains("does not show it"),
+        "{err}"
+    );
+    assert!(!session.release().await.unwrap(), "nothing left to release");
+}

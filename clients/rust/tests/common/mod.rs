@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tenure_client::{Client, Event, EventType, Watch};
 use tokio::process::{Child, Command};
+use tonic::transport::ClientTlsConfig;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -59,12 +60,20 @@ pub struct Server {
     /// Its gRPC port on 127.0.0.1.
     pub port: u16,
     dir: tempfile::TempDir,
+    /// TLS settings of the readiness check (when the server serves TLS).
+    tls: Option<ClientTlsConfig>,
 }
 
 impl Server {
     /// Starts a server and waits (bounded) until its health check says
     /// SERVING.
     pub async fn start() -> Server {
+        Server::start_with(&[], None).await
+    }
+
+    /// Starts a server with these extra `tenure serve` arguments; `tls` is
+    /// what the readiness check connects with when the server serves TLS.
+    pub async fn start_with(args: &[String], tls: Option<ClientTlsConfig>) -> Server {
         let tenure = binary("TENURE_BIN", "target/debug/tenure");
         let nats = binary("NATS_SERVER", ".tools/bin/nats-server");
         let mut dir = tempfile::Builder::new()
@@ -92,6 +101,7 @@ impl Server {
                 .arg(&nats)
                 .arg("--log-format")
                 .arg("json")
+                .args(args)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
@@ -104,6 +114,7 @@ impl Server {
                 child: Some(child),
                 port,
                 dir,
+                tls: tls.clone(),
             };
             if server.wait_ready().await {
                 return server;
@@ -121,16 +132,18 @@ impl Server {
     /// exited or the deadline passed.
     async fn wait_ready(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + WAIT;
-        let uri = format!("http://127.0.0.1:{}", self.port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("{scheme}://127.0.0.1:{}", self.port))
+                .unwrap();
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).unwrap();
+        }
         while tokio::time::Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.as_mut().unwrap().try_wait() {
                 return false;
             }
-            if let Ok(channel) = tonic::transport::Endpoint::from_shared(uri.clone())
-                .unwrap()
-                .connect()
-                .await
-            {
+            if let Ok(channel) = endpoint.connect().await {
                 let request = HealthCheckRequest {
                     service: "tenure.v1.LeaseService".into(),
                 };
