@@ -544,6 +544,7 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
             let req = WatchLeaseRequest {
                 name: ">".into(),
                 event_types: vec![],
+                start_revision: 0,
             };
             if let Ok(resp) = client.watch_lease(req).await {
                 let mut stream = resp.into_inner();

@@ -388,6 +388,7 @@ impl Client {
         let request = WatchLeaseRequest {
             name: name_or_prefix.into(),
             event_types: event_types.iter().map(|t| *t as i32).collect(),
+            start_revision: 0,
         };
         let stream = open_watch(&self.stub, request)
             .await

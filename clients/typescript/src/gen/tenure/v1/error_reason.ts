@@ -169,6 +169,15 @@ export enum ErrorReason {
    * INTERNAL; permanent (report it).
    */
   INTERNAL = "INTERNAL",
+  /**
+   * WATCH_HISTORY_COMPACTED - buf:lint:ignore ENUM_VALUE_PREFIX
+   * WATCH_HISTORY_COMPACTED: a WatchLease start_revision is older than the
+   * history the bucket still proves complete, so a resume could miss a
+   * change (metadata: start_revision, oldest_resumable_revision).
+   * OUT_OF_RANGE; permanent for that start_revision: start a fresh watch
+   * (start_revision 0).
+   */
+  WATCH_HISTORY_COMPACTED = "WATCH_HISTORY_COMPACTED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -243,6 +252,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 22:
     case "INTERNAL":
       return ErrorReason.INTERNAL;
+    case 30:
+    case "WATCH_HISTORY_COMPACTED":
+      return ErrorReason.WATCH_HISTORY_COMPACTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -298,6 +310,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "METADATA_TOO_LARGE";
     case ErrorReason.INTERNAL:
       return "INTERNAL";
+    case ErrorReason.WATCH_HISTORY_COMPACTED:
+      return "WATCH_HISTORY_COMPACTED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -352,6 +366,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 21;
     case ErrorReason.INTERNAL:
       return 22;
+    case ErrorReason.WATCH_HISTORY_COMPACTED:
+      return 30;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;
