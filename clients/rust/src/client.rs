@@ -385,15 +385,39 @@ impl Client {
         name_or_prefix: impl Into<String>,
         event_types: &[EventType],
     ) -> Result<Watch, Error> {
+        self.watch_from(name_or_prefix, event_types, 0).await
+    }
+
+    /// Like [`Client::watch_filtered`], resuming after `start_revision`
+    /// (e.g. a [`Watch::last_revision`] saved earlier): the server replays
+    /// the changes after it (no snapshot), then `SNAPSHOT_COMPLETE`, then
+    /// live changes; 0 is a fresh watch.
+    ///
+    /// # Errors
+    ///
+    /// The stream could not be opened (e.g. [`Reason::InvalidName`], or
+    /// [`Reason::WatchHistoryCompacted`]: the server can no longer resume
+    /// from there; watch afresh with 0).
+    pub async fn watch_from(
+        &self,
+        name_or_prefix: impl Into<String>,
+        event_types: &[EventType],
+        start_revision: u64,
+    ) -> Result<Watch, Error> {
         let request = WatchLeaseRequest {
             name: name_or_prefix.into(),
             event_types: event_types.iter().map(|t| *t as i32).collect(),
-            start_revision: 0,
+            start_revision,
         };
-        let stream = open_watch(&self.stub, request)
+        let stream = open_watch(&self.stub, request.clone())
             .await
             .map_err(|e| e.context(&self.target, "WatchLease"))?;
-        Ok(Watch::new(stream, self.target.clone()))
+        Ok(Watch::spawn(
+            self.stub.clone(),
+            self.target.clone(),
+            request,
+            stream,
+        ))
     }
 }
 

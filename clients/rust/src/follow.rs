@@ -11,26 +11,22 @@
 //! holding, or any event of a holding with a greater fencing token; and when
 //! a (re)opened stream's snapshot does not show its holding (the holding
 //! ended while no stream was open). A stream that fails is reopened with
-//! backoff; one that is refused for good (e.g. `PERMISSION_DENIED`: no
+//! backoff and resumes after the last revision it showed (the server
+//! replays the changes meanwhile, which show any loss), or starts afresh
+//! with the snapshot check when the server answers
+//! `WATCH_HISTORY_COMPACTED`; one that is refused for good (e.g. `PERMISSION_DENIED`: no
 //! `watch` grant for the pattern) is not, and the sessions fall back to
 //! noticing loss at their next renewal.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
-
-use futures_core::Stream;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{open_watch, Stub};
+use crate::error::Reason;
 use crate::proto::{EventType, LeaseEvent, WatchLeaseRequest};
 use crate::session::Inner;
-
-/// First pause before reopening a failed stream; doubles up to
-/// [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between reopenings.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+use crate::watch::{next, FIRST_BACKOFF, MAX_BACKOFF};
 
 /// The event types the stream asks for: RENEWED is not needed (a new
 /// holding is always ACQUIRED first) and would be most of the traffic.
@@ -128,6 +124,9 @@ impl Follower {
     /// until cancelled (a wider stream replaced it) or no session is left.
     async fn run(self: Arc<Self>, pattern: String, cancel: CancellationToken) {
         let mut backoff = FIRST_BACKOFF;
+        // The highest revision this pattern's streams showed: a reopened
+        // stream resumes after it (0: a fresh stream with a snapshot).
+        let mut last = 0u64;
         loop {
             // The sessions acquired before this (re)opening: the snapshot
             // must show their holdings.
@@ -143,6 +142,7 @@ impl Follower {
             let request = WatchLeaseRequest {
                 name: pattern.clone(),
                 event_types: TYPES.iter().map(|t| *t as i32).collect(),
+                start_revision: last,
             };
             let opened = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -150,19 +150,39 @@ impl Follower {
             };
             match opened {
                 Ok(mut stream) => {
-                    let mut snapshot = Some(HashSet::new());
+                    // A fresh stream's snapshot must show every session of
+                    // `before`; a resumed one replays the changes since
+                    // `last` instead, which show any loss.
+                    let mut snapshot = (last == 0).then(HashSet::new);
                     loop {
                         let item = tokio::select! {
                             _ = cancel.cancelled() => return,
                             item = next(&mut stream) => item,
                         };
-                        let Some(Ok(response)) = item else { break };
+                        let response = match item {
+                            Some(Ok(response)) => response,
+                            Some(Err(status))
+                                if crate::Error::from_status(&status).reason()
+                                    == Reason::WatchHistoryCompacted =>
+                            {
+                                last = 0;
+                                break;
+                            }
+                            _ => break,
+                        };
                         let Some(event) = response.event else {
                             continue;
                         };
                         backoff = FIRST_BACKOFF;
+                        last = last.max(event.revision);
                         self.on_event(&pattern, &before, &mut snapshot, event);
                     }
+                }
+                Err(err) if err.reason() == Reason::WatchHistoryCompacted => {
+                    // The server cannot replay from `last`: start afresh,
+                    // with the snapshot check.
+                    last = 0;
+                    continue;
                 }
                 Err(err) if !err.is_retryable() => {
                     // E.g. PERMISSION_DENIED: no `watch` grant for the
@@ -251,11 +271,6 @@ impl Follower {
 /// The session if it is alive and not over.
 fn live(session: &Weak<Inner>) -> Option<Arc<Inner>> {
     session.upgrade().filter(|s| !s.is_over())
-}
-
-/// The next item of a stream.
-async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
-    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await
 }
 
 /// Whether the watch pattern covers `name`: the name itself, `>` (all), or

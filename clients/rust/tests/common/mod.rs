@@ -62,6 +62,10 @@ pub struct Server {
     dir: tempfile::TempDir,
     /// TLS settings of the readiness check (when the server serves TLS).
     tls: Option<ClientTlsConfig>,
+    /// The extra `tenure serve` arguments.
+    args: Vec<String>,
+    /// Its data dir (the nats-server store), kept across restarts.
+    data: PathBuf,
 }
 
 impl Server {
@@ -74,58 +78,77 @@ impl Server {
     /// Starts a server with these extra `tenure serve` arguments; `tls` is
     /// what the readiness check connects with when the server serves TLS.
     pub async fn start_with(args: &[String], tls: Option<ClientTlsConfig>) -> Server {
-        let tenure = binary("TENURE_BIN", "target/debug/tenure");
-        let nats = binary("NATS_SERVER", ".tools/bin/nats-server");
-        let mut dir = tempfile::Builder::new()
+        let dir = tempfile::Builder::new()
             .prefix("tenure-rust-client-")
             .tempdir()
             .expect("temp dir");
-        let log_path = dir.path().join("tenure.log");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            tls,
+            args: args.to_vec(),
+            data: PathBuf::new(),
+        };
         // Another process may take the port between our probe and Tenure's
         // bind: then Tenure exits, and we try another port.
         for attempt in 0..3 {
-            let port = free_port();
-            let data = dir.path().join(format!("data-{attempt}"));
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .expect("log file");
-            let child = Command::new(&tenure)
-                .arg("serve")
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--nats-server")
-                .arg(&nats)
-                .arg("--log-format")
-                .arg("json")
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                // Its own process group: Tenure and its nats-server, so that
-                // a crashed test can kill both.
-                .process_group(0)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure.display()));
-            let mut server = Server {
-                child: Some(child),
-                port,
-                dir,
-                tls: tls.clone(),
-            };
+            server.port = free_port();
+            server.data = server.dir.path().join(format!("data-{attempt}"));
+            server.spawn();
             if server.wait_ready().await {
                 return server;
             }
-            server.kill_group();
-            dir = std::mem::replace(&mut server.dir, tempfile::tempdir().unwrap());
+            server.kill().await;
         }
-        panic!(
-            "tenure did not become ready; its log:\n{}",
-            std::fs::read_to_string(&log_path).unwrap_or_default()
-        );
+        panic!("tenure did not become ready; its log:\n{}", server.log());
+    }
+
+    /// Starts Tenure again on the same port and data dir after
+    /// [`Server::kill`] (its nats-server restarts on the same store, so
+    /// the leases and the bucket's revisions survive).
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill it first");
+        self.spawn();
+        if !self.wait_ready().await {
+            panic!("tenure did not come back; its log:\n{}", self.log());
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tenure.log")).unwrap_or_default()
+    }
+
+    /// Spawns `tenure serve` on `self.port` with `self.data`.
+    fn spawn(&mut self) {
+        let tenure = binary("TENURE_BIN", "target/debug/tenure");
+        let nats = binary("NATS_SERVER", ".tools/bin/nats-server");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("tenure.log"))
+            .expect("log file");
+        let child = Command::new(&tenure)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--nats-server")
+            .arg(&nats)
+            .arg("--log-format")
+            .arg("json")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // Its own process group: Tenure and its nats-server, so that
+            // a crashed test can kill both.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure.display()));
+        self.child = Some(child);
     }
 
     /// Retries the gRPC health check until SERVING; false if the process
