@@ -279,7 +279,14 @@ impl LeaseService for LeaseApi {
                 .filter_map(convert::event_kind)
                 .collect();
             let permit = self.watches.acquire(&cx.caller.identity)?;
-            let subscription = self.leases.watch(Filter::parse(filter), kinds).await?;
+            let subscription = match req.start_revision {
+                0 => self.leases.watch(Filter::parse(filter), kinds).await?,
+                from => {
+                    self.leases
+                        .resume(Filter::parse(filter), kinds, from)
+                        .await?
+                }
+            };
             // The slot is held until the stream ends: the client goes away,
             // the server shuts down, or the watch falls behind (then at
             // once, even if the client never reads the end).

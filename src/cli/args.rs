@@ -236,6 +236,17 @@ pub struct WatchArgs {
     /// Leave out the snapshot of current holdings; print live events only.
     #[arg(long)]
     pub no_snapshot: bool,
+    /// Resume after this revision (the last event seen) instead of starting
+    /// with a snapshot: print the changes after it (the latest of each
+    /// name), SNAPSHOT_COMPLETE, then live events. Refused with
+    /// WATCH_HISTORY_COMPACTED when it is too old.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "no_snapshot"
+    )]
+    pub from_revision: u64,
     /// Stop after this many events (snapshot entries included).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,

@@ -115,15 +115,15 @@ pub async fn list(a: ListArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `tenure watch NAME`: prints events until the stream ends, --count is
-/// reached, or the process is interrupted.
+/// `tenure watch NAME [--from-revision N]`: prints events until the stream
+/// ends, --count is reached, or the process is interrupted.
 pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
     let mut c = connect(&a.conn).await?;
     let mut stream = c
         .watch_lease(WatchLeaseRequest {
             name: a.name.clone(),
             event_types: vec![],
-            start_revision: 0,
+            start_revision: a.from_revision,
         })
         .await
         .map_err(|s| CliError::from_status(&s))?

@@ -20,6 +20,7 @@ mod list;
 mod mirror;
 mod queue;
 mod record;
+mod resume;
 mod rules;
 mod watch;
 
@@ -428,6 +429,16 @@ impl Leases {
     /// `kinds` (empty: all).
     pub async fn watch(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
         self.hub.watch(filter, kinds).await
+    }
+
+    /// Follows `filter` from after revision `from` (see [`Hub::resume`]).
+    pub async fn resume(
+        &self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        from: u64,
+    ) -> Result<Subscription> {
+        self.hub.resume(filter, kinds, from).await
     }
 
     /// The fence of `name` from the leader: its key's last revision (0: none)
