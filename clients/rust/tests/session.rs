@@ -489,3 +489,30 @@ async fn a_revoke_is_signalled_by_the_shared_watch_long_before_the_next_renewal(
     );
     assert!(!session.release().await.unwrap(), "nothing left to release");
 }
+
+#[tokio::test]
+async fn the_loss_watch_resumes_across_a_restart_and_sees_a_revoke() {
+    let mut server = Server::start().await;
+    let client = server.client().await;
+    // A long TTL: the first renewal would run only after about 30 s.
+    let session = client
+        .acquire("restart.victim", "victim", secs(60), opts())
+        .await
+        .unwrap();
+    server.kill().await;
+    server.restart().await;
+    // Revoked right after the restart: the client's loss watch sees it
+    // either replayed (it reconnected after the revoke, resuming from its
+    // last revision) or live.
+    let admin = server.client().await;
+    admin
+        .revoke("restart.victim", "test: revoke after restart", None)
+        .await
+        .unwrap();
+    within("loss after the revoke", session.lost().cancelled()).await;
+    let loss = session.loss().unwrap();
+    assert_eq!(loss.cause, LossCause::NotHeld, "{loss:?}");
+    let err = loss.error.unwrap();
+    assert_eq!(err.rpc(), "WatchLease", "seen by the watch: {err}");
+    assert!(err.to_string().contains("REVOKED"), "{err}");
+}

@@ -219,3 +219,40 @@ async fn watch_from_a_revision_skips_what_came_before() {
     first.release().await.unwrap();
     second.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn watch_from_replays_what_changed_while_away() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let a = client
+        .acquire("away.a", "a", Duration::from_secs(60), opts())
+        .await
+        .unwrap();
+    let mut watch = client.watch("away.>").await.unwrap();
+    assert_eq!(next_event(&mut watch).await.kind, EventType::Current);
+    assert_eq!(
+        next_event(&mut watch).await.kind,
+        EventType::SnapshotComplete
+    );
+    let saved = watch.last_revision();
+    drop(watch);
+
+    // While nobody watches: a is released, b acquired.
+    assert!(a.release().await.unwrap());
+    let b = client
+        .acquire("away.b", "b", Duration::from_secs(60), opts())
+        .await
+        .unwrap();
+
+    // Resuming replays both, in order, with no snapshot.
+    let mut watch = client.watch_from("away.>", &[], saved).await.unwrap();
+    let released = expect_event(&mut watch, EventType::Released).await;
+    assert_eq!(released.name, "away.a");
+    let acquired = expect_event(&mut watch, EventType::Acquired).await;
+    assert_eq!(acquired.name, "away.b");
+    assert_eq!(acquired.fencing_token, b.fencing_token());
+    assert!(acquired.revision > released.revision);
+    b.release().await.unwrap();
+    let released = expect_event(&mut watch, EventType::Released).await;
+    assert_eq!(released.name, "away.b");
+}
