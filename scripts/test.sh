@@ -37,7 +37,7 @@ step "benchmark smoke runs (debug builds; the full runs: scripts/bench.sh, cargo
 cargo test --bench latency -- --quick
 scripts/bench.sh --quick
 
-for lang in go python typescript java; do
+for lang in go python typescript java rust; do
   if [ -x "clients/$lang/test.sh" ]; then
     step "clients/$lang"
     "clients/$lang/test.sh"

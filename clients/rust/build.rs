@@ -1,6 +1,9 @@
-//! Generates the tonic client from `../../proto` at build time with protox
-//! (pure Rust, so no system `protoc` is needed). Nothing generated is checked
-//! in: the stubs are always those of the proto being built against.
+//! Generates the tonic client from `proto/` (inside this crate) at build time
+//! with protox (pure Rust, so no system `protoc` is needed). `proto/` is a
+//! copy of the repository's `proto/tenure/v1`, refreshed by `gen.sh` (run by
+//! `scripts/gen-clients.sh`, whose `--check` CI runs): the crate carries its
+//! proto, so `cargo package` and a dependency from outside the repository
+//! build. Nothing generated is checked in.
 //!
 //! Besides the stubs it writes `error_reason_numbers.rs`: the numbers of every
 //! value of `tenure.v1.ErrorReason`, read from the same descriptors, so
@@ -9,7 +12,7 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
+    let proto = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     println!("cargo:rerun-if-changed={}", proto.display());
     let fds = protox::compile(
@@ -31,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|v| v.number().to_string())
         .collect();
     if numbers.is_empty() {
-        return Err("tenure.v1.ErrorReason not found in proto/".into());
+        return Err("tenure.v1.ErrorReason not found in clients/rust/proto/".into());
     }
     std::fs::write(
         out.join("error_reason_numbers.rs"),

@@ -1,16 +1,25 @@
-//! [`Client`]: a connection to Tenure with the lease helpers.
+//! [`Client`]: a connection to Tenure with the lease helpers, the admin
+//! helpers ([`Client::list`], [`Client::revoke`]) and the credentials of
+//! every call.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 use tonic::Code;
 
+use crate::config::{CallCredentials, ClientConfig};
 use crate::error::{Error, Reason};
+use crate::follow::Follower;
 use crate::proto::lease_service_client::LeaseServiceClient;
-use crate::proto::{AcquireRequest, EventType, GetLeaseRequest, Lease, WatchLeaseRequest};
+use crate::proto::{
+    AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, RevokeLeaseRequest,
+    WatchLeaseRequest,
+};
 use crate::session::{
     check_renew_fraction, check_timing, default_safety_margin, Session, DEFAULT_RENEW_FRACTION,
 };
@@ -19,16 +28,24 @@ use crate::watch::Watch;
 /// Deadline of a unary call, on top of an Acquire's wait.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long [`Client::connect`] tries to open the connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The generated stub over the client's channel, with its credentials
+/// interceptor.
+pub type Stub = LeaseServiceClient<InterceptedService<Channel, CallCredentials>>;
 
 /// A connection to a Tenure server.
 ///
-/// Cheap to clone (clones share the HTTP/2 connection). Sessions keep their
-/// own handle on it, so dropping the client does not end them.
+/// Cheap to clone (clones share the HTTP/2 connection and the one watch that
+/// follows the sessions' leases). Sessions keep their own handle on it, so
+/// dropping the client does not end them.
 #[derive(Debug, Clone)]
 pub struct Client {
-    stub: LeaseServiceClient<Channel>,
+    /// The stub every call goes through.
+    stub: Stub,
+    /// `host:port`, as errors name it.
+    target: Arc<str>,
+    /// The one `WatchLease` stream that notices the loss of any of this
+    /// connection's sessions at once.
+    follower: Arc<Follower>,
 }
 
 /// Options of [`Client::acquire`]; `AcquireOptions::default()` for none.
@@ -104,9 +121,9 @@ impl AcquireOptions {
 }
 
 impl Client {
-    /// Connects (plaintext HTTP/2) to `addr`: `"host:port"` or a URI such as
-    /// `"http://host:port"`. For TLS or other channel settings, build a
-    /// [`Channel`] yourself and use [`Client::new`].
+    /// Connects (plaintext HTTP/2, no credentials) to `addr`: `"host:port"`
+    /// or a URI such as `"http://host:port"` (`"https://…"` uses TLS with no
+    /// CA: use [`Client::connect_with`] for TLS, mTLS and tokens).
     ///
     /// # Errors
     ///
@@ -114,43 +131,58 @@ impl Client {
     /// cannot be reached within 5 s ([`Code::Unavailable`]); the reason is
     /// [`Reason::Unspecified`] or [`Reason::InvalidArgument`].
     pub async fn connect(addr: impl AsRef<str>) -> Result<Client, Error> {
-        let addr = addr.as_ref();
-        let uri = if addr.contains("://") {
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
-        let endpoint = Endpoint::from_shared(uri).map_err(|e| {
-            Error::local(
-                Code::InvalidArgument,
-                Reason::InvalidArgument,
-                format!("bad Tenure address {addr:?}: {e}"),
-            )
-        })?;
-        let channel = endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .map_err(|e| {
-                Error::local(
-                    Code::Unavailable,
-                    Reason::Unspecified,
-                    format!("cannot connect to Tenure at {addr}: {e}"),
-                )
-            })?;
-        Ok(Client::new(channel))
+        Client::connect_with(ClientConfig::new(addr.as_ref())).await
     }
 
-    /// A client over an existing channel.
+    /// Connects as `config` says: TLS with a CA, mTLS with a client
+    /// certificate, a bearer token (static or asked for anew before every
+    /// call), extra metadata on every call.
+    ///
+    /// # Errors
+    ///
+    /// The address or TLS settings are bad ([`Code::InvalidArgument`]) or
+    /// the server cannot be reached (or the TLS handshake fails) within
+    /// `config.connect_timeout` ([`Code::Unavailable`]).
+    pub async fn connect_with(config: ClientConfig) -> Result<Client, Error> {
+        let target = config.display_target();
+        let channel = config.endpoint()?.connect().await.map_err(|e| {
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                cause = format!("{cause}: {s}");
+                source = s.source();
+            }
+            Error::local(Code::Unavailable, Reason::Unspecified, cause).context(&target, "connect")
+        })?;
+        Ok(Client::from_channel(channel, &config))
+    }
+
+    /// A client over an existing channel, without credentials.
     pub fn new(channel: Channel) -> Client {
+        Client::from_channel(channel, &ClientConfig::new(""))
+    }
+
+    /// A client over an existing channel, sending `config`'s token and
+    /// metadata with every call (its target only names the server in
+    /// errors; its TLS settings are not used: the channel has its own).
+    pub fn from_channel(channel: Channel, config: &ClientConfig) -> Client {
+        let stub = LeaseServiceClient::with_interceptor(channel, config.credentials());
+        let target: Arc<str> = config.display_target().into();
         Client {
-            stub: LeaseServiceClient::new(channel),
+            follower: Follower::new(stub.clone(), target.clone()),
+            stub,
+            target,
         }
     }
 
-    /// The generated stub, for raw calls.
-    pub fn stub(&self) -> LeaseServiceClient<Channel> {
+    /// The generated stub (with this client's credentials), for raw calls.
+    pub fn stub(&self) -> Stub {
         self.stub.clone()
+    }
+
+    /// The server, `host:port`.
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     /// Takes the lease `name` for `holder` and starts renewing it in the
@@ -200,16 +232,21 @@ impl Client {
         };
         let sent = Instant::now();
         let mut stub = self.stub.clone();
-        let reply = unary(timeout, request, |req| stub.acquire(req)).await?;
+        let reply = unary(timeout, request, |req| stub.acquire(req))
+            .await
+            .map_err(|e| e.context(&self.target, "Acquire"))?;
         let lease = reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
                 Reason::Internal,
                 "Acquire reply without a lease",
             )
+            .context(&self.target, "Acquire")
         })?;
         Session::start(
             self.stub.clone(),
+            self.target.clone(),
+            self.follower.clone(),
             lease,
             reply.lease_key,
             sent,
@@ -227,13 +264,98 @@ impl Client {
     pub async fn get(&self, name: impl Into<String>) -> Result<Lease, Error> {
         let mut stub = self.stub.clone();
         let request = GetLeaseRequest { name: name.into() };
-        let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.get_lease(req)).await?;
+        let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.get_lease(req))
+            .await
+            .map_err(|e| e.context(&self.target, "GetLease"))?;
         reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
                 Reason::Internal,
                 "GetLease reply without a lease",
             )
+            .context(&self.target, "GetLease")
+        })
+    }
+
+    /// Every live holding whose name starts with `prefix` (plain string
+    /// prefix, e.g. `"jobs."`; `""` for all), sorted by name, following the
+    /// pages. Needs the `admin` grant when auth is on.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::PermissionDenied`] without the grant, or a transport error.
+    pub async fn list(&self, prefix: impl Into<String>) -> Result<Vec<Lease>, Error> {
+        let prefix = prefix.into();
+        let mut leases = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let (page, next) = self.list_page(&prefix, 0, &page_token).await?;
+            leases.extend(page);
+            if next.is_empty() {
+                return Ok(leases);
+            }
+            page_token = next;
+        }
+    }
+
+    /// One page of [`Client::list`]: up to `page_size` holdings (0: the
+    /// server's default of 100) after `page_token` (empty: from the
+    /// start), and the token of the next page (empty after the last).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::list`].
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<Lease>, String), Error> {
+        let mut stub = self.stub.clone();
+        let request = ListLeasesRequest {
+            prefix: prefix.to_string(),
+            page_size,
+            page_token: page_token.to_string(),
+        };
+        let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.list_leases(req))
+            .await
+            .map_err(|e| e.context(&self.target, "ListLeases"))?;
+        Ok((reply.leases, reply.next_page_token))
+    }
+
+    /// Ends the holding of `name` (an operator's action: the holder's
+    /// session sees it as lost at once), saying why (`reason`, 1 to 256
+    /// printable bytes, for the audit log). With `fencing_token` only that
+    /// holding is revoked. Returns the revoked holding. Needs the `admin`
+    /// grant when auth is on.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseNotFound`] when nobody holds it (or another holding
+    /// than `fencing_token` does), [`Reason::PermissionDenied`] without the
+    /// grant, [`Reason::InvalidArgument`] for a bad `reason`.
+    pub async fn revoke(
+        &self,
+        name: impl Into<String>,
+        reason: impl Into<String>,
+        fencing_token: Option<u64>,
+    ) -> Result<Lease, Error> {
+        let mut stub = self.stub.clone();
+        let request = RevokeLeaseRequest {
+            name: name.into(),
+            reason: reason.into(),
+            fencing_token: fencing_token.unwrap_or(0),
+        };
+        let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.revoke_lease(req))
+            .await
+            .map_err(|e| e.context(&self.target, "RevokeLease"))?;
+        reply.revoked.ok_or_else(|| {
+            Error::local(
+                Code::Internal,
+                Reason::Internal,
+                "RevokeLease reply without the revoked lease",
+            )
+            .context(&self.target, "RevokeLease")
         })
     }
 
@@ -263,18 +385,54 @@ impl Client {
         name_or_prefix: impl Into<String>,
         event_types: &[EventType],
     ) -> Result<Watch, Error> {
+        self.watch_from(name_or_prefix, event_types, 0).await
+    }
+
+    /// Like [`Client::watch_filtered`], resuming after `start_revision`
+    /// (e.g. a [`Watch::last_revision`] saved earlier): the server replays
+    /// the changes after it (no snapshot), then `SNAPSHOT_COMPLETE`, then
+    /// live changes; 0 is a fresh watch.
+    ///
+    /// # Errors
+    ///
+    /// The stream could not be opened (e.g. [`Reason::InvalidName`], or
+    /// [`Reason::WatchHistoryCompacted`]: the server can no longer resume
+    /// from there; watch afresh with 0).
+    pub async fn watch_from(
+        &self,
+        name_or_prefix: impl Into<String>,
+        event_types: &[EventType],
+        start_revision: u64,
+    ) -> Result<Watch, Error> {
         let request = WatchLeaseRequest {
             name: name_or_prefix.into(),
             event_types: event_types.iter().map(|t| *t as i32).collect(),
-            start_revision: 0,
+            start_revision,
         };
-        let mut stub = self.stub.clone();
-        let stream = tokio::time::timeout(DEFAULT_CALL_TIMEOUT, stub.watch_lease(request))
+        let stream = open_watch(&self.stub, request.clone())
             .await
-            .map_err(|_| timeout_error(DEFAULT_CALL_TIMEOUT))??
-            .into_inner();
-        Ok(Watch::new(stream))
+            .map_err(|e| e.context(&self.target, "WatchLease"))?;
+        Ok(Watch::spawn(
+            self.stub.clone(),
+            self.target.clone(),
+            request,
+            stream,
+        ))
     }
+}
+
+/// Opens a `WatchLease` stream (the opening is bounded by
+/// [`DEFAULT_CALL_TIMEOUT`]; the stream itself is not).
+pub(crate) async fn open_watch(
+    stub: &Stub,
+    request: WatchLeaseRequest,
+) -> Result<tonic::Streaming<crate::proto::WatchLeaseResponse>, Error> {
+    let mut stub = stub.clone();
+    let stream = tokio::time::timeout(DEFAULT_CALL_TIMEOUT, stub.watch_lease(request))
+        .await
+        .map_err(|_| timeout_error(DEFAULT_CALL_TIMEOUT))??
+        .into_inner();
+    Ok(stream)
 }
 
 /// Makes a unary call with a deadline (sent to the server as `grpc-timeout`

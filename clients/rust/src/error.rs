@@ -98,6 +98,10 @@ pub struct Error {
     raw_reason: String,
     message: String,
     metadata: HashMap<String, String>,
+    /// The server the call went to (`host:port`) and the RPC (`Acquire`,
+    /// `Renew`, …, or `connect`); `None` if unknown. Boxed to keep `Error`
+    /// small.
+    context: Option<Box<(String, String)>>,
 }
 
 impl Error {
@@ -109,7 +113,17 @@ impl Error {
             raw_reason: String::new(),
             message: message.into(),
             metadata: HashMap::new(),
+            context: None,
         }
+    }
+
+    /// Names the server and the RPC of the failed call (kept if already
+    /// set), so the message says where and what failed.
+    pub(crate) fn context(mut self, target: &str, rpc: &str) -> Error {
+        if self.context.is_none() {
+            self.context = Some(Box::new((target.to_string(), rpc.to_string())));
+        }
+        self
     }
 
     /// Builds the error of a gRPC status, reading the `ErrorInfo` (domain
@@ -120,15 +134,45 @@ impl Error {
             .filter(|info| info.domain == DOMAIN);
         let (reason, raw_reason, metadata) = match info {
             Some(info) => (Reason::parse(&info.reason), info.reason, info.metadata),
-            None => (Reason::Unspecified, String::new(), HashMap::new()),
+            // Auth failures keep their typed reason even from a proxy or
+            // this client's own token callback.
+            None => match status.code() {
+                Code::Unauthenticated => (Reason::Unauthenticated, String::new(), HashMap::new()),
+                Code::PermissionDenied => (Reason::PermissionDenied, String::new(), HashMap::new()),
+                _ => (Reason::Unspecified, String::new(), HashMap::new()),
+            },
         };
+        // A transport failure's status says little ("transport error"):
+        // its source chain has the cause ("Connection refused", a TLS error).
+        let mut message = status.message().to_string();
+        let mut source = std::error::Error::source(status);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !message.contains(&cause_text) {
+                message = format!("{message}: {cause_text}");
+            }
+            source = cause.source();
+        }
         Error {
             code: status.code(),
             reason,
             raw_reason,
-            message: status.message().to_string(),
+            message,
             metadata,
+            context: None,
         }
+    }
+
+    /// The server the failed call went to (`host:port`; empty if unknown).
+    pub fn target(&self) -> &str {
+        self.context.as_ref().map_or("", |c| c.0.as_str())
+    }
+
+    /// The RPC that failed (`Acquire`, `Renew`, `Release`, `GetLease`,
+    /// `WatchLease`, `ListLeases`, `RevokeLease`, or `connect`; empty if
+    /// unknown).
+    pub fn rpc(&self) -> &str {
+        self.context.as_ref().map_or("", |c| c.1.as_str())
     }
 
     /// The gRPC status code.
@@ -149,7 +193,8 @@ impl Error {
         &self.raw_reason
     }
 
-    /// The human-readable message.
+    /// The human-readable message (the server's, or the cause of a local or
+    /// transport failure), without the target and RPC that `Display` adds.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -189,15 +234,46 @@ impl From<tonic::Status> for Error {
     }
 }
 
+/// `Display`: `tenure at <target>: <RPC>: <REASON or CODE>: <message>`,
+/// e.g. `tenure at 127.0.0.1:7419: Acquire: LEASE_HELD: …`.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.target().is_empty() {
+            write!(f, "tenure at {}: ", self.target())?;
+        }
+        if !self.rpc().is_empty() {
+            write!(f, "{}: ", self.rpc())?;
+        }
         if self.reason != Reason::Unspecified {
             write!(f, "{}: {}", self.reason, self.message)
         } else if !self.raw_reason.is_empty() {
             write!(f, "{}: {}", self.raw_reason, self.message)
         } else {
-            write!(f, "{:?}: {}", self.code, self.message)
+            write!(f, "{}: {}", code_name(self.code), self.message)
         }
+    }
+}
+
+/// The gRPC code's canonical name (`UNAVAILABLE`, …).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
@@ -262,7 +338,12 @@ mod tests {
         let err = Error::from(tonic::Status::unavailable("connection refused"));
         assert_eq!(err.reason(), Reason::Unspecified);
         assert!(err.is_retryable());
-        assert_eq!(err.to_string(), "Unavailable: connection refused");
+        assert_eq!(err.to_string(), "UNAVAILABLE: connection refused");
+        let err = err.context("127.0.0.1:7001", "Acquire");
+        assert_eq!(
+            err.to_string(),
+            "tenure at 127.0.0.1:7001: Acquire: UNAVAILABLE: connection refused"
+        );
 
         let foreign = tonic::Status::with_error_details(
             Code::Internal,

@@ -2,13 +2,16 @@
 //! generated from `proto/tenure/v1/lease.proto` (at build time, in
 //! [`proto`]) and a thin session helper over them.
 //!
-//! - [`Client`]: a connection; [`Client::acquire`], [`Client::get`],
-//!   [`Client::watch`].
+//! - [`Client`]: a connection ([`Client::connect`], or
+//!   [`Client::connect_with`] a [`ClientConfig`]: TLS, mTLS, bearer token,
+//!   metadata); [`Client::acquire`], [`Client::get`], [`Client::watch`], and
+//!   the admin helpers [`Client::list`] and [`Client::revoke`].
 //! - [`Session`]: one held lease, renewed in the background at a third of
 //!   its TTL. It knows its [safe deadline](Session::safe_deadline), signals
 //!   loss through a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
-//!   release when dropped.
+//!   release when dropped. The client's one watch stream follows every
+//!   session's lease, so a revoke or another holder is noticed at once.
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
 //! - [`Error`] with a typed [`Reason`] (the generated `ErrorReason`) read
 //!   from the `google.rpc.ErrorInfo`, and whether retrying can help.
@@ -39,8 +42,10 @@
 #![warn(missing_docs)]
 
 mod client;
+mod config;
 mod error;
 pub mod fencing;
+mod follow;
 mod session;
 mod watch;
 
@@ -52,8 +57,9 @@ pub mod proto {
     tonic::include_proto!("tenure.v1");
 }
 
-pub use client::{AcquireOptions, Client, DEFAULT_CALL_TIMEOUT};
-pub use error::{Error, Reason, DOMAIN, RETRYABLE_REASONS};
+pub use client::{AcquireOptions, Client, Stub, DEFAULT_CALL_TIMEOUT};
+pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
+pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use proto::{EventType, Lease};
 pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};

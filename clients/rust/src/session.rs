@@ -7,11 +7,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tonic::Code;
 
+use crate::client::Stub;
 use crate::error::{Error, Reason};
-use crate::proto::lease_service_client::LeaseServiceClient;
+use crate::follow::Follower;
 use crate::proto::{Lease, ReleaseRequest, RenewRequest};
 
 /// The default fraction of the granted TTL after which a session renews.
@@ -41,9 +41,10 @@ pub fn default_safety_margin(ttl: Duration) -> Duration {
 pub enum LossCause {
     /// [`Session::release`] was called, or the session was dropped.
     Released,
-    /// A renewal was refused with `LEASE_NOT_HELD` or `LEASE_NOT_FOUND`: the
-    /// lease ended behind the session's back and may have passed to another
-    /// holder.
+    /// The lease ended behind the session's back and may have passed to
+    /// another holder: the client's watch saw it `REVOKED`, `EXPIRED`,
+    /// `RELEASED` or taken by another holding, or a renewal was refused with
+    /// `LEASE_NOT_HELD` or `LEASE_NOT_FOUND`.
     NotHeld,
     /// A renewal failed with an error that retrying cannot fix (other than
     /// the above), e.g. `INVALID_*` or `RECORD_UNREADABLE`.
@@ -91,14 +92,24 @@ pub struct Session {
     inner: Arc<Inner>,
 }
 
-/// The state shared by a [`Session`] and its renewal task.
-struct Inner {
+/// The state shared by a [`Session`], its renewal task and the client's
+/// [`Follower`].
+pub(crate) struct Inner {
+    /// The lease name.
     name: String,
+    /// The holder, as acquired.
     holder: String,
+    /// The ownership secret.
     lease_key: String,
+    /// The holding's fencing token.
     fencing_token: u64,
-    stub: LeaseServiceClient<Channel>,
+    /// The client's stub.
+    stub: Stub,
+    /// The server, for errors.
+    target: Arc<str>,
+    /// Renew after `ttl × renew_fraction`.
     renew_fraction: f64,
+    /// The safety margin the caller chose, if any.
     margin_given: Option<Duration>,
     state: Mutex<State>,
     /// Cancelled once the lease is lost or released.
@@ -112,14 +123,23 @@ struct Inner {
     calls: tokio::sync::Mutex<()>,
 }
 
+/// The mutable part of [`Inner`].
 struct State {
+    /// The last holding the server returned.
     lease: Lease,
+    /// Its revision: the next Renew/Release presents it.
     revision: u64,
+    /// The granted TTL.
     ttl: Duration,
+    /// Taken off the TTL for the safe deadline.
     safety_margin: Duration,
+    /// Send time of the last successful Acquire/Renew + TTL − margin.
     safe_deadline: Instant,
+    /// When the next renewal is due.
     next_renew_at: Instant,
+    /// Set once, when the lease is lost or released.
     loss: Option<Loss>,
+    /// The last failed renewal's error, cleared by a success.
     last_error: Option<Error>,
     /// The server confirmed the end of the holding (Release answered).
     released: bool,
@@ -129,8 +149,11 @@ impl Session {
     /// Builds the session of a successful Acquire sent at `sent`, renews
     /// once if the Acquire took longer than a renew interval (a long wait),
     /// and starts the renewal task.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
-        stub: LeaseServiceClient<Channel>,
+        stub: Stub,
+        target: Arc<str>,
+        follower: Arc<Follower>,
         lease: Lease,
         lease_key: String,
         sent: Instant,
@@ -146,6 +169,7 @@ impl Session {
                 lease_key,
                 fencing_token: lease.fencing_token,
                 stub,
+                target,
                 renew_fraction,
                 margin_given,
                 state: Mutex::new(State {
@@ -178,15 +202,18 @@ impl Session {
             if let Err(err) = session.inner.renew_locked(deadline).await {
                 if !err.is_retryable() {
                     session.inner.lose(cause_of(&err), Some(err.clone()));
-                    return Err(err);
+                    return Err(err.context(&session.inner.target, "Renew"));
                 }
                 if !session.is_held() {
-                    return Err(err);
+                    return Err(err.context(&session.inner.target, "Renew"));
                 }
                 session.inner.state().last_error = Some(err);
             }
         }
         tokio::spawn(run(session.inner.clone()));
+        // From now on the client's one watch notices a revoke, an expiry or
+        // another holder at once.
+        follower.follow(&session.inner);
         Ok(session)
     }
 
@@ -377,6 +404,30 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lease name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The holding's fencing token.
+    pub(crate) fn token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// Whether the session was lost or released.
+    pub(crate) fn is_over(&self) -> bool {
+        self.state().loss.is_some()
+    }
+
+    /// The client's watch saw the holding end (`what`): the session is
+    /// lost ([`LossCause::NotHeld`]) and stops renewing.
+    pub(crate) fn lose_observed(&self, what: String) {
+        let err = Error::local(Code::FailedPrecondition, Reason::LeaseNotHeld, what)
+            .context(&self.target, "WatchLease");
+        self.lose(LossCause::NotHeld, Some(err));
+        self.stop.cancel();
+    }
+
     /// Marks the session lost (once) and cancels `lost`.
     fn lose(&self, cause: LossCause, error: Option<Error>) {
         {
@@ -396,6 +447,13 @@ impl Inner {
     /// Sends one Renew with the last revision, cut off at `deadline`, and
     /// takes its reply. The caller holds `calls`.
     async fn renew_locked(&self, deadline: Instant) -> Result<Lease, Error> {
+        self.renew_call(deadline)
+            .await
+            .map_err(|e| e.context(&self.target, "Renew"))
+    }
+
+    /// [`Inner::renew_locked`] without the error context.
+    async fn renew_call(&self, deadline: Instant) -> Result<Lease, Error> {
         let mut request = tonic::Request::new(RenewRequest {
             name: self.name.clone(),
             expected_revision: self.state().revision,
@@ -490,7 +548,7 @@ impl Inner {
         if result.is_ok() {
             self.state().released = true;
         }
-        result
+        result.map_err(|e| e.context(&self.target, "Release"))
     }
 }
 
@@ -511,6 +569,7 @@ async fn run(inner: Arc<Inner>) {
         tokio::select! {
             biased;
             _ = inner.stop.cancelled() => return,
+            _ = inner.lost.cancelled() => return,
             _ = tokio::time::sleep_until(deadline) => {
                 // A manual renewal may have moved the deadline meanwhile.
                 if Instant::now() >= inner.state().safe_deadline {

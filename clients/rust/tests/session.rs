@@ -196,7 +196,7 @@ async fn a_stalled_holder_is_lost_before_the_next_holder_takes_over() {
 }
 
 #[tokio::test]
-async fn a_refused_renewal_signals_loss_at_once() {
+async fn a_release_behind_the_sessions_back_signals_loss_at_once() {
     let server = Server::start().await;
     let client = server.client().await;
     let name = "taken.over";
@@ -228,11 +228,19 @@ async fn a_refused_renewal_signals_loss_at_once() {
     assert_eq!(
         loss.cause,
         LossCause::NotHeld,
-        "lost to the refusal, not the deadline"
+        "lost to what the client's watch saw, not the deadline"
     );
+    // Renewals were paused: the client's watch saw the RELEASED (or the
+    // thief's ACQUIRED), or, when the release came before the watch was
+    // open, a snapshot without the victim's holding, and said so.
     let err = loss.error.unwrap();
     assert_eq!(err.reason(), Reason::LeaseNotHeld);
-    assert_eq!(err.metadata()["state"], "HELD");
+    assert_eq!(err.rpc(), "WatchLease", "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("RELEASED") || text.contains("thief") || text.contains("does not show it"),
+        "{err}"
+    );
     assert!(!victim.is_held());
     assert!(thief.fencing_token() > victim.fencing_token());
     assert_eq!(client.get(name).await.unwrap().holder, "thief");
@@ -447,4 +455,70 @@ async fn a_zero_ttl_takes_the_servers_default() {
     let lease = client.get("default.ttl").await.unwrap();
     assert_eq!(lease.ttl.unwrap().seconds, 10);
     assert!(session.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_revoke_is_signalled_by_the_shared_watch_long_before_the_next_renewal() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let admin = server.client().await;
+    // A long TTL: the first renewal would run only after about half of it.
+    let session = client
+        .acquire("revoked.soon", "victim", secs(60), opts())
+        .await
+        .unwrap();
+    let revoked_at = Instant::now();
+    admin
+        .revoke("revoked.soon", "test: revoke to loss", None)
+        .await
+        .unwrap();
+    within("loss after the revoke", session.lost().cancelled()).await;
+    let loss = session.loss().unwrap();
+    let measured = loss.at.saturating_duration_since(revoked_at);
+    println!("revoke-to-loss: {measured:?} (renewal due after about 30 s)");
+    assert_eq!(loss.cause, LossCause::NotHeld, "{loss:?}");
+    let err = loss.error.unwrap();
+    assert_eq!(
+        err.rpc(),
+        "WatchLease",
+        "seen by the watch, not a renewal: {err}"
+    );
+    assert!(
+        err.to_string().contains("REVOKED") || err.to_string().contains("does not show it"),
+        "{err}"
+    );
+    assert!(!session.release().await.unwrap(), "nothing left to release");
+}
+
+#[tokio::test]
+async fn the_loss_watch_resumes_across_a_restart_and_sees_a_revoke() {
+    let mut server = Server::start().await;
+    let client = server.client().await;
+    // A long TTL: the first renewal would run only after about 30 s.
+    let session = client
+        .acquire("restart.victim", "victim", secs(60), opts())
+        .await
+        .unwrap();
+    server.kill().await;
+    server.restart().await;
+    // Revoked right after the restart: the client's loss watch sees it
+    // replayed (it reconnected after the revoke, resuming from its last
+    // revision) or live; or, when the kill came before the watch had shown
+    // anything (no revision to resume from), its fresh snapshot lacks the
+    // holding.
+    let admin = server.client().await;
+    admin
+        .revoke("restart.victim", "test: revoke after restart", None)
+        .await
+        .unwrap();
+    within("loss after the revoke", session.lost().cancelled()).await;
+    let loss = session.loss().unwrap();
+    assert_eq!(loss.cause, LossCause::NotHeld, "{loss:?}");
+    let err = loss.error.unwrap();
+    assert_eq!(err.rpc(), "WatchLease", "seen by the watch: {err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("REVOKED") || text.contains("does not show it"),
+        "{err}"
+    );
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tenure_client::{Client, Event, EventType, Watch};
 use tokio::process::{Child, Command};
+use tonic::transport::ClientTlsConfig;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -59,78 +60,113 @@ pub struct Server {
     /// Its gRPC port on 127.0.0.1.
     pub port: u16,
     dir: tempfile::TempDir,
+    /// TLS settings of the readiness check (when the server serves TLS).
+    tls: Option<ClientTlsConfig>,
+    /// The extra `tenure serve` arguments.
+    args: Vec<String>,
+    /// Its data dir (the nats-server store), kept across restarts.
+    data: PathBuf,
 }
 
 impl Server {
     /// Starts a server and waits (bounded) until its health check says
     /// SERVING.
     pub async fn start() -> Server {
-        let tenure = binary("TENURE_BIN", "target/debug/tenure");
-        let nats = binary("NATS_SERVER", ".tools/bin/nats-server");
-        let mut dir = tempfile::Builder::new()
+        Server::start_with(&[], None).await
+    }
+
+    /// Starts a server with these extra `tenure serve` arguments; `tls` is
+    /// what the readiness check connects with when the server serves TLS.
+    pub async fn start_with(args: &[String], tls: Option<ClientTlsConfig>) -> Server {
+        let dir = tempfile::Builder::new()
             .prefix("tenure-rust-client-")
             .tempdir()
             .expect("temp dir");
-        let log_path = dir.path().join("tenure.log");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            tls,
+            args: args.to_vec(),
+            data: PathBuf::new(),
+        };
         // Another process may take the port between our probe and Tenure's
         // bind: then Tenure exits, and we try another port.
         for attempt in 0..3 {
-            let port = free_port();
-            let data = dir.path().join(format!("data-{attempt}"));
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .expect("log file");
-            let child = Command::new(&tenure)
-                .arg("serve")
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--nats-server")
-                .arg(&nats)
-                .arg("--log-format")
-                .arg("json")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                // Its own process group: Tenure and its nats-server, so that
-                // a crashed test can kill both.
-                .process_group(0)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure.display()));
-            let mut server = Server {
-                child: Some(child),
-                port,
-                dir,
-            };
+            server.port = free_port();
+            server.data = server.dir.path().join(format!("data-{attempt}"));
+            server.spawn();
             if server.wait_ready().await {
                 return server;
             }
-            server.kill_group();
-            dir = std::mem::replace(&mut server.dir, tempfile::tempdir().unwrap());
+            server.kill().await;
         }
-        panic!(
-            "tenure did not become ready; its log:\n{}",
-            std::fs::read_to_string(&log_path).unwrap_or_default()
-        );
+        panic!("tenure did not become ready; its log:\n{}", server.log());
+    }
+
+    /// Starts Tenure again on the same port and data dir after
+    /// [`Server::kill`] (its nats-server restarts on the same store, so
+    /// the leases and the bucket's revisions survive).
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill it first");
+        self.spawn();
+        if !self.wait_ready().await {
+            panic!("tenure did not come back; its log:\n{}", self.log());
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tenure.log")).unwrap_or_default()
+    }
+
+    /// Spawns `tenure serve` on `self.port` with `self.data`.
+    fn spawn(&mut self) {
+        let tenure = binary("TENURE_BIN", "target/debug/tenure");
+        let nats = binary("NATS_SERVER", ".tools/bin/nats-server");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("tenure.log"))
+            .expect("log file");
+        let child = Command::new(&tenure)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--nats-server")
+            .arg(&nats)
+            .arg("--log-format")
+            .arg("json")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // Its own process group: Tenure and its nats-server, so that
+            // a crashed test can kill both.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure.display()));
+        self.child = Some(child);
     }
 
     /// Retries the gRPC health check until SERVING; false if the process
     /// exited or the deadline passed.
     async fn wait_ready(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + WAIT;
-        let uri = format!("http://127.0.0.1:{}", self.port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("{scheme}://127.0.0.1:{}", self.port))
+                .unwrap();
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).unwrap();
+        }
         while tokio::time::Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.as_mut().unwrap().try_wait() {
                 return false;
             }
-            if let Ok(channel) = tonic::transport::Endpoint::from_shared(uri.clone())
-                .unwrap()
-                .connect()
-                .await
-            {
+            if let Ok(channel) = endpoint.connect().await {
                 let request = HealthCheckRequest {
                     service: "tenure.v1.LeaseService".into(),
                 };

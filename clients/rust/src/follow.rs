@@ -1,0 +1,351 @@
+//! [`Follower`]: the one `WatchLease` stream per [`Client`](crate::Client)
+//! that follows the leases of all its live sessions, so a session learns at
+//! once (not at its next renewal) that its holding was revoked, expired,
+//! released or taken by another holder.
+//!
+//! The stream watches the smallest pattern covering every live session's
+//! name: the name itself for one name, else the longest common dotted prefix
+//! as a subtree (`jobs.>`), else `>`. A session whose name the open stream
+//! does not cover reopens it with a wider pattern. A session is lost when
+//! the stream shows, for its name, `REVOKED`, `EXPIRED` or `RELEASED` of its
+//! holding, or any event of a holding with a greater fencing token; and when
+//! a (re)opened stream's snapshot does not show its holding (the holding
+//! ended while no stream was open). A stream that fails is reopened with
+//! backoff and resumes after the last revision it showed (the server
+//! replays the changes meanwhile, which show any loss), or starts afresh
+//! with the snapshot check when the server answers
+//! `WATCH_HISTORY_COMPACTED`; one that is refused for good (e.g. `PERMISSION_DENIED`: no
+//! `watch` grant for the pattern) is not, and the sessions fall back to
+//! noticing loss at their next renewal.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{open_watch, Stub};
+use crate::error::Reason;
+use crate::proto::{EventType, LeaseEvent, WatchLeaseRequest};
+use crate::session::Inner;
+use crate::watch::{next, FIRST_BACKOFF, MAX_BACKOFF};
+
+/// The event types the stream asks for: RENEWED is not needed (a new
+/// holding is always ACQUIRED first) and would be most of the traffic.
+const TYPES: [EventType; 5] = [
+    EventType::Current,
+    EventType::Acquired,
+    EventType::Released,
+    EventType::Expired,
+    EventType::Revoked,
+];
+
+/// Follows the leases of one client's sessions with one watch stream.
+#[derive(Debug)]
+pub(crate) struct Follower {
+    /// The client's stub.
+    stub: Stub,
+    /// The server, for errors.
+    target: Arc<str>,
+    /// What is followed and the stream doing it.
+    state: Mutex<FollowState>,
+}
+
+/// The mutable part of [`Follower`].
+#[derive(Debug, Default)]
+struct FollowState {
+    /// The live sessions (pruned as they end).
+    sessions: Vec<Weak<Inner>>,
+    /// The pattern the open stream watches, if one is open.
+    pattern: Option<String>,
+    /// Cancels the task of the open stream.
+    task: Option<CancellationToken>,
+    /// The server refused the watch for good: loss is noticed at renewal.
+    refused: bool,
+}
+
+impl Follower {
+    /// A follower with nothing to follow yet (no stream open).
+    pub(crate) fn new(stub: Stub, target: Arc<str>) -> Arc<Follower> {
+        Arc::new(Follower {
+            stub,
+            target,
+            state: Mutex::new(FollowState::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, FollowState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts following `session`'s lease, (re)opening the stream with a
+    /// wider pattern if the open one does not cover its name. Needs a Tokio
+    /// runtime.
+    pub(crate) fn follow(self: &Arc<Self>, session: &Arc<Inner>) {
+        let mut state = self.state();
+        state.sessions.retain(|s| live(s).is_some());
+        state.sessions.push(Arc::downgrade(session));
+        if state.refused {
+            return;
+        }
+        if let Some(pattern) = &state.pattern {
+            if covers(pattern, session.name()) {
+                return;
+            }
+        }
+        let names: Vec<String> = state
+            .sessions
+            .iter()
+            .filter_map(live)
+            .map(|s| s.name().to_string())
+            .collect();
+        let pattern = pattern_for(&names);
+        if let Some(old) = state.task.take() {
+            old.cancel();
+        }
+        let cancel = CancellationToken::new();
+        state.pattern = Some(pattern.clone());
+        state.task = Some(cancel.clone());
+        drop(state);
+        tokio::spawn(self.clone().run(pattern, cancel));
+    }
+
+    /// The live sessions whose names `pattern` covers.
+    fn covered(&self, pattern: &str) -> Vec<Arc<Inner>> {
+        let mut state = self.state();
+        state.sessions.retain(|s| live(s).is_some());
+        state
+            .sessions
+            .iter()
+            .filter_map(live)
+            .filter(|s| covers(pattern, s.name()))
+            .collect()
+    }
+
+    /// The stream's task: open, read, reopen with backoff after a failure,
+    /// until cancelled (a wider stream replaced it) or no session is left.
+    async fn run(self: Arc<Self>, pattern: String, cancel: CancellationToken) {
+        let mut backoff = FIRST_BACKOFF;
+        // The highest revision this pattern's streams showed: a reopened
+        // stream resumes after it (0: a fresh stream with a snapshot).
+        let mut last = 0u64;
+        loop {
+            // The sessions acquired before this (re)opening: the snapshot
+            // must show their holdings.
+            let before = self.covered(&pattern);
+            if before.is_empty() {
+                let mut state = self.state();
+                if !cancel.is_cancelled() {
+                    state.task = None;
+                    state.pattern = None;
+                }
+                return;
+            }
+            let request = WatchLeaseRequest {
+                name: pattern.clone(),
+                event_types: TYPES.iter().map(|t| *t as i32).collect(),
+                start_revision: last,
+            };
+            let opened = tokio::select! {
+                _ = cancel.cancelled() => return,
+                opened = open_watch(&self.stub, request) => opened,
+            };
+            match opened {
+                Ok(mut stream) => {
+                    // A fresh stream's snapshot must show every session of
+                    // `before`; a resumed one replays the changes since
+                    // `last` instead, which show any loss.
+                    let mut snapshot = (last == 0).then(HashSet::new);
+                    loop {
+                        let item = tokio::select! {
+                            _ = cancel.cancelled() => return,
+                            item = next(&mut stream) => item,
+                        };
+                        let response = match item {
+                            Some(Ok(response)) => response,
+                            Some(Err(status))
+                                if crate::Error::from_status(&status).reason()
+                                    == Reason::WatchHistoryCompacted =>
+                            {
+                                last = 0;
+                                break;
+                            }
+                            _ => break,
+                        };
+                        let Some(event) = response.event else {
+                            continue;
+                        };
+                        backoff = FIRST_BACKOFF;
+                        last = last.max(event.revision);
+                        self.on_event(&pattern, &before, &mut snapshot, event);
+                    }
+                }
+                Err(err) if err.reason() == Reason::WatchHistoryCompacted => {
+                    // The server cannot replay from `last`: start afresh,
+                    // with the snapshot check.
+                    last = 0;
+                    continue;
+                }
+                Err(err) if !err.is_retryable() => {
+                    // E.g. PERMISSION_DENIED: no `watch` grant for the
+                    // pattern. Renewals still notice a loss.
+                    let mut state = self.state();
+                    if !cancel.is_cancelled() {
+                        state.refused = true;
+                        state.task = None;
+                        state.pattern = None;
+                    }
+                    return;
+                }
+                Err(_) => {}
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Takes one event: marks the sessions it shows lost. `snapshot` holds
+    /// the (name, token) pairs of the CURRENT events until
+    /// SNAPSHOT_COMPLETE, when every session of `before` missing from it is
+    /// lost.
+    fn on_event(
+        &self,
+        pattern: &str,
+        before: &[Arc<Inner>],
+        snapshot: &mut Option<HashSet<(String, u64)>>,
+        event: LeaseEvent,
+    ) {
+        let kind = EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified);
+        let token = if event.fencing_token != 0 {
+            event.fencing_token
+        } else {
+            event.lease.as_ref().map_or(0, |l| l.fencing_token)
+        };
+        if kind == EventType::SnapshotComplete {
+            if let Some(seen) = snapshot.take() {
+                for s in before {
+                    if !s.is_over() && !seen.contains(&(s.name().to_string(), s.token())) {
+                        s.lose_observed(format!(
+                            "the lease {:?} (fencing token {}) is no longer held: the watch {pattern:?} at {} does not show it",
+                            s.name(),
+                            s.token(),
+                            self.target
+                        ));
+                    }
+                }
+            }
+            return;
+        }
+        if kind == EventType::Current {
+            if let Some(seen) = snapshot.as_mut() {
+                seen.insert((event.name.clone(), token));
+            }
+        }
+        for s in self.covered(pattern) {
+            if s.name() != event.name || s.is_over() {
+                continue;
+            }
+            let ended = matches!(
+                kind,
+                EventType::Released | EventType::Expired | EventType::Revoked
+            ) && (token == s.token() || token == 0);
+            let taken = token > s.token();
+            if ended || taken {
+                let what = if taken && !ended {
+                    format!("held by {:?} with fencing token {token}", event.holder)
+                } else {
+                    kind.as_str_name().to_string()
+                };
+                s.lose_observed(format!(
+                    "the lease {:?} (fencing token {}) was lost: the watch saw {what} at revision {}",
+                    s.name(),
+                    s.token(),
+                    event.revision
+                ));
+            }
+        }
+    }
+}
+
+/// The session if it is alive and not over.
+fn live(session: &Weak<Inner>) -> Option<Arc<Inner>> {
+    session.upgrade().filter(|s| !s.is_over())
+}
+
+/// Whether the watch pattern covers `name`: the name itself, `>` (all), or
+/// a subtree `p.>` with `name` below `p.`.
+pub(crate) fn covers(pattern: &str, name: &str) -> bool {
+    if pattern == name || pattern == ">" {
+        return true;
+    }
+    match pattern.strip_suffix('>') {
+        Some(prefix) if prefix.ends_with('.') => {
+            name.len() > prefix.len() && name.starts_with(prefix)
+        }
+        _ => false,
+    }
+}
+
+/// The narrowest pattern covering every name: the name if there is one
+/// distinct name, else the longest common dotted prefix as a subtree, else
+/// `>`.
+pub(crate) fn pattern_for(names: &[String]) -> String {
+    let Some(first) = names.first() else {
+        return ">".into();
+    };
+    if names.iter().all(|n| n == first) {
+        return first.clone();
+    }
+    // A subtree must leave at least one token below it, for every name.
+    let mut common: Vec<&str> = first.split('.').collect();
+    common.pop();
+    for name in &names[1..] {
+        let parts: Vec<&str> = name.split('.').collect();
+        let same = common
+            .iter()
+            .zip(&parts)
+            .take_while(|(a, b)| a == b)
+            .count();
+        common.truncate(same.min(parts.len() - 1));
+    }
+    if common.is_empty() {
+        ">".into()
+    } else {
+        format!("{}.>", common.join("."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_pattern_is_the_narrowest_covering_every_name() {
+        assert_eq!(pattern_for(&names(&["jobs.a"])), "jobs.a");
+        assert_eq!(pattern_for(&names(&["jobs.a", "jobs.a"])), "jobs.a");
+        assert_eq!(pattern_for(&names(&["jobs.a", "jobs.b"])), "jobs.>");
+        assert_eq!(pattern_for(&names(&["jobs.x.a", "jobs.x.b"])), "jobs.x.>");
+        assert_eq!(pattern_for(&names(&["jobs", "jobs.a"])), ">");
+        assert_eq!(pattern_for(&names(&["jobs.a", "jobs.a.b"])), "jobs.>");
+        assert_eq!(pattern_for(&names(&["a.x", "b.x"])), ">");
+        for set in [
+            names(&["jobs.a", "jobs.b"]),
+            names(&["jobs.a", "jobs.a.b"]),
+            names(&["jobs", "jobs.a"]),
+            names(&["a.x", "b.y.z"]),
+        ] {
+            let p = pattern_for(&set);
+            for n in &set {
+                assert!(covers(&p, n), "{p} does not cover {n}");
+            }
+        }
+        assert!(!covers("jobs.>", "jobs"));
+        assert!(!covers("jobs.>", "jobsx.a"));
+        assert!(!covers("jobs.a", "jobs.b"));
+    }
+}
