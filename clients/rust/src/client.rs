@@ -15,6 +15,7 @@ use tonic::Code;
 use crate::config::{CallCredentials, ClientConfig};
 use crate::error::{Error, Reason};
 use crate::follow::Follower;
+use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
     AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, RevokeLeaseRequest,
@@ -32,6 +33,10 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// interceptor.
 pub type Stub = LeaseServiceClient<InterceptedService<Channel, CallCredentials>>;
 
+/// The generated election stub over the client's channel, with its
+/// credentials interceptor.
+pub(crate) type ElectionStub = ElectionServiceClient<InterceptedService<Channel, CallCredentials>>;
+
 /// A connection to a Tenure server.
 ///
 /// Cheap to clone (clones share the HTTP/2 connection and the one watch that
@@ -41,6 +46,8 @@ pub type Stub = LeaseServiceClient<InterceptedService<Channel, CallCredentials>>
 pub struct Client {
     /// The stub every call goes through.
     stub: Stub,
+    /// The election service over the same channel and credentials.
+    elections: ElectionStub,
     /// `host:port`, as errors name it.
     target: Arc<str>,
     /// The one `WatchLease` stream that notices the loss of any of this
@@ -166,11 +173,14 @@ impl Client {
     /// metadata with every call (its target only names the server in
     /// errors; its TLS settings are not used: the channel has its own).
     pub fn from_channel(channel: Channel, config: &ClientConfig) -> Client {
+        let elections =
+            ElectionServiceClient::with_interceptor(channel.clone(), config.credentials());
         let stub = LeaseServiceClient::with_interceptor(channel, config.credentials());
         let target: Arc<str> = config.display_target().into();
         Client {
             follower: Follower::new(stub.clone(), target.clone()),
             stub,
+            elections,
             target,
         }
     }
@@ -178,6 +188,11 @@ impl Client {
     /// The generated stub (with this client's credentials), for raw calls.
     pub fn stub(&self) -> Stub {
         self.stub.clone()
+    }
+
+    /// The election stub (with this client's credentials).
+    pub(crate) fn election_stub(&self) -> ElectionStub {
+        self.elections.clone()
     }
 
     /// The server, `host:port`.

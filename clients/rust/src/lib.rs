@@ -43,6 +43,7 @@
 
 mod client;
 mod config;
+mod election;
 mod error;
 pub mod fencing;
 mod follow;
@@ -59,6 +60,7 @@ pub mod proto {
 
 pub use client::{AcquireOptions, Client, Stub, DEFAULT_CALL_TIMEOUT};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
+pub use election::{Election, Leader, VALUE_KEY};
 pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use proto::{EventType, Lease};

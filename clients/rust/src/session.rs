@@ -331,6 +331,14 @@ impl Session {
         result
     }
 
+    /// Takes the reply of another call that renewed this holding (an
+    /// election's Proclaim), sent at `sent`.
+    pub(crate) fn renewed_by(&self, lease: &Lease, sent: Instant) {
+        if lease.fencing_token == self.inner.fencing_token {
+            self.inner.renewed(lease, sent);
+        }
+    }
+
     /// Stops renewing and releases the lease with the current revision, so
     /// the next holder can take it at once.
     ///
@@ -492,10 +500,17 @@ impl Inner {
                 ),
             ));
         }
+        self.renewed(&lease, sent);
+        Ok(lease)
+    }
+
+    /// Takes a reply that renewed this holding, for a request sent at
+    /// `sent`: only a newer revision moves the session on.
+    fn renewed(&self, lease: &Lease, sent: Instant) {
         let mut state = self.state();
         if lease.revision > state.revision {
             state.revision = lease.revision;
-            state.ttl = ttl_of(&lease);
+            state.ttl = ttl_of(lease);
             state.safety_margin = self
                 .margin_given
                 .unwrap_or_else(|| default_safety_margin(state.ttl));
@@ -506,7 +521,6 @@ impl Inner {
             state.lease = lease.clone();
         }
         state.last_error = None;
-        Ok(lease)
     }
 
     /// See [`Session::release`].

@@ -1,0 +1,303 @@
+//! Leader election, in the shape of client-go's `leaderelection` and etcd's
+//! `concurrency.Election`.
+//!
+//! An election is the lease of the same name (`tenure.v1.ElectionService`),
+//! so a term is a [`Session`]: its fencing token is the term's token, it is
+//! renewed in the background, and [`Session::lost`] fires at its safe
+//! deadline or as soon as the server or the shared watch says it ended.
+//! [`Election::run`] campaigns, runs the leader's work with a token that is
+//! cancelled when the term ends, and campaigns again; [`Election::observe`]
+//! follows who leads.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use crate::client::{AcquireOptions, Client, ElectionStub};
+use crate::error::{Error, Reason};
+use crate::proto::{LeaderRequest, Leadership, Lease, ObserveRequest, ProclaimRequest};
+use crate::session::Session;
+use crate::watch::{FIRST_BACKOFF, MAX_BACKOFF};
+use crate::DEFAULT_CALL_TIMEOUT;
+
+/// The lease metadata key that holds a leader's value.
+pub const VALUE_KEY: &str = "value";
+
+/// How long one campaign waits before it is sent again (the server caps it).
+const CAMPAIGN_WAIT: Duration = Duration::from_secs(30);
+
+/// Who leads an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's holder name.
+    pub identity: String,
+    /// What the leader published (e.g. its address).
+    pub value: String,
+    /// The term's fencing token.
+    pub fencing_token: u64,
+}
+
+impl From<Leadership> for Leader {
+    fn from(l: Leadership) -> Leader {
+        Leader {
+            identity: l.holder,
+            value: l.value,
+            fencing_token: l.fencing_token,
+        }
+    }
+}
+
+/// One election over a [`Client`]'s connection and credentials. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct Election {
+    /// The client whose sessions are the terms.
+    client: Client,
+    /// The election (a lease name).
+    name: Arc<str>,
+}
+
+impl Election {
+    /// The election `name`.
+    pub fn new(client: &Client, name: impl Into<String>) -> Election {
+        Election {
+            client: client.clone(),
+            name: name.into().into(),
+        }
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Campaigns once: waits up to `wait` for the election to have no
+    /// leader, then makes `identity` its leader publishing `value`, and
+    /// returns the term ([`Session::release`] resigns).
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseHeld`] when the wait ran out with another leader; the
+    /// errors of [`Client::acquire`].
+    pub async fn campaign(
+        &self,
+        identity: impl Into<String>,
+        value: impl Into<String>,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Session, Error> {
+        let mut options = AcquireOptions::default().metadata(VALUE_KEY, value);
+        if !wait.is_zero() {
+            options = options.wait(wait);
+        }
+        self.client
+            .acquire(self.name.to_string(), identity, ttl, options)
+            .await
+    }
+
+    /// Replaces the value the term's leader publishes, without a new term
+    /// (a renewal that also writes the value).
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseNotHeld`] when the term has ended.
+    pub async fn proclaim(&self, term: &Session, value: impl Into<String>) -> Result<(), Error> {
+        if !term.is_held() {
+            return Err(Error::local(
+                Code::FailedPrecondition,
+                Reason::LeaseNotHeld,
+                format!("the term of {:?} has ended", self.name),
+            ));
+        }
+        let mut request = tonic::Request::new(ProclaimRequest {
+            name: self.name.to_string(),
+            expected_revision: term.revision(),
+            lease_key: term.lease_key().to_string(),
+            value: value.into(),
+        });
+        request.set_timeout(DEFAULT_CALL_TIMEOUT);
+        let sent = Instant::now();
+        let mut stub = self.stub();
+        let reply = stub
+            .proclaim(request)
+            .await
+            .map_err(|s| Error::from(s).context(self.client.target(), "Proclaim"))?
+            .into_inner();
+        if let Some(l) = reply.leadership {
+            let lease = Lease {
+                name: l.name,
+                holder: l.holder,
+                fencing_token: l.fencing_token,
+                revision: l.revision,
+                ttl: l.ttl,
+                ..term.lease()
+            };
+            term.renewed_by(&lease, sent);
+        }
+        Ok(())
+    }
+
+    /// Who leads now; `None` when nobody does.
+    ///
+    /// # Errors
+    ///
+    /// The server could not be reached or refused (grants, credentials).
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        let mut request = tonic::Request::new(LeaderRequest {
+            name: self.name.to_string(),
+        });
+        request.set_timeout(DEFAULT_CALL_TIMEOUT);
+        let mut stub = self.stub();
+        match stub.leader(request).await {
+            Ok(reply) => Ok(reply.into_inner().leadership.map(Leader::from)),
+            Err(status) => {
+                let err = Error::from(status).context(self.client.target(), "Leader");
+                if err.reason() == Reason::LeaseNotFound {
+                    Ok(None)
+                } else {
+                    Err(err)
+                }
+            }
+        }
+    }
+
+    /// Follows who leads until `stop` is cancelled: the receiver gets the
+    /// current leader first, then every change (`None`: nobody leads). The
+    /// Observe stream is reopened after errors (it starts with the current
+    /// state, so a reconnect never leaves a stale leader); a permanent
+    /// refusal (grants, credentials, arguments) ends it, as does dropping
+    /// the receiver.
+    pub fn observe(&self, stop: CancellationToken) -> mpsc::Receiver<Option<Leader>> {
+        let (tx, rx) = mpsc::channel(16);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut last: Option<Option<Leader>> = None;
+            let mut backoff = FIRST_BACKOFF;
+            while !stop.is_cancelled() {
+                let request = ObserveRequest {
+                    name: this.name.to_string(),
+                };
+                let mut stub = this.stub();
+                let opened = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = stub.observe(request) => r,
+                };
+                let failure = match opened {
+                    Ok(stream) => {
+                        let mut stream = stream.into_inner();
+                        loop {
+                            let msg = tokio::select! {
+                                _ = stop.cancelled() => return,
+                                m = stream.message() => m,
+                            };
+                            match msg {
+                                Ok(Some(msg)) => {
+                                    backoff = FIRST_BACKOFF;
+                                    let now = msg.leader.map(Leader::from);
+                                    if last.as_ref() != Some(&now) {
+                                        last = Some(now.clone());
+                                        if tx.send(now).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
+                                Ok(None) => break None,
+                                Err(status) => break Some(status.code()),
+                            }
+                        }
+                    }
+                    Err(status) => Some(status.code()),
+                };
+                if matches!(
+                    failure,
+                    Some(Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument)
+                ) {
+                    return;
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        });
+        rx
+    }
+
+    /// Takes part in the election until `stop` is cancelled: campaigns as
+    /// `identity` publishing `value`, and while it leads runs
+    /// `lead(term, ended)` (the term shared with the elector, which resigns it afterwards), where `ended` is cancelled when the term ends
+    /// (its safe deadline, a revoke or expiry, or `stop`). The leader must
+    /// stop acting when `ended` fires and pass `term.fencing_token()` with
+    /// every downstream write. When `lead` returns, the term is resigned (if
+    /// still held) and `stopped` is called; then it campaigns again.
+    ///
+    /// # Errors
+    ///
+    /// A permanent error of a campaign (arguments, credentials, grants);
+    /// `Ok(())` once `stop` is cancelled.
+    pub async fn run<L, F>(
+        &self,
+        identity: &str,
+        value: &str,
+        ttl: Duration,
+        stop: CancellationToken,
+        mut lead: L,
+        mut stopped: impl FnMut(),
+    ) -> Result<(), Error>
+    where
+        L: FnMut(Arc<Session>, CancellationToken) -> F,
+        F: Future<Output = ()>,
+    {
+        let mut backoff = FIRST_BACKOFF;
+        while !stop.is_cancelled() {
+            let campaign = tokio::select! {
+                _ = stop.cancelled() => break,
+                c = self.campaign(identity, value, ttl, CAMPAIGN_WAIT) => c,
+            };
+            let term = match campaign {
+                Ok(term) => term,
+                Err(err) if err.reason() == Reason::LeaseHeld => continue,
+                Err(err) if !err.is_retryable() => return Err(err),
+                Err(_) => {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            backoff = FIRST_BACKOFF;
+            let term = Arc::new(term);
+            let ended = term.lost().child_token();
+            let on_stop = {
+                let ended = ended.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    stop.cancelled().await;
+                    ended.cancel();
+                })
+            };
+            lead(Arc::clone(&term), ended.clone()).await;
+            ended.cancel();
+            on_stop.abort();
+            // Resign: the next participant leads at once, not after the TTL.
+            // A term already lost reports false; an unreachable server lets
+            // the term expire at its TTL.
+            let _ = term.release().await;
+            stopped();
+        }
+        Ok(())
+    }
+
+    /// The election stub with the client's credentials.
+    fn stub(&self) -> ElectionStub {
+        self.client.election_stub()
+    }
+}
