@@ -259,6 +259,7 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         wait: None,
         metadata: a.metadata.into_iter().collect(),
         lock_delay: None,
+        limit: a.limit,
     };
     let (lease, key, _) = acquire_waiting(&mut c, &a.conn, req, a.wait).await?;
     match a.output.output {
@@ -270,9 +271,13 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         OutputFormat::Table => {
             out!("{}", lease_table(std::slice::from_ref(&lease)));
             outln!("LEASE KEY  {key}");
+            let slot = match lease.slot {
+                0 => String::new(),
+                n => format!(" --slot {n}"),
+            };
             for verb in ["renew", "release"] {
                 outln!(
-                    "{:<9}  tenure {verb} {} --revision {} --lease-key {key}",
+                    "{:<9}  tenure {verb} {} --revision {}{slot} --lease-key {key}",
                     format!("{verb}:"),
                     lease.name,
                     lease.revision
@@ -293,6 +298,7 @@ pub async fn renew(a: RenewArgs) -> Result<(), CliError> {
                 expected_revision: a.revision,
                 lease_key: a.lease_key,
                 ttl: a.ttl.map(to_proto),
+                slot: a.slot,
             },
             &a.conn,
             Duration::ZERO,
@@ -319,6 +325,7 @@ pub async fn release(a: ReleaseArgs) -> Result<(), CliError> {
                 name: a.name,
                 expected_revision: a.revision,
                 lease_key: a.lease_key,
+                slot: a.slot,
             },
             &a.conn,
             Duration::ZERO,

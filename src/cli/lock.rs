@@ -125,6 +125,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         wait: None,
         metadata: a.metadata.iter().cloned().collect(),
         lock_delay: None,
+        limit: 0,
     };
     let acquiring = async {
         let mut client = connect(&a.conn).await?;
@@ -407,6 +408,7 @@ async fn release(
             name: name.to_string(),
             expected_revision: rev,
             lease_key: key.to_string(),
+            slot: 0,
         },
         conn,
         Duration::ZERO,
@@ -453,6 +455,7 @@ async fn keep(
             expected_revision: held.revision,
             lease_key: key.clone(),
             ttl: None,
+            slot: 0,
         });
         req.set_timeout(budget);
         match tokio::time::timeout(budget, client.renew(req)).await {

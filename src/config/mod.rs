@@ -236,6 +236,11 @@ pub struct Config {
     #[arg(long, env = "TENURE_MAX_LOCK_DELAY", default_value = "60s", value_parser = parse_duration)]
     pub max_lock_delay: Duration,
 
+    /// Largest semaphore limit an Acquire may ask for (each slot is a key an
+    /// Acquire reads).
+    #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_semaphore_limit: u32,
+
     /// Folder for the local nats-server's store (only without --nats-url).
     #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
     pub data_dir: PathBuf,
@@ -366,6 +371,7 @@ impl Config {
             default_ttl_s: self.default_ttl.as_secs(),
             max_wait: self.max_wait,
             max_lock_delay_s: self.max_lock_delay.as_secs(),
+            max_semaphore_limit: self.max_semaphore_limit,
         }
     }
 
@@ -419,6 +425,8 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Longest `lock_delay` an Acquire may ask for, whole seconds.
     pub max_lock_delay_s: u64,
+    /// Largest semaphore `limit` an Acquire may ask for.
+    pub max_semaphore_limit: u32,
 }
 
 /// Where the bucket lives and how it is made.

@@ -33,10 +33,15 @@ impl Mirror {
     /// out) stands for nothing. Only live holdings are kept.
     pub fn apply(&mut self, entry: Entry) -> Option<Event> {
         self.position = self.position.max(entry.revision);
-        if super::rules::is_reserved(&entry.name) {
-            // Tenure's own keys (fences, tickets) are not leases.
-            return None;
-        }
+        // A semaphore slot key stands for one holder of the semaphore: it is
+        // kept under its key and shown under the semaphore's name and slot.
+        let (shown, slot) = match super::semaphore::parse_slot_key(&entry.name) {
+            Some((name, slot)) => (name.to_string(), slot),
+            // Tenure's own other keys (fences, definitions, tickets) are not
+            // leases.
+            None if super::rules::is_reserved(&entry.name) => return None,
+            None => (entry.name.clone(), 0),
+        };
         let (kind, holder, token, holding) = match entry.kind {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
@@ -50,7 +55,9 @@ impl Mirror {
                 } else {
                     EventKind::Renewed
                 };
-                let holding = Arc::new(Holding::at(&entry.name, entry.revision, record));
+                let holding = Arc::new(
+                    Holding::at(&entry.name, entry.revision, record).in_slot(&shown, slot),
+                );
                 self.names.insert(entry.name.clone(), holding.clone());
                 (kind, holding.record.holder.clone(), token, Some(holding))
             }
@@ -85,12 +92,13 @@ impl Mirror {
         }
         Some(Event {
             kind,
-            name: entry.name,
+            name: shown,
             revision: entry.revision,
             holder,
             token,
             holding,
             time_ms: entry.time_ms,
+            slot,
         })
     }
 }

@@ -20,6 +20,7 @@ mod mirror;
 mod queue;
 mod record;
 mod rules;
+mod semaphore;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -67,6 +68,8 @@ pub struct AcquireArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of the holding, whole seconds (0: none).
     pub lock_delay_s: u64,
+    /// The semaphore limit (0: a plain, exclusive lease; see [`semaphore`]).
+    pub limit: u32,
 }
 
 /// How a holding is ended: by its holder, or by an operator.
@@ -119,7 +122,7 @@ impl Leases {
     /// Takes a lease, waiting for it to become free if `args.wait` says so.
     pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
         let Some(wait) = args.wait else {
-            return self.try_acquire(args).await;
+            return self.try_once(args).await;
         };
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
@@ -131,7 +134,7 @@ impl Leases {
             .await
             .ok();
         loop {
-            let held = match self.try_acquire(args).await {
+            let held = match self.try_once(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             };
@@ -160,6 +163,15 @@ impl Leases {
                     }
                 }
             }
+        }
+    }
+
+    /// One attempt to take a lease, or a slot of a semaphore.
+    async fn try_once(&self, args: &AcquireArgs) -> Result<Holding> {
+        if args.limit > 0 {
+            self.try_acquire_slot(args).await
+        } else {
+            self.try_acquire(args).await
         }
     }
 

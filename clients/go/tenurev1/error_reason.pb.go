@@ -134,6 +134,12 @@ const (
 	// INTERNAL: an unexpected failure in Tenure; the message says what.
 	// INTERNAL; permanent (report it).
 	ErrorReason_INTERNAL ErrorReason = 22
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// LIMIT_MISMATCH: an Acquire asked for a semaphore limit other than the one
+	// in force for the name's live holders (metadata: limit).
+	// FAILED_PRECONDITION; permanent: use the limit in force, or wait until
+	// every holder is gone.
+	ErrorReason_LIMIT_MISMATCH ErrorReason = 27
 )
 
 // Enum value maps for ErrorReason.
@@ -162,6 +168,7 @@ var (
 		20: "REQUEST_TOO_LARGE",
 		21: "METADATA_TOO_LARGE",
 		22: "INTERNAL",
+		27: "LIMIT_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -187,6 +194,7 @@ var (
 		"REQUEST_TOO_LARGE":        20,
 		"METADATA_TOO_LARGE":       21,
 		"INTERNAL":                 22,
+		"LIMIT_MISMATCH":           27,
 	}
 )
 
@@ -221,7 +229,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xee\x03\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\x82\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -247,7 +255,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x10TOO_MANY_WATCHES\x10\x13\x12\x15\n" +
 	"\x11REQUEST_TOO_LARGE\x10\x14\x12\x16\n" +
 	"\x12METADATA_TOO_LARGE\x10\x15\x12\f\n" +
-	"\bINTERNAL\x10\x16B^\n" +
+	"\bINTERNAL\x10\x16\x12\x12\n" +
+	"\x0eLIMIT_MISMATCH\x10\x1bB^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

@@ -29,6 +29,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REQUEST_TOO_LARGE: _ClassVar[ErrorReason]
     METADATA_TOO_LARGE: _ClassVar[ErrorReason]
     INTERNAL: _ClassVar[ErrorReason]
+    LIMIT_MISMATCH: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -52,3 +53,4 @@ TOO_MANY_WATCHES: ErrorReason
 REQUEST_TOO_LARGE: ErrorReason
 METADATA_TOO_LARGE: ErrorReason
 INTERNAL: ErrorReason
+LIMIT_MISMATCH: ErrorReason

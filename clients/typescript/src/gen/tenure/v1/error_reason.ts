@@ -169,6 +169,14 @@ export enum ErrorReason {
    * INTERNAL; permanent (report it).
    */
   INTERNAL = "INTERNAL",
+  /**
+   * LIMIT_MISMATCH - buf:lint:ignore ENUM_VALUE_PREFIX
+   * LIMIT_MISMATCH: an Acquire asked for a semaphore limit other than the one
+   * in force for the name's live holders (metadata: limit).
+   * FAILED_PRECONDITION; permanent: use the limit in force, or wait until
+   * every holder is gone.
+   */
+  LIMIT_MISMATCH = "LIMIT_MISMATCH",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -243,6 +251,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 22:
     case "INTERNAL":
       return ErrorReason.INTERNAL;
+    case 27:
+    case "LIMIT_MISMATCH":
+      return ErrorReason.LIMIT_MISMATCH;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -298,6 +309,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "METADATA_TOO_LARGE";
     case ErrorReason.INTERNAL:
       return "INTERNAL";
+    case ErrorReason.LIMIT_MISMATCH:
+      return "LIMIT_MISMATCH";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -352,6 +365,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 21;
     case ErrorReason.INTERNAL:
       return 22;
+    case ErrorReason.LIMIT_MISMATCH:
+      return 27;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;
