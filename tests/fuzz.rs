@@ -72,7 +72,7 @@ fn request() -> impl Strategy<Value = Req> {
                 metadata,
                 lock_delay,
                 // Mostly plain leases; some semaphores, some over the bound.
-                limit: if limit < 200 { 0 } else { limit - 200 } * (limit % 3),
+                limit: limit.saturating_sub(200) * (limit % 3),
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {

@@ -236,9 +236,10 @@ pub struct Config {
     #[arg(long, env = "TENURE_MAX_LOCK_DELAY", default_value = "60s", value_parser = parse_duration)]
     pub max_lock_delay: Duration,
 
-    /// Largest semaphore limit an Acquire may ask for (each slot is a key an
-    /// Acquire reads).
-    #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// Largest semaphore limit an Acquire may ask for, 1 to 999 (each slot
+    /// is a key an Acquire reads, and defining a semaphore writes every slot
+    /// in one atomic batch of at most 1,000 messages).
+    #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=999))]
     pub max_semaphore_limit: u32,
 
     /// Folder for the local nats-server's store (only without --nats-url).

@@ -67,6 +67,11 @@ impl Mirror {
             }
             Kind::Released(payload) => {
                 let before = self.names.remove(&entry.name);
+                if slot > 0 && before.is_none() {
+                    // A tombstone a semaphore's (re)definition wrote over a
+                    // free slot, or the release of a holding never seen.
+                    return None;
+                }
                 let (holder, token) = match (payload, before) {
                     (Some(p), _) => (p.holder, p.token),
                     (None, Some(b)) => (b.record.holder.clone(), b.token),

@@ -97,11 +97,15 @@ impl Leases {
         let limit = args.limit;
         let hash = KeyHash::of(&args.key);
         'attempt: for _ in 0..MAX_CAS_ATTEMPTS {
+            // The slots first, then the definition: a limit change committed
+            // after the slots were read rewrote them, so a write over a
+            // slot's read revision fails if the limit changed since.
+            let mut slots = self.slots(name, 1, limit).await?;
             let def = self.definition(name).await?;
-            // Read every slot of both limits: live holders of the one in force
-            // make a different limit a mismatch.
-            let span = limit.max(def.limit.unwrap_or(0));
-            let slots = self.slots(name, span).await?;
+            let in_force = def.limit.unwrap_or(0);
+            if in_force > limit {
+                slots.extend(self.slots(name, limit + 1, in_force).await?);
+            }
             let live: Vec<(u32, u64, &Record)> = slots
                 .iter()
                 .filter_map(|(slot, e)| match e {
@@ -113,12 +117,10 @@ impl Leases {
                     _ => None,
                 })
                 .collect();
-            if let Some(in_force) = def.limit.filter(|l| *l != limit) {
-                if !live.is_empty() {
-                    return Err(mismatch(name, limit, in_force));
-                }
+            if in_force > 0 && in_force != limit && !live.is_empty() {
+                return Err(mismatch(name, limit, in_force));
             }
-            let mut free = None;
+            let mut free = Vec::new();
             for (slot, entry) in slots.iter().take(limit as usize) {
                 match rules::plan_acquire(entry.as_ref(), &args.holder, &hash) {
                     AcquirePlan::Retry { revision, record } => {
@@ -134,15 +136,15 @@ impl Leases {
                     AcquirePlan::Unreadable => {
                         return Err(unreadable(&slot_key(name, *slot), self.store.bucket()))
                     }
-                    AcquirePlan::Take { expected } if free.is_none() => {
-                        free = Some((*slot, expected))
-                    }
-                    _ => {}
+                    AcquirePlan::Take { expected } => free.push((*slot, expected)),
+                    AcquirePlan::Held { .. } => {}
                 }
             }
-            let Some((slot, expected)) = free else {
+            if free.is_empty() {
                 return Err(full(name, limit, &live));
-            };
+            }
+            // A random free slot: concurrent Acquires rarely pick the same.
+            let (slot, expected) = free[rand::random::<u32>() as usize % free.len()];
             let now = now_ms();
             let record = Record {
                 holder: args.holder.clone(),
@@ -155,8 +157,17 @@ impl Leases {
                 lock_delay_s: 0,
             };
             let key = slot_key(name, slot);
-            let writes = [
-                Write {
+            let ttl = Duration::from_secs(args.ttl_s);
+            let written = if in_force == limit {
+                // The limit stands: only the slot is written.
+                self.store.put(&key, record.encode(), expected, ttl).await
+            } else {
+                // (Re)defining the limit: the definition over its read
+                // revision, and every free slot of both limits over its read
+                // revision (the taken one gets the record, the others a
+                // tombstone), so that any Acquire that read the old limit
+                // fails on its slot.
+                let mut writes = vec![Write {
                     name: definition_key(name),
                     op: WriteOp::Put,
                     payload: serde_json::to_vec(&Definition { limit })
@@ -164,16 +175,38 @@ impl Leases {
                         .into(),
                     expected: Some(def.revision),
                     ttl: Duration::ZERO,
-                },
-                Write {
+                }];
+                for (n, entry) in &slots {
+                    let revision = entry.as_ref().map_or(0, |e| e.revision);
+                    if *n == slot
+                        || matches!(
+                            entry,
+                            Some(Entry {
+                                kind: Kind::Held(_),
+                                ..
+                            })
+                        )
+                    {
+                        continue;
+                    }
+                    writes.push(Write {
+                        name: slot_key(name, *n),
+                        op: WriteOp::Delete,
+                        payload: bytes::Bytes::new(),
+                        expected: Some(revision),
+                        ttl: Duration::ZERO,
+                    });
+                }
+                writes.push(Write {
                     name: key.clone(),
                     op: WriteOp::Put,
                     payload: record.encode(),
                     expected: Some(expected),
-                    ttl: Duration::from_secs(args.ttl_s),
-                },
-            ];
-            match self.store.batch(&writes).await {
+                    ttl,
+                });
+                self.store.batch(&writes).await
+            };
+            match written {
                 Ok(revision) => {
                     tracing::debug!(name, slot, holder = %args.holder, token = revision, "semaphore slot acquired");
                     METRICS.acquired.inc();
@@ -222,7 +255,7 @@ impl Leases {
             return Ok(None);
         };
         let holders: Vec<Holding> = self
-            .slots(name, limit)
+            .slots(name, 1, limit)
             .await?
             .into_iter()
             .filter_map(|(slot, e)| match e {
@@ -256,10 +289,10 @@ impl Leases {
         })
     }
 
-    /// Reads slots 1 to `count` of semaphore `name` from the stream leader,
-    /// concurrently.
-    async fn slots(&self, name: &str, count: u32) -> Result<Vec<(u32, Option<Entry>)>> {
-        let reads = (1..=count).map(|slot| async move {
+    /// Reads slots `from` to `to` of semaphore `name` from the stream
+    /// leader, concurrently.
+    async fn slots(&self, name: &str, from: u32, to: u32) -> Result<Vec<(u32, Option<Entry>)>> {
+        let reads = (from..=to).map(|slot| async move {
             let last = self.store.last(&slot_key(name, slot)).await?;
             Ok::<_, Error>((slot, last.map(Entry::from)))
         });
