@@ -168,8 +168,8 @@ pub struct LockArgs {
     #[arg(long)]
     pub holder: Option<String>,
 
-    /// Hold one of N slots of a semaphore. Only 1 (a plain lease) is
-    /// accepted until the server has semaphores.
+    /// Hold one of N slots of a counting semaphore (N > 1); 1 is a plain
+    /// lease.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub limit: Option<u32>,
 
