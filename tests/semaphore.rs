@@ -302,6 +302,25 @@ async fn only_the_slot_key_holder_renews_or_releases_it() {
     assert_eq!(holders, expected, "holders by slot");
     assert_eq!(got.lease.unwrap().fencing_token, one.fencing_token);
 
+    // A watch's snapshot shows each holder with its slot, for the name and
+    // for a subtree above it.
+    for target in [name, "sem.>"] {
+        let mut w = watch(&mut a, target).await;
+        let mut current = Vec::new();
+        loop {
+            let e = next_event(&mut w).await;
+            if e.r#type == EventType::SnapshotComplete as i32 {
+                break;
+            }
+            assert_eq!(e.name, name);
+            current.push((e.slot, e.lease.unwrap().slot));
+        }
+        current.sort();
+        let mut slots = vec![(one.slot, one.slot), (two.slot, two.slot)];
+        slots.sort();
+        assert_eq!(current, slots, "snapshot of {target}");
+    }
+
     // A plain lease reads as before: no holders, no limit.
     acquire(&mut a, acquire_req("sem.plain", "p", 30)).await;
     let plain = a

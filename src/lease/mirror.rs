@@ -114,6 +114,32 @@ mod tests {
     use crate::lease::record::fixtures::{entry, held as rec};
     use crate::lease::record::Released;
 
+    /// A semaphore slot key reads as a holder of the semaphore, with its
+    /// slot; a tombstone over a free slot (a definition's) is no event, and
+    /// the definition key is never a lease.
+    #[test]
+    fn slot_keys_are_semaphore_holders() {
+        let mut m = Mirror {
+            live: true,
+            ..Mirror::default()
+        };
+        let key = crate::lease::semaphore::slot_key("jobs.render", 2);
+        let e = m.apply(entry(&key, 5, rec("h", 0))).unwrap();
+        assert_eq!(
+            (e.kind, e.name.as_str(), e.slot, e.token),
+            (EventKind::Acquired, "jobs.render", 2, 5)
+        );
+        let h = e.holding.unwrap();
+        assert_eq!((h.name.as_str(), h.slot), ("jobs.render", 2));
+        let other = crate::lease::semaphore::slot_key("jobs.render", 3);
+        assert!(m.apply(entry(&other, 6, Kind::Released(None))).is_none());
+        assert!(m
+            .apply(entry("_tenure.sem.jobs.render.limit", 6, rec("h", 0)))
+            .is_none());
+        let e = m.apply(entry(&key, 7, Kind::Expired)).unwrap();
+        assert_eq!((e.kind, e.slot, e.token), (EventKind::Expired, 2, 5));
+    }
+
     /// The initial load produces no events; live messages map to ACQUIRED,
     /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.
     #[test]
