@@ -400,3 +400,63 @@ async fn renewals_never_conflict_with_acquires() {
     );
     assert_eq!(after - before, 0.0, "renewals conflicted with acquires");
 }
+
+/// The command line: `tenure acquire --limit` prints the slot and the
+/// renew/release lines with `--slot`; `tenure get` lists the holders, the
+/// limit and the free slots; `tenure release --slot` frees the slot.
+#[tokio::test]
+async fn the_cli_takes_and_shows_semaphore_slots() {
+    let t = Tenure::start().await;
+    let run = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        c.env(
+            "TENURE_SERVER",
+            format!("http://{}", t.running.as_ref().unwrap().addr()),
+        )
+        .env_remove("TENURE_OUTPUT")
+        .env_remove("TENURE_LEASE_KEY")
+        .args(args);
+        async move {
+            let out = within("tenure to finish", c.output()).await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        }
+    };
+    let got = run(&[
+        "acquire", "sem.cli", "--limit", "2", "--holder", "c1", "-o", "json",
+    ])
+    .await;
+    let slot = got["slot"].as_u64().expect("a slot");
+    assert!((1..=2).contains(&slot));
+    run(&[
+        "acquire", "sem.cli", "--limit", "2", "--holder", "c2", "-o", "json",
+    ])
+    .await;
+    let shown = run(&["get", "sem.cli", "-o", "json"]).await;
+    assert_eq!(
+        (shown["limit"].as_u64(), shown["free_slots"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(shown["holders"].as_array().unwrap().len(), 2);
+    let revision = got["revision"].as_u64().unwrap().to_string();
+    let key = got["lease_key"].as_str().unwrap();
+    run(&[
+        "release",
+        "sem.cli",
+        "--slot",
+        &slot.to_string(),
+        "--revision",
+        &revision,
+        "--lease-key",
+        key,
+        "-o",
+        "json",
+    ])
+    .await;
+    let shown = run(&["get", "sem.cli", "-o", "json"]).await;
+    assert_eq!(shown["free_slots"].as_u64(), Some(1));
+}

@@ -64,6 +64,21 @@ pub async fn get(a: GetArgs) -> Result<(), CliError> {
         .await
         .map_err(|s| CliError::from_status(&s))?
         .into_inner();
+    if resp.limit > 0 {
+        // A semaphore: every holder, the limit and the free slots.
+        match a.output.output {
+            OutputFormat::Json => print_json(&serde_json::json!({
+                "limit": resp.limit,
+                "free_slots": resp.free_slots,
+                "holders": resp.holders.iter().map(lease_json).collect::<Vec<_>>(),
+            })),
+            OutputFormat::Table => {
+                out!("{}", lease_table(&resp.holders));
+                outln!("LIMIT {}  FREE SLOTS {}", resp.limit, resp.free_slots);
+            }
+        }
+        return Ok(());
+    }
     let lease = resp.lease.unwrap_or_default();
     match a.output.output {
         OutputFormat::Json => print_json(&lease_json(&lease)),
