@@ -271,6 +271,11 @@ async fn only_the_slot_key_holder_renews_or_releases_it() {
             .await
             .expect_err("not this slot's key");
         assert_eq!(reason(&err), "LEASE_NOT_HELD");
+        assert!(
+            err.message().contains("\"sem.keys\" (semaphore slot"),
+            "{}",
+            err.message()
+        );
         let err = b
             .release(release_slot(name, slot, one.revision, key))
             .await

@@ -232,7 +232,8 @@ impl Leases {
     ) -> Result<Holding> {
         let holding = self
             .renew(&slot_key(name, slot), expected, key, ttl_s)
-            .await?;
+            .await
+            .map_err(|e| in_slot_terms(e, name, slot))?;
         Ok(holding.in_slot(name, slot))
     }
 
@@ -245,7 +246,9 @@ impl Leases {
         expected: u64,
         key: &str,
     ) -> Result<u64> {
-        self.release(&slot_key(name, slot), expected, key).await
+        self.release(&slot_key(name, slot), expected, key)
+            .await
+            .map_err(|e| in_slot_terms(e, name, slot))
     }
 
     /// The semaphore `name`, when it has a definition and live holders.
@@ -298,6 +301,16 @@ impl Leases {
         });
         futures::future::try_join_all(reads).await
     }
+}
+
+/// An error of the lease code about a slot key, told in the caller's terms
+/// (the semaphore's name and the slot) rather than the reserved key's.
+fn in_slot_terms(mut err: Error, name: &str, slot: u32) -> Error {
+    err.message = err.message.replace(
+        &format!("{:?}", slot_key(name, slot)),
+        &format!("{name:?} (semaphore slot {slot})"),
+    );
+    err
 }
 
 /// `LIMIT_MISMATCH`: the semaphore's live holders use another limit.
