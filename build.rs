@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/tenure/v1/lease.proto",
         "proto/tenure/v1/error_reason.proto",
+        "proto/tenure/v1/election.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(protos, ["proto"])?;

@@ -39,6 +39,7 @@ impl Reason {
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
             Reason::WatchLagged => Code::ResourceExhausted,
+            Reason::WatchHistoryCompacted => Code::OutOfRange,
             Reason::NatsUnavailable | Reason::ShuttingDown => Code::Unavailable,
             Reason::Unauthenticated => Code::Unauthenticated,
             Reason::PermissionDenied => Code::PermissionDenied,

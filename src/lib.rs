@@ -2,11 +2,13 @@
 //! JetStream KV.
 //!
 //! Clients call `Acquire`, `Renew`, `Release`, `GetLease` and `WatchLease`
-//! over gRPC (`proto/tenure/v1/`). Each call becomes one compare-and-set
-//! publish on a JetStream KV bucket; the revision of the write that acquired
-//! a holding is its fencing token. No lease state lives in the process, so
-//! any number of replicas can serve one bucket. `docs/design.md` explains
-//! the protocol and why it is safe.
+//! over gRPC (`proto/tenure/v1/`), and elect leaders with the
+//! `ElectionService` (`Campaign`, `Proclaim`, `Resign`, `Leader`,
+//! `Observe`), whose elections are leases of the same name. Each call
+//! becomes one compare-and-set publish on a JetStream KV bucket; the
+//! revision of the write that acquired a holding is its fencing token. No
+//! lease state lives in the process, so any number of replicas can serve
+//! one bucket. `docs/design.md` explains the protocol and why it is safe.
 //!
 //! # Layout
 //!

@@ -16,17 +16,21 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::api::{Auth, CallLimits, Incoming, LeaseApi, LimitLayer, WatchLimits};
+use crate::api::{Auth, CallLimits, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
 use crate::error::StartError;
 use crate::lease::{Budget, Hub, Leases, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
 use crate::nats::Store;
 use crate::observe::METRICS;
+use crate::proto::election_service_server::ElectionServiceServer;
 use crate::proto::lease_service_server::LeaseServiceServer;
 
 /// The health service name of the lease API.
 pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
+/// The health service name of the election API (same status as the lease
+/// API: it runs on the same leases).
+pub const ELECTION_SERVICE_NAME: &str = "tenure.v1.ElectionService";
 /// How often an HTTP/2 ping checks that a client is still there.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a client has to answer the ping before its connection closes.
@@ -144,15 +148,18 @@ pub async fn start(
     };
     warn_if_open(&auth, tls.is_some(), addr);
     let calls = CallLimits::new(config, auth.enabled());
-    let api = LeaseApi::new(
+    let api = Arc::new(LeaseApi::new(
         Leases::new(store, hub, shutdown.clone()),
         config.limits(),
         auth,
         WatchLimits::new(config),
         calls,
         shutdown.clone(),
-    );
-    let api = LeaseServiceServer::new(api).max_decoding_message_size(config.max_request_bytes);
+    ));
+    // Elections share the lease service's wrapper, limits and watch slots.
+    let elections = ElectionServiceServer::new(ElectionApi::new(api.clone()))
+        .max_decoding_message_size(config.max_request_bytes);
+    let api = LeaseServiceServer::from_arc(api).max_decoding_message_size(config.max_request_bytes);
     // Caps connections, backs off on accept errors, closes silent and idle
     // connections.
     let incoming = Incoming::new(listener, config);
@@ -180,9 +187,10 @@ pub async fn start(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(api)
+        .add_service(elections)
         .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
     let task = tokio::spawn(server);
-    tracing::info!(%addr, bucket = %config.bucket, "serving tenure.v1.LeaseService");
+    tracing::info!(%addr, bucket = %config.bucket, "serving tenure.v1.LeaseService and tenure.v1.ElectionService");
     Ok(Running {
         addr,
         metrics_addr,
@@ -375,8 +383,12 @@ fn warn_if_open(auth: &Auth, tls: bool, addr: SocketAddr) {
     }
 }
 
-/// Sets the status of both the lease service and the whole server ("").
+/// Sets the status of the lease and election services and of the whole
+/// server ("").
 async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health.set_service_status(SERVICE_NAME, status).await;
+    health
+        .set_service_status(ELECTION_SERVICE_NAME, status)
+        .await;
     health.set_service_status("", status).await;
 }

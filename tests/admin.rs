@@ -78,6 +78,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
         .watch_lease(WatchLeaseRequest {
             name: "jobs.stuck".into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .unwrap()

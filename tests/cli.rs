@@ -140,6 +140,7 @@ async fn lock_gives_the_command_its_token_and_releases() {
         .watch_lease(WatchLeaseRequest {
             name: "jobs.env".into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .unwrap()

@@ -18,6 +18,7 @@ async fn unrenewed_lease_expires_and_is_free() {
         .watch_lease(WatchLeaseRequest {
             name: "exp.a".into(),
             event_types: vec![EventType::Expired as i32],
+            start_revision: 0,
         })
         .await
         .unwrap()
@@ -73,6 +74,7 @@ async fn lease_over_marker_or_tombstone_still_expires() {
         .watch_lease(WatchLeaseRequest {
             name: "exp.over".into(),
             event_types: vec![EventType::Expired as i32],
+            start_revision: 0,
         })
         .await
         .unwrap()

@@ -284,6 +284,7 @@ async fn open_unread(
     let open = w.watch_lease(WatchLeaseRequest {
         name: "heavy.>".into(),
         event_types: vec![],
+        start_revision: 0,
     });
     // A client-side bound: a grpc-timeout would also end the stream.
     match tokio::time::timeout(Duration::from_secs(2), open).await {

@@ -376,6 +376,7 @@ async fn refusals_quote_little_of_the_input() {
             tenure::proto::WatchLeaseRequest {
                 name: format!("{huge}.>"),
                 event_types: vec![],
+                start_revision: 0,
             },
         ))
         .await

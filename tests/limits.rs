@@ -77,6 +77,7 @@ async fn open_watch(
         .watch_lease(WatchLeaseRequest {
             name: ">".into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await?
         .into_inner();

@@ -84,6 +84,7 @@ async fn metrics_move_with_the_traffic() {
         .watch_lease(WatchLeaseRequest {
             name: "m.>".into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .unwrap()

@@ -130,6 +130,7 @@ async fn after_expiry_is_not_held() {
         .watch_lease(WatchLeaseRequest {
             name: "own.exp".into(),
             event_types: vec![EventType::Expired as i32],
+            start_revision: 0,
         })
         .await
         .unwrap()

@@ -199,6 +199,7 @@ async fn identities_stay_inside_their_grants() {
         .watch_lease(WatchLeaseRequest {
             name: "billing.>".into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .unwrap()
@@ -248,6 +249,7 @@ async fn identities_stay_inside_their_grants() {
                 .watch_lease(WatchLeaseRequest {
                     name: target.into(),
                     event_types: vec![],
+                    start_revision: 0,
                 })
                 .await
                 .unwrap_err()),

@@ -311,6 +311,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
             WatchLeaseRequest {
                 name: "".into(),
                 event_types: vec![],
+                start_revision: 0,
             },
             "INVALID_NAME",
         ),
@@ -318,6 +319,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
             WatchLeaseRequest {
                 name: "a.*".into(),
                 event_types: vec![],
+                start_revision: 0,
             },
             "INVALID_NAME",
         ),
@@ -325,6 +327,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
             WatchLeaseRequest {
                 name: "a.>".into(),
                 event_types: vec![42],
+                start_revision: 0,
             },
             "INVALID_ARGUMENT",
         ),
@@ -332,6 +335,7 @@ async fn invalid_renew_release_get_watch_are_refused() {
             WatchLeaseRequest {
                 name: "a".into(),
                 event_types: vec![0],
+                start_revision: 0,
             },
             "INVALID_ARGUMENT",
         ),

@@ -1,5 +1,5 @@
-//! The README's grpcurl walkthrough, run for real against the `tenure`
-//! binary with its managed local nats-server.
+//! The README's grpcurl walkthroughs (leases, and leader election), run for
+//! real against the `tenure` binary with its managed local nats-server.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -8,14 +8,17 @@ use std::time::Duration;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-/// The grpcurl commands between the walkthrough markers of README.md.
-fn walkthrough_commands() -> Vec<String> {
+/// The grpcurl commands between the `<!-- {marker}:start -->` and
+/// `<!-- {marker}:end -->` lines of README.md.
+fn walkthrough_commands(marker: &str) -> Vec<String> {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let start = readme
-        .find("<!-- walkthrough:start -->")
+        .find(&format!("<!-- {marker}:start -->"))
         .expect("start marker");
-    let end = readme.find("<!-- walkthrough:end -->").expect("end marker");
+    let end = readme
+        .find(&format!("<!-- {marker}:end -->"))
+        .expect("end marker");
     readme[start..end]
         .lines()
         .filter(|l| l.starts_with("grpcurl "))
@@ -40,20 +43,53 @@ const EXPECTED: &[&[&str]] = &[
     &["\"holder\": \"worker-2\"", "\"fencingToken\": \"4\""],
 ];
 
+/// What each election walkthrough command must print, in order.
+const ELECTION_EXPECTED: &[&[&str]] = &[
+    &[
+        "\"holder\": \"node-1\"",
+        "\"value\": \"10.0.0.1:5432\"",
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"1\"",
+    ],
+    &["\"code\": 9", "LEASE_HELD", "led by \\\"node-1\\\""],
+    &["\"holder\": \"node-1\"", "\"ttlLeft\""],
+    &[
+        "\"value\": \"10.0.0.1:6432\"",
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"2\"",
+    ],
+    &["\"fencingToken\": \"1\"", "\"revision\": \"3\""],
+    &["CHANGE_TYPE_CURRENT", "\"value\": \"10.0.0.1:6432\""],
+    &["\"revision\": \"4\""],
+    &["\"holder\": \"node-2\"", "\"fencingToken\": \"5\""],
+];
+
 /// Every README walkthrough command runs and prints what the README says,
 /// and SIGTERM stops the service (and its nats-server) cleanly.
 #[tokio::test]
 async fn readme_walkthrough_runs() {
+    run_walkthrough("walkthrough", EXPECTED).await;
+}
+
+/// The README's leader election walkthrough runs and prints what it says.
+#[tokio::test]
+async fn readme_election_walkthrough_runs() {
+    run_walkthrough("election-walkthrough", ELECTION_EXPECTED).await;
+}
+
+/// Runs the README walkthrough between `marker` lines against a fresh
+/// `tenure serve`, checking each command's output against `expected`.
+async fn run_walkthrough(marker: &str, expected: &[&[&str]]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tools = root.join(".tools/bin");
     assert!(
         tools.join("grpcurl").is_file(),
         "grpcurl missing: run scripts/tools.sh"
     );
-    let commands = walkthrough_commands();
+    let commands = walkthrough_commands(marker);
     assert_eq!(
         commands.len(),
-        EXPECTED.len(),
+        expected.len(),
         "README walkthrough and test disagree on the steps"
     );
 
@@ -116,7 +152,7 @@ async fn readme_walkthrough_runs() {
         tools.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    for (command, expected) in commands.iter().zip(EXPECTED) {
+    for (command, expected) in commands.iter().zip(expected) {
         let command = command.replace("localhost:7419", &format!("127.0.0.1:{port}"));
         let out = Command::new("sh")
             .arg("-c")

@@ -115,6 +115,7 @@ async fn empty_snapshot_and_filters() {
         .watch_lease(WatchLeaseRequest {
             name: "f.>".into(),
             event_types: vec![EventType::Released as i32],
+            start_revision: 0,
         })
         .await
         .unwrap()
@@ -163,6 +164,7 @@ async fn watchers_share_one_nats_consumer() {
             .watch_lease(WatchLeaseRequest {
                 name: target.clone(),
                 event_types: vec![],
+                start_revision: 0,
             })
             .await
             .unwrap()

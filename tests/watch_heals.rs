@@ -76,6 +76,7 @@ async fn a_deleted_consumer_is_replaced_and_watches_continue() {
                 .watch_lease(tenure::proto::WatchLeaseRequest {
                     name: "heal.>".into(),
                     event_types: vec![],
+                    start_revision: 0,
                 })
                 .await
             {

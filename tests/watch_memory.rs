@@ -58,6 +58,7 @@ async fn unread_watches_are_bounded_and_freed() {
             .watch_lease(WatchLeaseRequest {
                 name: "mem.>".into(),
                 event_types: vec![],
+                start_revision: 0,
             })
             .await
             .unwrap()

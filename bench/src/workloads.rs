@@ -413,6 +413,7 @@ pub async fn watch(
                     .watch_lease(WatchLeaseRequest {
                         name: target.clone(),
                         event_types: vec![],
+                        start_revision: 0,
                     })
                     .await
                     .map_err(|s| {

@@ -63,7 +63,7 @@ trap 'rm -rf "$out"' EXIT
   --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
   --go_out="$out" --go_opt=module=github.com/tenure-dev/tenure/clients/go \
   --go-grpc_out="$out" --go-grpc_opt=module=github.com/tenure-dev/tenure/clients/go \
-  tenure/v1/lease.proto tenure/v1/error_reason.proto)
+  tenure/v1/lease.proto tenure/v1/error_reason.proto tenure/v1/election.proto)
 
 if $check; then
   if ! diff -ru "$here/tenurev1" "$out/tenurev1" >&2; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates the Java stubs for ../../proto (every file: tenure/v1/lease.proto
+# Generates the Java stubs for ../../proto (every file: tenure/v1/lease.proto, election.proto
 # and tenure/v1/error_reason.proto, the ErrorReason enum) into
 # target/generated-sources/protobuf/ with pinned protoc and protoc-gen-grpc-java
 # (versions in pom.xml, fetched from Maven Central by the protobuf Maven plugin).

@@ -13,7 +13,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     println!("cargo:rerun-if-changed={}", proto.display());
     let fds = protox::compile(
-        ["tenure/v1/lease.proto", "tenure/v1/error_reason.proto"],
+        [
+            "tenure/v1/lease.proto",
+            "tenure/v1/error_reason.proto",
+            "tenure/v1/election.proto",
+        ],
         [&proto],
     )?;
 

@@ -48,7 +48,7 @@ PYTHONPATH="$py" python3 -m grpc_tools.protoc \
   -I "$proto_root" \
   -I "$py" \
   -I "$py/grpc_tools/_proto" \
-  tenure/v1/lease.proto tenure/v1/error_reason.proto google/rpc/status.proto google/rpc/error_details.proto
+  tenure/v1/lease.proto tenure/v1/error_reason.proto tenure/v1/election.proto google/rpc/status.proto google/rpc/error_details.proto
 
 if [ "${1:-}" = "--check" ]; then
   if ! diff -r "$here/src/gen" "$out" >/dev/null; then

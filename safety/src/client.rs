@@ -25,8 +25,12 @@ use rand::distr::Alphanumeric;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
+use tenure::proto::election_service_client::ElectionServiceClient;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tenure::proto::{
+    AcquireRequest, CampaignRequest, Lease, ProclaimRequest, ReleaseRequest, RenewRequest,
+    ResignRequest,
+};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -74,12 +78,18 @@ pub struct ClientArgs {
     /// History file to append to.
     #[arg(long)]
     pub out: PathBuf,
+    /// Take part in elections instead of taking leases: Campaign instead of
+    /// Acquire, every other renewal a Proclaim, Resign instead of Release.
+    #[arg(long)]
+    pub election: bool,
 }
 
 /// Tenure replicas with failover.
 struct Tenure {
     /// One lazily connected client per address.
     clients: Vec<LeaseServiceClient<Channel>>,
+    /// The election service over the same connections.
+    elections: Vec<ElectionServiceClient<Channel>>,
     /// The one in use.
     current: usize,
 }
@@ -87,20 +97,24 @@ struct Tenure {
 impl Tenure {
     /// Clients for every address (connections are made on first use).
     fn new(addrs: &[String]) -> Result<Tenure, String> {
-        let clients = addrs
+        let channels = addrs
             .iter()
             .map(|a| {
                 Endpoint::from_shared(format!("http://{a}"))
-                    .map(|e| {
-                        LeaseServiceClient::new(
-                            e.connect_timeout(Duration::from_millis(300)).connect_lazy(),
-                        )
-                    })
+                    .map(|e| e.connect_timeout(Duration::from_millis(300)).connect_lazy())
                     .map_err(|e| format!("bad Tenure address {a:?}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Tenure {
-            clients,
+            clients: channels
+                .iter()
+                .cloned()
+                .map(LeaseServiceClient::new)
+                .collect(),
+            elections: channels
+                .into_iter()
+                .map(ElectionServiceClient::new)
+                .collect(),
             current: 0,
         })
     }
@@ -110,9 +124,28 @@ impl Tenure {
         &mut self.clients[self.current]
     }
 
+    /// The election client in use.
+    fn elections(&mut self) -> &mut ElectionServiceClient<Channel> {
+        &mut self.elections[self.current]
+    }
+
     /// Moves to the next address after a call whose outcome is unknown.
     fn fail_over(&mut self) {
         self.current = (self.current + 1) % self.clients.len();
+    }
+}
+
+/// A leadership as the lease it is (an election is the lease of its name),
+/// so the history and the checker treat both alike.
+fn lease_of(l: tenure::proto::Leadership) -> Lease {
+    Lease {
+        name: l.name,
+        holder: l.holder,
+        fencing_token: l.fencing_token,
+        revision: l.revision,
+        ttl: l.ttl,
+        renew_time: l.renew_time,
+        ..Default::default()
     }
 }
 
@@ -198,6 +231,8 @@ struct Client {
     rng: StdRng,
     /// Writes done, for write bodies.
     writes: u64,
+    /// Renewals sent (in election mode every other one is a Proclaim).
+    renewals: u64,
 }
 
 /// Runs one client until `until_ns`.
@@ -214,6 +249,7 @@ pub async fn run(args: ClientArgs) -> Result<(), String> {
         store,
         rng: StdRng::from_os_rng(),
         writes: 0,
+        renewals: 0,
     };
     client.run().await;
     Ok(())
@@ -302,15 +338,35 @@ impl Client {
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
             op.timeout_ms = timeout.as_millis() as u64;
             self.rec.record(&op);
-            let res = bounded(
-                timeout,
-                self.tenure.client().acquire(with_timeout(req, timeout)),
-            )
-            .await;
+            let res = if self.args.election {
+                let campaign = CampaignRequest {
+                    name: req.name,
+                    holder: req.holder,
+                    value: format!("{holding} at acquire"),
+                    ttl: req.ttl,
+                    lease_key: req.lease_key,
+                    wait: req.wait,
+                };
+                bounded(
+                    timeout,
+                    self.tenure
+                        .elections()
+                        .campaign(with_timeout(campaign, timeout)),
+                )
+                .await
+                .map(|resp| resp.leadership.map(lease_of))
+            } else {
+                bounded(
+                    timeout,
+                    self.tenure.client().acquire(with_timeout(req, timeout)),
+                )
+                .await
+                .map(|resp| resp.lease)
+            };
             op.t1 = mono_ns();
             match res {
-                Ok(resp) => {
-                    let lease = resp.lease.unwrap_or_default();
+                Ok(lease) => {
+                    let lease = lease.unwrap_or_default();
                     op.phase = Phase::Ok;
                     op.token = lease.fencing_token;
                     op.revision = lease.revision;
@@ -441,15 +497,35 @@ impl Client {
         op.token = held.token;
         op.timeout_ms = timeout.as_millis() as u64;
         self.rec.record(&op);
-        let res = bounded(
-            timeout,
-            self.tenure.client().renew(with_timeout(req, timeout)),
-        )
-        .await;
+        self.renewals += 1;
+        let res = if self.args.election && self.renewals.is_multiple_of(2) {
+            let proclaim = ProclaimRequest {
+                name: req.name,
+                expected_revision: req.expected_revision,
+                lease_key: req.lease_key,
+                value: format!("{} renewal {}", held.holding, self.renewals),
+            };
+            op.detail = "proclaim".into();
+            bounded(
+                timeout,
+                self.tenure
+                    .elections()
+                    .proclaim(with_timeout(proclaim, timeout)),
+            )
+            .await
+            .map(|resp| resp.leadership.map(lease_of))
+        } else {
+            bounded(
+                timeout,
+                self.tenure.client().renew(with_timeout(req, timeout)),
+            )
+            .await
+            .map(|resp| resp.lease)
+        };
         op.t1 = mono_ns();
         match res {
-            Ok(resp) => {
-                let lease = resp.lease.unwrap_or_default();
+            Ok(lease) => {
+                let lease = lease.unwrap_or_default();
                 op.phase = Phase::Ok;
                 op.revision = lease.revision;
                 op.ttl_ms = ttl_ms(lease.ttl);
@@ -504,16 +580,33 @@ impl Client {
             op.token = held.token;
             op.timeout_ms = 1000;
             self.rec.record(&op);
-            let res = bounded(
-                timeout,
-                self.tenure.client().release(with_timeout(req, timeout)),
-            )
-            .await;
+            let res = if self.args.election {
+                let resign = ResignRequest {
+                    name: req.name,
+                    expected_revision: req.expected_revision,
+                    lease_key: req.lease_key,
+                };
+                bounded(
+                    timeout,
+                    self.tenure
+                        .elections()
+                        .resign(with_timeout(resign, timeout)),
+                )
+                .await
+                .map(|resp| resp.revision)
+            } else {
+                bounded(
+                    timeout,
+                    self.tenure.client().release(with_timeout(req, timeout)),
+                )
+                .await
+                .map(|resp| resp.revision)
+            };
             op.t1 = mono_ns();
             match res {
-                Ok(resp) => {
+                Ok(revision) => {
                     op.phase = Phase::Ok;
-                    op.revision = resp.revision;
+                    op.revision = revision;
                     self.rec.record(&op);
                     return;
                 }

@@ -82,6 +82,10 @@ pub struct Scenario {
     pub margin_ms: i64,
     /// Whether store writes skip the fence check.
     pub unfenced: bool,
+    /// Whether clients take part in elections (Campaign, Proclaim, Resign)
+    /// instead of taking leases: one leader per token is then the same
+    /// property as one holder per token, checked by the same rules.
+    pub election: bool,
     /// The fault.
     pub fault: Fault,
     /// Whether the checker must report violations (negative control).
@@ -101,6 +105,7 @@ pub fn all() -> Vec<Scenario> {
         replicas,
         margin_ms: 50,
         unfenced: false,
+        election: false,
         fault,
         expect_violations: false,
         work_ms: 20,
@@ -141,6 +146,17 @@ pub fn all() -> Vec<Scenario> {
             expect_violations: true,
             ..s("negative-unfenced", 1, 1, Fault::None)
         },
+        stale(Scenario {
+            work_ms: 150,
+            election: true,
+            ..s("election-leader-sigstop", 1, 2, Fault::PauseHolder)
+        }),
+        stale(Scenario {
+            margin_ms: -1500,
+            expect_violations: true,
+            election: true,
+            ..s("negative-election-late", 1, 1, Fault::None)
+        }),
     ]
 }
 
@@ -488,6 +504,9 @@ fn spawn_client(
         .args(["--prefix", prefix])
         .arg("--out")
         .arg(hist_dir.join(format!("{id}.jsonl")));
+    if sc.election {
+        cmd.arg("--election");
+    }
     if sc.unfenced {
         cmd.arg("--unfenced");
     }
@@ -544,6 +563,7 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
             let req = WatchLeaseRequest {
                 name: ">".into(),
                 event_types: vec![],
+                start_revision: 0,
             };
             if let Ok(resp) = client.watch_lease(req).await {
                 let mut stream = resp.into_inner();

@@ -72,7 +72,7 @@ pub fn event_kind(t: proto::EventType) -> Option<EventKind> {
 }
 
 /// Unix milliseconds as a protobuf timestamp.
-fn timestamp(ms: u64) -> prost_types::Timestamp {
+pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: (ms / 1000) as i64,
         nanos: ((ms % 1000) * 1_000_000) as i32,

@@ -1,17 +1,20 @@
 //! The gRPC API: tonic glue over the lease protocol. [`service`] holds
-//! every RPC (validation with [`validate`], proto ↔ domain with
+//! every LeaseService RPC (validation with [`validate`], proto ↔ domain with
 //! [`convert`]) behind one generic wrapper for authentication
-//! ([`auth`]), spans and metrics; [`limits`] and [`listener`] bound what
+//! ([`auth`]), spans and metrics, which [`election`]'s ElectionService
+//! RPCs go through too; [`limits`] and [`listener`] bound what
 //! callers can make the server hold.
 
 mod auth;
 mod convert;
+mod election;
 mod limits;
 mod listener;
 mod service;
 mod validate;
 
 pub use auth::{server_tls, Auth};
+pub use election::ElectionApi;
 pub use limits::{CallLimits, LimitLayer, WatchLimits};
 pub use listener::Incoming;
 pub use service::LeaseApi;

@@ -40,18 +40,18 @@ use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
 
 /// How much of a client's gRPC deadline an Acquire wait leaves for the reply.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+pub(super) const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// The `tenure.v1.LeaseService` implementation.
 pub struct LeaseApi {
     /// The lease protocol over the bucket.
-    leases: Leases,
+    pub(super) leases: Leases,
     /// TTL and wait bounds for requests.
-    limits: Limits,
+    pub(super) limits: Limits,
     /// Who may do what.
     auth: Arc<Auth>,
     /// Open watch streams per identity and in total.
-    watches: Arc<WatchLimits>,
+    pub(super) watches: Arc<WatchLimits>,
     /// Calls in flight: short, waiting, renewals.
     calls: Arc<CallLimits>,
     /// Cancelled when the server shuts down: new calls are refused.
@@ -59,15 +59,15 @@ pub struct LeaseApi {
 }
 
 /// What the wrapper knows of the caller of one RPC.
-struct Context {
+pub(super) struct Context {
     /// Who is calling.
-    caller: Caller,
+    pub(super) caller: Caller,
     /// The client's deadline, from `grpc-timeout`, if it set one.
-    deadline: Option<Duration>,
+    pub(super) deadline: Option<Duration>,
 }
 
 /// What each request type says of itself, for authorization and the span.
-trait Call {
+pub(super) trait Call {
     /// The RPC method name.
     const METHOD: &'static str;
     /// The action authorized.
@@ -94,7 +94,7 @@ trait Call {
 }
 
 /// What each response shows on the RPC's span.
-trait Reply {
+pub(super) trait Reply {
     /// Records the holding's fields on `span`.
     fn record(&self, _span: &Span) {}
 }
@@ -127,7 +127,7 @@ impl LeaseApi {
     /// `handle`, and records the outcome on the span and in
     /// the metrics. A call dropped before it finishes (its deadline passed,
     /// or the client went away) is recorded as CANCELLED.
-    async fn rpc<Req, Resp, Fut>(
+    pub(super) async fn rpc<Req, Resp, Fut>(
         &self,
         request: Request<Req>,
         handle: impl FnOnce(Req, Context) -> Fut,
@@ -153,7 +153,7 @@ impl LeaseApi {
                 .auth
                 .authorize(&caller, Req::ACTION, request.get_ref().target())
             {
-                tracing::info!(identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
+                tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
                 return Err(err);
             }
             if self.shutdown.is_cancelled() {
@@ -308,7 +308,14 @@ impl LeaseService for LeaseApi {
                 .filter_map(convert::event_kind)
                 .collect();
             let permit = self.watches.acquire(&cx.caller.identity)?;
-            let subscription = self.leases.watch(Filter::parse(filter), kinds).await?;
+            let subscription = match req.start_revision {
+                0 => self.leases.watch(Filter::parse(filter), kinds).await?,
+                from => {
+                    self.leases
+                        .resume(Filter::parse(filter), kinds, from)
+                        .await?
+                }
+            };
             // The slot is held until the stream ends: the client goes away,
             // the server shuts down, or the watch falls behind (then at
             // once, even if the client never reads the end).
@@ -368,10 +375,16 @@ impl Call for proto::AcquireRequest {
         Some(&self.holder)
     }
     fn class(&self) -> Class {
-        match &self.wait {
-            Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
-            _ => Class::Short,
-        }
+        wait_class(self.wait.as_ref())
+    }
+}
+
+/// The request class of a call that may wait: waiting ones take a waiting
+/// slot, the others a short one.
+pub(super) fn wait_class(wait: Option<&prost_types::Duration>) -> Class {
+    match wait {
+        Some(w) if w.seconds > 0 || w.nanos > 0 => Class::Waiting,
+        _ => Class::Short,
     }
 }
 
@@ -482,7 +495,7 @@ impl Reply for <LeaseApi as LeaseService>::WatchLeaseStream {}
 
 /// The span of one RPC, with the fields filled in as they become known.
 fn rpc_span<Req: Call>(method: &'static str, request: &Req) -> Span {
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "rpc",
         otel.name = method,
         otel.kind = "server",

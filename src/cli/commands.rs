@@ -138,6 +138,7 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
         .watch_lease(WatchLeaseRequest {
             name: a.name.clone(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .map_err(|s| CliError::from_status(&s))?

@@ -502,6 +502,7 @@ async fn follow(
             .watch_lease(WatchLeaseRequest {
                 name: name.clone(),
                 event_types: vec![],
+                start_revision: 0,
             })
             .await;
         let mut stream = match opened {

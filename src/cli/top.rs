@@ -592,6 +592,7 @@ async fn watch_loop(mut client: Client, subject: String, tx: mpsc::Sender<Msg>) 
             .watch_lease(WatchLeaseRequest {
                 name: subject.clone(),
                 event_types: vec![],
+                start_revision: 0,
             })
             .await
         {

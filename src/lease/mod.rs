@@ -14,11 +14,13 @@
 //! knows it happened.
 
 mod cache;
+mod election;
 mod event;
 mod list;
 mod mirror;
 mod queue;
 mod record;
+mod resume;
 mod rules;
 mod semaphore;
 mod watch;
@@ -30,6 +32,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use election::{ttl_left, value_of, CampaignArgs, Change, ChangeKind, Elections, VALUE_KEY};
 pub use event::{Event, EventKind, Filter};
 pub use list::Page;
 pub use queue::Budget;
@@ -438,6 +441,16 @@ impl Leases {
     /// `kinds` (empty: all).
     pub async fn watch(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
         self.hub.watch(filter, kinds).await
+    }
+
+    /// Follows `filter` from after revision `from` (see [`Hub::resume`]).
+    pub async fn resume(
+        &self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        from: u64,
+    ) -> Result<Subscription> {
+        self.hub.resume(filter, kinds, from).await
     }
 
     /// The fence of `name` from the leader: its key's last revision (0: none)

@@ -17,6 +17,11 @@
 //! A new watch first reads the bucket's last revision from the stream leader
 //! and the hub serves its snapshot only once the mirror has caught up to it,
 //! so a watch started after a write always sees that write.
+//!
+//! A resumed watch (`start_revision` N) registers for live events like any
+//! other, then replays the bucket's changes after N up to the hub's position
+//! at registration from a short-lived consumer ([`super::resume`]), so the
+//! replay and the live feed meet without a gap or an overlap.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -32,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 use super::event::{Event, EventKind, Filter};
 use super::mirror::Mirror;
 use super::queue::{Budget, Queue, Refused};
-use super::record::{Entry, Holding};
+use super::record::{Entry, Holding, Kind};
+use super::resume::{self, Checkpoints, End, Proof, Replay};
 use crate::error::{Error, Reason, Result};
 use crate::nats::{Follow, Start, Store};
 use crate::observe::METRICS;
@@ -50,14 +56,27 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
 
 /// The receiving end of a subscription: its snapshot (read lazily from a
-/// clone of the mirror, so it copies nothing per watcher), then its queue
-/// of live events, then why it ended.
+/// clone of the mirror, so it copies nothing per watcher) or its replay,
+/// then its queue of live events, then why it ended.
 pub struct Subscription {
-    /// The snapshot still to be read; `None` once `SnapshotComplete` was
-    /// returned, or for a subscription without one.
-    snapshot: Option<Snapshot>,
+    /// What comes before the live events.
+    prelude: Prelude,
     /// Live events in bucket order.
     queue: Arc<Queue>,
+    /// Live events at or below this revision were replayed (or seen by the
+    /// client before it resumed) and are skipped.
+    seam: u64,
+}
+
+/// What a subscription sends before its live events, then
+/// `SnapshotComplete`.
+enum Prelude {
+    /// Nothing (a follow without a snapshot, or the prelude was sent).
+    None,
+    /// The current holdings.
+    Snapshot(Snapshot),
+    /// The changes after a revision.
+    Replay(Box<Replay>),
 }
 
 /// A snapshot being read: the mirror as it was, and how far it was read.
@@ -134,16 +153,25 @@ impl Subscription {
     /// The next event; `Err` once the subscription has ended (shutdown, or
     /// a watch too slow to keep up).
     pub async fn next(&mut self) -> Result<Arc<Event>> {
-        if let Some(snapshot) = self.snapshot.as_mut() {
-            return Ok(Arc::new(match snapshot.next() {
-                Some(holding) => Event::current(&holding),
-                None => {
-                    self.snapshot = None;
-                    Event::snapshot_complete()
-                }
-            }));
+        let next = match &mut self.prelude {
+            Prelude::None => None,
+            Prelude::Snapshot(snapshot) => Some(snapshot.next().map(|h| Event::current(&h))),
+            Prelude::Replay(replay) => Some(replay.next().await?),
+        };
+        match next {
+            Some(Some(event)) => return Ok(Arc::new(event)),
+            Some(None) => {
+                self.prelude = Prelude::None;
+                return Ok(Arc::new(Event::snapshot_complete()));
+            }
+            None => {}
         }
-        self.queue.pop().await
+        loop {
+            let event = self.queue.pop().await?;
+            if event.revision > self.seam {
+                return Ok(event);
+            }
+        }
     }
 
     /// Keeps `guard` (e.g. the watch's slot in a limit) until the
@@ -165,6 +193,37 @@ impl Subscription {
     }
 }
 
+/// What the hub tells a resume when it registers it.
+struct Registered {
+    /// The live subscription, without a prelude yet.
+    subscription: Subscription,
+    /// The hub's position at registration: later changes are live events.
+    at: u64,
+    /// A lower bound on the time of every message after the resumed
+    /// revision (see [`Checkpoints::after`]).
+    since_ms: Option<u64>,
+    /// The oldest revision a resume could start from (for the refusal).
+    oldest: Option<u64>,
+    /// How the hub saw holdings end, for classifying replayed ends.
+    ends: imbl::OrdMap<String, End>,
+}
+
+/// Who waits for a subscription the mirror must catch up for.
+enum Waiter {
+    /// A watch with a snapshot.
+    Snapshot(oneshot::Sender<Result<Subscription>>),
+    /// A resume after revision `from`.
+    Resume {
+        /// The revision resumed after.
+        from: u64,
+        /// Messages stored at or before this leader time cannot prove a
+        /// resume (`None`: the leader's clock is unknown).
+        cutoff_ms: Option<u64>,
+        /// Confirms registration, or says why not.
+        reply: oneshot::Sender<Result<Registered>>,
+    },
+}
+
 /// A request to the hub task.
 enum Command {
     /// Follow `filter`; with `snapshot`, first send the current holdings and
@@ -180,6 +239,18 @@ enum Command {
         position: u64,
         /// Confirms registration with the receiving end, or says why not.
         reply: oneshot::Sender<Result<Subscription>>,
+    },
+    /// Follow `filter` live once the mirror has reached `position`, and
+    /// say where the hub is, for a resume.
+    Resume {
+        /// What to follow.
+        filter: Filter,
+        /// Which kinds to deliver (empty: all).
+        kinds: Vec<EventKind>,
+        /// The bucket revision the hub must have reached.
+        position: u64,
+        /// The resume's details and reply.
+        waiter: Waiter,
     },
 }
 
@@ -201,7 +272,8 @@ impl Hub {
         let follow = store.follow(">", Start::Snapshot).await?;
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
-        let state = State::new(Arc::new(budget));
+        let mut state = State::new(Arc::new(budget));
+        state.marker_ttl = store.marker_ttl();
         tokio::spawn(run(store.clone(), follow, state, rx, shutdown, healthy_tx));
         Ok(Hub {
             commands,
@@ -223,6 +295,87 @@ impl Hub {
         self.subscribe(filter, kinds, true, position).await
     }
 
+    /// Follows `filter` from after revision `from`: the changes the bucket
+    /// still holds after it (the last of each name), `SnapshotComplete`,
+    /// then live events. Refused with WATCH_HISTORY_COMPACTED when the
+    /// bucket cannot prove it still holds every change after `from`, and
+    /// with INVALID_ARGUMENT when `from` is beyond the bucket's last
+    /// revision.
+    pub async fn resume(
+        &self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        from: u64,
+    ) -> Result<Subscription> {
+        let position = self.store.position().await?;
+        if from > position.last_revision {
+            return Err(Error::new(
+                Reason::InvalidArgument,
+                format!(
+                    "start_revision {from} is beyond the bucket's last revision {}; resume from a revision \
+                     this watch delivered, or 0 for a fresh snapshot",
+                    position.last_revision
+                ),
+            )
+            .with("field", "start_revision")
+            .with("last_revision", position.last_revision));
+        }
+        let (reply, confirmed) = oneshot::channel();
+        self.commands
+            .send(Command::Resume {
+                filter: filter.clone(),
+                kinds: kinds.clone(),
+                position: position.last_revision,
+                waiter: Waiter::Resume {
+                    from,
+                    cutoff_ms: position
+                        .now_ms
+                        .map(|now| Proof::cutoff_ms(now, position.marker_ttl)),
+                    reply,
+                },
+            })
+            .map_err(|_| shutting_down())?;
+        let Registered {
+            mut subscription,
+            at,
+            mut since_ms,
+            oldest,
+            ends,
+        } = confirmed.await.map_err(|_| shutting_down())??;
+        // The hub saw no message at or before `from` (it started after
+        // they were overwritten): message `from` itself, or else `from + 1`,
+        // bounds the later ones if it is still there.
+        for revision in [from, from + 1] {
+            if since_ms.is_some() || revision > position.last_revision {
+                break;
+            }
+            since_ms = self.store.time_at(revision).await?;
+        }
+        let proof = Proof {
+            from,
+            since_ms,
+            now_ms: position.now_ms,
+            marker_ttl: position.marker_ttl,
+            oldest,
+        };
+        // Dropping the subscription on refusal unregisters it.
+        let deadline = Instant::now() + proof.check()?;
+        let follow = if at > from {
+            Some(
+                self.store
+                    .follow(&resume::subject(&filter), Start::After(from))
+                    .await?,
+            )
+        } else {
+            None
+        };
+        subscription.prelude = Prelude::Replay(Box::new(Replay::new(
+            follow, at, filter, kinds, ends, deadline, proof,
+        )));
+        subscription.seam = at.max(from);
+        Ok(subscription)
+    }
+
     /// Follows `filter` without a snapshot, keeping only `kinds` (empty:
     /// all). Every change written after this returns is delivered.
     pub async fn follow(&self, filter: Filter, kinds: Vec<EventKind>) -> Result<Subscription> {
@@ -238,12 +391,6 @@ impl Hub {
         position: u64,
     ) -> Result<Subscription> {
         let (reply, confirmed) = oneshot::channel();
-        let gone = || {
-            Error::new(
-                Reason::ShuttingDown,
-                "the server is shutting down; watch again on another replica",
-            )
-        };
         self.commands
             .send(Command::Subscribe {
                 filter,
@@ -252,9 +399,17 @@ impl Hub {
                 position,
                 reply,
             })
-            .map_err(|_| gone())?;
-        confirmed.await.map_err(|_| gone())?
+            .map_err(|_| shutting_down())?;
+        confirmed.await.map_err(|_| shutting_down())?
     }
+}
+
+/// SHUTTING_DOWN for a watch the hub can no longer take.
+fn shutting_down() -> Error {
+    Error::new(
+        Reason::ShuttingDown,
+        "the server is shutting down; watch again on another replica",
+    )
 }
 
 /// One registered subscriber.
@@ -289,8 +444,8 @@ struct Pending {
     filter: Filter,
     /// Which kinds to deliver (empty: all).
     kinds: Vec<EventKind>,
-    /// Confirms registration with the receiving end.
-    reply: oneshot::Sender<Result<Subscription>>,
+    /// Who waits, and for what.
+    waiter: Waiter,
 }
 
 /// The hub's state: the mirror and the subscribers.
@@ -307,8 +462,17 @@ struct State {
     by_prefix: HashMap<String, Vec<u64>>,
     /// The next subscriber id.
     next_id: u64,
-    /// Snapshots waiting for the mirror.
+    /// Snapshots and resumes waiting for the mirror.
     pending: Vec<Pending>,
+    /// Lower bounds on message times, for proving resumes.
+    checkpoints: Checkpoints,
+    /// How the hub saw each recently ended holding end, by name.
+    ends: imbl::OrdMap<String, End>,
+    /// The newest message time seen, Unix milliseconds.
+    newest_ms: u64,
+    /// How long markers stay in the bucket (what `checkpoints` and `ends`
+    /// must cover).
+    marker_ttl: Duration,
 }
 
 /// The hub task: applies bucket messages to the mirror and fans them out;
@@ -401,29 +565,51 @@ impl State {
             by_prefix: HashMap::new(),
             next_id: 0,
             pending: Vec::new(),
+            checkpoints: Checkpoints::default(),
+            ends: imbl::OrdMap::new(),
+            newest_ms: 0,
+            marker_ttl: Duration::ZERO,
         }
     }
 
     /// Handles a command; `following` says whether the bucket is being
     /// followed right now (snapshots are refused while it is not).
     fn command(&mut self, command: Command, following: bool) {
-        let Command::Subscribe {
-            filter,
-            kinds,
-            snapshot,
-            position,
-            reply,
-        } = command;
-        if !snapshot {
-            let subscription = self.register(filter, kinds, false);
-            let _ = reply.send(Ok(subscription));
-            return;
-        }
+        let (filter, kinds, position, waiter) = match command {
+            Command::Subscribe {
+                filter,
+                kinds,
+                snapshot: false,
+                reply,
+                ..
+            } => {
+                let subscription = self.register(filter, kinds, false);
+                let _ = reply.send(Ok(subscription));
+                return;
+            }
+            Command::Subscribe {
+                filter,
+                kinds,
+                position,
+                reply,
+                ..
+            } => (filter, kinds, position, Waiter::Snapshot(reply)),
+            Command::Resume {
+                filter,
+                kinds,
+                position,
+                waiter,
+            } => (filter, kinds, position, waiter),
+        };
         if !following {
-            let _ = reply.send(Err(Error::new(
+            let refused = Error::new(
                 Reason::NatsUnavailable,
                 "this replica is reconnecting its bucket watch; watch again shortly",
-            )));
+            );
+            match waiter {
+                Waiter::Snapshot(reply) => drop(reply.send(Err(refused))),
+                Waiter::Resume { reply, .. } => drop(reply.send(Err(refused))),
+            }
             return;
         }
         self.pending.push(Pending {
@@ -431,7 +617,7 @@ impl State {
             deadline: Instant::now() + SNAPSHOT_CATCH_UP,
             filter,
             kinds,
-            reply,
+            waiter,
         });
         self.serve_pending(false);
     }
@@ -448,8 +634,26 @@ impl State {
             });
         self.pending = waiting;
         for p in ready {
-            let subscription = self.register(p.filter, p.kinds, true);
-            let _ = p.reply.send(Ok(subscription));
+            match p.waiter {
+                Waiter::Snapshot(reply) => {
+                    let subscription = self.register(p.filter, p.kinds, true);
+                    let _ = reply.send(Ok(subscription));
+                }
+                Waiter::Resume {
+                    from,
+                    cutoff_ms,
+                    reply,
+                } => {
+                    let subscription = self.register(p.filter, p.kinds, false);
+                    let _ = reply.send(Ok(Registered {
+                        subscription,
+                        at: self.mirror.position,
+                        since_ms: self.checkpoints.after(from),
+                        oldest: cutoff_ms.and_then(|c| self.checkpoints.oldest_after(c)),
+                        ends: self.ends.clone(),
+                    }));
+                }
+            }
         }
     }
 
@@ -462,13 +666,16 @@ impl State {
             kinds,
             queue: queue.clone(),
         };
-        let snapshot = snapshot.then(|| Snapshot {
-            names: self.mirror.names.clone(),
-            wanted: subscriber.wants(EventKind::Current),
-            filter,
-            after: None,
-            holders: false,
-        });
+        let prelude = match snapshot {
+            true => Prelude::Snapshot(Snapshot {
+                names: self.mirror.names.clone(),
+                wanted: subscriber.wants(EventKind::Current),
+                filter,
+                after: None,
+                holders: false,
+            }),
+            false => Prelude::None,
+        };
         let id = self.next_id;
         self.next_id += 1;
         match &subscriber.filter {
@@ -476,11 +683,18 @@ impl State {
             Filter::Subtree(p) => self.by_prefix.entry(p.clone()).or_default().push(id),
         }
         self.subscribers.insert(id, subscriber);
-        Subscription { snapshot, queue }
+        Subscription {
+            prelude,
+            queue,
+            seam: 0,
+        }
     }
 
     /// Applies one bucket message and delivers its event.
     fn apply(&mut self, entry: Entry, pending: u64) {
+        self.checkpoints.note(entry.revision, entry.time_ms);
+        self.newest_ms = self.newest_ms.max(entry.time_ms);
+        self.note_end(&entry);
         let event = self.mirror.apply(entry);
         if pending == 0 && !self.mirror.live {
             self.mirror.live = true;
@@ -498,6 +712,41 @@ impl State {
         if !self.pending.is_empty() {
             self.serve_pending(false);
         }
+    }
+
+    /// Remembers how a holding ended at `entry` (before the mirror applies
+    /// it), so a replay can name the holder and token of an expiry marker
+    /// or purge, and knows a marker over a free name stands for nothing.
+    fn note_end(&mut self, entry: &Entry) {
+        if super::rules::is_reserved(&entry.name) {
+            return;
+        }
+        if !matches!(
+            entry.kind,
+            Kind::Released(_) | Kind::Expired | Kind::Revoked(_)
+        ) {
+            self.ends.remove(&entry.name);
+            return;
+        }
+        let before = self.mirror.names.get(&entry.name);
+        let ended = match before {
+            Some(h) => Some((h.record.holder.clone(), h.token)),
+            // Only a live mirror knows the name was free (the initial load
+            // sees one message per name, not what came before it).
+            None if self.mirror.live => None,
+            None => {
+                self.ends.remove(&entry.name);
+                return;
+            }
+        };
+        self.ends.insert(
+            entry.name.clone(),
+            End {
+                revision: entry.revision,
+                time_ms: entry.time_ms,
+                ended,
+            },
+        );
     }
 
     /// Delivers `event` to subscriber `id`, dropping it when its stream is
@@ -588,6 +837,20 @@ impl State {
     /// Drops subscribers whose clients have gone away; samples the bytes
     /// the watch buffers hold.
     fn sweep(&mut self) {
+        // Older than this, a marker has left the bucket: resumes from
+        // before it are refused, so neither checkpoint nor end is needed.
+        let keep = self.marker_ttl + resume::CLOCK_MARGIN * 2;
+        self.checkpoints.prune(keep);
+        let cutoff = self.newest_ms.saturating_sub(keep.as_millis() as u64);
+        let stale: Vec<String> = self
+            .ends
+            .iter()
+            .filter(|(_, end)| end.time_ms <= cutoff)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            self.ends.remove(&name);
+        }
         METRICS
             .watch_buffer_bytes
             .set(i64::try_from(self.budget.queued()).unwrap_or(i64::MAX));

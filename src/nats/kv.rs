@@ -243,6 +243,11 @@ impl Store {
         &self.bucket
     }
 
+    /// The TTL given to release tombstones and revoke purges.
+    pub fn marker_ttl(&self) -> Duration {
+        self.marker_ttl
+    }
+
     /// Whether the NATS connection is up right now.
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == State::Connected
@@ -270,6 +275,53 @@ impl Store {
             .await
             .map_err(|e| Error::nats("reading the bucket's position", e))?;
         Ok(info.state.last_sequence)
+    }
+
+    /// The bucket's last revision, the stream leader's clock and the
+    /// marker TTL NATS really applies, in one stream-info request: what a
+    /// watch resume needs to prove that no change it must replay has aged
+    /// out (see `docs/design.md`, "Resuming a watch").
+    pub async fn position(&self) -> Result<Position> {
+        self.ensure_connected()?;
+        let subject = format!("STREAM.INFO.{}", self.stream.cached_info().config.name);
+        let reply: jetstream::response::Response<RawStreamInfo> = self
+            .js
+            .request(subject, &serde_json::json!({}))
+            .await
+            .map_err(|e| Error::nats("reading the bucket's position", e))?;
+        let info = match reply {
+            jetstream::response::Response::Ok(info) => info,
+            jetstream::response::Response::Err { error } => {
+                return Err(Error::nats("reading the bucket's position", error))
+            }
+        };
+        // NATS TTLs are whole seconds (a fraction is dropped): the shorter
+        // of the stream's marker TTL and the one Tenure gives tombstones.
+        let stream_ttl = info
+            .config
+            .subject_delete_marker_ttl
+            .map_or(0, |ns| ns / 1_000_000_000);
+        let marker_ttl = Duration::from_secs(stream_ttl.min(self.marker_ttl.as_secs()));
+        Ok(Position {
+            last_revision: info.state.last_seq,
+            now_ms: info
+                .ts
+                .map(|t| u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)),
+            marker_ttl,
+        })
+    }
+
+    /// When the message at `revision` was stored (Unix milliseconds), read
+    /// from the stream leader; `None` when it is no longer in the bucket.
+    pub async fn time_at(&self, revision: u64) -> Result<Option<u64>> {
+        self.ensure_connected()?;
+        match self.stream.get_raw_message(revision).await {
+            Ok(msg) => Ok(Some(unix_ms(msg.time))),
+            Err(err) => match err.kind() {
+                stream::RawMessageErrorKind::NoMessageFound => Ok(None),
+                _ => Err(Error::nats("reading a message's time", err)),
+            },
+        }
     }
 
     /// The last message of a lease name, read from the stream leader;
@@ -507,6 +559,48 @@ impl Store {
             messages: stream.boxed(),
         })
     }
+}
+
+/// The bucket's position and clock (see [`Store::position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The bucket's last revision (stream sequence).
+    pub last_revision: u64,
+    /// The stream leader's clock when it answered, Unix milliseconds
+    /// (`None` from a server that does not report it).
+    pub now_ms: Option<u64>,
+    /// The shortest time a marker or tombstone stays in the bucket: the
+    /// smaller of the stream's delete-marker TTL and Tenure's marker TTL,
+    /// in whole seconds (zero when the stream has none).
+    pub marker_ttl: Duration,
+}
+
+/// The parts of a raw stream-info reply [`Store::position`] reads; parsed
+/// here because async-nats drops the leader's timestamp (`ts`).
+#[derive(serde::Deserialize)]
+struct RawStreamInfo {
+    /// The stream's configuration.
+    config: RawStreamConfig,
+    /// The stream's state.
+    state: RawStreamState,
+    /// The leader's clock when it answered.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    ts: Option<time::OffsetDateTime>,
+}
+
+/// The configuration fields [`RawStreamInfo`] needs.
+#[derive(serde::Deserialize)]
+struct RawStreamConfig {
+    /// How long NATS keeps its delete markers, nanoseconds.
+    #[serde(default)]
+    subject_delete_marker_ttl: Option<u64>,
+}
+
+/// The state fields [`RawStreamInfo`] needs.
+#[derive(serde::Deserialize)]
+struct RawStreamState {
+    /// The last stream sequence.
+    last_seq: u64,
 }
 
 /// Where a [`Store::follow`] begins.

@@ -239,6 +239,7 @@ pub async fn watch(
         .watch_lease(proto::WatchLeaseRequest {
             name: target.into(),
             event_types: vec![],
+            start_revision: 0,
         })
         .await
         .expect("watch opens")

@@ -23,6 +23,7 @@ import (
 // Client calls a Tenure server. It is safe for concurrent use.
 type Client struct {
 	rpc    tenurev1.LeaseServiceClient
+	elect  tenurev1.ElectionServiceClient
 	conn   *grpc.ClientConn // set when Dial made the connection; closed by Close
 	target string           // the server address, named in errors
 	loss   *lossWatch       // the one watch that follows every live session
@@ -35,7 +36,7 @@ func New(cc grpc.ClientConnInterface) *Client {
 	if t, ok := cc.(interface{ Target() string }); ok {
 		target = t.Target()
 	}
-	c := &Client{rpc: tenurev1.NewLeaseServiceClient(cc), target: target}
+	c := &Client{rpc: tenurev1.NewLeaseServiceClient(cc), elect: tenurev1.NewElectionServiceClient(cc), target: target}
 	c.loss = newLossWatch(c)
 	return c
 }
@@ -49,7 +50,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{rpc: tenurev1.NewLeaseServiceClient(conn), conn: conn, target: target}
+	c := &Client{rpc: tenurev1.NewLeaseServiceClient(conn), elect: tenurev1.NewElectionServiceClient(conn), conn: conn, target: target}
 	c.loss = newLossWatch(c)
 	return c, nil
 }

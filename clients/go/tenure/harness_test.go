@@ -88,16 +88,24 @@ func startServer() (*server, error) {
 // startServerWith starts Tenure with extra `serve` flags; health checks dial
 // with creds (TLS when the flags turn it on).
 func startServerWith(creds credentials.TransportCredentials, extra ...string) (*server, error) {
+	nats := toolPath("NATS_SERVER", ".tools/bin/nats-server")
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	return startServerAt(fmt.Sprintf("127.0.0.1:%d", port), creds, append([]string{"--nats-server", nats}, extra...)...)
+}
+
+// startServerAt starts Tenure listening on addr with these `serve` flags
+// (besides --listen, --data-dir and --log-format) and waits until it is
+// SERVING.
+func startServerAt(addr string, creds credentials.TransportCredentials, extra ...string) (*server, error) {
 	bin := toolPath("TENURE_BIN", "target/debug/tenure")
 	nats := toolPath("NATS_SERVER", ".tools/bin/nats-server")
 	for _, p := range []string{bin, nats} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("%v (run scripts/tools.sh and cargo build at the repo root)", err)
 		}
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "tenure-go-test-")
 	if err != nil {
@@ -110,13 +118,13 @@ func startServerWith(creds credentials.TransportCredentials, extra ...string) (*
 	}
 	defer logFile.Close()
 	s := &server{
-		addr:    fmt.Sprintf("127.0.0.1:%d", port),
+		addr:    addr,
 		dataDir: dir,
 		logPath: logFile.Name(),
 		exited:  make(chan struct{}),
 	}
 	s.creds = creds
-	args := []string{"serve", "--listen", s.addr, "--data-dir", dir, "--nats-server", nats, "--log-format", "json"}
+	args := []string{"serve", "--listen", s.addr, "--data-dir", dir, "--log-format", "json"}
 	s.cmd = exec.Command(bin, append(args, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	// Own process group, so a forced stop also ends the nats-server it

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -22,8 +21,9 @@ var ErrLostOnWatch = errors.New("tenure: the watch saw the holding end")
 // of all its live sessions, so a revoke or takeover is noticed at once
 // rather than at the next renewal. It watches the narrowest name or subtree
 // covering every live session ("jobs.a", "jobs.>", ">"), reopens wider when
-// a new session's name is not covered, reconnects with backoff, and closes
-// when no session is left. When the server refuses the watch (no "watch"
+// a new session's name is not covered, reconnects with backoff resuming
+// after the last revision it saw (so a loss during a Tenure restart is still
+// seen), and closes when no session is left. When the server refuses the watch (no "watch"
 // grant, or it is unauthenticated) it gives up for good: sessions then learn
 // of a loss at their next renewal, as without it.
 type lossWatch struct {
@@ -122,17 +122,33 @@ func (w *lossWatch) coveredBy(cover string) []*Session {
 	return out
 }
 
-// run keeps one watch of cover open until ctx ends: every session alive
-// when the stream opens must show up in its snapshot with its own token
-// (else it ended while nobody watched), and every later event goes to the
-// sessions of its name.
+// run keeps one watch of cover open until ctx ends. After a failure it
+// reconnects with backoff and resumes after the last revision it saw, so a
+// revoke, expiry or takeover that happened while it was disconnected (e.g.
+// across a Tenure restart) still arrives as an event. When the server cannot
+// resume (WATCH_HISTORY_COMPACTED, or INVALID_ARGUMENT for a revision the
+// bucket never had) it starts over with a fresh snapshot: every session
+// alive when such a stream opens must show up in it with its own token
+// (else it ended while nobody watched).
 func (w *lossWatch) run(ctx context.Context, cover string) {
-	backoff := 50 * time.Millisecond
+	var bo backoff
+	var point resumePoint
 	for ctx.Err() == nil {
-		before := w.coveredBy(cover)
-		err := w.follow(ctx, cover, before, func() { backoff = 50 * time.Millisecond })
+		start := point.start()
+		var before []*Session
+		if start == 0 {
+			point = resumePoint{}
+			before = w.coveredBy(cover)
+		}
+		err := w.follow(ctx, cover, start, &point, before, bo.reset)
 		if ctx.Err() != nil {
 			return
+		}
+		var te *Error
+		if start > 0 && errors.As(err, &te) &&
+			(te.Reason == tenurev1.ErrorReason_WATCH_HISTORY_COMPACTED || te.Code == codes.InvalidArgument) {
+			point = resumePoint{} // cannot resume from there: a fresh snapshot next
+			continue
 		}
 		if refusal(err) {
 			w.mu.Lock()
@@ -140,18 +156,16 @@ func (w *lossWatch) run(ctx context.Context, cover string) {
 			w.mu.Unlock()
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !bo.wait(ctx) {
 			return
-		case <-time.After(backoff): // reconnect backoff
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
-// follow reads one stream until it fails.
-func (w *lossWatch) follow(ctx context.Context, cover string, before []*Session, healthy func()) error {
-	stream, err := w.c.rpc.WatchLease(ctx, &tenurev1.WatchLeaseRequest{Name: cover})
+// follow reads one stream, from start (0: a fresh snapshot), until it fails;
+// point follows the revisions it saw.
+func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, point *resumePoint, before []*Session, healthy func()) error {
+	stream, err := w.c.rpc.WatchLease(ctx, &tenurev1.WatchLeaseRequest{Name: cover, StartRevision: start})
 	if err != nil {
 		return callError(w.c.target, "WatchLease", err)
 	}
@@ -161,15 +175,21 @@ func (w *lossWatch) follow(ctx context.Context, cover string, before []*Session,
 		if err != nil {
 			return callError(w.c.target, "WatchLease", err)
 		}
+		healthy()
 		ev := msg.GetEvent()
+		old := start > 0 && ev.GetRevision() <= point.rev // a resume's replay of what was seen
+		point.see(ev)
 		if ev.GetType() == tenurev1.EventType_EVENT_TYPE_SNAPSHOT_COMPLETE {
-			healthy()
 			w.markSynced(cover)
 			for _, s := range before {
 				if !seen[s] {
 					s.lose(fmt.Errorf("%w: %q no longer held with fencing token %d (watch snapshot)", ErrLostOnWatch, s.name, s.token))
 				}
 			}
+			before = nil
+			continue
+		}
+		if old {
 			continue
 		}
 		for _, s := range w.named(ev.GetName()) {

@@ -807,7 +807,23 @@ type WatchLeaseRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// event_types keeps only these kinds of change; empty means all.
 	// SNAPSHOT_COMPLETE is always sent.
-	EventTypes    []EventType `protobuf:"varint,2,rep,packed,name=event_types,json=eventTypes,proto3,enum=tenure.v1.EventType" json:"event_types,omitempty"`
+	EventTypes []EventType `protobuf:"varint,2,rep,packed,name=event_types,json=eventTypes,proto3,enum=tenure.v1.EventType" json:"event_types,omitempty"`
+	// start_revision resumes a watch. 0 starts a fresh watch: CURRENT events
+	// for the leases held now, SNAPSHOT_COMPLETE, then live changes.
+	// N > 0 (the revision of the last event the client processed) sends no
+	// CURRENT snapshot: the stream first replays, in revision order, every
+	// change after revision N the bucket still holds for the watched names
+	// (ACQUIRED when the record's fencing token is above N, else RENEWED;
+	// RELEASED, REVOKED, EXPIRED as usual), then SNAPSHOT_COMPLETE ("caught
+	// up"), then live changes, with no gap and no duplicate between replay
+	// and live. The bucket keeps only the latest message of each name, so
+	// several changes of one name after N can arrive as its latest one only
+	// (coalesced); the client's view still ends up right. When the server
+	// cannot prove that no change after N has aged out of the bucket it
+	// refuses with OUT_OF_RANGE, reason WATCH_HISTORY_COMPACTED, and the
+	// client starts a fresh watch (start_revision 0). N above the bucket's
+	// last revision is INVALID_ARGUMENT.
+	StartRevision uint64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -854,6 +870,13 @@ func (x *WatchLeaseRequest) GetEventTypes() []EventType {
 		return x.EventTypes
 	}
 	return nil
+}
+
+func (x *WatchLeaseRequest) GetStartRevision() uint64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
 }
 
 // WatchLeaseResponse carries one event.
@@ -1319,11 +1342,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\aholders\x18\x03 \x03(\v2\x10.tenure.v1.LeaseR\aholders\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x05 \x01(\rR\tfreeSlots\"^\n" +
+	"free_slots\x18\x05 \x01(\rR\tfreeSlots\"\x85\x01\n" +
 	"\x11WatchLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x14.tenure.v1.EventTypeR\n" +
-	"eventTypes\"A\n" +
+	"eventTypes\x12%\n" +
+	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"A\n" +
 	"\x12WatchLeaseResponse\x12+\n" +
 	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\x8f\x02\n" +
 	"\n" +

@@ -46,8 +46,21 @@ def _free_port() -> int:
 class TenureServer:
     """One `tenure serve` process on 127.0.0.1 with a fresh data dir."""
 
-    def __init__(self, extra_args: tuple[str, ...] = (), ca: Optional[bytes] = None) -> None:
+    def __init__(
+        self,
+        extra_args: tuple[str, ...] = (),
+        ca: Optional[bytes] = None,
+        *,
+        nats_url: Optional[str] = None,
+        port: int = 0,
+    ) -> None:
+        """`nats_url`: use that NATS (several servers can share its bucket,
+        and it outlives them) instead of starting one; `port`: listen there
+        (e.g. a new server on the port of a killed one) instead of a free
+        port."""
         self.extra_args = extra_args
+        self.nats_url = nats_url
+        self.fixed_port = port
         self.ca = ca
         self.tenure = _binary("TENURE_BIN", Path("target/debug/tenure"))
         self.nats = _binary("NATS_SERVER", Path(".tools/bin/nats-server"))
@@ -64,7 +77,7 @@ class TenureServer:
     def start(self) -> "TenureServer":
         """Starts the server and waits until it answers (bounded)."""
         for _ in range(3):  # another process may take the port first
-            self.port = _free_port()
+            self.port = self.fixed_port or _free_port()
             store = tempfile.mkdtemp(dir=self.data_dir, prefix="data-")
             log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(
@@ -72,7 +85,11 @@ class TenureServer:
                     self.tenure, "serve",
                     "--listen", self.target,
                     "--data-dir", store,
-                    "--nats-server", self.nats,
+                    *(
+                        ("--nats-url", self.nats_url)
+                        if self.nats_url
+                        else ("--nats-server", self.nats)
+                    ),
                     "--log-format", "json",
                     *self.extra_args,
                 ],
@@ -140,3 +157,40 @@ class TenureServer:
                 return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
         except OSError:
             return "(no log)"
+
+
+class NatsServer:
+    """A nats-server with JetStream on a free port and a temp store, for
+    Tenure servers started with ``nats_url``."""
+
+    def __init__(self) -> None:
+        self.store = tempfile.mkdtemp(prefix="nats-py-")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [
+                _binary("NATS_SERVER", Path(".tools/bin/nats-server")),
+                "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.cleanup()
+                    raise RuntimeError("nats-server did not start listening")
+                time.sleep(0.05)  # readiness probe interval
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def cleanup(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.store, ignore_errors=True)

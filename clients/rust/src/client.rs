@@ -266,6 +266,7 @@ impl Client {
         let request = WatchLeaseRequest {
             name: name_or_prefix.into(),
             event_types: event_types.iter().map(|t| *t as i32).collect(),
+            start_revision: 0,
         };
         let mut stub = self.stub.clone();
         let stream = tokio::time::timeout(DEFAULT_CALL_TIMEOUT, stub.watch_lease(request))

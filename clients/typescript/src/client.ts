@@ -340,6 +340,11 @@ export class TenureClient {
     }
   }
 
+  /** The credentials and target every call of this client carries. @internal */
+  get callContext(): CallContext {
+    return this.#ctx;
+  }
+
   /** Closes the channel. Sessions of this client can no longer renew or release. */
   close(): void {
     this.#lossWatch.close();

@@ -7,6 +7,7 @@
  */
 export { TenureClient, type AcquireOptions, type ClientOptions, type WatchOptions } from "./client";
 export { Session, type RenewalOptions } from "./session";
+export { ELECTION_VALUE_KEY, Elections, LeaderElector, type ElectorOptions, type Leader } from "./election";
 export { FencingGuard } from "./fencing";
 export {
   ERROR_DOMAIN,
@@ -23,3 +24,5 @@ export {
 export { EventType, eventTypeToJSON, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1`. */
 export * as v1 from "./gen/tenure/v1/lease";
+/** The raw generated messages and stubs of `tenure.v1.ElectionService`. */
+export * as electionV1 from "./gen/tenure/v1/election";

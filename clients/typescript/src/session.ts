@@ -241,6 +241,16 @@ export class Session implements AsyncDisposable {
   }
 
   /** Takes a successful reply for a request sent at `sentAt` into account. */
+  /**
+   * Takes a reply that renewed this holding by another call (an election's
+   * Proclaim): only a newer revision of a session still held moves it on.
+   * @internal
+   */
+  _renewed(lease: Lease, sentAt: number): void {
+    if (this.signal.aborted || lease.revision <= this.revision || lease.fencingToken !== this.fencingToken) return;
+    this.#granted(lease, sentAt);
+  }
+
   #granted(lease: Lease, sentAt: number): void {
     this.#lease = lease;
     this.#ttlMs = durationToMs(lease.ttl);

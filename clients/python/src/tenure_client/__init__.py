@@ -10,9 +10,12 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
 - :class:`TenureError` — a failed call with its typed :class:`Reason` (made
   from the generated ``ErrorReason``) and whether it is retryable.
 - :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
+- :class:`LeaderElector`, :func:`elect`, :func:`proclaim`, :func:`leader` —
+  leader election (an election is the lease of the same name).
 """
 
 from ._client import AcquireContext, LeaseWatch, TenureClient
+from ._election import Leader, LeaderElector, elect, leader, proclaim
 from ._errors import DOMAIN, RETRYABLE_REASONS, Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._session import LossCause, Session
@@ -27,6 +30,8 @@ __all__ = [
     "Lease",
     "LeaseEvent",
     "LeaseWatch",
+    "Leader",
+    "LeaderElector",
     "LossCause",
     "RETRYABLE_REASONS",
     "Reason",
@@ -34,8 +39,11 @@ __all__ = [
     "StaleTokenError",
     "TenureClient",
     "TenureError",
+    "elect",
+    "leader",
     "lease_pb2",
     "lease_pb2_grpc",
+    "proclaim",
 ]
 
 __version__ = "0.1.0"

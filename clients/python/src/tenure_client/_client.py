@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from typing import (
@@ -21,9 +22,10 @@ from typing import (
 import grpc
 import grpc.aio
 
-from ._errors import TenureError
+from ._errors import Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._losswatch import LossWatch
+from ._resume import Backoff, ResumePoint, watch_step
 from ._session import Session
 from ._types import EventType, Lease, LeaseEvent, Seconds, to_duration, to_seconds
 
@@ -284,30 +286,48 @@ class TenureClient:
         )
         return int(reply.revision)
 
-    def watch(self, name: str, *, event_types: Iterable[EventType] = ()) -> "LeaseWatch":
+    def watch(
+        self,
+        name: str,
+        *,
+        event_types: Iterable[EventType] = (),
+        start_revision: int = 0,
+    ) -> "LeaseWatch":
         """Watches one lease name, or a subtree ("jobs.>"; ">" for all).
 
         Returns an async iterator of :class:`LeaseEvent`: first a CURRENT
         event per lease held now, then one SNAPSHOT_COMPLETE, then every
-        change (ACQUIRED, RENEWED, RELEASED, EXPIRED, REVOKED). Close it with
-        ``async with`` or :meth:`LeaseWatch.aclose`::
+        change (ACQUIRED, RENEWED, RELEASED, EXPIRED, REVOKED), in revision
+        order. Close it with ``async with`` or :meth:`LeaseWatch.aclose`::
 
             async with client.watch("jobs.>") as events:
                 async for event in events:
                     ...
 
+        The watch survives server restarts: after the stream fails
+        (UNAVAILABLE, SHUTTING_DOWN, a clean end of stream, a transport
+        error) it reconnects with capped exponential backoff and jitter and
+        resumes after the last revision it delivered, so no change comes
+        twice or goes missing (the resumed stream's "caught up"
+        SNAPSHOT_COMPLETE is not passed on). When the server cannot resume
+        (WATCH_HISTORY_COMPACTED) it starts over with a fresh snapshot whose
+        events have ``resync=True``.
+
         Args:
             event_types: keep only these kinds (SNAPSHOT_COMPLETE always comes).
+            start_revision: resume after this revision (the revision of the
+                last event you processed) instead of starting with a snapshot.
 
         Raises (while iterating):
-            TenureError: the stream failed (e.g. SHUTTING_DOWN).
+            TenureError: a permanent failure (PERMISSION_DENIED,
+                UNAUTHENTICATED, INVALID_ARGUMENT such as INVALID_NAME), or
+                any failure before the first event (e.g. the server is not
+                reachable).
         """
         request = lease_pb2.WatchLeaseRequest(
-            name=name, event_types=[int(t) for t in event_types]
+            name=name, event_types=[int(t) for t in event_types], start_revision=start_revision
         )
-        return LeaseWatch(
-            self.stub.WatchLease(request, metadata=self._call_metadata()), self.target
-        )
+        return LeaseWatch(self, request)
 
     # ---- internals ---------------------------------------------------------
 
@@ -362,36 +382,103 @@ class AcquireContext(Coroutine[Any, Any, Session]):
 
 
 class LeaseWatch:
-    """An async iterator of :class:`LeaseEvent` over one WatchLease stream.
+    """An async iterator of :class:`LeaseEvent` that reconnects and resumes
+    (see :meth:`TenureClient.watch`).
 
-    Iteration ends when the server ends the stream cleanly; a failed stream
-    raises :class:`TenureError`. :meth:`aclose` (or leaving ``async with``)
-    cancels the stream.
+    A permanent failure raises :class:`TenureError` and ends the iteration.
+    :meth:`aclose` (or leaving ``async with``) cancels the stream.
     """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall, target: str = "") -> None:
-        self._call = call
-        self._target = target
+    def __init__(self, client: "TenureClient", request: lease_pb2.WatchLeaseRequest) -> None:
+        self._client = client
+        self._request = request
+        self._point = ResumePoint(request.start_revision)
+        self._call: Optional[grpc.aio.UnaryStreamCall] = None
+        self._backoff = Backoff()
+        self._started = False  # a stream delivered an event
+        self._resync = False  # the current stream's snapshot replaces a view
+        self._closed = False
 
     def __aiter__(self) -> AsyncIterator[LeaseEvent]:
         return self
 
+    def _open(self) -> None:
+        start = self._point.start()
+        if start == 0:
+            self._point = ResumePoint()
+        self._request.start_revision = start
+        self._call = self._client.stub.WatchLease(
+            self._request, metadata=self._client._call_metadata()
+        )
+
+    async def _failed(self, err: TenureError) -> None:
+        """Handles a failed stream: raises when permanent, else prepares the
+        next one (after the backoff when retrying)."""
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+        step = watch_step(err)
+        if step == "stop" or (step == "retry" and not self._started):
+            self._closed = True
+            raise err
+        if step == "fresh":
+            self._point = ResumePoint()
+        else:
+            await self._backoff.wait()
+        if self._point.start() == 0:
+            self._resync = True
+
     async def __anext__(self) -> LeaseEvent:
         while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._call is None:
+                self._open()
+            assert self._call is not None
+            resumed = self._request.start_revision > 0
             try:
                 message = await self._call.read()
             except grpc.aio.AioRpcError as err:
-                raise TenureError.from_rpc_error(err, target=self._target, rpc="WatchLease") from err
+                if err.code() == grpc.StatusCode.CANCELLED and self._closed:
+                    raise StopAsyncIteration from None
+                await self._failed(
+                    TenureError.from_rpc_error(err, target=self._client.target, rpc="WatchLease")
+                )
+                continue
             if message is grpc.aio.EOF:
-                raise StopAsyncIteration
+                # The server ended the stream cleanly (e.g. it is stopping).
+                await self._failed(
+                    TenureError(
+                        Reason.ERROR_REASON_UNSPECIFIED,
+                        "the server ended the stream",
+                        code=grpc.StatusCode.UNAVAILABLE,
+                        target=self._client.target,
+                        rpc="WatchLease",
+                    )
+                )
+                continue
+            self._started = True
+            self._backoff.reset()
+            proto = message.event
+            old = resumed and proto.revision <= self._point.revision
+            self._point.see(proto)
+            complete = proto.type == lease_pb2.EVENT_TYPE_SNAPSHOT_COMPLETE
+            if resumed and (old or complete):
+                continue  # replayed again, or the "caught up" marker
+            resync = self._resync
+            if complete:
+                self._resync = False
             try:
-                return LeaseEvent.from_proto(message.event)
+                event = LeaseEvent.from_proto(message.event)
             except ValueError:
                 continue  # an event type newer than this client: skip it
+            return dataclasses.replace(event, resync=True) if resync else event
 
     async def aclose(self) -> None:
-        """Cancels the stream."""
-        self._call.cancel()
+        """Cancels the stream; iteration then ends."""
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
 
     async def __aenter__(self) -> "LeaseWatch":
         return self

@@ -6,8 +6,9 @@ with one WatchLease stream (the narrowest name or subtree covering them:
 "jobs.a", "jobs.>", ">"), so a revoke, an expiry, a release by someone else
 or another holder's token ends the session the moment the server reports
 it. It reopens wider when a new session's name is not covered, reconnects
-with backoff (the reopened snapshot catches what happened meanwhile), and
-closes with the last session. When the server refuses it (no ``watch``
+with backoff resuming after the last revision it saw (so a revoke while a
+Tenure restarts is still seen; a fresh snapshot when the server cannot
+resume), and closes with the last session. When the server refuses it (no ``watch``
 grant, unauthenticated), it gives up for good and sessions fall back to
 learning of a loss at their next renewal.
 """
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Set
 import grpc
 import grpc.aio
 
-from ._errors import TenureError
+from ._errors import Reason, TenureError
 from ._gen import lease_pb2
+from ._resume import Backoff, ResumePoint
 from ._types import EventType, LeaseEvent
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,27 +123,45 @@ class LossWatch:
         return [s for s in self._sessions if covers(cover, s.name)]
 
     async def _run(self, cover: str) -> None:
-        backoff = 0.05
+        """Keeps one watch of `cover` open. After a failure it reconnects
+        with backoff and resumes after the last revision it saw, so a loss
+        while disconnected (e.g. across a Tenure restart) still arrives as an
+        event. When the server cannot resume (WATCH_HISTORY_COMPACTED, or
+        INVALID_ARGUMENT for a revision the bucket never had) it starts over
+        with a fresh snapshot, in which every session alive when the stream
+        opened must show up with its own token (else it ended unseen)."""
+        backoff = Backoff()
+        point = ResumePoint()
         while True:
-            before = self._covered(cover)
+            start = point.start()
+            before: List["Session"] = []
+            if start == 0:
+                point = ResumePoint()
+                before = self._covered(cover)
             call = self._client.stub.WatchLease(
-                lease_pb2.WatchLeaseRequest(name=cover),
+                lease_pb2.WatchLeaseRequest(name=cover, start_revision=start),
                 metadata=self._client._call_metadata(),
             )
             seen: Set["Session"] = set()
             try:
                 async for message in call:
+                    backoff.reset()
+                    proto = message.event
+                    old = start > 0 and proto.revision <= point.revision
+                    point.see(proto)
                     try:
-                        event = LeaseEvent.from_proto(message.event)
+                        event = LeaseEvent.from_proto(proto)
                     except ValueError:
                         continue  # an event type newer than this client
                     if event.type is EventType.SNAPSHOT_COMPLETE:
-                        backoff = 0.05
                         if cover == self._cover:
                             self.synced.set()
                         for s in before:
                             if s not in seen:
                                 s._lose_on_watch(None)
+                        before = []
+                        continue
+                    if old:
                         continue
                     for s in [s for s in self._sessions if s.name == event.name]:
                         if (
@@ -155,12 +175,17 @@ class LossWatch:
                 err = TenureError.from_rpc_error(
                     rpc_err, target=self._client.target, rpc="WatchLease"
                 )
+                if start > 0 and (
+                    err.reason is Reason.WATCH_HISTORY_COMPACTED
+                    or rpc_err.code() == grpc.StatusCode.INVALID_ARGUMENT
+                ):
+                    point = ResumePoint()  # cannot resume: a fresh snapshot next
+                    continue
                 if rpc_err.code() in _REFUSED:
                     _log.info("tenure: loss watch refused, renewals only: %s", err)
                     self.refused = err
                     return
             finally:
                 call.cancel()
-            _log.debug("tenure: loss watch of %r ended (%s); reconnecting", cover, err)
-            await asyncio.sleep(backoff)  # reconnect backoff
-            backoff = min(backoff * 2, 2.0)
+            _log.debug("tenure: loss watch of %r ended (%s); resuming", cover, err)
+            await backoff.wait()

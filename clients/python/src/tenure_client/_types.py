@@ -108,6 +108,13 @@ class LeaseEvent:
         fencing_token: the token of the holding concerned (0 when unknown).
         lease: the full holding for CURRENT, ACQUIRED and RENEWED.
         time: when the change was written (server clock, UTC), if known.
+        resync: True on the CURRENT events and the SNAPSHOT_COMPLETE of a
+            snapshot sent again after a reconnect that could not resume (the
+            server no longer had the history: WATCH_HISTORY_COMPACTED; the
+            stream broke before its first snapshot was complete; or it had
+            seen no revision yet: an empty snapshot and no change). Changes
+            made while disconnected may be missing from the events: replace
+            what you built from earlier events with this snapshot.
     """
 
     type: EventType
@@ -117,6 +124,7 @@ class LeaseEvent:
     fencing_token: int
     lease: Optional[Lease] = None
     time: Optional[_dt.datetime] = None
+    resync: bool = False
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.LeaseEvent) -> "LeaseEvent":

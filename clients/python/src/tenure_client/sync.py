@@ -104,13 +104,18 @@ class TenureClient:
         """Ends the holding of `name` (the admin grant); returns the revision."""
         return self._run(self._client.revoke_lease(name, reason, **kwargs))
 
-    def watch(self, name: str, *, event_types: Iterable[EventType] = ()) -> "Watch":
+    def watch(
+        self, name: str, *, event_types: Iterable[EventType] = (), start_revision: int = 0
+    ) -> "Watch":
         """Watches a name or subtree: an iterator of :class:`LeaseEvent`
-        (close it, or use ``with``)."""
+        (close it, or use ``with``). It reconnects and resumes like the
+        asyncio ``watch``."""
         events: "queue.Queue[Any]" = queue.Queue()
 
         async def pump() -> None:
-            watch = self._client.watch(name, event_types=event_types)
+            watch = self._client.watch(
+                name, event_types=event_types, start_revision=start_revision
+            )
             try:
                 async for event in watch:
                     events.put(event)

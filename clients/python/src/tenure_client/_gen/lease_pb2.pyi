@@ -153,12 +153,14 @@ class GetLeaseResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., holders: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., limit: _Optional[int] = ..., free_slots: _Optional[int] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
-    __slots__ = ("name", "event_types")
+    __slots__ = ("name", "event_types", "start_revision")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    START_REVISION_FIELD_NUMBER: _ClassVar[int]
     name: str
     event_types: _containers.RepeatedScalarFieldContainer[EventType]
-    def __init__(self, name: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ...) -> None: ...
+    start_revision: int
+    def __init__(self, name: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., start_revision: _Optional[int] = ...) -> None: ...
 
 class WatchLeaseResponse(_message.Message):
     __slots__ = ("event",)

@@ -177,6 +177,15 @@ export enum ErrorReason {
    * every holder is gone.
    */
   LIMIT_MISMATCH = "LIMIT_MISMATCH",
+  /**
+   * WATCH_HISTORY_COMPACTED - buf:lint:ignore ENUM_VALUE_PREFIX
+   * WATCH_HISTORY_COMPACTED: a WatchLease start_revision is older than the
+   * history the bucket still proves complete, so a resume could miss a
+   * change (metadata: start_revision, oldest_resumable_revision).
+   * OUT_OF_RANGE; permanent for that start_revision: start a fresh watch
+   * (start_revision 0).
+   */
+  WATCH_HISTORY_COMPACTED = "WATCH_HISTORY_COMPACTED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -254,6 +263,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 27:
     case "LIMIT_MISMATCH":
       return ErrorReason.LIMIT_MISMATCH;
+    case 30:
+    case "WATCH_HISTORY_COMPACTED":
+      return ErrorReason.WATCH_HISTORY_COMPACTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -311,6 +323,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "INTERNAL";
     case ErrorReason.LIMIT_MISMATCH:
       return "LIMIT_MISMATCH";
+    case ErrorReason.WATCH_HISTORY_COMPACTED:
+      return "WATCH_HISTORY_COMPACTED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -367,6 +381,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 22;
     case ErrorReason.LIMIT_MISMATCH:
       return 27;
+    case ErrorReason.WATCH_HISTORY_COMPACTED:
+      return 30;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

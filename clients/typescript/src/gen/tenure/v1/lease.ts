@@ -363,6 +363,24 @@ export interface WatchLeaseRequest {
    * SNAPSHOT_COMPLETE is always sent.
    */
   eventTypes: EventType[];
+  /**
+   * start_revision resumes a watch. 0 starts a fresh watch: CURRENT events
+   * for the leases held now, SNAPSHOT_COMPLETE, then live changes.
+   * N > 0 (the revision of the last event the client processed) sends no
+   * CURRENT snapshot: the stream first replays, in revision order, every
+   * change after revision N the bucket still holds for the watched names
+   * (ACQUIRED when the record's fencing token is above N, else RENEWED;
+   * RELEASED, REVOKED, EXPIRED as usual), then SNAPSHOT_COMPLETE ("caught
+   * up"), then live changes, with no gap and no duplicate between replay
+   * and live. The bucket keeps only the latest message of each name, so
+   * several changes of one name after N can arrive as its latest one only
+   * (coalesced); the client's view still ends up right. When the server
+   * cannot prove that no change after N has aged out of the bucket it
+   * refuses with OUT_OF_RANGE, reason WATCH_HISTORY_COMPACTED, and the
+   * client starts a fresh watch (start_revision 0). N above the bucket's
+   * last revision is INVALID_ARGUMENT.
+   */
+  startRevision: bigint;
 }
 
 /** WatchLeaseResponse carries one event. */
@@ -1828,7 +1846,7 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
 };
 
 function createBaseWatchLeaseRequest(): WatchLeaseRequest {
-  return { name: "", eventTypes: [] };
+  return { name: "", eventTypes: [], startRevision: 0n };
 }
 
 export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
@@ -1842,6 +1860,12 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
         writer.int32(eventTypeToNumber(v));
       }
       writer.join();
+    }
+    if (message.startRevision !== 0n) {
+      if (BigInt.asUintN(64, message.startRevision) !== message.startRevision) {
+        throw new globalThis.Error("value provided for field message.startRevision of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.startRevision);
     }
     return writer;
   },
@@ -1885,6 +1909,14 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
 
             break;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.startRevision = reader.uint64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1905,6 +1937,11 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
         : globalThis.Array.isArray(object?.event_types)
         ? object.event_types.map((e: any) => eventTypeFromJSON(e))
         : [],
+      startRevision: isSet(object.startRevision)
+        ? BigInt(object.startRevision)
+        : isSet(object.start_revision)
+        ? BigInt(object.start_revision)
+        : 0n,
     };
   },
 
@@ -1916,6 +1953,9 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
     if (message.eventTypes?.length) {
       obj.eventTypes = message.eventTypes.map((e) => eventTypeToJSON(e));
     }
+    if (message.startRevision !== 0n) {
+      obj.startRevision = message.startRevision.toString();
+    }
     return obj;
   },
 
@@ -1926,6 +1966,9 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
     const message = createBaseWatchLeaseRequest();
     message.name = object.name ?? "";
     message.eventTypes = object.eventTypes?.map((e) => e) || [];
+    message.startRevision = (object.startRevision !== undefined && object.startRevision !== null)
+      ? BigInt(object.startRevision)
+      : 0n;
     return message;
   },
 };

@@ -66,6 +66,7 @@ public final class LeaseClient implements AutoCloseable {
   }
 
   private final ManagedChannel ownedChannel;
+  private final Channel channel;
   private final String target;
   private final LeaseServiceGrpc.LeaseServiceBlockingStub blockingStub;
   private final LeaseServiceGrpc.LeaseServiceStub asyncStub;
@@ -133,6 +134,7 @@ public final class LeaseClient implements AutoCloseable {
     Objects.requireNonNull(channel, "channel");
     this.lossWatch = new LossWatch(this, followLosses);
     this.ownedChannel = ownedChannel;
+    this.channel = channel;
     this.target = channel.authority();
     this.blockingStub = LeaseServiceGrpc.newBlockingStub(channel);
     this.asyncStub = LeaseServiceGrpc.newStub(channel);
@@ -268,6 +270,11 @@ public final class LeaseClient implements AutoCloseable {
    */
   public String target() {
     return target;
+  }
+
+  /** The channel every call of this client goes through (for the election stubs). */
+  Channel channel() {
+    return channel;
   }
 
   /** {@code t} as a TenureException whose message names this server and {@code rpc}. */

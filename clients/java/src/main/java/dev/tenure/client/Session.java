@@ -564,6 +564,19 @@ public final class Session implements AutoCloseable {
             });
   }
 
+  /**
+   * Takes the reply of an election's Proclaim (a renewal that also wrote a new value): a newer
+   * revision of this holding moves the session on; the renewal schedule stays as it is.
+   */
+  synchronized void proclaimed(long send, Lease lease) {
+    if (state == State.HELD
+        && lease.getFencingToken() == fencingToken
+        && lease.getRevision() > revision
+        && System.nanoTime() - deadlineNanos < 0) {
+      apply(send, lease);
+    }
+  }
+
   private void renewed(long send, Lease lease) {
     List<LossListener> toNotify = null;
     Loss lost = null;

@@ -1,0 +1,283 @@
+package tenure
+
+// Leader election in the shape of client-go's leaderelection: RunElection
+// campaigns for a name, calls OnStartedLeading with a context that ends at
+// the term's safe deadline (or when leadership is lost or given up), calls
+// OnStoppedLeading when the term ends, and tells every participant who
+// leads through OnNewLeader (from ElectionService.Observe). An election is
+// the lease of the same name, so a term is a Session: its fencing token is
+// the term's token, to pass to every downstream write.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
+)
+
+// ElectionValueKey is the lease metadata key that holds a leader's value.
+const ElectionValueKey = "value"
+
+// Leader is who leads an election, as Observe reports it.
+type Leader struct {
+	// Identity is the leader's holder name; empty when nobody leads.
+	Identity string
+	// Value is what the leader published (e.g. its address).
+	Value string
+	// FencingToken is the term's token; 0 when nobody leads.
+	FencingToken uint64
+}
+
+// ElectionConfig configures RunElection.
+type ElectionConfig struct {
+	// Name is the election (a lease name).
+	Name string
+	// Identity is this participant's holder name.
+	Identity string
+	// Value is published while leading (e.g. this replica's address).
+	Value string
+	// TTL is the requested term TTL (0: the server's default).
+	TTL time.Duration
+	// CampaignWait is how long one Campaign call waits for the election to
+	// have no leader before it is retried (0: 30 s; the server caps it).
+	CampaignWait time.Duration
+	// OnStartedLeading runs in its own goroutine when this participant
+	// becomes leader. ctx is cancelled at the term's safe deadline, when
+	// leadership is lost, or when RunElection's context ends: the leader
+	// must stop acting as leader when ctx is done, and must pass
+	// term.FencingToken() with every write it makes downstream.
+	OnStartedLeading func(ctx context.Context, term *Session)
+	// OnStoppedLeading is called once per term, after OnStartedLeading's
+	// context is done (whatever the reason) and OnStartedLeading returned.
+	OnStoppedLeading func()
+	// OnNewLeader is called with each new leader (or "nobody", with an
+	// empty Identity) seen through Observe, including this participant.
+	// Optional.
+	OnNewLeader func(Leader)
+	// AcquireOptions are passed to the Acquire of each term (e.g.
+	// WithSafetyMargin). WithWait and WithMetadata are set by RunElection.
+	AcquireOptions []AcquireOption
+}
+
+// Elect campaigns once: it waits up to wait for the election name to have
+// no leader, then makes holder its leader publishing value, and returns the
+// term as a Session (renewed in the background; Release resigns).
+func (c *Client) Elect(ctx context.Context, name, holder, value string, ttl, wait time.Duration, opts ...AcquireOption) (*Session, error) {
+	opts = append(append([]AcquireOption{}, opts...),
+		WithWait(wait), WithMetadata(map[string]string{ElectionValueKey: value}))
+	return c.Acquire(ctx, name, holder, ttl, opts...)
+}
+
+// Proclaim replaces the value published by the term's leader without giving
+// up leadership (a renewal that also writes the value). It fails with
+// LEASE_NOT_HELD when the term has ended.
+func (s *Session) Proclaim(ctx context.Context, value string) error {
+	s.rpcMu.Lock()
+	defer s.rpcMu.Unlock()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	resp, err := s.client.elect.Proclaim(ctx, &tenurev1.ProclaimRequest{
+		Name:             s.name,
+		ExpectedRevision: s.Revision(),
+		LeaseKey:         s.leaseKey,
+		Value:            value,
+	})
+	if err != nil {
+		err = callError(s.client.target, "Proclaim", err)
+		if isFatal(err) {
+			s.lose(err)
+		}
+		return err
+	}
+	l := resp.GetLeadership()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.GetRevision() > s.revision {
+		s.revision = l.GetRevision()
+		if s.lease != nil {
+			lease := proto.Clone(s.lease).(*tenurev1.Lease)
+			if lease.Metadata == nil {
+				lease.Metadata = map[string]string{}
+			}
+			lease.Metadata[ElectionValueKey] = value
+			lease.Revision = l.GetRevision()
+			s.lease = lease
+		}
+	}
+	if t := l.GetTtl().AsDuration(); t > 0 {
+		s.ttl = t
+		if d := sent.Add(t - s.margin); d.After(s.deadline) {
+			s.deadline = d
+			s.lastSent = sent
+		}
+	}
+	return nil
+}
+
+// Leader returns who leads the election name now (an empty Identity when
+// nobody does).
+func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
+	resp, err := c.elect.Leader(ctx, &tenurev1.LeaderRequest{Name: name})
+	if err != nil {
+		err = callError(c.target, "Leader", err)
+		if ReasonOf(err) == tenurev1.ErrorReason_LEASE_NOT_FOUND {
+			return Leader{}, nil
+		}
+		return Leader{}, err
+	}
+	return leaderOf(resp.GetLeadership()), nil
+}
+
+func leaderOf(l *tenurev1.Leadership) Leader {
+	if l == nil {
+		return Leader{}
+	}
+	return Leader{Identity: l.GetHolder(), Value: l.GetValue(), FencingToken: l.GetFencingToken()}
+}
+
+// RunElection takes part in the election until ctx ends: it campaigns, leads
+// while it holds the term (calling the callbacks), and campaigns again after
+// a term ends. When ctx ends it resigns a term it holds (so another
+// participant takes over at once instead of after the TTL) and returns
+// ctx's error. It returns early only on a permanent error (bad arguments,
+// credentials or grants).
+func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
+	if cfg.Name == "" || cfg.Identity == "" {
+		return errors.New("tenure: RunElection needs a Name and an Identity")
+	}
+	if cfg.OnStartedLeading == nil || cfg.OnStoppedLeading == nil {
+		return errors.New("tenure: RunElection needs OnStartedLeading and OnStoppedLeading")
+	}
+	wait := cfg.CampaignWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	if cfg.OnNewLeader != nil {
+		observed := make(chan struct{})
+		defer func() { <-observed }()
+		go func() {
+			defer close(observed)
+			c.observe(ctx, cfg.Name, cfg.OnNewLeader)
+		}()
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		term, err := c.Elect(ctx, cfg.Name, cfg.Identity, cfg.Value, cfg.TTL, wait, cfg.AcquireOptions...)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			switch ReasonOf(err) {
+			case tenurev1.ErrorReason_LEASE_HELD:
+				// The wait ran out with another leader: campaign again.
+				continue
+			}
+			if !IsRetryable(err) {
+				return err
+			}
+			if !sleepCtx(ctx, jitter(backoff)) {
+				break
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		c.lead(ctx, term, cfg)
+	}
+	return ctx.Err()
+}
+
+// lead runs one term: OnStartedLeading with a context ending at the term's
+// end, then OnStoppedLeading, resigning when ctx ended first.
+func (c *Client) lead(ctx context.Context, term *Session, cfg ElectionConfig) {
+	termCtx, cancel := context.WithCancel(term.Context())
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		cfg.OnStartedLeading(termCtx, term)
+	}()
+	<-termCtx.Done()
+	<-started
+	if ctx.Err() != nil || term.Held() {
+		// Giving up (or the callback returned early): resign so the next
+		// leader need not wait for the TTL. A term already lost is not ours
+		// to release; Release reports that as false.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = term.Release(rctx)
+		rcancel()
+	}
+	cfg.OnStoppedLeading()
+}
+
+// observe calls onNewLeader for every change of leader of name until ctx
+// ends, reopening the Observe stream (which starts with the current state)
+// after an error.
+func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Leader)) {
+	var last Leader
+	first := true
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := c.elect.Observe(ctx, &tenurev1.ObserveRequest{Name: name})
+		if err == nil {
+			for {
+				msg, rerr := stream.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				backoff = 100 * time.Millisecond
+				now := leaderOf(msg.GetLeader())
+				if first || now.Identity != last.Identity || now.FencingToken != last.FencingToken || now.Value != last.Value {
+					first = false
+					last = now
+					onNewLeader(now)
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if e := callError(c.target, "Observe", err); !IsRetryable(e) && isFatal(e) {
+			return
+		}
+		if !sleepCtx(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// jitter returns d plus up to half of d at random.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+}
+
+// sleepCtx sleeps for d, returning false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// String shows a Leader for logs.
+func (l Leader) String() string {
+	if l.Identity == "" {
+		return "no leader"
+	}
+	return fmt.Sprintf("%s (%q, token %d)", l.Identity, l.Value, l.FencingToken)
+}

@@ -1,0 +1,224 @@
+package dev.tenure.client;
+
+import static java.util.concurrent.TimeUnit.MILLISECONDS;
+import static java.util.concurrent.TimeUnit.NANOSECONDS;
+
+import dev.tenure.v1.ElectionServiceGrpc;
+import dev.tenure.v1.ErrorReason;
+import dev.tenure.v1.Lease;
+import dev.tenure.v1.LeaderRequest;
+import dev.tenure.v1.Leadership;
+import dev.tenure.v1.ObserveRequest;
+import dev.tenure.v1.ObserveResponse;
+import dev.tenure.v1.ProclaimRequest;
+import dev.tenure.v1.ProclaimResponse;
+import io.grpc.Context;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.util.Iterator;
+import java.util.Objects;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.Consumer;
+
+/**
+ * One election of a {@link LeaseClient}: an election is the lease of the same name ({@code
+ * tenure.v1.ElectionService}), so a term is a {@link Session} whose fencing token is the term's
+ * token, renewed in the background and lost at its safe deadline. {@link LeaderElector} runs the
+ * campaign loop with callbacks; this class has the single calls.
+ */
+public final class Election {
+  /** The lease metadata key that holds a leader's value. */
+  public static final String VALUE_KEY = "value";
+
+  /**
+   * Who leads an election.
+   *
+   * @param identity the leader's holder name; empty when nobody leads
+   * @param value what the leader published (e.g. its address)
+   * @param fencingToken the term's token; 0 when nobody leads
+   */
+  public record Leader(String identity, String value, long fencingToken) {
+    /** Nobody leads. */
+    public static final Leader NOBODY = new Leader("", "", 0);
+
+    /**
+     * Whether somebody leads.
+     *
+     * @return true unless this is {@link #NOBODY}
+     */
+    public boolean present() {
+      return !identity.isEmpty();
+    }
+
+    static Leader of(Leadership l) {
+      return new Leader(l.getHolder(), l.getValue(), l.getFencingToken());
+    }
+  }
+
+  private final LeaseClient client;
+  private final String name;
+  private final ElectionServiceGrpc.ElectionServiceBlockingStub stub;
+
+  /**
+   * The election {@code name} over {@code client}'s connection and credentials.
+   *
+   * @param client the client
+   * @param name the election (a lease name)
+   */
+  public Election(LeaseClient client, String name) {
+    this.client = Objects.requireNonNull(client, "client");
+    this.name = Objects.requireNonNull(name, "name");
+    this.stub = ElectionServiceGrpc.newBlockingStub(client.channel());
+  }
+
+  /**
+   * The election's name.
+   *
+   * @return the name
+   */
+  public String name() {
+    return name;
+  }
+
+  /**
+   * Campaigns once: waits up to {@code wait} for the election to have no leader, then makes
+   * {@code identity} its leader publishing {@code value}.
+   *
+   * @param identity who campaigns
+   * @param value published while leading
+   * @param ttl the term TTL to ask for
+   * @param wait how long to wait for the election to be free ({@link Duration#ZERO}: not at all)
+   * @return the term; {@link Session#release()} resigns
+   * @throws TenureException {@code LEASE_HELD} when the wait ran out with another leader
+   */
+  public Session campaign(String identity, String value, Duration ttl, Duration wait) {
+    return client.acquire(
+        AcquireOptions.builder(name, identity)
+            .ttl(ttl)
+            .wait(wait)
+            .metadata(VALUE_KEY, value)
+            .build());
+  }
+
+  /**
+   * Replaces the value the term's leader publishes, without a new term.
+   *
+   * @param term a term of this election
+   * @param value the new value
+   * @throws TenureException {@code LEASE_NOT_HELD} when the term has ended
+   */
+  public void proclaim(Session term, String value) {
+    if (!term.isHeld()) {
+      throw new TenureException(
+          Status.Code.FAILED_PRECONDITION,
+          ErrorReason.LEASE_NOT_HELD,
+          "",
+          "the term of " + name + " has ended",
+          java.util.Map.of(),
+          null);
+    }
+    long send = System.nanoTime();
+    ProclaimResponse reply;
+    try {
+      reply =
+          stub.withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+              .proclaim(
+                  ProclaimRequest.newBuilder()
+                      .setName(name)
+                      .setExpectedRevision(term.getRevision())
+                      .setLeaseKey(term.getLeaseKey())
+                      .setValue(value)
+                      .build());
+    } catch (StatusRuntimeException e) {
+      throw client.error(e, "Proclaim");
+    }
+    Leadership l = reply.getLeadership();
+    term.proclaimed(
+        send,
+        Lease.newBuilder()
+            .setName(l.getName())
+            .setHolder(l.getHolder())
+            .setFencingToken(l.getFencingToken())
+            .setRevision(l.getRevision())
+            .setTtl(l.getTtl())
+            .build());
+  }
+
+  /**
+   * Who leads now.
+   *
+   * @return the leader, or {@link Leader#NOBODY}
+   */
+  public Leader leader() {
+    try {
+      return Leader.of(
+          stub.withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+              .leader(LeaderRequest.newBuilder().setName(name).build())
+              .getLeadership());
+    } catch (StatusRuntimeException e) {
+      TenureException error = client.error(e, "Leader");
+      if (error.getReason() == ErrorReason.LEASE_NOT_FOUND) {
+        return Leader.NOBODY;
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Calls {@code onNewLeader} with every change of leader (from the current one on) on a daemon
+   * thread, reopening the Observe stream after errors (it starts with the current state, so a
+   * reconnect never leaves a stale leader), until the returned handle is closed or the server
+   * refuses for good (grants, credentials, arguments).
+   *
+   * @param onNewLeader told each new leader, {@link Leader#NOBODY} when there is none
+   * @return close it to stop observing
+   */
+  public AutoCloseable observe(Consumer<Leader> onNewLeader) {
+    Context.CancellableContext context = Context.current().withCancellation();
+    Thread thread =
+        new Thread(
+            () -> context.run(() -> observeLoop(context, onNewLeader)), "tenure-observe-" + name);
+    thread.setDaemon(true);
+    thread.start();
+    return () -> {
+      context.cancel(null);
+      thread.interrupt();
+    };
+  }
+
+  private void observeLoop(Context.CancellableContext context, Consumer<Leader> onNewLeader) {
+    Leader last = null;
+    long backoffMs = 100;
+    while (!context.isCancelled()) {
+      try {
+        Iterator<ObserveResponse> it =
+            ElectionServiceGrpc.newBlockingStub(client.channel())
+                .observe(ObserveRequest.newBuilder().setName(name).build());
+        while (it.hasNext()) {
+          ObserveResponse msg = it.next();
+          backoffMs = 100;
+          Leader now = msg.hasLeader() ? Leader.of(msg.getLeader()) : Leader.NOBODY;
+          if (!now.equals(last)) {
+            last = now;
+            onNewLeader.accept(now);
+          }
+        }
+      } catch (StatusRuntimeException e) {
+        Status.Code code = e.getStatus().getCode();
+        if (context.isCancelled()
+            || code == Status.Code.PERMISSION_DENIED
+            || code == Status.Code.UNAUTHENTICATED
+            || code == Status.Code.INVALID_ARGUMENT) {
+          return;
+        }
+      }
+      try {
+        MILLISECONDS.sleep(backoffMs + ThreadLocalRandom.current().nextLong(backoffMs / 2 + 1));
+      } catch (InterruptedException e) {
+        return;
+      }
+      backoffMs = Math.min(backoffMs * 2, 5000);
+    }
+  }
+}

@@ -1,0 +1,295 @@
+"""Leader election over Tenure, in the shape of client-go's leaderelection.
+
+An election is the lease of the same name (``tenure.v1.ElectionService``), so
+a term is a :class:`Session`: its fencing token is the term's token, it is
+renewed in the background, and it is lost at its safe deadline or as soon as
+the server or the shared watch says so. :class:`LeaderElector` campaigns,
+runs ``on_started_leading`` as a task that is cancelled when the term ends,
+calls ``on_stopped_leading`` once per term, reports every new leader through
+``on_new_leader`` (from ``Observe``), and resigns when it is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Union
+
+import grpc
+
+from ._errors import Reason, TenureError
+from ._gen import election_pb2, election_pb2_grpc
+from ._types import Seconds, to_seconds
+
+if TYPE_CHECKING:
+    from ._client import TenureClient
+    from ._session import Session
+
+#: The lease metadata key that holds a leader's value.
+VALUE_KEY = "value"
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Who leads an election.
+
+    Attributes:
+        identity: the leader's holder name; "" when nobody leads.
+        value: what the leader published (e.g. its address).
+        fencing_token: the term's token; 0 when nobody leads.
+    """
+
+    identity: str = ""
+    value: str = ""
+    fencing_token: int = 0
+
+    @staticmethod
+    def from_proto(msg: Optional[election_pb2.Leadership]) -> "Leader":
+        if msg is None:
+            return Leader()
+        return Leader(msg.holder, msg.value, msg.fencing_token)
+
+
+def _stub(client: "TenureClient") -> election_pb2_grpc.ElectionServiceStub:
+    stub = getattr(client, "_election_stub", None)
+    if stub is None:
+        stub = election_pb2_grpc.ElectionServiceStub(client._channel)
+        client._election_stub = stub  # type: ignore[attr-defined]
+    return stub
+
+
+async def _call(client: "TenureClient", rpc: str, request: Any, timeout: float) -> Any:
+    try:
+        return await getattr(_stub(client), rpc)(
+            request, timeout=timeout, metadata=client._call_metadata()
+        )
+    except grpc.aio.AioRpcError as err:
+        raise TenureError.from_rpc_error(err, target=client.target, rpc=rpc) from err
+
+
+async def elect(
+    client: "TenureClient",
+    name: str,
+    identity: str,
+    value: str = "",
+    *,
+    ttl: Seconds = 10.0,
+    wait: Optional[Seconds] = None,
+    **acquire_options: Any,
+) -> "Session":
+    """Campaigns once: waits up to `wait` for `name` to have no leader, then
+    makes `identity` its leader publishing `value`. Returns the term as a
+    :class:`Session` (``release()`` resigns). Raises TenureError LEASE_HELD
+    when the wait ran out with another leader."""
+    return await client.acquire(
+        name, identity, ttl, wait=wait, metadata={VALUE_KEY: value}, **acquire_options
+    )
+
+
+async def proclaim(term: "Session", value: str, *, timeout: float = 5.0) -> None:
+    """Replaces the value the term's leader publishes, without a new term.
+
+    Raises:
+        TenureError: LEASE_NOT_HELD when the term has ended (the session is
+            then marked lost).
+    """
+    if term.lost.is_set():
+        raise TenureError(
+            Reason.LEASE_NOT_HELD,
+            f"the term of {term.name!r} has ended ({term.lost_cause.value})",
+        )
+    request = election_pb2.ProclaimRequest(
+        name=term.name,
+        expected_revision=term.revision,
+        lease_key=term.lease_key,
+        value=value,
+    )
+    sent = time.monotonic()
+    try:
+        reply = await _call(term._client, "Proclaim", request, timeout)
+    except TenureError as err:
+        if not err.retryable:
+            term._lose(_cause(err), err)
+        raise
+    leadership = reply.leadership
+    if not term.lost.is_set() and leadership.revision > term.revision:
+        lease = term.lease
+        metadata = dict(lease.metadata)
+        metadata[VALUE_KEY] = value
+        ttl = leadership.ttl.seconds + leadership.ttl.nanos / 1e9 or lease.ttl
+        updated = dataclasses.replace(
+            lease, revision=leadership.revision, metadata=metadata, ttl=ttl
+        )
+        term._update(updated, sent)
+
+
+def _cause(err: TenureError) -> Any:
+    from ._session import _cause_of
+
+    return _cause_of(err)
+
+
+async def leader(client: "TenureClient", name: str, *, timeout: float = 5.0) -> Leader:
+    """Who leads `name` now (an empty :class:`Leader` when nobody does)."""
+    try:
+        reply = await _call(client, "Leader", election_pb2.LeaderRequest(name=name), timeout)
+    except TenureError as err:
+        if err.reason == Reason.LEASE_NOT_FOUND:
+            return Leader()
+        raise
+    return Leader.from_proto(reply.leadership if reply.HasField("leadership") else None)
+
+
+Callback = Callable[..., Union[None, Awaitable[None]]]
+
+
+class LeaderElector:
+    """Takes part in an election until :meth:`run` is cancelled.
+
+    ``on_started_leading(term)`` is an async function run as a task while
+    this participant leads; it is cancelled when the term ends (its safe
+    deadline, a revoke or expiry seen by the server or the watch, or
+    :meth:`run` being cancelled). The rule: **stop acting as leader when it is
+    cancelled, and pass ``term.fencing_token`` with every downstream write.**
+    ``on_stopped_leading()`` is called once per term after that task ended;
+    ``on_new_leader(leader)`` with every change of leader (a :class:`Leader`,
+    empty for "nobody"). Callbacks other than ``on_started_leading`` may be
+    plain or async functions.
+
+    Example::
+
+        elector = LeaderElector(client, "db.primary", "node-1", value="10.0.0.1:5432",
+                                on_started_leading=lead, on_stopped_leading=stopped)
+        task = asyncio.create_task(elector.run())
+        ...
+        task.cancel()   # resigns: the next participant leads at once
+    """
+
+    def __init__(
+        self,
+        client: "TenureClient",
+        name: str,
+        identity: str,
+        *,
+        on_started_leading: Callable[["Session"], Awaitable[None]],
+        on_stopped_leading: Callback,
+        on_new_leader: Optional[Callback] = None,
+        value: str = "",
+        ttl: Seconds = 10.0,
+        campaign_wait: Seconds = 30.0,
+        **acquire_options: Any,
+    ) -> None:
+        if not name or not identity:
+            raise ValueError("LeaderElector needs a name and an identity")
+        self.client = client
+        self.name = name
+        self.identity = identity
+        self.value = value
+        self.ttl = to_seconds(ttl)
+        self.campaign_wait = to_seconds(campaign_wait)
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._on_new_leader = on_new_leader
+        self._acquire_options = acquire_options
+        #: The current term while leading, else None.
+        self.term: Optional["Session"] = None
+
+    async def run(self) -> None:
+        """Campaigns, leads, and campaigns again after each term, until
+        cancelled (then resigns a term it holds and re-raises
+        CancelledError). Returns early only by raising a permanent
+        TenureError (arguments, credentials, grants)."""
+        observer = None
+        if self._on_new_leader is not None:
+            observer = asyncio.create_task(self._observe(), name=f"tenure-observe:{self.name}")
+        backoff = 0.1
+        try:
+            while True:
+                try:
+                    term = await elect(
+                        self.client,
+                        self.name,
+                        self.identity,
+                        self.value,
+                        ttl=self.ttl,
+                        wait=self.campaign_wait,
+                        **self._acquire_options,
+                    )
+                except TenureError as err:
+                    if err.reason == Reason.LEASE_HELD:
+                        continue
+                    if not err.retryable:
+                        raise
+                    await asyncio.sleep(backoff * (1 + random.random() / 2))
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                backoff = 0.1
+                await self._lead(term)
+        finally:
+            if observer is not None:
+                observer.cancel()
+                await asyncio.gather(observer, return_exceptions=True)
+
+    async def _lead(self, term: "Session") -> None:
+        self.term = term
+        task = asyncio.create_task(self._on_started(term), name=f"tenure-lead:{self.name}")
+        lost = asyncio.create_task(term.lost.wait())
+        try:
+            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelled (run() stopped), lost, or the callback returned: end
+            # the callback, resign if still held, then say so.
+            lost.cancel()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self.term = None
+            await asyncio.shield(self._resign(term))
+            await _maybe_await(self._on_stopped())
+
+    @staticmethod
+    async def _resign(term: "Session") -> None:
+        if term.is_held():
+            try:
+                await term.release()
+            except TenureError:
+                pass  # the term expires at its TTL
+
+    async def _observe(self) -> None:
+        """Reports each change of leader, reopening Observe after errors (it
+        starts with the current state, so nothing is missed for good)."""
+        last: Optional[Leader] = None
+        backoff = 0.1
+        while True:
+            call = _stub(self.client).Observe(
+                election_pb2.ObserveRequest(name=self.name),
+                metadata=self.client._call_metadata(),
+            )
+            try:
+                async for msg in call:
+                    backoff = 0.1
+                    now = Leader.from_proto(msg.leader if msg.HasField("leader") else None)
+                    if now != last:
+                        last = now
+                        await _maybe_await(self._on_new_leader(now))  # type: ignore[misc]
+            except grpc.aio.AioRpcError as rpc_err:
+                # Permanent refusals end the observer; anything else (the
+                # server restarting, the network) is retried.
+                if rpc_err.code() in (
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                ):
+                    return
+            finally:
+                call.cancel()
+            await asyncio.sleep(backoff * (1 + random.random() / 2))
+            backoff = min(backoff * 2, 5.0)
+
+
+async def _maybe_await(result: Union[None, Awaitable[None]]) -> None:
+    if inspect.isawaitable(result):
+        await result

@@ -1,0 +1,302 @@
+/**
+ * Leader election in the shape of client-go's leaderelection. An election
+ * is the lease of the same name (`tenure.v1.ElectionService`), so a term is
+ * a {@link Session}: its fencing token is the term's token, it renews in the
+ * background, and its `signal` aborts at the safe deadline or on loss.
+ * {@link LeaderElector} campaigns, calls `onStartedLeading` with a signal
+ * that aborts when the term ends, `onStoppedLeading` once per term, and
+ * `onNewLeader` with every change of leader (from `Observe`); it resigns
+ * when stopped.
+ */
+import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
+
+import type { AcquireOptions, TenureClient } from "./client";
+import { Reason, TenureError } from "./errors";
+import {
+  ElectionServiceClient,
+  LeaderRequest,
+  ProclaimRequest,
+  type Leadership,
+  ObserveRequest,
+  type ObserveResponse,
+  type ProclaimResponse,
+  type LeaderResponse,
+} from "./gen/tenure/v1/election";
+import { unary, type UnaryMethod } from "./rpc";
+import type { Session } from "./session";
+
+/** The lease metadata key that holds a leader's value. */
+export const ELECTION_VALUE_KEY = "value";
+
+/** Who leads an election. */
+export interface Leader {
+  /** The leader's holder name; "" when nobody leads. */
+  readonly identity: string;
+  /** What the leader published (e.g. its address). */
+  readonly value: string;
+  /** The term's fencing token; 0n when nobody leads. */
+  readonly fencingToken: bigint;
+}
+
+const NOBODY: Leader = { identity: "", value: "", fencingToken: 0n };
+
+function leaderOf(l: Leadership | undefined): Leader {
+  return l === undefined ? NOBODY : { identity: l.holder, value: l.value, fencingToken: l.fencingToken };
+}
+
+/** What {@link LeaderElector} is told. */
+export interface ElectorOptions {
+  /** The election (a lease name). */
+  readonly name: string;
+  /** This participant's holder name. */
+  readonly identity: string;
+  /** Published while leading (e.g. this replica's address). */
+  readonly value?: string;
+  /** Requested term TTL in milliseconds (default: the server's). */
+  readonly ttlMs?: number;
+  /** How long one campaign waits before it is re-sent (default 30 s; the server caps it). */
+  readonly campaignWaitMs?: number;
+  /**
+   * Runs while leading. `signal` aborts when the term ends (its safe
+   * deadline, a revoke or expiry, or the elector being stopped): stop acting
+   * as leader then, and pass `term.fencingToken` with every downstream write.
+   */
+  readonly onStartedLeading: (term: Session, signal: AbortSignal) => void | Promise<void>;
+  /** Called once per term, after `onStartedLeading`'s signal aborted and its promise settled. */
+  readonly onStoppedLeading: () => void | Promise<void>;
+  /** Called with every change of leader (a {@link Leader} with an empty identity for "nobody"). */
+  readonly onNewLeader?: (leader: Leader) => void;
+  /** Renewal options of each term (renewFraction, safetyMarginMs, ...). */
+  readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal">;
+}
+
+/** The election calls of one {@link TenureClient}. */
+export class Elections {
+  readonly #client: TenureClient;
+  readonly #stub: ElectionServiceClient;
+
+  constructor(client: TenureClient) {
+    this.#client = client;
+    this.#stub = new ElectionServiceClient(client.address, credentials.createInsecure(), {
+      channelOverride: client.stub.getChannel(),
+    });
+  }
+
+  /**
+   * Campaigns once: waits up to `waitMs` for `name` to have no leader, then
+   * makes `identity` its leader publishing `value`, and returns the term
+   * (`release()` resigns). Rejects with `LEASE_HELD` when the wait ran out.
+   */
+  elect(name: string, identity: string, value: string, options: AcquireOptions = {}): Promise<Session> {
+    return this.#client.acquire(name, identity, {
+      ...options,
+      metadata: { ...options.metadata, [ELECTION_VALUE_KEY]: value },
+    });
+  }
+
+  /**
+   * Replaces the value the term's leader publishes, without a new term.
+   * Rejects with `LEASE_NOT_HELD` when the term has ended.
+   */
+  async proclaim(term: Session, value: string, timeoutMs = 5000): Promise<void> {
+    term.assertHeld();
+    const sentAt = performance.now();
+    const proclaim: UnaryMethod<ProclaimRequest, ProclaimResponse> = this.#stub.proclaim.bind(this.#stub);
+    const reply = await unary(
+      this.#client.callContext,
+      "Proclaim",
+      proclaim,
+      ProclaimRequest.fromPartial({
+        name: term.name,
+        expectedRevision: term.revision,
+        leaseKey: term.leaseKey,
+        value,
+      }),
+      timeoutMs,
+    ).result;
+    const l = reply.leadership;
+    if (l !== undefined) {
+      term._renewed(
+        {
+          ...term.lease,
+          revision: l.revision,
+          ttl: l.ttl ?? term.lease.ttl,
+          metadata: { ...term.lease.metadata, [ELECTION_VALUE_KEY]: value },
+        },
+        sentAt,
+      );
+    }
+  }
+
+  /** Who leads `name` now (an empty identity when nobody does). */
+  async leader(name: string, timeoutMs = 5000): Promise<Leader> {
+    const leader: UnaryMethod<LeaderRequest, LeaderResponse> = this.#stub.leader.bind(this.#stub);
+    try {
+      const reply = await unary(
+        this.#client.callContext,
+        "Leader",
+        leader,
+        LeaderRequest.fromPartial({ name }),
+        timeoutMs,
+      ).result;
+      return leaderOf(reply.leadership);
+    } catch (err) {
+      if (err instanceof TenureError && err.reason === Reason.LEASE_NOT_FOUND) return NOBODY;
+      throw err;
+    }
+  }
+
+  /**
+   * The changes of leader of `name` until `signal` aborts, reopening the
+   * Observe stream after errors (it starts with the current state, so a
+   * reconnect never leaves a stale leader). Ends with a thrown TenureError
+   * only on a permanent refusal (grants, credentials, arguments).
+   */
+  async *observe(name: string, signal: AbortSignal): AsyncGenerator<Leader, void, undefined> {
+    let last: Leader | undefined;
+    let backoffMs = 100;
+    while (!signal.aborted) {
+      const md = await this.#client.callContext.metadata();
+      const call: ClientReadableStream<ObserveResponse> = this.#stub.observe(ObserveRequest.fromPartial({ name }), md);
+      call.on("error", () => undefined);
+      const onAbort = () => call.cancel();
+      signal.addEventListener("abort", onAbort, { once: true });
+      try {
+        for await (const message of call as AsyncIterable<ObserveResponse>) {
+          backoffMs = 100;
+          const now = leaderOf(message.leader);
+          if (
+            last === undefined ||
+            now.identity !== last.identity ||
+            now.value !== last.value ||
+            now.fencingToken !== last.fencingToken
+          ) {
+            last = now;
+            yield now;
+          }
+        }
+      } catch (err) {
+        if (signal.aborted) return;
+        const error = this.#client.callContext.error(err, "Observe");
+        if (PERMANENT_CODES.has(error.code)) throw error;
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+        call.cancel();
+      }
+      if (!(await sleep(backoffMs * (1 + Math.random() / 2), signal))) return;
+      backoffMs = Math.min(backoffMs * 2, 5000);
+    }
+  }
+}
+
+/** gRPC codes that end an observer: retrying cannot fix them. */
+const PERMANENT_CODES = new Set([3 /* INVALID_ARGUMENT */, 7 /* PERMISSION_DENIED */, 16 /* UNAUTHENTICATED */]);
+
+/**
+ * Takes part in an election until {@link run}'s signal aborts: campaigns,
+ * leads while it holds a term, and campaigns again after each term.
+ *
+ * ```ts
+ * const elector = new LeaderElector(client, {
+ *   name: "db.primary", identity: "node-1", value: "10.0.0.1:5432", ttlMs: 10_000,
+ *   onStartedLeading: async (term, signal) => { ... },
+ *   onStoppedLeading: () => console.log("stopped leading"),
+ *   onNewLeader: (l) => console.log("leader:", l.identity || "none"),
+ * });
+ * const stop = new AbortController();
+ * const done = elector.run(stop.signal);
+ * ...
+ * stop.abort(); await done; // resigns: the next participant leads at once
+ * ```
+ */
+export class LeaderElector {
+  readonly #elections: Elections;
+  readonly #options: ElectorOptions;
+  /** The current term while leading. */
+  term: Session | undefined;
+
+  constructor(client: TenureClient, options: ElectorOptions) {
+    if (options.name === "" || options.identity === "") throw new RangeError("LeaderElector needs a name and an identity");
+    this.#elections = new Elections(client);
+    this.#options = options;
+  }
+
+  /**
+   * Runs until `signal` aborts (then resigns a term it holds and resolves),
+   * or rejects with a permanent TenureError (arguments, credentials, grants).
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const o = this.#options;
+    const observing = o.onNewLeader === undefined ? Promise.resolve() : this.#observe(signal);
+    let backoffMs = 100;
+    try {
+      while (!signal.aborted) {
+        let term: Session;
+        try {
+          term = await this.#elections.elect(o.name, o.identity, o.value ?? "", {
+            ...o.sessionOptions,
+            ttlMs: o.ttlMs,
+            waitMs: o.campaignWaitMs ?? 30_000,
+            signal,
+          });
+        } catch (err) {
+          if (signal.aborted) break;
+          if (err instanceof TenureError && err.reason === Reason.LEASE_HELD) continue;
+          if (!(err instanceof TenureError) || !err.retryable) throw err;
+          if (!(await sleep(backoffMs * (1 + Math.random() / 2), signal))) break;
+          backoffMs = Math.min(backoffMs * 2, 5000);
+          continue;
+        }
+        backoffMs = 100;
+        await this.#lead(term, signal);
+      }
+    } finally {
+      await observing;
+    }
+  }
+
+  async #lead(term: Session, stop: AbortSignal): Promise<void> {
+    this.term = term;
+    const ended = AbortSignal.any([term.signal, stop]);
+    const ending = new AbortController();
+    const termSignal = AbortSignal.any([ended, ending.signal]);
+    try {
+      const leading = Promise.resolve()
+        .then(() => this.#options.onStartedLeading(term, termSignal))
+        .catch(() => undefined);
+      await Promise.race([leading, new Promise((ok) => termSignal.addEventListener("abort", ok, { once: true }))]);
+      ending.abort(); // the callback returned early: the term ends too
+      await leading;
+    } finally {
+      this.term = undefined;
+      // Resign a term still held (the elector stopped, or the callback
+      // returned): the next participant leads at once, not after the TTL.
+      if (term.isHeld()) await term.release().catch(() => false);
+      await this.#options.onStoppedLeading();
+    }
+  }
+
+  async #observe(signal: AbortSignal): Promise<void> {
+    try {
+      for await (const leader of this.#elections.observe(this.#options.name, signal)) this.#options.onNewLeader?.(leader);
+    } catch {
+      // A permanent refusal of Observe: leadership itself still works.
+    }
+  }
+}
+
+/** Sleeps `ms`; resolves false at once if `signal` aborts first. */
+function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((ok) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      ok(true);
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      ok(false);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,441 @@
+//! Leader election on the lease protocol: an election is a lease.
+//!
+//! The election named `db.primary` is the lease named `db.primary`: its
+//! leader is the lease's holder, the leader's value is the record's metadata
+//! entry [`VALUE_KEY`], and a term's fencing token is the holding's token.
+//! Sharing the key space (rather than a reserved `_tenure.e.<name>`) is on
+//! purpose: a leadership is renewed with `LeaseService.Renew`, read with
+//! `GetLease`, watched with `WatchLease`, revoked with `RevokeLease` and
+//! covered by the grants on its name, with no second set of rules. The
+//! price is that a lock and an election of the same name are the same
+//! thing: a plain `Acquire` of `db.primary` makes its holder the leader
+//! (with an empty value), which `docs/design.md` states.
+//!
+//! Campaign is a waiting Acquire; Resign is a Release. Proclaim is the one
+//! new write: a renewal that also replaces the value, conditional on the
+//! revision it replaces, after the key and revision were checked against
+//! that same record (so a deposed leader can never proclaim). Observe turns
+//! the shared watcher's events of one name into leadership changes:
+//! renewals that change nothing are dropped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::event::{Event, EventKind, Filter};
+use super::record::{Holding, KeyHash, Record};
+use super::watch::Subscription;
+use super::{now_ms, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
+use crate::error::{Error, Reason, Result};
+use crate::nats::CasError;
+
+/// The metadata key of a lease record that holds the leader's value.
+pub const VALUE_KEY: &str = "value";
+
+/// What Campaign asks for, already validated.
+#[derive(Debug, Clone)]
+pub struct CampaignArgs {
+    /// The election (a lease name).
+    pub name: String,
+    /// Who campaigns.
+    pub holder: String,
+    /// The value to publish while leading.
+    pub value: String,
+    /// Granted TTL, whole seconds.
+    pub ttl_s: u64,
+    /// The ownership secret.
+    pub key: String,
+    /// How long to wait for the election to have no leader; `None`: fail
+    /// at once.
+    pub wait: Option<Duration>,
+}
+
+/// What kind of leadership change an [`Change`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The state when observing started (with or without a leader).
+    Current,
+    /// A new leader (a new fencing token).
+    Elected,
+    /// The same leader with a new value.
+    Proclaimed,
+    /// No leader: the leader resigned (released the lease).
+    Resigned,
+    /// No leader: the leadership expired.
+    Expired,
+    /// No leader: an operator revoked the leadership.
+    Revoked,
+}
+
+/// One leadership change of an election.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// What changed.
+    pub kind: ChangeKind,
+    /// The leadership after the change; `None`: no leader.
+    pub leader: Option<Arc<Holding>>,
+    /// For the "no leader" kinds, the holder whose term ended (empty when
+    /// unknown).
+    pub ended_holder: String,
+    /// For the "no leader" kinds, the token of the term that ended (0 when
+    /// unknown).
+    pub ended_token: u64,
+    /// The bucket revision of the change (0 for a `Current` without leader).
+    pub revision: u64,
+}
+
+/// The leader's value in a holding's record (empty when the holding was
+/// taken by a plain Acquire).
+pub fn value_of(holding: &Holding) -> &str {
+    holding
+        .record
+        .metadata
+        .get(VALUE_KEY)
+        .map_or("", String::as_str)
+}
+
+/// How long `holding` lasts without another write, by the server's clock
+/// now: its last write's time plus its TTL, minus now (never negative).
+pub fn ttl_left(holding: &Holding) -> Duration {
+    let ends = holding
+        .record
+        .renewed_ms
+        .saturating_add(holding.record.ttl_s.saturating_mul(1000));
+    Duration::from_millis(ends.saturating_sub(now_ms()))
+}
+
+/// Leader election over the lease operations. Cheap to clone.
+#[derive(Clone)]
+pub struct Elections {
+    /// The lease protocol the elections are built on.
+    leases: Leases,
+}
+
+impl Elections {
+    /// Elections over `leases`.
+    pub fn new(leases: Leases) -> Elections {
+        Elections { leases }
+    }
+
+    /// Makes the caller the leader, waiting as `args.wait` says: an Acquire
+    /// of the election's lease with the value in its metadata.
+    pub async fn campaign(&self, args: &CampaignArgs) -> Result<Holding> {
+        let acquire = AcquireArgs {
+            name: args.name.clone(),
+            holder: args.holder.clone(),
+            ttl_s: args.ttl_s,
+            key: args.key.clone(),
+            wait: args.wait,
+            metadata: BTreeMap::from([(VALUE_KEY.to_string(), args.value.clone())]),
+            lock_delay_s: 0,
+            limit: 0,
+        };
+        self.leases
+            .acquire(&acquire)
+            .await
+            .map_err(|e| election_error(&args.name, e))
+    }
+
+    /// Replaces the leader's value, renewing the leadership: verifies key
+    /// and revision against the current record, then writes over exactly
+    /// that record's revision.
+    pub async fn proclaim(
+        &self,
+        name: &str,
+        expected: u64,
+        key: &str,
+        value: &str,
+    ) -> Result<Holding> {
+        let hash = KeyHash::of(key);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (revision, rec) = self
+                .leases
+                .verify_holding(name, expected, &hash)
+                .await
+                .map_err(|e| election_error(name, e))?;
+            let mut record = Record {
+                token: rec.token_at(revision),
+                renewed_ms: now_ms(),
+                ..(*rec).clone()
+            };
+            record
+                .metadata
+                .insert(VALUE_KEY.to_string(), value.to_string());
+            let ttl = Duration::from_secs(record.ttl_s);
+            match self
+                .leases
+                .store
+                .put(name, record.encode(), revision, ttl)
+                .await
+            {
+                Ok(written) => {
+                    tracing::debug!(name, holder = %record.holder, token = record.token, "proclaimed");
+                    self.leases.cache.insert(name, written, &record);
+                    return Ok(Holding::at(name, written, record));
+                }
+                Err(CasError::Conflict) => self.leases.cache.remove(name),
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Err(Error::new(
+            Reason::LeaseHeld,
+            format!("election {name:?} is changing hands too fast to settle; retry with backoff"),
+        ))
+    }
+
+    /// Ends a leadership (a Release of the election's lease); returns the
+    /// resignation's revision.
+    pub async fn resign(&self, name: &str, expected: u64, key: &str) -> Result<u64> {
+        self.leases
+            .release(name, expected, key)
+            .await
+            .map_err(|e| election_error(name, e))
+    }
+
+    /// The current leader.
+    pub async fn leader(&self, name: &str) -> Result<Holding> {
+        self.leases
+            .get(name)
+            .await
+            .map_err(|e| election_error(name, e))
+    }
+
+    /// Observes one election: its state now, then every leadership change.
+    pub async fn observe(&self, name: &str) -> Result<Observation> {
+        let subscription = self
+            .leases
+            .watch(Filter::Name(name.to_string()), Vec::new())
+            .await?;
+        Ok(Observation {
+            subscription,
+            tracker: Tracker::default(),
+        })
+    }
+}
+
+/// A stream of leadership changes of one election, read from a lease
+/// watch of its name.
+pub struct Observation {
+    /// The watch of the election's lease.
+    subscription: Subscription,
+    /// What was reported so far.
+    tracker: Tracker,
+}
+
+/// What an observation has reported so far, to tell which lease events
+/// are leadership changes.
+#[derive(Default)]
+struct Tracker {
+    /// The leader found by the snapshot, until it is reported.
+    initial: Option<Arc<Holding>>,
+    /// The token and value last reported; `None`: no leader.
+    last: Option<(u64, String)>,
+}
+
+impl Observation {
+    /// The next change; `Err` once the watch has ended (shutdown, or it fell
+    /// behind).
+    pub async fn next(&mut self) -> Result<Change> {
+        loop {
+            let event = self.subscription.next().await?;
+            if let Some(change) = self.tracker.apply(&event) {
+                return Ok(change);
+            }
+        }
+    }
+
+    /// Keeps `guard` (the stream's watch slot) until the watch ends.
+    pub fn hold(&self, guard: impl Send + 'static) {
+        self.subscription.hold(guard);
+    }
+
+    /// Turns the observation into a stream that ends after its first error.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Change>> + Send {
+        futures::stream::unfold(Some(self), |state| async move {
+            let mut obs = state?;
+            match obs.next().await {
+                Ok(change) => Some((Ok(change), Some(obs))),
+                Err(err) => Some((Err(err), None)),
+            }
+        })
+    }
+}
+
+impl Tracker {
+    /// The change `event` stands for, if any: the first is always the
+    /// current state; renewals that change neither leader nor value, and
+    /// endings when there is already no leader, are dropped.
+    fn apply(&mut self, event: &Event) -> Option<Change> {
+        let change = |kind, leader: Option<Arc<Holding>>| Change {
+            kind,
+            revision: leader.as_ref().map_or(event.revision, |h| h.revision),
+            leader,
+            ended_holder: String::new(),
+            ended_token: 0,
+        };
+        match event.kind {
+            EventKind::Current => {
+                self.initial = event.holding.clone();
+                None
+            }
+            EventKind::SnapshotComplete => {
+                let leader = self.initial.take();
+                self.last = leader.as_ref().map(|h| (h.token, value_of(h).to_string()));
+                Some(Change {
+                    revision: leader.as_ref().map_or(0, |h| h.revision),
+                    ..change(ChangeKind::Current, leader)
+                })
+            }
+            EventKind::Acquired | EventKind::Renewed => {
+                let holding = event.holding.clone()?;
+                let now = (holding.token, value_of(&holding).to_string());
+                let kind = match &self.last {
+                    Some(last) if *last == now => return None,
+                    Some((token, _)) if *token == holding.token => ChangeKind::Proclaimed,
+                    _ => ChangeKind::Elected,
+                };
+                self.last = Some(now);
+                Some(change(kind, Some(holding)))
+            }
+            EventKind::Released | EventKind::Expired | EventKind::Revoked => {
+                self.last.take()?;
+                let kind = match event.kind {
+                    EventKind::Released => ChangeKind::Resigned,
+                    EventKind::Expired => ChangeKind::Expired,
+                    _ => ChangeKind::Revoked,
+                };
+                Some(Change {
+                    ended_holder: event.holder.clone(),
+                    ended_token: event.token,
+                    ..change(kind, None)
+                })
+            }
+        }
+    }
+}
+
+/// A lease error in an election's words: who leads, or that the caller does
+/// not, and what to do; reason and metadata unchanged.
+fn election_error(name: &str, err: Error) -> Error {
+    let meta = |key: &str| {
+        err.metadata
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let state = meta("state").unwrap_or_else(|| "ABSENT".into());
+    let message = match (err.reason, meta("holder")) {
+        (Reason::LeaseHeld, Some(holder)) => {
+            let token = meta("fencing_token").unwrap_or_default();
+            let waited = meta("waited_ms")
+                .map(|ms| format!(" (gave up after waiting {ms} ms)"))
+                .unwrap_or_default();
+            format!(
+                "election {name:?} is led by {holder:?} (token {token}){waited}; Campaign with a wait \
+                 to lead when it resigns or expires, or Observe the election"
+            )
+        }
+        (Reason::LeaseNotHeld, _) => format!(
+            "you are not the leader of election {name:?} (its lease is {state} under another \
+             term or key); stop acting as leader and Campaign again"
+        ),
+        (Reason::LeaseNotFound, _) => format!(
+            "election {name:?} has no leader ({state}); Campaign to lead it, or Observe it to \
+             learn of the next leader"
+        ),
+        _ => return err,
+    };
+    Error { message, ..err }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::record::fixtures::record;
+
+    /// A holding of `holder` with `token`, written at `revision`, leading
+    /// with `value`.
+    fn leading(holder: &str, token: u64, revision: u64, value: &str) -> Arc<Holding> {
+        let mut rec = record(holder, "fixture-lease-key", token);
+        rec.metadata.insert(VALUE_KEY.into(), value.into());
+        Arc::new(Holding::at("e", revision, rec))
+    }
+
+    /// An event of `kind` for `holding`, or an ending of `holder`/`token`.
+    fn event(kind: EventKind, holding: Option<Arc<Holding>>, holder: &str, token: u64) -> Event {
+        Event {
+            kind,
+            name: "e".into(),
+            revision: holding.as_ref().map_or(99, |h| h.revision),
+            holder: holder.into(),
+            token,
+            holding,
+            time_ms: 0,
+            slot: 0,
+        }
+    }
+
+    /// The snapshot becomes one CURRENT; a new token is ELECTED, a new
+    /// value PROCLAIMED, a plain renewal nothing; an ending is "no leader"
+    /// once.
+    #[test]
+    fn events_become_leadership_changes() {
+        let step = |obs: &mut Tracker, e: Event| obs.apply(&e);
+        let mut obs = Tracker::default();
+        let a = leading("a", 5, 5, "addr-a");
+        assert!(step(&mut obs, Event::current(&a)).is_none());
+        let c = step(&mut obs, Event::snapshot_complete()).unwrap();
+        assert_eq!(c.kind, ChangeKind::Current);
+        assert_eq!(c.leader.unwrap().token, 5);
+        let renewed = leading("a", 5, 6, "addr-a");
+        assert!(step(&mut obs, event(EventKind::Renewed, Some(renewed), "a", 5)).is_none());
+        let proclaimed = leading("a", 5, 7, "addr-a2");
+        let c = step(
+            &mut obs,
+            event(EventKind::Renewed, Some(proclaimed), "a", 5),
+        )
+        .unwrap();
+        assert_eq!(c.kind, ChangeKind::Proclaimed);
+        assert_eq!(value_of(c.leader.as_ref().unwrap()), "addr-a2");
+        let c = step(&mut obs, event(EventKind::Expired, None, "a", 5)).unwrap();
+        assert_eq!(
+            (c.kind, c.ended_holder.as_str(), c.ended_token),
+            (ChangeKind::Expired, "a", 5)
+        );
+        assert!(c.leader.is_none());
+        // A second ending while there is no leader says nothing new.
+        assert!(step(&mut obs, event(EventKind::Released, None, "a", 5)).is_none());
+        let b = leading("b", 9, 9, "addr-b");
+        let c = step(&mut obs, event(EventKind::Acquired, Some(b), "b", 9)).unwrap();
+        assert_eq!(c.kind, ChangeKind::Elected);
+    }
+
+    /// An empty snapshot is a CURRENT without leader.
+    #[test]
+    fn no_leader_at_start() {
+        let mut obs = Tracker::default();
+        let c = obs.apply(&Event::snapshot_complete()).unwrap();
+        assert_eq!((c.kind, c.revision), (ChangeKind::Current, 0));
+        assert!(c.leader.is_none());
+    }
+
+    /// Lease errors read as election errors, keeping reason and metadata.
+    #[test]
+    fn errors_speak_of_elections() {
+        let err = Error::new(Reason::LeaseHeld, "lease")
+            .with("holder", "a")
+            .with("fencing_token", 5);
+        let e = election_error("e", err);
+        assert_eq!(e.reason, Reason::LeaseHeld);
+        assert!(
+            e.message.contains("is led by \"a\" (token 5)"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.metadata.len(), 2);
+        let e = election_error("e", Error::new(Reason::LeaseNotFound, "x"));
+        assert!(e.message.contains("has no leader"), "{}", e.message);
+        let e = election_error("e", Error::new(Reason::InvalidName, "x"));
+        assert_eq!(e.message, "x");
+    }
+}
