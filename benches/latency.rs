@@ -96,6 +96,7 @@ async fn main() {
                     expected_revision: lease.revision,
                     lease_key: acq.lease_key.clone(),
                     ttl: None,
+                    slot: 0,
                 })
                 .await
                 .unwrap()
@@ -109,6 +110,7 @@ async fn main() {
                     name,
                     expected_revision: renewed.revision,
                     lease_key: acq.lease_key,
+                    slot: 0,
                 })
                 .await
                 .unwrap();

@@ -33,7 +33,9 @@ impl Reason {
             | Reason::InvalidMetadata
             | Reason::InvalidWait
             | Reason::InvalidArgument => Code::InvalidArgument,
-            Reason::LeaseHeld | Reason::LeaseNotHeld => Code::FailedPrecondition,
+            Reason::LeaseHeld | Reason::LeaseNotHeld | Reason::LimitMismatch => {
+                Code::FailedPrecondition
+            }
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
             Reason::WatchLagged => Code::ResourceExhausted,

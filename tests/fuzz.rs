@@ -62,8 +62,8 @@ enum Req {
 
 fn request() -> impl Strategy<Value = Req> {
     prop_oneof![
-        3 => (name(), text(), duration(), key(), duration(), metadata(), duration()).prop_map(
-            |(name, holder, ttl, lease_key, wait, metadata, lock_delay)| Req::Acquire(AcquireRequest {
+        3 => (name(), text(), duration(), key(), duration(), metadata(), duration(), 0u32..300).prop_map(
+            |(name, holder, ttl, lease_key, wait, metadata, lock_delay, limit)| Req::Acquire(AcquireRequest {
                 name,
                 holder,
                 ttl,
@@ -71,6 +71,8 @@ fn request() -> impl Strategy<Value = Req> {
                 wait,
                 metadata,
                 lock_delay,
+                // Mostly plain leases; some semaphores, some over the bound.
+                limit: limit.saturating_sub(200) * (limit % 3),
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {
@@ -79,6 +81,7 @@ fn request() -> impl Strategy<Value = Req> {
                 expected_revision: r % 64,
                 lease_key,
                 ttl,
+                slot: ((r >> 32) % 300) as u32 * u32::from(r % 3 == 0),
             })
         }),
         1 => (name(), any::<u64>(), key()).prop_map(|(name, r, lease_key)| {
@@ -86,6 +89,7 @@ fn request() -> impl Strategy<Value = Req> {
                 name,
                 expected_revision: r % 64,
                 lease_key,
+                slot: ((r >> 32) % 300) as u32 * u32::from(r % 3 == 0),
             })
         }),
         1 => name().prop_map(|name| Req::Get(GetLeaseRequest { name })),

@@ -537,6 +537,7 @@ impl Tenure {
                 expected_revision: h.rev,
                 lease_key: h.key.clone(),
                 ttl: None,
+                slot: 0,
             })
             .await
             .map_err(|s| format!("Renew {}: {:?} {}", h.name, s.code(), s.message()))?
@@ -554,6 +555,7 @@ impl Tenure {
                 name: h.name.clone(),
                 expected_revision: h.rev,
                 lease_key: h.key.clone(),
+                slot: 0,
             })
             .await
             .map_err(|s| format!("Release {}: {:?} {}", h.name, s.code(), s.message()))?;

@@ -507,6 +507,7 @@ pub async fn watch(
                 expected_revision: held[j].0,
                 lease_key: held[j].1.clone(),
                 ttl: None,
+                slot: 0,
             })
             .await
             .map_err(|s| format!("Renew {}: {}", names[j], s.message()))?

@@ -483,6 +483,7 @@ impl Client {
             expected_revision: held.revision,
             lease_key: held.key.clone(),
             ttl: None,
+            slot: 0,
         };
         let (t0, w0) = (mono_ns(), real_ms());
         let mut op = self.op(
@@ -565,6 +566,7 @@ impl Client {
                 name: held.name.clone(),
                 expected_revision: held.revision,
                 lease_key: held.key.clone(),
+                slot: 0,
             };
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(

@@ -30,6 +30,7 @@ pub fn lease(h: &Holding) -> proto::Lease {
             seconds: h.record.lock_delay_s as i64,
             nanos: 0,
         }),
+        slot: h.slot,
     }
 }
 
@@ -52,6 +53,7 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         fencing_token: e.token,
         lease: e.holding.as_deref().map(lease),
         time: (e.time_ms > 0).then(|| timestamp(e.time_ms)),
+        slot: e.slot,
     }
 }
 
@@ -124,6 +126,7 @@ mod tests {
                 token: 0,
                 holding: None,
                 time_ms: 0,
+                slot: 0,
             };
             assert_eq!(event(&e).r#type, n);
         }

@@ -196,14 +196,16 @@ impl LeaseService for LeaseApi {
             if let (Some(w), Some(d)) = (wait, cx.deadline) {
                 wait = Some(w.min(d.saturating_sub(DEADLINE_MARGIN)));
             }
+            let lock_delay_s = validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?;
             let args = AcquireArgs {
+                limit: validate::limit(req.limit, lock_delay_s, &self.limits)?,
                 name: name.into(),
                 holder: holder.into(),
                 ttl_s,
                 key: key.map_or_else(validate::mint_key, str::to_string),
                 wait,
                 metadata: validate::metadata(&req.metadata)?,
-                lock_delay_s: validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?,
+                lock_delay_s,
             };
             let holding = self.leases.acquire(&args).await?;
             Ok(proto::AcquireResponse {
@@ -230,7 +232,14 @@ impl LeaseService for LeaseApi {
                 )?),
                 None => None,
             };
-            let holding = self.leases.renew(name, expected, key, ttl_s).await?;
+            let holding = match validate::slot(req.slot, &self.limits)? {
+                0 => self.leases.renew(name, expected, key, ttl_s).await?,
+                slot => {
+                    self.leases
+                        .renew_slot(name, slot, expected, key, ttl_s)
+                        .await?
+                }
+            };
             Ok(proto::RenewResponse {
                 lease: Some(lease(&holding)),
             })
@@ -246,7 +255,10 @@ impl LeaseService for LeaseApi {
             let name = validate::name(&req.name)?;
             let expected = validate::revision(req.expected_revision)?;
             let key = validate::presented_key(&req.lease_key)?;
-            let revision = self.leases.release(name, expected, key).await?;
+            let revision = match validate::slot(req.slot, &self.limits)? {
+                0 => self.leases.release(name, expected, key).await?,
+                slot => self.leases.release_slot(name, slot, expected, key).await?,
+            };
             Ok(proto::ReleaseResponse { revision })
         })
         .await
@@ -258,10 +270,28 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<proto::GetLeaseResponse>, Status> {
         self.rpc(request, |req, _| async move {
             let name = validate::name(&req.name)?;
-            let holding = self.leases.get(name).await?;
+            let waiting = self.leases.waiting(name).await? as u32;
+            let not_found = match self.leases.get(name).await {
+                Err(err) if err.reason == Reason::LeaseNotFound => err,
+                other => {
+                    return other.map(|holding| proto::GetLeaseResponse {
+                        lease: Some(lease(&holding)),
+                        waiting,
+                        ..Default::default()
+                    })
+                }
+            };
+            // Not a held lease: a semaphore with live holders, or nothing.
+            let Some(sem) = self.leases.semaphore(name).await? else {
+                return Err(not_found);
+            };
+            let first = sem.holders.iter().min_by_key(|h| h.token).map(lease);
             Ok(proto::GetLeaseResponse {
-                lease: Some(lease(&holding)),
-                waiting: self.leases.waiting(name).await? as u32,
+                lease: first,
+                waiting,
+                free_slots: sem.limit.saturating_sub(sem.holders.len() as u32),
+                limit: sem.limit,
+                holders: sem.holders.iter().map(lease).collect(),
             })
         })
         .await

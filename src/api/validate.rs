@@ -294,6 +294,43 @@ fn lock_delay_invalid(d: &prost_types::Duration, limits: &Limits) -> Error {
     .with("max_lock_delay_seconds", limits.max_lock_delay_s)
 }
 
+/// Checks an Acquire's semaphore limit (0: a plain lease) against the
+/// server's maximum; a semaphore takes no lock delay.
+pub fn limit(limit: u32, lock_delay_s: u64, limits: &Limits) -> Result<u32> {
+    if limit > limits.max_semaphore_limit {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            format!(
+                "limit must be between 0 (a plain lease) and {} (got {limit})",
+                limits.max_semaphore_limit
+            ),
+        )
+        .with("max_semaphore_limit", limits.max_semaphore_limit));
+    }
+    if limit > 0 && lock_delay_s > 0 {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            "a semaphore (limit > 0) takes no lock_delay; drop one of them",
+        ));
+    }
+    Ok(limit)
+}
+
+/// Checks the semaphore slot a Renew or Release presents (0: a plain
+/// lease): at most the server's largest limit.
+pub fn slot(slot: u32, limits: &Limits) -> Result<u32> {
+    if slot > limits.max_semaphore_limit {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            format!(
+                "slot must be 0 (a plain lease) or the slot from the Acquire reply, at most {} (got {slot})",
+                limits.max_semaphore_limit
+            ),
+        ));
+    }
+    Ok(slot)
+}
+
 /// Checks watch event-type filters: every value must be a known event type.
 pub fn event_types(values: &[i32]) -> Result<Vec<crate::proto::EventType>> {
     use crate::proto::EventType;
@@ -380,11 +417,29 @@ mod tests {
             default_ttl_s: 10,
             max_wait: Duration::from_secs(300),
             max_lock_delay_s: 60,
+            max_semaphore_limit: 8,
         }
     }
 
     fn d(seconds: i64, nanos: i32) -> prost_types::Duration {
         prost_types::Duration { seconds, nanos }
+    }
+
+    /// A limit above the server's maximum, or with a lock delay, is refused.
+    #[test]
+    fn limits_and_slots() {
+        assert_eq!(limit(0, 5, &limits()).unwrap(), 0);
+        assert_eq!(limit(8, 0, &limits()).unwrap(), 8);
+        assert_eq!(
+            limit(9, 0, &limits()).unwrap_err().reason,
+            Reason::InvalidArgument
+        );
+        assert_eq!(
+            limit(2, 1, &limits()).unwrap_err().reason,
+            Reason::InvalidArgument
+        );
+        assert_eq!(slot(8, &limits()).unwrap(), 8);
+        assert!(slot(9, &limits()).is_err());
     }
 
     /// Names follow the KV key rule; watch targets may add '.>'.

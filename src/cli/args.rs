@@ -168,8 +168,8 @@ pub struct LockArgs {
     #[arg(long)]
     pub holder: Option<String>,
 
-    /// Hold one of N slots of a semaphore. Only 1 (a plain lease) is
-    /// accepted until the server has semaphores.
+    /// Hold one of N slots of a counting semaphore (N > 1); 1 is a plain
+    /// lease.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub limit: Option<u32>,
 
@@ -279,6 +279,11 @@ pub struct AcquireArgs {
     /// Metadata stored with the lease, KEY=VALUE (repeatable).
     #[arg(long = "meta", value_parser = parse_key_value, value_name = "KEY=VALUE")]
     pub metadata: Vec<(String, String)>,
+    /// Take a slot of a counting semaphore of N holders instead of an
+    /// exclusive lease (0: a plain lease). Renew and release with the
+    /// printed --slot.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub limit: u32,
     /// Output format.
     #[command(flatten)]
     pub output: Output,
@@ -298,6 +303,10 @@ pub struct RenewArgs {
     /// The lease key printed by `tenure acquire`.
     #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
     pub lease_key: String,
+    /// The semaphore slot printed by `tenure acquire --limit` (0: a plain
+    /// lease).
+    #[arg(long, default_value_t = 0)]
+    pub slot: u32,
     /// New time to live (the granted one is kept when absent).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Option<Duration>,
@@ -320,6 +329,10 @@ pub struct ReleaseArgs {
     /// The lease key printed by `tenure acquire`.
     #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
     pub lease_key: String,
+    /// The semaphore slot printed by `tenure acquire --limit` (0: a plain
+    /// lease).
+    #[arg(long, default_value_t = 0)]
+    pub slot: u32,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

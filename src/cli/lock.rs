@@ -92,13 +92,8 @@ fn say(quiet: bool, msg: impl AsRef<str>) {
 
 /// Runs `tenure lock`; returns the exit code.
 pub async fn lock(a: LockArgs) -> u8 {
-    if a.limit.is_some_and(|n| n > 1) {
-        CliError::usage(
-            "semaphores are not available on this server yet: --limit accepts only 1 (a plain lease)",
-        )
-        .print();
-        return EXIT_USAGE;
-    }
+    // --limit 1 (or none) is a plain lease; N > 1 one of N semaphore slots.
+    let limit = a.limit.filter(|n| *n > 1).unwrap_or(0);
     if a.ttl < Duration::from_secs(1) {
         CliError::usage("--ttl must be at least 1s (the server counts TTLs in whole seconds)")
             .print();
@@ -125,6 +120,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         wait: None,
         metadata: a.metadata.iter().cloned().collect(),
         lock_delay: None,
+        limit,
     };
     let acquiring = async {
         let mut client = connect(&a.conn).await?;
@@ -153,6 +149,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         ttl,
     };
     let token = lease.fencing_token;
+    let slot = lease.slot;
     say(
         a.quiet,
         format!(
@@ -168,6 +165,7 @@ pub async fn lock(a: LockArgs) -> u8 {
     let follower = tokio::spawn(follow(
         client.clone(),
         a.name.clone(),
+        slot,
         token,
         lost_tx.clone(),
         ready_tx,
@@ -178,6 +176,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         client.clone(),
         a.conn.clone(),
         a.name.clone(),
+        slot,
         key.clone(),
         state_tx,
         stop_rx,
@@ -212,7 +211,7 @@ pub async fn lock(a: LockArgs) -> u8 {
             let _ = stop_tx.send(true);
             let _ = renewer.await;
             if let Some(rev) = revision {
-                release(client, &conn, &name, rev, &key, quiet).await;
+                release(client, &conn, (&name, slot), rev, &key, quiet).await;
             }
         }
     };
@@ -392,12 +391,13 @@ async fn reap_group(pgid: i32, grace: Duration) {
     kill_group(pgid, libc::SIGKILL);
 }
 
-/// Releases the lease; a failure is reported, not fatal: the command's
-/// work is done, and the lease ends at its TTL anyway.
+/// Releases the lease (or the semaphore slot `slot`, when not 0); a
+/// failure is reported, not fatal: the command's work is done, and the
+/// lease ends at its TTL anyway.
 async fn release(
     mut client: Client,
     conn: &Connection,
-    name: &str,
+    (name, slot): (&str, u32),
     rev: u64,
     key: &str,
     quiet: bool,
@@ -407,6 +407,7 @@ async fn release(
             name: name.to_string(),
             expected_revision: rev,
             lease_key: key.to_string(),
+            slot,
         },
         conn,
         Duration::ZERO,
@@ -429,6 +430,7 @@ async fn keep(
     mut client: Client,
     conn: Connection,
     name: String,
+    slot: u32,
     key: String,
     state: watch::Sender<Held>,
     mut stop: watch::Receiver<bool>,
@@ -453,6 +455,7 @@ async fn keep(
             expected_revision: held.revision,
             lease_key: key.clone(),
             ttl: None,
+            slot,
         });
         req.set_timeout(budget);
         match tokio::time::timeout(budget, client.renew(req)).await {
@@ -487,6 +490,7 @@ async fn keep(
 async fn follow(
     mut client: Client,
     name: String,
+    slot: u32,
     token: u64,
     lost: mpsc::Sender<String>,
     ready: tokio::sync::oneshot::Sender<Result<(), CliError>>,
@@ -521,6 +525,10 @@ async fn follow(
         while let Some(Ok(msg)) = stream.next().await {
             backoff = Duration::from_millis(100);
             let Some(ev) = msg.event else { continue };
+            // A semaphore's other holders are not ours to follow.
+            if ev.r#type != EventType::SnapshotComplete as i32 && ev.slot != slot {
+                continue;
+            }
             let ours = ev.fencing_token == token || ev.fencing_token == 0;
             let verdict = match EventType::try_from(ev.r#type) {
                 Ok(EventType::Current) if ev.name == name => {

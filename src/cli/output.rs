@@ -116,7 +116,7 @@ pub fn lease_table(leases: &[Lease]) -> String {
 
 /// A lease as JSON, with the TTL left as seen from here.
 pub fn lease_json(l: &Lease) -> Value {
-    json!({
+    let mut v = json!({
         "name": l.name,
         "holder": l.holder,
         "fencing_token": l.fencing_token,
@@ -126,12 +126,16 @@ pub fn lease_json(l: &Lease) -> Value {
         "metadata": l.metadata,
         "acquire_time": l.acquire_time.map(rfc3339),
         "renew_time": l.renew_time.map(rfc3339),
-    })
+    });
+    if l.slot > 0 {
+        v["slot"] = l.slot.into();
+    }
+    v
 }
 
 /// An event as JSON.
 pub fn event_json(e: &LeaseEvent) -> Value {
-    json!({
+    let mut v = json!({
         "type": event_name(e.r#type),
         "name": e.name,
         "revision": e.revision,
@@ -139,7 +143,11 @@ pub fn event_json(e: &LeaseEvent) -> Value {
         "fencing_token": e.fencing_token,
         "lease": e.lease.as_ref().map(lease_json),
         "time": e.time.map(rfc3339),
-    })
+    });
+    if e.slot > 0 {
+        v["slot"] = e.slot.into();
+    }
+    v
 }
 
 /// The columns of `tenure watch`'s table output.

@@ -723,6 +723,7 @@ mod tests {
             )
             .then(|| l.clone()),
             time: l.renew_time,
+            slot: l.slot,
         }
     }
 

@@ -240,6 +240,11 @@ pub struct Config {
     /// gets TOO_MANY_WAITERS. Each waiter is a ticket key in the bucket.
     #[arg(long, env = "TENURE_MAX_WAITERS", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max_waiters: u16,
+    /// Largest semaphore limit an Acquire may ask for, 1 to 999 (each slot
+    /// is a key an Acquire reads, and defining a semaphore writes every slot
+    /// in one atomic batch of at most 1,000 messages).
+    #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=999))]
+    pub max_semaphore_limit: u32,
 
     /// Folder for the local nats-server's store (only without --nats-url).
     #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
@@ -371,6 +376,7 @@ impl Config {
             default_ttl_s: self.default_ttl.as_secs(),
             max_wait: self.max_wait,
             max_lock_delay_s: self.max_lock_delay.as_secs(),
+            max_semaphore_limit: self.max_semaphore_limit,
         }
     }
 
@@ -424,6 +430,8 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Longest `lock_delay` an Acquire may ask for, whole seconds.
     pub max_lock_delay_s: u64,
+    /// Largest semaphore `limit` an Acquire may ask for.
+    pub max_semaphore_limit: u32,
 }
 
 /// Where the bucket lives and how it is made.

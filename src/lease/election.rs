@@ -128,6 +128,7 @@ impl Elections {
             wait: args.wait,
             metadata: BTreeMap::from([(VALUE_KEY.to_string(), args.value.clone())]),
             lock_delay_s: 0,
+            limit: 0,
         };
         self.leases
             .acquire(&acquire)
@@ -370,6 +371,7 @@ mod tests {
             token,
             holding,
             time_ms: 0,
+            slot: 0,
         }
     }
 

@@ -42,6 +42,8 @@ pub struct Event {
     pub holding: Option<Arc<Holding>>,
     /// When the change was stored, Unix milliseconds.
     pub time_ms: u64,
+    /// The semaphore slot concerned; 0 for a plain lease.
+    pub slot: u32,
 }
 
 impl Event {
@@ -55,6 +57,7 @@ impl Event {
             token: 0,
             holding: None,
             time_ms: 0,
+            slot: 0,
         }
     }
 
@@ -68,6 +71,7 @@ impl Event {
             token: h.token,
             holding: Some(h.clone()),
             time_ms: h.record.renewed_ms,
+            slot: h.slot,
         }
     }
 

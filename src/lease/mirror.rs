@@ -33,10 +33,15 @@ impl Mirror {
     /// out) stands for nothing. Only live holdings are kept.
     pub fn apply(&mut self, entry: Entry) -> Option<Event> {
         self.position = self.position.max(entry.revision);
-        if super::rules::is_reserved(&entry.name) {
-            // Tenure's own keys (fences, tickets) are not leases.
-            return None;
-        }
+        // A semaphore slot key stands for one holder of the semaphore: it is
+        // kept under its key and shown under the semaphore's name and slot.
+        let (shown, slot) = match super::semaphore::parse_slot_key(&entry.name) {
+            Some((name, slot)) => (name.to_string(), slot),
+            // Tenure's own other keys (fences, definitions, tickets) are not
+            // leases.
+            None if super::rules::is_reserved(&entry.name) => return None,
+            None => (entry.name.clone(), 0),
+        };
         let (kind, holder, token, holding) = match entry.kind {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
@@ -50,7 +55,9 @@ impl Mirror {
                 } else {
                     EventKind::Renewed
                 };
-                let holding = Arc::new(Holding::at(&entry.name, entry.revision, record));
+                let holding = Arc::new(
+                    Holding::at(&entry.name, entry.revision, record).in_slot(&shown, slot),
+                );
                 self.names.insert(entry.name.clone(), holding.clone());
                 (kind, holding.record.holder.clone(), token, Some(holding))
             }
@@ -60,6 +67,11 @@ impl Mirror {
             }
             Kind::Released(payload) => {
                 let before = self.names.remove(&entry.name);
+                if slot > 0 && before.is_none() {
+                    // A tombstone a semaphore's (re)definition wrote over a
+                    // free slot, or the release of a holding never seen.
+                    return None;
+                }
                 let (holder, token) = match (payload, before) {
                     (Some(p), _) => (p.holder, p.token),
                     (None, Some(b)) => (b.record.holder.clone(), b.token),
@@ -85,12 +97,13 @@ impl Mirror {
         }
         Some(Event {
             kind,
-            name: entry.name,
+            name: shown,
             revision: entry.revision,
             holder,
             token,
             holding,
             time_ms: entry.time_ms,
+            slot,
         })
     }
 }
@@ -100,6 +113,32 @@ mod tests {
     use super::*;
     use crate::lease::record::fixtures::{entry, held as rec};
     use crate::lease::record::Released;
+
+    /// A semaphore slot key reads as a holder of the semaphore, with its
+    /// slot; a tombstone over a free slot (a definition's) is no event, and
+    /// the definition key is never a lease.
+    #[test]
+    fn slot_keys_are_semaphore_holders() {
+        let mut m = Mirror {
+            live: true,
+            ..Mirror::default()
+        };
+        let key = crate::lease::semaphore::slot_key("jobs.render", 2);
+        let e = m.apply(entry(&key, 5, rec("h", 0))).unwrap();
+        assert_eq!(
+            (e.kind, e.name.as_str(), e.slot, e.token),
+            (EventKind::Acquired, "jobs.render", 2, 5)
+        );
+        let h = e.holding.unwrap();
+        assert_eq!((h.name.as_str(), h.slot), ("jobs.render", 2));
+        let other = crate::lease::semaphore::slot_key("jobs.render", 3);
+        assert!(m.apply(entry(&other, 6, Kind::Released(None))).is_none());
+        assert!(m
+            .apply(entry("_tenure.sem.jobs.render.limit", 6, rec("h", 0)))
+            .is_none());
+        let e = m.apply(entry(&key, 7, Kind::Expired)).unwrap();
+        assert_eq!((e.kind, e.slot, e.token), (EventKind::Expired, 2, 5));
+    }
 
     /// The initial load produces no events; live messages map to ACQUIRED,
     /// RENEWED, RELEASED, EXPIRED; a marker over a free name is silent.

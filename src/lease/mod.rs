@@ -24,6 +24,7 @@ mod queue;
 mod record;
 mod resume;
 mod rules;
+mod semaphore;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -74,6 +75,8 @@ pub struct AcquireArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of the holding, whole seconds (0: none).
     pub lock_delay_s: u64,
+    /// The semaphore limit (0: a plain, exclusive lease; see [`semaphore`]).
+    pub limit: u32,
 }
 
 /// How a holding is ended: by its holder, or by an operator.
@@ -165,8 +168,11 @@ impl Leases {
     /// served across replicas: see [`fifo`]); otherwise it polls.
     pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
         let Some(wait) = args.wait else {
-            return self.try_acquire(args).await;
+            return self.try_once(args).await;
         };
+        if args.limit > 0 {
+            return self.acquire_slot(args, wait).await;
+        }
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
@@ -273,6 +279,58 @@ impl Leases {
                     return Ok(holding);
                 }
             };
+        }
+    }
+
+    /// One attempt to take a lease, or a slot of a semaphore.
+    async fn try_once(&self, args: &AcquireArgs) -> Result<Holding> {
+        if args.limit > 0 {
+            self.try_acquire_slot(args).await
+        } else {
+            self.try_acquire(args).await
+        }
+    }
+
+    /// Takes a semaphore slot, waiting for one to free if `args.wait` says
+    /// so: every end of a holding of the name wakes the waiters, who race
+    /// for the free slot (semaphores do not queue yet).
+    async fn acquire_slot(&self, args: &AcquireArgs, wait: Duration) -> Result<Holding> {
+        let deadline = Instant::now() + wait;
+        // Follow the key before the first try, so a release between the try
+        // and the subscription cannot be missed.
+        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        let mut follow = self
+            .hub
+            .follow(Filter::Name(args.name.clone()), ends)
+            .await
+            .ok();
+        loop {
+            let held = match self.try_acquire_slot(args).await {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                other => return other,
+            };
+            let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
+            let freed = async {
+                match follow.as_mut() {
+                    Some(f) => f.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.shutdown.cancelled() => {
+                    return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let message = format!("{} (gave up after waiting {wait:?})", held.message);
+                    return Err(Error { message, retry_after: None, ..held }.with("waited_ms", wait.as_millis()));
+                }
+                _ = tokio::time::sleep(tick) => {}
+                event = freed => {
+                    if event.is_err() {
+                        follow = None;
+                    }
+                }
+            }
         }
     }
 

@@ -208,6 +208,7 @@ mod tests {
             token: 1,
             holding: None,
             time_ms: 0,
+            slot: 0,
         })
     }
 

@@ -166,6 +166,9 @@ pub struct Holding {
     pub token: u64,
     /// The stored record (holder, TTL, times, metadata).
     pub record: Record,
+    /// The semaphore slot of the holding (1 to the limit); 0 for a plain
+    /// lease.
+    pub slot: u32,
 }
 
 impl Holding {
@@ -176,6 +179,17 @@ impl Holding {
             revision,
             token: record.token_at(revision),
             record,
+            slot: 0,
+        }
+    }
+
+    /// The same holding, shown as slot `slot` of semaphore `name` (it was
+    /// read or written under the slot's key).
+    pub fn in_slot(self, name: &str, slot: u32) -> Holding {
+        Holding {
+            name: name.to_string(),
+            slot,
+            ..self
         }
     }
 }

@@ -328,6 +328,8 @@ impl Replay {
             token,
             holding,
             time_ms: entry.time_ms,
+            // Semaphore slot keys are reserved and not replayed (above).
+            slot: 0,
         })
     }
 }

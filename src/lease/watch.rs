@@ -87,16 +87,48 @@ struct Snapshot {
     filter: Filter,
     /// Whether `Current` events are wanted (the kinds filter allows them).
     wanted: bool,
-    /// The last name returned.
+    /// The last mirror key returned.
     after: Option<String>,
+    /// Whether the plain leases are read and the semaphore holders (kept
+    /// under their slot keys) are being read.
+    holders: bool,
 }
 
 impl Snapshot {
-    /// The next holding of the snapshot, in name order.
+    /// The next holding of the snapshot: the plain leases in name order,
+    /// then the semaphore holders in (name, slot key) order.
     fn next(&mut self) -> Option<Arc<Holding>> {
         if !self.wanted {
             return None;
         }
+        if !self.holders {
+            if let Some(found) = self.next_lease() {
+                return Some(found);
+            }
+            self.holders = true;
+            self.after = None;
+        }
+        // Slot keys sort under the reserved prefix followed by the name.
+        let start = super::semaphore::slot_key_prefix(match &self.filter {
+            Filter::Name(name) => name.as_str(),
+            Filter::Subtree(prefix) => prefix.as_str(),
+        });
+        let from = match &self.after {
+            Some(after) => Bound::Excluded(after.clone()),
+            None => Bound::Included(start.clone()),
+        };
+        let (key, found) = self
+            .names
+            .range((from, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(start.as_str()))
+            .find(|(_, h)| h.slot > 0 && self.filter.matches(&h.name))
+            .map(|(key, h)| (key.clone(), h.clone()))?;
+        self.after = Some(key);
+        Some(found)
+    }
+
+    /// The next plain lease of the snapshot, in name order.
+    fn next_lease(&mut self) -> Option<Arc<Holding>> {
         let found = match &self.filter {
             Filter::Name(name) if self.after.is_none() => self.names.get(name).cloned(),
             Filter::Name(_) => None,
@@ -108,7 +140,7 @@ impl Snapshot {
                 self.names
                     .range((start, Bound::Unbounded))
                     .take_while(|(name, _)| name.starts_with(prefix.as_str()))
-                    .find(|(name, _)| self.filter.matches(name))
+                    .find(|(name, h)| h.slot == 0 && self.filter.matches(name))
                     .map(|(_, h)| h.clone())
             }
         }?;
@@ -644,6 +676,7 @@ impl State {
                 wanted: subscriber.wants(EventKind::Current),
                 filter,
                 after: None,
+                holders: false,
             }),
             false => Prelude::None,
         };

@@ -201,6 +201,7 @@ pub fn renew_req(name: impl Into<String>, revision: u64, key: impl Into<String>)
         expected_revision: revision,
         lease_key: key.into(),
         ttl: None,
+        slot: 0,
     }
 }
 
@@ -214,6 +215,7 @@ pub fn release_req(
         name: name.into(),
         expected_revision: revision,
         lease_key: key.into(),
+        slot: 0,
     }
 }
 

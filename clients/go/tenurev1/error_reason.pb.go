@@ -140,6 +140,12 @@ const (
 	// waiters, max_waiters; with RetryInfo). RESOURCE_EXHAUSTED; retryable.
 	ErrorReason_TOO_MANY_WAITERS ErrorReason = 25
 	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// LIMIT_MISMATCH: an Acquire asked for a semaphore limit other than the one
+	// in force for the name's live holders (metadata: limit).
+	// FAILED_PRECONDITION; permanent: use the limit in force, or wait until
+	// every holder is gone.
+	ErrorReason_LIMIT_MISMATCH ErrorReason = 27
+	// buf:lint:ignore ENUM_VALUE_PREFIX
 	// WATCH_HISTORY_COMPACTED: a WatchLease start_revision is older than the
 	// history the bucket still proves complete, so a resume could miss a
 	// change (metadata: start_revision, oldest_resumable_revision).
@@ -175,6 +181,7 @@ var (
 		21: "METADATA_TOO_LARGE",
 		22: "INTERNAL",
 		25: "TOO_MANY_WAITERS",
+		27: "LIMIT_MISMATCH",
 		30: "WATCH_HISTORY_COMPACTED",
 	}
 	ErrorReason_value = map[string]int32{
@@ -202,6 +209,7 @@ var (
 		"METADATA_TOO_LARGE":       21,
 		"INTERNAL":                 22,
 		"TOO_MANY_WAITERS":         25,
+		"LIMIT_MISMATCH":           27,
 		"WATCH_HISTORY_COMPACTED":  30,
 	}
 )
@@ -237,7 +245,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xa1\x04\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xb5\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -264,7 +272,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x11REQUEST_TOO_LARGE\x10\x14\x12\x16\n" +
 	"\x12METADATA_TOO_LARGE\x10\x15\x12\f\n" +
 	"\bINTERNAL\x10\x16\x12\x14\n" +
-	"\x10TOO_MANY_WAITERS\x10\x19\x12\x1b\n" +
+	"\x10TOO_MANY_WAITERS\x10\x19\x12\x12\n" +
+	"\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n" +
 	"\x17WATCH_HISTORY_COMPACTED\x10\x1eB^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 

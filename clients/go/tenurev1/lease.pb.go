@@ -133,7 +133,11 @@ type Lease struct {
 	RenewTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
 	// lock_delay is the holding's lock delay (whole seconds; absent when none):
 	// after it expires or is revoked, the name stays refused this long.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// slot is the semaphore slot of this holding, 1 to the semaphore's limit;
+	// 0 for a plain (exclusive) lease. A semaphore holder passes it back in
+	// Renew and Release.
+	Slot          uint32 `protobuf:"varint,10,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +235,13 @@ func (x *Lease) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *Lease) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
 // AcquireRequest asks for a lease.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -259,7 +270,19 @@ type AcquireRequest struct {
 	// it runs, Acquire without a wait fails with LEASE_HELD (metadata state
 	// LOCK_DELAY and free_at_unix_ms, plus a RetryInfo); with a wait it waits.
 	// Needs nats-server 2.12 or newer (atomic batch publish).
-	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// limit makes the name a counting semaphore: up to `limit` holders at once,
+	// each with its own slot (Lease.slot), lease key and fencing token (fencing
+	// tokens increase across all holders of the name, in grant order). 0 or
+	// absent means an exclusive lease. At most the server's
+	// --max-semaphore-limit (INVALID_ARGUMENT otherwise). The first holder's
+	// limit defines the semaphore while it has holders: an Acquire with another
+	// limit fails with FAILED_PRECONDITION, reason LIMIT_MISMATCH (metadata
+	// `limit`: the limit in force). When all slots are taken, Acquire fails with
+	// LEASE_HELD, or waits with `wait`. Not combinable with lock_delay. A
+	// semaphore's holdings are kept apart from a plain lease of the same name:
+	// use each name one way only.
+	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +366,13 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 // AcquireResponse is the holding that was acquired.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -408,7 +438,10 @@ type RenewRequest struct {
 	// lease_key is the ownership secret from Acquire.
 	LeaseKey string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
 	// ttl is the new time to live; absent keeps the currently granted TTL.
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// slot is the semaphore slot from the Acquire reply (Lease.slot); 0 for a
+	// plain lease.
+	Slot          uint32 `protobuf:"varint,5,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +504,13 @@ func (x *RenewRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *RenewRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
 // RenewResponse is the renewed holding.
 type RenewResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -525,7 +565,10 @@ type ReleaseRequest struct {
 	// expected_revision is the revision from the last Acquire or Renew reply.
 	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
 	// lease_key is the ownership secret from Acquire.
-	LeaseKey      string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	LeaseKey string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// slot is the semaphore slot from the Acquire reply (Lease.slot); 0 for a
+	// plain lease.
+	Slot          uint32 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,6 +622,13 @@ func (x *ReleaseRequest) GetLeaseKey() string {
 		return x.LeaseKey
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
 }
 
 // ReleaseResponse confirms a release.
@@ -676,11 +726,20 @@ func (x *GetLeaseRequest) GetName() string {
 // GetLeaseResponse is the current holding.
 type GetLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// lease is the current holding.
+	// lease is the current holding. For a semaphore it is the holder with the
+	// lowest fencing token (all holders are in `holders`).
 	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	// waiting is how many Acquires with a wait are queued for the name, in
 	// every replica (fair waiting needs nats-server 2.12 or newer; 0 without).
-	Waiting       uint32 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting uint32 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// holders are the live holders of a semaphore, sorted by slot; empty for
+	// a plain lease.
+	Holders []*Lease `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
+	// limit is the semaphore's limit in force; 0 for a plain lease.
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// free_slots is how many more holders the semaphore admits now
+	// (limit - number of holders); 0 for a plain lease.
+	FreeSlots     uint32 `protobuf:"varint,5,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,6 +784,27 @@ func (x *GetLeaseResponse) GetLease() *Lease {
 func (x *GetLeaseResponse) GetWaiting() uint32 {
 	if x != nil {
 		return x.Waiting
+	}
+	return 0
+}
+
+func (x *GetLeaseResponse) GetHolders() []*Lease {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *GetLeaseResponse) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetLeaseResponse) GetFreeSlots() uint32 {
+	if x != nil {
+		return x.FreeSlots
 	}
 	return 0
 }
@@ -873,7 +953,10 @@ type LeaseEvent struct {
 	// lease is the full holding for CURRENT, ACQUIRED and RENEWED.
 	Lease *Lease `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
 	// time is when the change was written (server clock).
-	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// slot is the semaphore slot concerned (1 to the limit); 0 for a plain
+	// lease. A semaphore's holders are told apart by it.
+	Slot          uint32 `protobuf:"varint,8,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -955,6 +1038,13 @@ func (x *LeaseEvent) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *LeaseEvent) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
 }
 
 // ListLeasesRequest selects the holdings to list.
@@ -1206,7 +1296,7 @@ var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x03\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
@@ -1218,10 +1308,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"renew_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x128\n" +
 	"\n" +
-	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a;\n" +
+	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
+	"\x04slot\x18\n" +
+	" \x01(\rR\x04slot\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x03\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -1230,38 +1322,45 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12C\n" +
 	"\bmetadata\x18\x06 \x03(\v2'.tenure.v1.AcquireRequest.MetadataEntryR\bmetadata\x128\n" +
 	"\n" +
-	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a;\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x14\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
 	"\x0fAcquireResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12\x1b\n" +
-	"\tlease_key\x18\x02 \x01(\tR\bleaseKey\"\x99\x01\n" +
+	"\tlease_key\x18\x02 \x01(\tR\bleaseKey\"\xad\x01\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
 	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"7\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x12\n" +
+	"\x04slot\x18\x05 \x01(\rR\x04slot\"7\n" +
 	"\rRenewResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"n\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x82\x01\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
-	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\"-\n" +
+	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\rR\x04slot\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"%\n" +
 	"\x0fGetLeaseRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"T\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb5\x01\n" +
 	"\x10GetLeaseResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12\x18\n" +
-	"\awaiting\x18\x02 \x01(\rR\awaiting\"\x85\x01\n" +
+	"\awaiting\x18\x02 \x01(\rR\awaiting\x12*\n" +
+	"\aholders\x18\x03 \x03(\v2\x10.tenure.v1.LeaseR\aholders\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"free_slots\x18\x05 \x01(\rR\tfreeSlots\"\x85\x01\n" +
 	"\x11WatchLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x14.tenure.v1.EventTypeR\n" +
 	"eventTypes\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"A\n" +
 	"\x12WatchLeaseResponse\x12+\n" +
-	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\xfb\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\x8f\x02\n" +
 	"\n" +
 	"LeaseEvent\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.tenure.v1.EventTypeR\x04type\x12\x12\n" +
@@ -1270,7 +1369,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12#\n" +
 	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\x12&\n" +
 	"\x05lease\x18\x06 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"g\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04slot\x18\b \x01(\rR\x04slot\"g\n" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -1359,32 +1459,33 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	19, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 13: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
-	12, // 14: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
-	0,  // 15: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
-	1,  // 16: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	20, // 17: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	1,  // 18: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	1,  // 19: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
-	2,  // 20: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 21: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 22: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 23: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 24: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 25: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 26: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	3,  // 27: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 28: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 29: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 30: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 31: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 32: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 33: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	1,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
+	0,  // 14: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
+	12, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
+	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
+	1,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
+	20, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	1,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	1,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
+	2,  // 21: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 22: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 23: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 24: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 25: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 26: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 27: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	3,  // 28: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 29: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 30: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 31: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 32: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 33: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 34: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }

@@ -58,7 +58,8 @@ type LeaseServiceClient interface {
 	// Release ends a holding so the next holder can take it at once.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// GetLease returns the current holding of a name, or NOT_FOUND (reason
-	// LEASE_NOT_FOUND) when nobody holds it.
+	// LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+	// every holder, the limit and the free slots.
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error)
 	// WatchLease streams the current state of one name or of a subtree
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
@@ -182,7 +183,8 @@ type LeaseServiceServer interface {
 	// Release ends a holding so the next holder can take it at once.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// GetLease returns the current holding of a name, or NOT_FOUND (reason
-	// LEASE_NOT_FOUND) when nobody holds it.
+	// LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+	// every holder, the limit and the free slots.
 	GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error)
 	// WatchLease streams the current state of one name or of a subtree
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it

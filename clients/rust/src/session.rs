@@ -467,6 +467,7 @@ impl Inner {
             expected_revision: self.state().revision,
             lease_key: self.lease_key.clone(),
             ttl: None,
+            slot: 0,
         });
         let sent = Instant::now();
         request.set_timeout(deadline.saturating_duration_since(sent));
@@ -541,6 +542,7 @@ impl Inner {
             name: self.name.clone(),
             expected_revision: revision,
             lease_key: self.lease_key.clone(),
+            slot: 0,
         });
         request.set_timeout(RELEASE_TIMEOUT);
         let mut stub = self.stub.clone();

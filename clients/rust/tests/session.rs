@@ -214,6 +214,7 @@ async fn a_release_behind_the_sessions_back_signals_loss_at_once() {
             name: name.into(),
             expected_revision: victim.revision(),
             lease_key: victim.lease_key().into(),
+            slot: 0,
         })
         .await
         .unwrap();

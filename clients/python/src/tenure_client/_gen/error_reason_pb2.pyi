@@ -30,6 +30,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     METADATA_TOO_LARGE: _ClassVar[ErrorReason]
     INTERNAL: _ClassVar[ErrorReason]
     TOO_MANY_WAITERS: _ClassVar[ErrorReason]
+    LIMIT_MISMATCH: _ClassVar[ErrorReason]
     WATCH_HISTORY_COMPACTED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
@@ -55,4 +56,5 @@ REQUEST_TOO_LARGE: ErrorReason
 METADATA_TOO_LARGE: ErrorReason
 INTERNAL: ErrorReason
 TOO_MANY_WAITERS: ErrorReason
+LIMIT_MISMATCH: ErrorReason
 WATCH_HISTORY_COMPACTED: ErrorReason

@@ -31,7 +31,7 @@ EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
 
 class Lease(_message.Message):
-    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay")
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class Lease(_message.Message):
     ACQUIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     fencing_token: int
@@ -57,10 +58,11 @@ class Lease(_message.Message):
     acquire_time: _timestamp_pb2.Timestamp
     renew_time: _timestamp_pb2.Timestamp
     lock_delay: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    slot: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay")
+    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +77,7 @@ class AcquireRequest(_message.Message):
     WAIT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     ttl: _duration_pb2.Duration
@@ -82,7 +85,8 @@ class AcquireRequest(_message.Message):
     wait: _duration_pb2.Duration
     metadata: _containers.ScalarMap[str, str]
     lock_delay: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "lease_key")
@@ -93,16 +97,18 @@ class AcquireResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., lease_key: _Optional[str] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("name", "expected_revision", "lease_key", "ttl")
+    __slots__ = ("name", "expected_revision", "lease_key", "ttl", "slot")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     expected_revision: int
     lease_key: str
     ttl: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    slot: int
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("lease",)
@@ -111,14 +117,16 @@ class RenewResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("name", "expected_revision", "lease_key")
+    __slots__ = ("name", "expected_revision", "lease_key", "slot")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     expected_revision: int
     lease_key: str
-    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ...) -> None: ...
+    slot: int
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("revision",)
@@ -133,12 +141,18 @@ class GetLeaseRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetLeaseResponse(_message.Message):
-    __slots__ = ("lease", "waiting")
+    __slots__ = ("lease", "waiting", "holders", "limit", "free_slots")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     waiting: int
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waiting: _Optional[int] = ...) -> None: ...
+    holders: _containers.RepeatedCompositeFieldContainer[Lease]
+    limit: int
+    free_slots: int
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waiting: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., limit: _Optional[int] = ..., free_slots: _Optional[int] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
     __slots__ = ("name", "event_types", "start_revision")
@@ -157,7 +171,7 @@ class WatchLeaseResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[LeaseEvent, _Mapping]] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time")
+    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time", "slot")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +179,7 @@ class LeaseEvent(_message.Message):
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     name: str
     revision: int
@@ -172,7 +187,8 @@ class LeaseEvent(_message.Message):
     fencing_token: int
     lease: Lease
     time: _timestamp_pb2.Timestamp
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    slot: int
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("prefix", "page_size", "page_token")

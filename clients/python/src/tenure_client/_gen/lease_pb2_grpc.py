@@ -111,7 +111,8 @@ class LeaseServiceServicer:
 
     def GetLease(self, request, context):
         """GetLease returns the current holding of a name, or NOT_FOUND (reason
-        LEASE_NOT_FOUND) when nobody holds it.
+        LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+        every holder, the limit and the free slots.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -177,6 +177,14 @@ export enum ErrorReason {
    */
   TOO_MANY_WAITERS = "TOO_MANY_WAITERS",
   /**
+   * LIMIT_MISMATCH - buf:lint:ignore ENUM_VALUE_PREFIX
+   * LIMIT_MISMATCH: an Acquire asked for a semaphore limit other than the one
+   * in force for the name's live holders (metadata: limit).
+   * FAILED_PRECONDITION; permanent: use the limit in force, or wait until
+   * every holder is gone.
+   */
+  LIMIT_MISMATCH = "LIMIT_MISMATCH",
+  /**
    * WATCH_HISTORY_COMPACTED - buf:lint:ignore ENUM_VALUE_PREFIX
    * WATCH_HISTORY_COMPACTED: a WatchLease start_revision is older than the
    * history the bucket still proves complete, so a resume could miss a
@@ -262,6 +270,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 25:
     case "TOO_MANY_WAITERS":
       return ErrorReason.TOO_MANY_WAITERS;
+    case 27:
+    case "LIMIT_MISMATCH":
+      return ErrorReason.LIMIT_MISMATCH;
     case 30:
     case "WATCH_HISTORY_COMPACTED":
       return ErrorReason.WATCH_HISTORY_COMPACTED;
@@ -322,6 +333,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "INTERNAL";
     case ErrorReason.TOO_MANY_WAITERS:
       return "TOO_MANY_WAITERS";
+    case ErrorReason.LIMIT_MISMATCH:
+      return "LIMIT_MISMATCH";
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return "WATCH_HISTORY_COMPACTED";
     case ErrorReason.UNRECOGNIZED:
@@ -380,6 +393,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 22;
     case ErrorReason.TOO_MANY_WAITERS:
       return 25;
+    case ErrorReason.LIMIT_MISMATCH:
+      return 27;
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return 30;
     case ErrorReason.UNRECOGNIZED:

@@ -185,7 +185,15 @@ export interface Lease {
    * lock_delay is the holding's lock delay (whole seconds; absent when none):
    * after it expires or is revoked, the name stays refused this long.
    */
-  lockDelay: Duration | undefined;
+  lockDelay:
+    | Duration
+    | undefined;
+  /**
+   * slot is the semaphore slot of this holding, 1 to the semaphore's limit;
+   * 0 for a plain (exclusive) lease. A semaphore holder passes it back in
+   * Renew and Release.
+   */
+  slot: number;
 }
 
 export interface Lease_MetadataEntry {
@@ -234,7 +242,23 @@ export interface AcquireRequest {
    * LOCK_DELAY and free_at_unix_ms, plus a RetryInfo); with a wait it waits.
    * Needs nats-server 2.12 or newer (atomic batch publish).
    */
-  lockDelay: Duration | undefined;
+  lockDelay:
+    | Duration
+    | undefined;
+  /**
+   * limit makes the name a counting semaphore: up to `limit` holders at once,
+   * each with its own slot (Lease.slot), lease key and fencing token (fencing
+   * tokens increase across all holders of the name, in grant order). 0 or
+   * absent means an exclusive lease. At most the server's
+   * --max-semaphore-limit (INVALID_ARGUMENT otherwise). The first holder's
+   * limit defines the semaphore while it has holders: an Acquire with another
+   * limit fails with FAILED_PRECONDITION, reason LIMIT_MISMATCH (metadata
+   * `limit`: the limit in force). When all slots are taken, Acquire fails with
+   * LEASE_HELD, or waits with `wait`. Not combinable with lock_delay. A
+   * semaphore's holdings are kept apart from a plain lease of the same name:
+   * use each name one way only.
+   */
+  limit: number;
 }
 
 export interface AcquireRequest_MetadataEntry {
@@ -261,7 +285,14 @@ export interface RenewRequest {
   /** lease_key is the ownership secret from Acquire. */
   leaseKey: string;
   /** ttl is the new time to live; absent keeps the currently granted TTL. */
-  ttl: Duration | undefined;
+  ttl:
+    | Duration
+    | undefined;
+  /**
+   * slot is the semaphore slot from the Acquire reply (Lease.slot); 0 for a
+   * plain lease.
+   */
+  slot: number;
 }
 
 /** RenewResponse is the renewed holding. */
@@ -278,6 +309,11 @@ export interface ReleaseRequest {
   expectedRevision: bigint;
   /** lease_key is the ownership secret from Acquire. */
   leaseKey: string;
+  /**
+   * slot is the semaphore slot from the Acquire reply (Lease.slot); 0 for a
+   * plain lease.
+   */
+  slot: number;
 }
 
 /** ReleaseResponse confirms a release. */
@@ -294,7 +330,10 @@ export interface GetLeaseRequest {
 
 /** GetLeaseResponse is the current holding. */
 export interface GetLeaseResponse {
-  /** lease is the current holding. */
+  /**
+   * lease is the current holding. For a semaphore it is the holder with the
+   * lowest fencing token (all holders are in `holders`).
+   */
   lease:
     | Lease
     | undefined;
@@ -303,6 +342,18 @@ export interface GetLeaseResponse {
    * every replica (fair waiting needs nats-server 2.12 or newer; 0 without).
    */
   waiting: number;
+  /**
+   * holders are the live holders of a semaphore, sorted by slot; empty for
+   * a plain lease.
+   */
+  holders: Lease[];
+  /** limit is the semaphore's limit in force; 0 for a plain lease. */
+  limit: number;
+  /**
+   * free_slots is how many more holders the semaphore admits now
+   * (limit - number of holders); 0 for a plain lease.
+   */
+  freeSlots: number;
 }
 
 /** WatchLeaseRequest selects what to watch. */
@@ -364,7 +415,14 @@ export interface LeaseEvent {
     | Lease
     | undefined;
   /** time is when the change was written (server clock). */
-  time: Date | undefined;
+  time:
+    | Date
+    | undefined;
+  /**
+   * slot is the semaphore slot concerned (1 to the limit); 0 for a plain
+   * lease. A semaphore's holders are told apart by it.
+   */
+  slot: number;
 }
 
 /** ListLeasesRequest selects the holdings to list. */
@@ -433,6 +491,7 @@ function createBaseLease(): Lease {
     acquireTime: undefined,
     renewTime: undefined,
     lockDelay: undefined,
+    slot: 0,
   };
 }
 
@@ -470,6 +529,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.lockDelay !== undefined) {
       Duration.encode(message.lockDelay, writer.uint32(74).fork()).join();
+    }
+    if (message.slot !== 0) {
+      writer.uint32(80).uint32(message.slot);
     }
     return writer;
   },
@@ -562,6 +624,14 @@ export const Lease: MessageFns<Lease> = {
             message.lockDelay = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -614,6 +684,7 @@ export const Lease: MessageFns<Lease> = {
         : isSet(object.lock_delay)
         ? Duration.fromJSON(object.lock_delay)
         : undefined,
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
     };
   },
 
@@ -652,6 +723,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.lockDelay !== undefined) {
       obj.lockDelay = Duration.toJSON(message.lockDelay);
     }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
     return obj;
   },
 
@@ -681,6 +755,7 @@ export const Lease: MessageFns<Lease> = {
     message.lockDelay = (object.lockDelay !== undefined && object.lockDelay !== null)
       ? Duration.fromPartial(object.lockDelay)
       : undefined;
+    message.slot = object.slot ?? 0;
     return message;
   },
 };
@@ -771,7 +846,16 @@ export const Lease_MetadataEntry: MessageFns<Lease_MetadataEntry> = {
 };
 
 function createBaseAcquireRequest(): AcquireRequest {
-  return { name: "", holder: "", ttl: undefined, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined };
+  return {
+    name: "",
+    holder: "",
+    ttl: undefined,
+    leaseKey: "",
+    wait: undefined,
+    metadata: {},
+    lockDelay: undefined,
+    limit: 0,
+  };
 }
 
 export const AcquireRequest: MessageFns<AcquireRequest> = {
@@ -796,6 +880,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     });
     if (message.lockDelay !== undefined) {
       Duration.encode(message.lockDelay, writer.uint32(58).fork()).join();
+    }
+    if (message.limit !== 0) {
+      writer.uint32(64).uint32(message.limit);
     }
     return writer;
   },
@@ -872,6 +959,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.lockDelay = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -914,6 +1009,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         : isSet(object.lock_delay)
         ? Duration.fromJSON(object.lock_delay)
         : undefined,
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
     };
   },
 
@@ -946,6 +1042,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     if (message.lockDelay !== undefined) {
       obj.lockDelay = Duration.toJSON(message.lockDelay);
     }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
     return obj;
   },
 
@@ -971,6 +1070,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     message.lockDelay = (object.lockDelay !== undefined && object.lockDelay !== null)
       ? Duration.fromPartial(object.lockDelay)
       : undefined;
+    message.limit = object.limit ?? 0;
     return message;
   },
 };
@@ -1150,7 +1250,7 @@ export const AcquireResponse: MessageFns<AcquireResponse> = {
 };
 
 function createBaseRenewRequest(): RenewRequest {
-  return { name: "", expectedRevision: 0n, leaseKey: "", ttl: undefined };
+  return { name: "", expectedRevision: 0n, leaseKey: "", ttl: undefined, slot: 0 };
 }
 
 export const RenewRequest: MessageFns<RenewRequest> = {
@@ -1169,6 +1269,9 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     }
     if (message.ttl !== undefined) {
       Duration.encode(message.ttl, writer.uint32(34).fork()).join();
+    }
+    if (message.slot !== 0) {
+      writer.uint32(40).uint32(message.slot);
     }
     return writer;
   },
@@ -1218,6 +1321,14 @@ export const RenewRequest: MessageFns<RenewRequest> = {
             message.ttl = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1244,6 +1355,7 @@ export const RenewRequest: MessageFns<RenewRequest> = {
         ? globalThis.String(object.lease_key)
         : "",
       ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
     };
   },
 
@@ -1261,6 +1373,9 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     if (message.ttl !== undefined) {
       obj.ttl = Duration.toJSON(message.ttl);
     }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
     return obj;
   },
 
@@ -1275,6 +1390,7 @@ export const RenewRequest: MessageFns<RenewRequest> = {
       : 0n;
     message.leaseKey = object.leaseKey ?? "";
     message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
+    message.slot = object.slot ?? 0;
     return message;
   },
 };
@@ -1347,7 +1463,7 @@ export const RenewResponse: MessageFns<RenewResponse> = {
 };
 
 function createBaseReleaseRequest(): ReleaseRequest {
-  return { name: "", expectedRevision: 0n, leaseKey: "" };
+  return { name: "", expectedRevision: 0n, leaseKey: "", slot: 0 };
 }
 
 export const ReleaseRequest: MessageFns<ReleaseRequest> = {
@@ -1363,6 +1479,9 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     }
     if (message.leaseKey !== "") {
       writer.uint32(26).string(message.leaseKey);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(32).uint32(message.slot);
     }
     return writer;
   },
@@ -1404,6 +1523,14 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
             message.leaseKey = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1429,6 +1556,7 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
         : isSet(object.lease_key)
         ? globalThis.String(object.lease_key)
         : "",
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
     };
   },
 
@@ -1443,6 +1571,9 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     if (message.leaseKey !== "") {
       obj.leaseKey = message.leaseKey;
     }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
     return obj;
   },
 
@@ -1456,6 +1587,7 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
       ? BigInt(object.expectedRevision)
       : 0n;
     message.leaseKey = object.leaseKey ?? "";
+    message.slot = object.slot ?? 0;
     return message;
   },
 };
@@ -1598,7 +1730,7 @@ export const GetLeaseRequest: MessageFns<GetLeaseRequest> = {
 };
 
 function createBaseGetLeaseResponse(): GetLeaseResponse {
-  return { lease: undefined, waiting: 0 };
+  return { lease: undefined, waiting: 0, holders: [], limit: 0, freeSlots: 0 };
 }
 
 export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
@@ -1608,6 +1740,15 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
     }
     if (message.waiting !== 0) {
       writer.uint32(16).uint32(message.waiting);
+    }
+    for (const v of message.holders) {
+      Lease.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.limit !== 0) {
+      writer.uint32(32).uint32(message.limit);
+    }
+    if (message.freeSlots !== 0) {
+      writer.uint32(40).uint32(message.freeSlots);
     }
     return writer;
   },
@@ -1641,6 +1782,30 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
             message.waiting = reader.uint32();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.holders.push(Lease.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.freeSlots = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1657,6 +1822,13 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
     return {
       lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
       waiting: isSet(object.waiting) ? globalThis.Number(object.waiting) : 0,
+      holders: globalThis.Array.isArray(object?.holders) ? object.holders.map((e: any) => Lease.fromJSON(e)) : [],
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      freeSlots: isSet(object.freeSlots)
+        ? globalThis.Number(object.freeSlots)
+        : isSet(object.free_slots)
+        ? globalThis.Number(object.free_slots)
+        : 0,
     };
   },
 
@@ -1668,6 +1840,15 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
     if (message.waiting !== 0) {
       obj.waiting = Math.round(message.waiting);
     }
+    if (message.holders?.length) {
+      obj.holders = message.holders.map((e) => Lease.toJSON(e));
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.freeSlots !== 0) {
+      obj.freeSlots = Math.round(message.freeSlots);
+    }
     return obj;
   },
 
@@ -1678,6 +1859,9 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
     const message = createBaseGetLeaseResponse();
     message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
     message.waiting = object.waiting ?? 0;
+    message.holders = object.holders?.map((e) => Lease.fromPartial(e)) || [];
+    message.limit = object.limit ?? 0;
+    message.freeSlots = object.freeSlots ?? 0;
     return message;
   },
 };
@@ -1888,6 +2072,7 @@ function createBaseLeaseEvent(): LeaseEvent {
     fencingToken: 0n,
     lease: undefined,
     time: undefined,
+    slot: 0,
   };
 }
 
@@ -1919,6 +2104,9 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     }
     if (message.time !== undefined) {
       Timestamp.encode(toTimestamp(message.time), writer.uint32(58).fork()).join();
+    }
+    if (message.slot !== 0) {
+      writer.uint32(64).uint32(message.slot);
     }
     return writer;
   },
@@ -1992,6 +2180,14 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
             message.time = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2017,6 +2213,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
         : 0n,
       lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
       time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
     };
   },
 
@@ -2043,6 +2240,9 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     if (message.time !== undefined) {
       obj.time = message.time.toISOString();
     }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
     return obj;
   },
 
@@ -2060,6 +2260,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
       : 0n;
     message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
     message.time = object.time ?? undefined;
+    message.slot = object.slot ?? 0;
     return message;
   },
 };
@@ -2511,7 +2712,8 @@ export const LeaseServiceService = {
   },
   /**
    * GetLease returns the current holding of a name, or NOT_FOUND (reason
-   * LEASE_NOT_FOUND) when nobody holds it.
+   * LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+   * every holder, the limit and the free slots.
    */
   getLease: {
     path: "/tenure.v1.LeaseService/GetLease" as const,
@@ -2583,7 +2785,8 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
   /**
    * GetLease returns the current holding of a name, or NOT_FOUND (reason
-   * LEASE_NOT_FOUND) when nobody holds it.
+   * LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+   * every holder, the limit and the free slots.
    */
   getLease: handleUnaryCall<GetLeaseRequest, GetLeaseResponse>;
   /**
@@ -2665,7 +2868,8 @@ export interface LeaseServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * GetLease returns the current holding of a name, or NOT_FOUND (reason
-   * LEASE_NOT_FOUND) when nobody holds it.
+   * LEASE_NOT_FOUND) when nobody holds it. For a semaphore it also returns
+   * every holder, the limit and the free slots.
    */
   getLease(
     request: GetLeaseRequest,

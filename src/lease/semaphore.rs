@@ -1,0 +1,364 @@
+//! Counting semaphores: up to N holders of one name at once, each with its
+//! own slot, lease key and fencing token, enforced by conditional writes.
+//!
+//! A semaphore `name` with limit N is N *slot keys*
+//! `_tenure.sem.<name>.<slot>` (slot 1 to N) plus one *definition key*
+//! `_tenure.sem.<name>.limit`, all under the reserved first level so they are
+//! never leases. Each slot key is written exactly like a lease record (same
+//! record, TTL, expiry marker and release tombstone), so a slot is held by at
+//! most one holder, and a holder that stops renewing loses its slot within its
+//! TTL. The definition (`{"limit":N}`, no TTL) says which limit is in force.
+//!
+//! An Acquire reads the definition and the slots, picks a free slot and writes
+//! one atomic batch: the definition rewritten conditional on the revision it
+//! read (which serialises every Acquire of the semaphore, on any replica) and
+//! the slot's record conditional on the slot's revision. The limit cannot be
+//! exceeded: a holding is a live record in a slot key, there are only N slot
+//! keys for limit N, and a slot key has one last message. The limit can only
+//! change in a batch that read every slot of the old limit free, and any
+//! Acquire that raced it fails on the definition's revision. The fencing token
+//! is the KV revision of the slot write; revisions are stream-wide, so tokens
+//! increase across all holders of the name in grant order.
+//!
+//! Renew and Release touch only the holder's slot key (through the lease
+//! code): renewing one holder never conflicts with acquiring another.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{Entry, Holding, KeyHash, Kind, Record};
+use super::rules::{self, AcquirePlan, RESERVED};
+use super::{cas_failed, contended, now_ms, unreadable, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
+use crate::error::{Error, Reason, Result};
+use crate::nats::{CasError, Op, Write, WriteOp};
+use crate::observe::METRICS;
+
+/// The last level of a semaphore's definition key.
+const DEFINITION: &str = "limit";
+
+/// The prefix every slot key of semaphore `name` starts with (and, for a
+/// subtree, of the names below it).
+pub fn slot_key_prefix(name: &str) -> String {
+    format!("{RESERVED}.sem.{name}")
+}
+
+/// The key of slot `slot` (1 to the limit) of semaphore `name`.
+pub fn slot_key(name: &str, slot: u32) -> String {
+    format!("{RESERVED}.sem.{name}.{slot}")
+}
+
+/// The definition key of semaphore `name`.
+fn definition_key(name: &str) -> String {
+    format!("{RESERVED}.sem.{name}.{DEFINITION}")
+}
+
+/// The semaphore name and slot of a slot key; `None` for any other key.
+pub fn parse_slot_key(key: &str) -> Option<(&str, u32)> {
+    let rest = key.strip_prefix(RESERVED)?.strip_prefix(".sem.")?;
+    let (name, slot) = rest.rsplit_once('.')?;
+    if name.is_empty() || !slot.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let slot: u32 = slot.parse().ok()?;
+    (slot > 0).then_some((name, slot))
+}
+
+/// The value of a semaphore's definition key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Definition {
+    /// The limit in force.
+    limit: u32,
+}
+
+/// A semaphore as read: its limit and live holders.
+#[derive(Debug)]
+pub struct Semaphore {
+    /// The limit in force.
+    pub limit: u32,
+    /// The live holders, by slot.
+    pub holders: Vec<Holding>,
+}
+
+/// The definition as read: its revision (0: none) and limit (`None`: no
+/// definition, or a foreign value).
+struct Read {
+    /// The definition's last revision.
+    revision: u64,
+    /// The limit it defines.
+    limit: Option<u32>,
+}
+
+impl Leases {
+    /// One attempt to take a slot of semaphore `args.name` with limit
+    /// `args.limit`.
+    pub(super) async fn try_acquire_slot(&self, args: &AcquireArgs) -> Result<Holding> {
+        let name = args.name.as_str();
+        let limit = args.limit;
+        let hash = KeyHash::of(&args.key);
+        'attempt: for _ in 0..MAX_CAS_ATTEMPTS {
+            // The slots first, then the definition: a limit change committed
+            // after the slots were read rewrote them, so a write over a
+            // slot's read revision fails if the limit changed since.
+            let mut slots = self.slots(name, 1, limit).await?;
+            let def = self.definition(name).await?;
+            let in_force = def.limit.unwrap_or(0);
+            if in_force > limit {
+                slots.extend(self.slots(name, limit + 1, in_force).await?);
+            }
+            let live: Vec<(u32, u64, &Record)> = slots
+                .iter()
+                .filter_map(|(slot, e)| match e {
+                    Some(Entry {
+                        revision,
+                        kind: Kind::Held(r),
+                        ..
+                    }) => Some((*slot, *revision, r)),
+                    _ => None,
+                })
+                .collect();
+            if in_force > 0 && in_force != limit && !live.is_empty() {
+                return Err(mismatch(name, limit, in_force));
+            }
+            let mut free = Vec::new();
+            for (slot, entry) in slots.iter().take(limit as usize) {
+                match rules::plan_acquire(entry.as_ref(), &args.holder, &hash) {
+                    AcquirePlan::Retry { revision, record } => {
+                        let key = slot_key(name, *slot);
+                        return match self
+                            .write_renewal(&key, revision, record, Some(args.ttl_s))
+                            .await
+                        {
+                            Err(CasError::Conflict) => continue 'attempt,
+                            other => other.map_err(cas_failed).map(|h| h.in_slot(name, *slot)),
+                        };
+                    }
+                    AcquirePlan::Unreadable => {
+                        return Err(unreadable(&slot_key(name, *slot), self.store.bucket()))
+                    }
+                    AcquirePlan::Take { expected } => free.push((*slot, expected)),
+                    AcquirePlan::Held { .. } => {}
+                }
+            }
+            if free.is_empty() {
+                return Err(full(name, limit, &live));
+            }
+            // A random free slot: concurrent Acquires rarely pick the same.
+            let (slot, expected) = free[rand::random::<u32>() as usize % free.len()];
+            let now = now_ms();
+            let record = Record {
+                holder: args.holder.clone(),
+                token: 0,
+                key_sha256: hash.to_hex(),
+                ttl_s: args.ttl_s,
+                acquired_ms: now,
+                renewed_ms: now,
+                metadata: args.metadata.clone(),
+                lock_delay_s: 0,
+            };
+            let key = slot_key(name, slot);
+            let ttl = Duration::from_secs(args.ttl_s);
+            let written = if in_force == limit {
+                // The limit stands: only the slot is written.
+                self.store.put(&key, record.encode(), expected, ttl).await
+            } else {
+                // (Re)defining the limit: the definition over its read
+                // revision, and every free slot of both limits over its read
+                // revision (the taken one gets the record, the others a
+                // tombstone), so that any Acquire that read the old limit
+                // fails on its slot.
+                let mut writes = vec![Write {
+                    name: definition_key(name),
+                    op: WriteOp::Put,
+                    payload: serde_json::to_vec(&Definition { limit })
+                        .expect("a definition always serialises")
+                        .into(),
+                    expected: Some(def.revision),
+                    expected_of: None,
+                    ttl: Duration::ZERO,
+                }];
+                for (n, entry) in &slots {
+                    let revision = entry.as_ref().map_or(0, |e| e.revision);
+                    if *n == slot
+                        || matches!(
+                            entry,
+                            Some(Entry {
+                                kind: Kind::Held(_),
+                                ..
+                            })
+                        )
+                    {
+                        continue;
+                    }
+                    writes.push(Write {
+                        name: slot_key(name, *n),
+                        op: WriteOp::Delete,
+                        payload: bytes::Bytes::new(),
+                        expected: Some(revision),
+                        expected_of: None,
+                        ttl: Duration::ZERO,
+                    });
+                }
+                writes.push(Write {
+                    name: key.clone(),
+                    op: WriteOp::Put,
+                    payload: record.encode(),
+                    expected: Some(expected),
+                    expected_of: None,
+                    ttl,
+                });
+                self.store.batch(&writes).await
+            };
+            match written {
+                Ok(revision) => {
+                    tracing::debug!(name, slot, holder = %args.holder, token = revision, "semaphore slot acquired");
+                    METRICS.acquired.inc();
+                    self.cache.insert(&key, revision, &record);
+                    return Ok(Holding::at(&key, revision, record).in_slot(name, slot));
+                }
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// Renews the holding in slot `slot` of semaphore `name`: only its slot
+    /// key is written.
+    pub async fn renew_slot(
+        &self,
+        name: &str,
+        slot: u32,
+        expected: u64,
+        key: &str,
+        ttl_s: Option<u64>,
+    ) -> Result<Holding> {
+        let holding = self
+            .renew(&slot_key(name, slot), expected, key, ttl_s)
+            .await
+            .map_err(|e| in_slot_terms(e, name, slot))?;
+        Ok(holding.in_slot(name, slot))
+    }
+
+    /// Releases the holding in slot `slot` of semaphore `name`; returns the
+    /// release's revision.
+    pub async fn release_slot(
+        &self,
+        name: &str,
+        slot: u32,
+        expected: u64,
+        key: &str,
+    ) -> Result<u64> {
+        self.release(&slot_key(name, slot), expected, key)
+            .await
+            .map_err(|e| in_slot_terms(e, name, slot))
+    }
+
+    /// The semaphore `name`, when it has a definition and live holders.
+    pub async fn semaphore(&self, name: &str) -> Result<Option<Semaphore>> {
+        let def = self.definition(name).await?;
+        let Some(limit) = def.limit else {
+            return Ok(None);
+        };
+        let holders: Vec<Holding> = self
+            .slots(name, 1, limit)
+            .await?
+            .into_iter()
+            .filter_map(|(slot, e)| match e {
+                Some(Entry {
+                    revision,
+                    kind: Kind::Held(r),
+                    ..
+                }) => Some(Holding::at(&slot_key(name, slot), revision, r).in_slot(name, slot)),
+                _ => None,
+            })
+            .collect();
+        Ok((!holders.is_empty()).then_some(Semaphore { limit, holders }))
+    }
+
+    /// Reads the definition of semaphore `name` from the stream leader.
+    async fn definition(&self, name: &str) -> Result<Read> {
+        Ok(match self.store.last(&definition_key(name)).await? {
+            Some(msg) => Read {
+                revision: msg.revision,
+                limit: match &msg.op {
+                    Op::Put(p) => serde_json::from_slice::<Definition>(p)
+                        .ok()
+                        .map(|d| d.limit),
+                    _ => None,
+                },
+            },
+            None => Read {
+                revision: 0,
+                limit: None,
+            },
+        })
+    }
+
+    /// Reads slots `from` to `to` of semaphore `name` from the stream
+    /// leader, concurrently.
+    async fn slots(&self, name: &str, from: u32, to: u32) -> Result<Vec<(u32, Option<Entry>)>> {
+        let reads = (from..=to).map(|slot| async move {
+            let last = self.store.last(&slot_key(name, slot)).await?;
+            Ok::<_, Error>((slot, last.map(Entry::from)))
+        });
+        futures::future::try_join_all(reads).await
+    }
+}
+
+/// An error of the lease code about a slot key, told in the caller's terms
+/// (the semaphore's name and the slot) rather than the reserved key's.
+fn in_slot_terms(mut err: Error, name: &str, slot: u32) -> Error {
+    err.message = err.message.replace(
+        &format!("{:?}", slot_key(name, slot)),
+        &format!("{name:?} (semaphore slot {slot})"),
+    );
+    err
+}
+
+/// `LIMIT_MISMATCH`: the semaphore's live holders use another limit.
+fn mismatch(name: &str, asked: u32, in_force: u32) -> Error {
+    Error::new(
+        Reason::LimitMismatch,
+        format!(
+            "semaphore {name:?} has limit {in_force} while it has holders, not {asked}; \
+             Acquire with limit {in_force}, or wait until every holder is gone"
+        ),
+    )
+    .with("limit", in_force)
+}
+
+/// `LEASE_HELD`: every slot of the semaphore is taken.
+fn full(name: &str, limit: u32, live: &[(u32, u64, &Record)]) -> Error {
+    let soonest = live.iter().map(|(_, _, r)| r.ttl_s).min().unwrap_or(0);
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "semaphore {name:?} has all {limit} slots taken; retry after a holder releases or expires, \
+             or Acquire with a wait"
+        ),
+    )
+    .with("limit", limit)
+    .with("holders", live.len())
+    .with("ttl_seconds", soonest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slot keys parse back to their semaphore and slot; the definition and
+    /// other reserved keys are not slots.
+    #[test]
+    fn slot_keys_round_trip() {
+        assert_eq!(parse_slot_key(&slot_key("jobs.a", 3)), Some(("jobs.a", 3)));
+        assert_eq!(parse_slot_key(&slot_key("a.7", 12)), Some(("a.7", 12)));
+        assert_eq!(parse_slot_key(&definition_key("a")), None);
+        assert_eq!(parse_slot_key("_tenure.sem.a.0"), None);
+        assert_eq!(parse_slot_key("_tenure.sem.a.+1"), None);
+        assert_eq!(parse_slot_key("_tenure.delay.a.1"), None);
+        assert_eq!(parse_slot_key("jobs.1"), None);
+        assert!(rules::is_reserved(&slot_key("a", 1)));
+        assert!(slot_key("jobs.a", 1).starts_with(&slot_key_prefix("jobs")));
+    }
+}
