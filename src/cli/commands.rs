@@ -12,7 +12,9 @@ use super::args::{
 };
 use super::connect::{connect, request, Client};
 use super::error::CliError;
-use super::output::{self, event_header, event_json, event_line, lease_json, lease_table};
+use super::output::{
+    self, event_header, event_json, event_line, lease_json, lease_table, proto_duration,
+};
 use crate::proto::{
     AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, ReleaseRequest,
     RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
@@ -64,6 +66,21 @@ pub async fn get(a: GetArgs) -> Result<(), CliError> {
         .await
         .map_err(|s| CliError::from_status(&s))?
         .into_inner();
+    if resp.limit > 0 {
+        // A semaphore: every holder, the limit and the free slots.
+        match a.output.output {
+            OutputFormat::Json => print_json(&serde_json::json!({
+                "limit": resp.limit,
+                "free_slots": resp.free_slots,
+                "holders": resp.holders.iter().map(lease_json).collect::<Vec<_>>(),
+            })),
+            OutputFormat::Table => {
+                out!("{}", lease_table(&resp.holders));
+                outln!("LIMIT {}  FREE SLOTS {}", resp.limit, resp.free_slots);
+            }
+        }
+        return Ok(());
+    }
     let lease = resp.lease.unwrap_or_default();
     match a.output.output {
         OutputFormat::Json => print_json(&lease_json(&lease)),
@@ -229,7 +246,24 @@ pub async fn acquire_waiting(
         match c.acquire(request(req.clone(), conn, chunk)).await {
             Ok(resp) => {
                 let resp = resp.into_inner();
-                return Ok((resp.lease.unwrap_or_default(), resp.lease_key, sent));
+                let lease = resp.lease.unwrap_or_default();
+                // The safe deadline counts from the send time: after a long
+                // wait little of the TTL may be left by it. Ask again with
+                // the same key (the server renews the same holding) for a
+                // fresh send time, as the client libraries do.
+                let ttl = lease.ttl.map(proto_duration).unwrap_or_default();
+                if sent.elapsed() > ttl / 3 {
+                    req.wait = None;
+                    let again = std::time::Instant::now();
+                    if let Ok(resp) = c.acquire(request(req.clone(), conn, Duration::ZERO)).await {
+                        let resp = resp.into_inner();
+                        let renewed = resp.lease.unwrap_or_default();
+                        if renewed.fencing_token == lease.fencing_token {
+                            return Ok((renewed, resp.lease_key, again));
+                        }
+                    }
+                }
+                return Ok((lease, resp.lease_key, sent));
             }
             Err(s) => {
                 let e = CliError::from_status(&s);
@@ -260,6 +294,7 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         wait: None,
         metadata: a.metadata.into_iter().collect(),
         lock_delay: None,
+        limit: a.limit,
     };
     let (lease, key, _) = acquire_waiting(&mut c, &a.conn, req, a.wait).await?;
     match a.output.output {
@@ -271,9 +306,13 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         OutputFormat::Table => {
             out!("{}", lease_table(std::slice::from_ref(&lease)));
             outln!("LEASE KEY  {key}");
+            let slot = match lease.slot {
+                0 => String::new(),
+                n => format!(" --slot {n}"),
+            };
             for verb in ["renew", "release"] {
                 outln!(
-                    "{:<9}  tenure {verb} {} --revision {} --lease-key {key}",
+                    "{:<9}  tenure {verb} {} --revision {}{slot} --lease-key {key}",
                     format!("{verb}:"),
                     lease.name,
                     lease.revision
@@ -294,6 +333,7 @@ pub async fn renew(a: RenewArgs) -> Result<(), CliError> {
                 expected_revision: a.revision,
                 lease_key: a.lease_key,
                 ttl: a.ttl.map(to_proto),
+                slot: a.slot,
             },
             &a.conn,
             Duration::ZERO,
@@ -320,6 +360,7 @@ pub async fn release(a: ReleaseArgs) -> Result<(), CliError> {
                 name: a.name,
                 expected_revision: a.revision,
                 lease_key: a.lease_key,
+                slot: a.slot,
             },
             &a.conn,
             Duration::ZERO,
