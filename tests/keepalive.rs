@@ -365,12 +365,19 @@ async fn revoked_mid_stream_is_not_held() {
 }
 
 /// A stream that sends nothing for --keepalive-idle-timeout is ended with
-/// INVALID_ARGUMENT naming the flag.
+/// INVALID_ARGUMENT naming the flag, and not by --request-body-timeout
+/// (shorter here), which applies to single-message requests only.
 #[tokio::test]
 async fn an_idle_stream_is_ended() {
-    let t = Tenure::start_with(|c| c.keepalive_idle_timeout = Duration::from_millis(200)).await;
+    let t = Tenure::start_with(|c| {
+        c.keepalive_idle_timeout = Duration::from_millis(500);
+        c.request_body_timeout = Duration::from_millis(100);
+    })
+    .await;
     let mut c = t.client().await;
+    let (l, k) = acquire(&mut c, acquire_req("idle.a", "h", 30)).await;
     let mut s = Stream::open(&mut c, None).await.unwrap();
+    renewed(&s.call(vec![entry(0, &l, &k)]).await.results[0].outcome);
     let err = s.next().await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("--keepalive-idle-timeout"));
@@ -396,4 +403,19 @@ async fn stream_renewals_are_counted() {
     let (_, after) = http_get(addr, "/metrics").await;
     assert!(sample(&after, ok) >= sample(&before, ok) + 3.0);
     assert!(sample(&after, not_held) >= sample(&before, not_held) + 1.0);
+}
+
+/// A message over --max-request-bytes (with few entries) ends the stream
+/// with REQUEST_TOO_LARGE, like any request over the size limit.
+#[tokio::test]
+async fn an_oversized_message_ends_the_stream() {
+    let t = Tenure::start_with(|c| c.max_request_bytes = 1024).await;
+    let mut c = t.client().await;
+    let (l, k) = acquire(&mut c, acquire_req("size.a", "h", 30)).await;
+    let mut s = Stream::open(&mut c, None).await.unwrap();
+    renewed(&s.call(vec![entry(0, &l, &k)]).await.results[0].outcome);
+    s.send(vec![entry(1, &l, &k); 20]).await;
+    let err = s.next().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&err), "REQUEST_TOO_LARGE");
 }

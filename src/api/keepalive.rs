@@ -141,14 +141,14 @@ async fn run(
 ) {
     let end = serve(renewer, inbound, &tx, bounds, shutdown).await;
     drop(slot);
-    if let Some(err) = end {
-        let _ = tx.send(Err(err.into())).await;
+    if let Some(status) = end {
+        let _ = tx.send(Err(status)).await;
     }
 }
 
 /// One stream's loop: reads requests while at least `max_entries` more
 /// renewals fit under `max_in_flight`, answers them in order, and returns
-/// the error to end the stream with, if any (`None`: end with OK, or the
+/// the status to end the stream with, if any (`None`: end with OK, or the
 /// client is gone).
 async fn serve(
     renewer: Arc<Renewer>,
@@ -156,13 +156,13 @@ async fn serve(
     tx: &mpsc::Sender<Result<proto::KeepAliveResponse, Status>>,
     bounds: KeepAliveBounds,
     shutdown: CancellationToken,
-) -> Option<Error> {
+) -> Option<Status> {
     let mut pending = FuturesOrdered::new();
     let mut in_flight = 0usize;
     // Set when the client half-closed or the stream must end: no more
     // requests are read; `fatal` is sent once the pending ones are answered.
     let mut reading = true;
-    let mut fatal: Option<Error> = None;
+    let mut fatal: Option<Status> = None;
     let idle = tokio::time::sleep(bounds.idle_timeout);
     tokio::pin!(idle);
     loop {
@@ -173,7 +173,7 @@ async fn serve(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => {
-                fatal = Some(shutting_down());
+                fatal = Some(shutting_down().into());
                 break;
             }
             () = tx.closed() => return None,
@@ -185,7 +185,7 @@ async fn serve(
                 tokio::select! {
                     sent = tx.send(Ok(response)) => if sent.is_err() { return None },
                     () = shutdown.cancelled() => {
-                        fatal = Some(shutting_down());
+                        fatal = Some(shutting_down().into());
                         break;
                     }
                 }
@@ -197,7 +197,7 @@ async fn serve(
                         let n = request.entries.len();
                         if n > bounds.max_entries {
                             METRICS.rejected("keepalive_entries");
-                            fatal = Some(too_many_entries(n, bounds.max_entries));
+                            fatal = Some(too_many_entries(n, bounds.max_entries).into());
                             reading = false;
                         } else {
                             in_flight += n;
@@ -213,7 +213,7 @@ async fn serve(
                 }
             }
             () = &mut idle, if reading && pending.is_empty() => {
-                fatal = Some(idle_too_long(bounds.idle_timeout));
+                fatal = Some(idle_too_long(bounds.idle_timeout).into());
                 break;
             }
         }
@@ -324,16 +324,20 @@ fn entry_error(err: Error) -> proto::KeepAliveError {
 }
 
 /// What ends a stream whose request could not be read: the message was too
-/// large or undecodable (the caller's fault, said so), or the client went
-/// away (nothing to send).
-fn inbound_error(status: Status) -> Option<Error> {
+/// large or undecodable (the caller's fault, said so), a refusal of the
+/// limit layer (shutdown; it carries its ErrorInfo) as it is, or nothing
+/// when the client went away.
+fn inbound_error(status: Status) -> Option<Status> {
     match status.code() {
         Code::OutOfRange => {
             METRICS.rejected("request_bytes");
-            Some(Error::new(
-                Reason::RequestTooLarge,
-                "a KeepAlive request message is larger than this server accepts (--max-request-bytes); send fewer entries per message",
-            ))
+            Some(
+                Error::new(
+                    Reason::RequestTooLarge,
+                    "a KeepAlive request message is larger than this server accepts (--max-request-bytes); send fewer entries per message",
+                )
+                .into(),
+            )
         }
         Code::Internal => Some(
             Error::new(
@@ -343,8 +347,10 @@ fn inbound_error(status: Status) -> Option<Error> {
                     clip(status.message())
                 ),
             )
-            .with("field", "request"),
+            .with("field", "request")
+            .into(),
         ),
+        _ if status.get_details_error_info().is_some() => Some(status),
         _ => None,
     }
 }

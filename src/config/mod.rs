@@ -372,6 +372,7 @@ impl Config {
             ("--request-body-timeout", self.request_body_timeout),
             ("--idle-timeout", self.idle_timeout),
             ("--handshake-timeout", self.handshake_timeout),
+            ("--keepalive-idle-timeout", self.keepalive_idle_timeout),
         ] {
             if d < Duration::from_millis(100) {
                 return Err(format!("{flag} {d:?} is too short: give at least 100ms"));
@@ -389,9 +390,6 @@ impl Config {
                 "--max-keepalive-in-flight {} is below --max-keepalive-entries {}: one full message must fit",
                 self.max_keepalive_in_flight, self.max_keepalive_entries
             ));
-        }
-        if self.keepalive_idle_timeout.is_zero() {
-            return Err("--keepalive-idle-timeout 0s is invalid: give a duration".into());
         }
         if self.max_request_bytes < 1024 {
             return Err(format!(
