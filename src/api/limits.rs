@@ -786,6 +786,30 @@ mod tests {
             .collect();
     }
 
+    /// KeepAlive streams count against their own budget, per identity and
+    /// per replica, whatever the short calls do; a dropped stream frees its
+    /// slot.
+    #[test]
+    fn keepalive_streams_have_their_own_budget() {
+        let config = Config {
+            max_keepalive_streams: 2,
+            max_keepalive_streams_per_identity: 1,
+            ..config(1, 1, 0)
+        };
+        let calls = CallLimits::new(&config, true);
+        let _short = calls.admit(Class::Short, "a").unwrap();
+        let a = calls.admit(Class::KeepAliveStream, "a").unwrap();
+        let err = calls.admit(Class::KeepAliveStream, "a").err().unwrap();
+        assert_eq!(err.reason, Reason::TooManyRequests);
+        assert!(err.retry_after.is_some());
+        assert_eq!(limit(&err), "--max-keepalive-streams-per-identity");
+        let _b = calls.admit(Class::KeepAliveStream, "b").unwrap();
+        let err = calls.admit(Class::KeepAliveStream, "c").err().unwrap();
+        assert_eq!(limit(&err), "--max-keepalive-streams");
+        drop(a);
+        calls.admit(Class::KeepAliveStream, "a").unwrap();
+    }
+
     /// Renewals use the reserve once short calls are full; waiting Acquires
     /// count against neither.
     #[test]
