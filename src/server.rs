@@ -155,6 +155,7 @@ pub async fn start(
         WatchLimits::new(config),
         calls,
         shutdown.clone(),
+        config.keepalive(),
     ));
     // Elections share the lease service's wrapper, limits and watch slots.
     let elections = ElectionServiceServer::new(ElectionApi::new(api.clone()))

@@ -5,7 +5,7 @@
 //! production) and, when `etcd` is found, two single-node etcd servers (one
 //! default, one `--unsafe-no-fsync`); optionally pins them to the servers'
 //! CPUs with `taskset` while the load runs on other CPUs. Then it runs
-//! workloads 1 to 6 of the issue against each system, alternating systems
+//! workloads 1 to 6 of issue 5 and 7 (the KeepAlive stream, issue 14) against each system, alternating systems
 //! within every run (the order rotates each run), each figure over several
 //! runs, and prints one Markdown table: the median and spread of each
 //! figure, and Tenure's ratio to raw NATS and to etcd.
@@ -455,6 +455,39 @@ async fn run(args: Args) -> R<()> {
                             }
                             Err(e) => rep.note(format!("{w}, run {run}: {e}")),
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    if want(7) {
+        // Renewals over the KeepAlive stream: Tenure's column is the
+        // stream, the other columns the same holdings renewed their usual
+        // way (workload 1 with c x per tasks; etcd's is its own keep-alive
+        // stream), in the same run.
+        let shapes: &[(usize, usize)] = if quick {
+            &[(1, 1), (8, 1), (1, 10)]
+        } else {
+            &[(1, 1), (64, 1), (1, 100)]
+        };
+        for &(c, per) in shapes {
+            let w = if per == 1 {
+                format!("7. renew via KeepAlive, c={c}")
+            } else {
+                format!("7. renew via KeepAlive, {c} client x {per} leases/msg")
+            };
+            for run in 0..runs {
+                for sys in rotation(&env.systems, run) {
+                    let k = sys.kind();
+                    let tag = format!("w7.{}.c{c}.p{per}.r{run}", k.name());
+                    let result = match sys.as_ref() {
+                        Sys::Tenure(t, _) => workloads::keepalive(&sys, t, &tag, c, per, dur).await,
+                        _ => workloads::renew(&sys, &tag, c * per, dur).await,
+                    };
+                    match result {
+                        Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
+                        Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
                 }
             }

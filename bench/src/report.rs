@@ -185,6 +185,11 @@ fn targets(workload: &str, metric: &str) -> Vec<Target> {
                 Target::RatioMin(Kind::Etcd, 2.0),
             ]
         }
+        ("7. renew via KeepAlive, c=64", "ops/s") => vec![
+            Target::RatioMin(Kind::Raw, 0.5),
+            Target::RatioMin(Kind::Etcd, 2.0),
+        ],
+        ("7. renew via KeepAlive, c=1", "p50 ms") => vec![Target::RatioMax(Kind::Raw, 2.5)],
         ("3. handoff, 16 waiters", "p99 ms") => vec![Target::RatioMax(Kind::Etcd, 1.0)],
         (w, "lag p99 ms") if w.starts_with("4. expiry") => vec![Target::AbsMax(300.0)],
         ("5. watch, 10000 streams", "tenure RSS MiB") => vec![Target::AbsMax(256.0)],

@@ -1,4 +1,5 @@
-//! Workloads 1 to 5 of issue 5. Each function does one run against one
+//! Workloads 1 to 5 of issue 5, and 7 (renewals over the KeepAlive
+//! stream, issue 14). Each function does one run against one
 //! system and returns its figures; `main` runs them alternating between
 //! systems and over several runs.
 //!
@@ -13,7 +14,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::{EventType, RenewRequest, WatchLeaseRequest};
+use tenure::proto::{
+    keep_alive_result::Outcome, EventType, KeepAliveEntry, KeepAliveRequest, RenewRequest,
+    WatchLeaseRequest,
+};
 use tonic::transport::Channel;
 
 use crate::procs::{cpu_time, rss_bytes, R};
@@ -131,6 +135,118 @@ pub async fn renew(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Thro
     }
     let_go(sys, held).await;
     Ok(throughput(lat, elapsed))
+}
+
+/// Workload 7 (Tenure): `c` clients, each with its own KeepAlive stream
+/// (over the shared connections) and `per` leases, each sending one message
+/// renewing all of its leases and awaiting its response, back to back for
+/// `dur`. The rate counts renewals; the latency is one message's round
+/// trip. (The other systems run [`renew`] with `c * per` tasks instead.)
+pub async fn keepalive(
+    sys: &Arc<Sys>,
+    t: &Tenure,
+    tag: &str,
+    c: usize,
+    per: usize,
+    dur: Duration,
+) -> R<Throughput> {
+    let mut held = hold_many(sys, tag, c * per).await?;
+    let mut groups = Vec::new();
+    while !held.is_empty() {
+        let rest = held.split_off(per.min(held.len()));
+        groups.push(std::mem::replace(&mut held, rest));
+    }
+    let mut streams = Vec::new();
+    for _ in 0..groups.len() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<KeepAliveRequest>(1);
+        let requests =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        let responses = t
+            .client()
+            .keep_alive(requests)
+            .await
+            .map_err(|s| format!("KeepAlive: {:?} {}", s.code(), s.message()))?
+            .into_inner();
+        streams.push((tx, responses));
+    }
+    let start = Instant::now();
+    let end = start + dur;
+    let tasks: Vec<_> = groups
+        .into_iter()
+        .zip(streams)
+        .map(|(mut group, (tx, mut responses))| {
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut renewed = 0usize;
+                let mut failure = None;
+                while Instant::now() < end && failure.is_none() {
+                    let entries = group
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (h, _))| KeepAliveEntry {
+                            id: i as u64,
+                            name: h.name.clone(),
+                            expected_revision: h.rev,
+                            lease_key: h.key.clone(),
+                            ttl: None,
+                            slot: 0,
+                        })
+                        .collect();
+                    let t0 = Instant::now();
+                    if tx.send(KeepAliveRequest { entries }).await.is_err() {
+                        failure = Some("KeepAlive: the stream closed".to_string());
+                        break;
+                    }
+                    let response = match responses.message().await {
+                        Ok(Some(r)) => r,
+                        Ok(None) => {
+                            failure = Some("KeepAlive: the stream ended".into());
+                            break;
+                        }
+                        Err(s) => {
+                            failure = Some(format!("KeepAlive: {:?} {}", s.code(), s.message()));
+                            break;
+                        }
+                    };
+                    lat.push(t0.elapsed());
+                    for r in response.results {
+                        match r.outcome {
+                            Some(Outcome::Lease(l)) => {
+                                group[r.id as usize].0.rev = l.revision;
+                                renewed += 1;
+                            }
+                            other => {
+                                failure = Some(format!("KeepAlive entry: {other:?}"));
+                            }
+                        }
+                    }
+                }
+                drop(tx);
+                Ok((group, lat, renewed, failure))
+            })
+        })
+        .collect();
+    let done = join(tasks).await?;
+    let elapsed = start.elapsed();
+    let mut lat = Vec::new();
+    let mut renewed = 0;
+    let mut held = Vec::new();
+    let mut failure = None;
+    for (group, l, n, f) in done {
+        lat.extend(l);
+        renewed += n;
+        held.extend(group);
+        failure = failure.or(f);
+    }
+    let_go(sys, held).await;
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    Ok(Throughput {
+        per_s: renewed as f64 / elapsed.as_secs_f64(),
+        p50: pct_ms(&mut lat, 50.0),
+        p99: pct_ms(&mut lat, 99.0),
+    })
 }
 
 /// Workload 2: `c` tasks, each acquiring and releasing its own name back to

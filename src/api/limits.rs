@@ -20,6 +20,8 @@
 //!   per replica and per identity; waiting Acquires on a budget of their
 //!   own; and a reserve through which Renew and Release get past a full
 //!   short budget, so holders keep their leases while new work is shed.
+//!   KeepAlive streams take a permit of their own budget for their
+//!   lifetime, and each of their messages a renewal permit while it runs.
 //!   [`WatchLimits`] counts the lease watch streams for their lifetime.
 
 use std::collections::HashMap;
@@ -50,6 +52,8 @@ pub const BUSY_RETRY: Duration = Duration::from_millis(250);
 pub const WATCH_RETRY: Duration = Duration::from_secs(5);
 /// What HTTP/2 and gRPC framing add per header (the HPACK entry overhead).
 const HEADER_OVERHEAD: usize = 32;
+/// The lease service's client-streaming method.
+const KEEPALIVE: &str = "/tenure.v1.LeaseService/KeepAlive";
 /// The health service's streaming method.
 const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
 
@@ -175,9 +179,10 @@ where
                 }
             }
         }
-        // Reflection streams its requests; everything else sends one
-        // message, which must arrive in time.
-        let request = if path.starts_with("/grpc.reflection.") {
+        // Reflection and KeepAlive stream their requests (KeepAlive bounds
+        // its own silences); everything else sends one message, which must
+        // arrive in time.
+        let request = if path.starts_with("/grpc.reflection.") || path == KEEPALIVE {
             request
         } else {
             let timeout = self.limits.body_timeout;
@@ -486,6 +491,9 @@ pub enum Class {
     Renewal,
     /// An Acquire with a `wait`.
     Waiting,
+    /// A KeepAlive stream, for its lifetime (each of its messages also
+    /// takes a [`Class::Renewal`] permit while it runs).
+    KeepAliveStream,
 }
 
 /// The in-flight budgets of lease calls, taken after authentication and
@@ -497,6 +505,8 @@ pub struct CallLimits {
     reserve: Arc<Budget>,
     /// Waiting Acquires.
     waiting: Arc<Budget>,
+    /// Open KeepAlive streams.
+    keepalive_streams: Arc<Budget>,
 }
 
 impl CallLimits {
@@ -527,6 +537,13 @@ impl CallLimits {
                 share(config.max_waiting_acquires_per_identity),
                 "--max-waiting-acquires-per-identity",
             ),
+            keepalive_streams: Budget::new(
+                "keepalive_streams",
+                "--max-keepalive-streams",
+                config.max_keepalive_streams,
+                share(config.max_keepalive_streams_per_identity),
+                "--max-keepalive-streams-per-identity",
+            ),
         })
     }
 
@@ -536,6 +553,7 @@ impl CallLimits {
         let taken = match class {
             Class::Short => self.short.take(identity),
             Class::Waiting => self.waiting.take(identity),
+            Class::KeepAliveStream => self.keepalive_streams.take(identity),
             Class::Renewal => self
                 .short
                 .take(identity)
@@ -602,6 +620,7 @@ impl Budget {
             if mine >= share {
                 let metric = match self.metric {
                     "waiting_acquires" => "waiting_acquires_per_identity",
+                    "keepalive_streams" => "keepalive_streams_per_identity",
                     _ => "concurrent_requests_per_identity",
                 };
                 return Err((metric, self.per_identity_flag, share));
@@ -765,6 +784,30 @@ mod tests {
         let _held: Vec<_> = (0..3)
             .map(|_| calls.admit(Class::Short, "anonymous").unwrap())
             .collect();
+    }
+
+    /// KeepAlive streams count against their own budget, per identity and
+    /// per replica, whatever the short calls do; a dropped stream frees its
+    /// slot.
+    #[test]
+    fn keepalive_streams_have_their_own_budget() {
+        let config = Config {
+            max_keepalive_streams: 2,
+            max_keepalive_streams_per_identity: 1,
+            ..config(1, 1, 0)
+        };
+        let calls = CallLimits::new(&config, true);
+        let _short = calls.admit(Class::Short, "a").unwrap();
+        let a = calls.admit(Class::KeepAliveStream, "a").unwrap();
+        let err = calls.admit(Class::KeepAliveStream, "a").err().unwrap();
+        assert_eq!(err.reason, Reason::TooManyRequests);
+        assert!(err.retry_after.is_some());
+        assert_eq!(limit(&err), "--max-keepalive-streams-per-identity");
+        let _b = calls.admit(Class::KeepAliveStream, "b").unwrap();
+        let err = calls.admit(Class::KeepAliveStream, "c").err().unwrap();
+        assert_eq!(limit(&err), "--max-keepalive-streams");
+        drop(a);
+        calls.admit(Class::KeepAliveStream, "a").unwrap();
     }
 
     /// Renewals use the reserve once short calls are full; waiting Acquires

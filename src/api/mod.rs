@@ -2,12 +2,14 @@
 //! every LeaseService RPC (validation with [`validate`], proto ↔ domain with
 //! [`convert`]) behind one generic wrapper for authentication
 //! ([`auth`]), spans and metrics, which [`election`]'s ElectionService
-//! RPCs go through too; [`limits`] and [`listener`] bound what
+//! RPCs go through too; [`keepalive`] is the KeepAlive stream, which
+//! renews many holdings per message; [`limits`] and [`listener`] bound what
 //! callers can make the server hold.
 
 mod auth;
 mod convert;
 mod election;
+mod keepalive;
 mod limits;
 mod listener;
 mod service;

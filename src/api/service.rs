@@ -30,9 +30,10 @@ use tracing::{Instrument, Span};
 
 use super::auth::{clip, Auth, Caller, Target};
 use super::convert::{self, lease};
+use super::keepalive::{self, renew, KeepAliveStream};
 use super::limits::{CallLimits, Class, WatchLimits};
 use super::validate;
-use crate::config::{Action, Limits};
+use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
 use crate::lease::{AcquireArgs, Filter, Leases};
 use crate::observe::{self, METRICS};
@@ -52,10 +53,12 @@ pub struct LeaseApi {
     auth: Arc<Auth>,
     /// Open watch streams per identity and in total.
     pub(super) watches: Arc<WatchLimits>,
-    /// Calls in flight: short, waiting, renewals.
+    /// Calls in flight: short, waiting, renewals; KeepAlive streams.
     calls: Arc<CallLimits>,
     /// Cancelled when the server shuts down: new calls are refused.
     shutdown: CancellationToken,
+    /// The bounds of each KeepAlive stream.
+    keepalive: KeepAliveBounds,
 }
 
 /// What the wrapper knows of the caller of one RPC.
@@ -102,7 +105,7 @@ pub(super) trait Reply {
 impl LeaseApi {
     /// The service over `leases`, checking requests against `limits`,
     /// callers against `auth`, watch streams against `watches` and calls in
-    /// flight against `calls`.
+    /// flight against `calls`, KeepAlive streams against `keepalive`.
     pub fn new(
         leases: Leases,
         limits: Limits,
@@ -110,6 +113,7 @@ impl LeaseApi {
         watches: Arc<WatchLimits>,
         calls: Arc<CallLimits>,
         shutdown: CancellationToken,
+        keepalive: KeepAliveBounds,
     ) -> LeaseApi {
         LeaseApi {
             leases,
@@ -118,6 +122,7 @@ impl LeaseApi {
             watches,
             calls,
             shutdown,
+            keepalive,
         }
     }
 
@@ -221,25 +226,16 @@ impl LeaseService for LeaseApi {
         request: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
         self.rpc(request, |req, _| async move {
-            let name = validate::name(&req.name)?;
-            let expected = validate::revision(req.expected_revision)?;
-            let key = validate::presented_key(&req.lease_key)?;
-            let ttl_s = match req.ttl.as_ref() {
-                Some(ttl) => Some(validate::ttl(
-                    Some(ttl),
-                    &self.limits,
-                    self.limits.default_ttl_s,
-                )?),
-                None => None,
-            };
-            let holding = match validate::slot(req.slot, &self.limits)? {
-                0 => self.leases.renew(name, expected, key, ttl_s).await?,
-                slot => {
-                    self.leases
-                        .renew_slot(name, slot, expected, key, ttl_s)
-                        .await?
-                }
-            };
+            let holding = renew(
+                &self.leases,
+                &self.limits,
+                &req.name,
+                req.expected_revision,
+                &req.lease_key,
+                req.ttl.as_ref(),
+                req.slot,
+            )
+            .await?;
             Ok(proto::RenewResponse {
                 lease: Some(lease(&holding)),
             })
@@ -365,6 +361,23 @@ impl LeaseService for LeaseApi {
             })
         })
         .await
+    }
+
+    type KeepAliveStream = KeepAliveStream;
+
+    async fn keep_alive(
+        &self,
+        request: Request<tonic::Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<KeepAliveStream>, Status> {
+        keepalive::open(
+            request,
+            &self.leases,
+            &self.limits,
+            &self.auth,
+            &self.calls,
+            &self.shutdown,
+            self.keepalive,
+        )
     }
 }
 

@@ -181,6 +181,34 @@ pub struct Config {
     )]
     pub max_watch_streams_per_identity: usize,
 
+    /// Most KeepAlive streams open at once on this replica.
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_STREAMS", default_value_t = 10_000)]
+    pub max_keepalive_streams: usize,
+
+    /// Most KeepAlive streams one identity may have open on this replica.
+    #[arg(
+        long,
+        env = "TENURE_MAX_KEEPALIVE_STREAMS_PER_IDENTITY",
+        default_value_t = 1_000
+    )]
+    pub max_keepalive_streams_per_identity: usize,
+
+    /// Most entries in one KeepAlive request message; a larger message ends
+    /// the stream with REQUEST_TOO_LARGE. (--max-request-bytes applies too.)
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_ENTRIES", default_value_t = 1_000)]
+    pub max_keepalive_entries: usize,
+
+    /// Most renewals one KeepAlive stream may have in flight (written but
+    /// not yet answered); past it the server stops reading the stream until
+    /// results are sent. At least --max-keepalive-entries.
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_IN_FLIGHT", default_value_t = 4_096)]
+    pub max_keepalive_in_flight: usize,
+
+    /// A KeepAlive stream with no request message and nothing pending for
+    /// this long is ended (INVALID_ARGUMENT); the client reopens it.
+    #[arg(long, env = "TENURE_KEEPALIVE_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub keepalive_idle_timeout: Duration,
+
     /// Most bytes of events one watch stream may have waiting for its
     /// client to read; a stream that falls further behind is ended with
     /// WATCH_LAGGED and its buffer freed.
@@ -338,6 +366,13 @@ impl Config {
             ),
             ("--max-connections", self.max_connections),
             ("--max-health-watches", self.max_health_watches),
+            ("--max-keepalive-streams", self.max_keepalive_streams),
+            (
+                "--max-keepalive-streams-per-identity",
+                self.max_keepalive_streams_per_identity,
+            ),
+            ("--max-keepalive-entries", self.max_keepalive_entries),
+            ("--max-keepalive-in-flight", self.max_keepalive_in_flight),
         ] {
             if n == 0 {
                 return Err(format!("{flag} 0 is invalid: give at least 1"));
@@ -347,6 +382,7 @@ impl Config {
             ("--request-body-timeout", self.request_body_timeout),
             ("--idle-timeout", self.idle_timeout),
             ("--handshake-timeout", self.handshake_timeout),
+            ("--keepalive-idle-timeout", self.keepalive_idle_timeout),
         ] {
             if d < Duration::from_millis(100) {
                 return Err(format!("{flag} {d:?} is too short: give at least 100ms"));
@@ -359,6 +395,12 @@ impl Config {
                 self.max_lock_delay, self.marker_ttl
             ));
         }
+        if self.max_keepalive_in_flight < self.max_keepalive_entries {
+            return Err(format!(
+                "--max-keepalive-in-flight {} is below --max-keepalive-entries {}: one full message must fit",
+                self.max_keepalive_in_flight, self.max_keepalive_entries
+            ));
+        }
         if self.max_request_bytes < 1024 {
             return Err(format!(
                 "--max-request-bytes {} is too small: a valid request can take ~1.8 KiB; give at least 1024",
@@ -366,6 +408,15 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The bounds of each KeepAlive stream.
+    pub fn keepalive(&self) -> KeepAliveBounds {
+        KeepAliveBounds {
+            max_entries: self.max_keepalive_entries,
+            max_in_flight: self.max_keepalive_in_flight,
+            idle_timeout: self.keepalive_idle_timeout,
+        }
     }
 
     /// The TTL and wait limits requests are checked against.
@@ -415,6 +466,17 @@ pub enum LogFormat {
     Human,
     /// One JSON object per event, for log pipelines.
     Json,
+}
+
+/// The bounds of one KeepAlive stream.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepAliveBounds {
+    /// Most entries per request message.
+    pub max_entries: usize,
+    /// Most renewals in flight per stream (at least `max_entries`).
+    pub max_in_flight: usize,
+    /// How long a stream with nothing pending may stay silent.
+    pub idle_timeout: Duration,
 }
 
 /// The server's TTL and wait bounds that requests are checked against.

@@ -1292,6 +1292,377 @@ func (x *RevokeLeaseResponse) GetRevoked() *Lease {
 	return nil
 }
 
+// KeepAliveRequest is one batch of renewals on a KeepAlive stream.
+type KeepAliveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are the holdings to renew: 1 to the server's
+	// --max-keepalive-entries (default 1000) per message. An empty message is
+	// answered with an empty response (a ping).
+	Entries       []*KeepAliveEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *KeepAliveRequest) GetEntries() []*KeepAliveEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// KeepAliveEntry is one renewal: the fields of a RenewRequest and an id.
+type KeepAliveEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is chosen by the caller and echoed in the entry's result, to match
+	// results to holdings; the server does not interpret it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the lease to renew.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// expected_revision is the revision from the last Acquire, Renew or
+	// KeepAlive result of this holding.
+	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// lease_key is the ownership secret from Acquire.
+	LeaseKey string `protobuf:"bytes,4,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// ttl is the new time to live; absent keeps the currently granted TTL.
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// slot is the holder's slot of a semaphore (from its Lease); 0 for a
+	// plain lease.
+	Slot          uint32 `protobuf:"varint,6,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveEntry) Reset() {
+	*x = KeepAliveEntry{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveEntry) ProtoMessage() {}
+
+func (x *KeepAliveEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveEntry.ProtoReflect.Descriptor instead.
+func (*KeepAliveEntry) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *KeepAliveEntry) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *KeepAliveEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KeepAliveEntry) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *KeepAliveEntry) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+func (x *KeepAliveEntry) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *KeepAliveEntry) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+// KeepAliveResponse answers one KeepAliveRequest.
+type KeepAliveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results has one result per entry of the request, in the same order.
+	Results       []*KeepAliveResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KeepAliveResponse) GetResults() []*KeepAliveResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// KeepAliveResult is the outcome of one entry.
+type KeepAliveResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the entry's id, echoed.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// outcome is the renewed holding or the entry's error.
+	//
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*KeepAliveResult_Lease
+	//	*KeepAliveResult_Error
+	Outcome       isKeepAliveResult_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResult) Reset() {
+	*x = KeepAliveResult{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResult) ProtoMessage() {}
+
+func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
+func (*KeepAliveResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *KeepAliveResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *KeepAliveResult) GetOutcome() isKeepAliveResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *KeepAliveResult) GetLease() *Lease {
+	if x != nil {
+		if x, ok := x.Outcome.(*KeepAliveResult_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *KeepAliveResult) GetError() *KeepAliveError {
+	if x != nil {
+		if x, ok := x.Outcome.(*KeepAliveResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isKeepAliveResult_Outcome interface {
+	isKeepAliveResult_Outcome()
+}
+
+type KeepAliveResult_Lease struct {
+	// lease is the holding with its new revision and granted TTL; its
+	// fencing_token is unchanged.
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3,oneof"`
+}
+
+type KeepAliveResult_Error struct {
+	// error says why this entry was not renewed.
+	Error *KeepAliveError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*KeepAliveResult_Lease) isKeepAliveResult_Outcome() {}
+
+func (*KeepAliveResult_Error) isKeepAliveResult_Outcome() {}
+
+// KeepAliveError is one entry's failure: what a unary Renew of the same entry
+// would have returned as its status.
+type KeepAliveError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the gRPC status code number (9 FAILED_PRECONDITION, 7
+	// PERMISSION_DENIED, ...).
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// reason is the tenure.v1.ErrorReason name, as in a status's ErrorInfo
+	// (LEASE_NOT_HELD, INVALID_REVISION, ...).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// message says what happened and what to do, in one line.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// metadata is the ErrorInfo metadata (the current holder, ...).
+	Metadata map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// retry_delay, when present, is how long to back off before retrying this
+	// entry (the RetryInfo of a status).
+	RetryDelay    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveError) Reset() {
+	*x = KeepAliveError{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveError) ProtoMessage() {}
+
+func (x *KeepAliveError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveError.ProtoReflect.Descriptor instead.
+func (*KeepAliveError) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *KeepAliveError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *KeepAliveError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *KeepAliveError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *KeepAliveError) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *KeepAliveError) GetRetryDelay() *durationpb.Duration {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -1385,7 +1756,33 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"]\n" +
 	"\x13RevokeLeaseResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12*\n" +
-	"\arevoked\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\arevoked*\xdb\x01\n" +
+	"\arevoked\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\arevoked\"G\n" +
+	"\x10KeepAliveRequest\x123\n" +
+	"\aentries\x18\x01 \x03(\v2\x19.tenure.v1.KeepAliveEntryR\aentries\"\xbf\x01\n" +
+	"\x0eKeepAliveEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
+	"\tlease_key\x18\x04 \x01(\tR\bleaseKey\x12+\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x12\n" +
+	"\x04slot\x18\x06 \x01(\rR\x04slot\"I\n" +
+	"\x11KeepAliveResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.tenure.v1.KeepAliveResultR\aresults\"\x89\x01\n" +
+	"\x0fKeepAliveResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12(\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseH\x00R\x05lease\x121\n" +
+	"\x05error\x18\x03 \x01(\v2\x19.tenure.v1.KeepAliveErrorH\x00R\x05errorB\t\n" +
+	"\aoutcome\"\x94\x02\n" +
+	"\x0eKeepAliveError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12C\n" +
+	"\bmetadata\x18\x04 \x03(\v2'.tenure.v1.KeepAliveError.MetadataEntryR\bmetadata\x12:\n" +
+	"\vretry_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryDelay\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xdb\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -1394,7 +1791,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_RENEWED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_REVOKED\x10\a2\xf9\x03\n" +
+	"\x12EVENT_TYPE_REVOKED\x10\a2\xc5\x04\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -1404,7 +1801,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"WatchLease\x12\x1c.tenure.v1.WatchLeaseRequest\x1a\x1d.tenure.v1.WatchLeaseResponse0\x01\x12I\n" +
 	"\n" +
 	"ListLeases\x12\x1c.tenure.v1.ListLeasesRequest\x1a\x1d.tenure.v1.ListLeasesResponse\x12L\n" +
-	"\vRevokeLease\x12\x1d.tenure.v1.RevokeLeaseRequest\x1a\x1e.tenure.v1.RevokeLeaseResponseBX\n" +
+	"\vRevokeLease\x12\x1d.tenure.v1.RevokeLeaseRequest\x1a\x1e.tenure.v1.RevokeLeaseResponse\x12J\n" +
+	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01BX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -1421,7 +1819,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
 	(*Lease)(nil),                 // 1: tenure.v1.Lease
@@ -1440,23 +1838,29 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*ListLeasesResponse)(nil),    // 14: tenure.v1.ListLeasesResponse
 	(*RevokeLeaseRequest)(nil),    // 15: tenure.v1.RevokeLeaseRequest
 	(*RevokeLeaseResponse)(nil),   // 16: tenure.v1.RevokeLeaseResponse
-	nil,                           // 17: tenure.v1.Lease.MetadataEntry
-	nil,                           // 18: tenure.v1.AcquireRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*KeepAliveRequest)(nil),      // 17: tenure.v1.KeepAliveRequest
+	(*KeepAliveEntry)(nil),        // 18: tenure.v1.KeepAliveEntry
+	(*KeepAliveResponse)(nil),     // 19: tenure.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),       // 20: tenure.v1.KeepAliveResult
+	(*KeepAliveError)(nil),        // 21: tenure.v1.KeepAliveError
+	nil,                           // 22: tenure.v1.Lease.MetadataEntry
+	nil,                           // 23: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 24: tenure.v1.KeepAliveError.MetadataEntry
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	19, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	17, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	20, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	20, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	19, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	19, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	18, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	19, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	25, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	22, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	26, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	26, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	25, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	25, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	25, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	23, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	25, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	1,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	19, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	25, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
@@ -1464,28 +1868,37 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	12, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
 	1,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	20, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	26, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
 	1,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	1,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
-	2,  // 21: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 22: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 23: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 24: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 25: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 26: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 27: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	3,  // 28: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 29: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 30: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 31: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 32: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 33: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 34: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	18, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
+	25, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	20, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
+	1,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
+	21, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
+	24, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	25, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	2,  // 28: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 29: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 30: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 31: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 32: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 33: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 34: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	17, // 35: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	3,  // 36: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 37: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 38: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 39: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 40: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 41: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 42: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	19, // 43: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	36, // [36:44] is the sub-list for method output_type
+	28, // [28:36] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -1493,13 +1906,17 @@ func file_tenure_v1_lease_proto_init() {
 	if File_tenure_v1_lease_proto != nil {
 		return
 	}
+	file_tenure_v1_lease_proto_msgTypes[19].OneofWrappers = []any{
+		(*KeepAliveResult_Lease)(nil),
+		(*KeepAliveResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	LeaseService_WatchLease_FullMethodName  = "/tenure.v1.LeaseService/WatchLease"
 	LeaseService_ListLeases_FullMethodName  = "/tenure.v1.LeaseService/ListLeases"
 	LeaseService_RevokeLease_FullMethodName = "/tenure.v1.LeaseService/RevokeLease"
+	LeaseService_KeepAlive_FullMethodName   = "/tenure.v1.LeaseService/KeepAlive"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -73,6 +74,18 @@ type LeaseServiceClient interface {
 	// EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
 	// LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
 	RevokeLease(ctx context.Context, in *RevokeLeaseRequest, opts ...grpc.CallOption) (*RevokeLeaseResponse, error)
+	// KeepAlive renews many holdings over one long-lived stream: each request
+	// carries a batch of entries (the fields of a RenewRequest plus an id the
+	// caller picks) and gets exactly one response, in request order, with one
+	// result per entry in entry order: the renewed holding, or that entry's
+	// error (the same codes and reasons as Renew). One entry failing never
+	// fails the others or the stream. The stream itself ends with an error only
+	// for what concerns all of it: too many entries in one message
+	// (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+	// the server's --keepalive-idle-timeout, or shutdown. After the client
+	// half-closes, the server answers every pending request, then ends the
+	// stream with OK.
+	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 }
 
 type leaseServiceClient struct {
@@ -162,6 +175,19 @@ func (c *leaseServiceClient) RevokeLease(ctx context.Context, in *RevokeLeaseReq
 	return out, nil
 }
 
+func (c *leaseServiceClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LeaseService_ServiceDesc.Streams[1], LeaseService_KeepAlive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[KeepAliveRequest, KeepAliveResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -198,6 +224,18 @@ type LeaseServiceServer interface {
 	// EVENT_TYPE_REVOKED and the holder's next Renew or Release fails with
 	// LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
 	RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error)
+	// KeepAlive renews many holdings over one long-lived stream: each request
+	// carries a batch of entries (the fields of a RenewRequest plus an id the
+	// caller picks) and gets exactly one response, in request order, with one
+	// result per entry in entry order: the renewed holding, or that entry's
+	// error (the same codes and reasons as Renew). One entry failing never
+	// fails the others or the stream. The stream itself ends with an error only
+	// for what concerns all of it: too many entries in one message
+	// (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+	// the server's --keepalive-idle-timeout, or shutdown. After the client
+	// half-closes, the server answers every pending request, then ends the
+	// stream with OK.
+	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -228,6 +266,9 @@ func (UnimplementedLeaseServiceServer) ListLeases(context.Context, *ListLeasesRe
 }
 func (UnimplementedLeaseServiceServer) RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeLease not implemented")
+}
+func (UnimplementedLeaseServiceServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
+	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -369,6 +410,13 @@ func _LeaseService_RevokeLease_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LeaseServiceServer).KeepAlive(&grpc.GenericServerStream[KeepAliveRequest, KeepAliveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,6 +454,12 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchLease",
 			Handler:       _LeaseService_WatchLease_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "KeepAlive",
+			Handler:       _LeaseService_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "tenure/v1/lease.proto",

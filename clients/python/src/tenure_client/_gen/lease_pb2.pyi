@@ -225,3 +225,62 @@ class RevokeLeaseResponse(_message.Message):
     revision: int
     revoked: Lease
     def __init__(self, revision: _Optional[int] = ..., revoked: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[KeepAliveEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[KeepAliveEntry, _Mapping]]] = ...) -> None: ...
+
+class KeepAliveEntry(_message.Message):
+    __slots__ = ("id", "name", "expected_revision", "lease_key", "ttl", "slot")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    expected_revision: int
+    lease_key: str
+    ttl: _duration_pb2.Duration
+    slot: int
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[KeepAliveResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[KeepAliveResult, _Mapping]]] = ...) -> None: ...
+
+class KeepAliveResult(_message.Message):
+    __slots__ = ("id", "lease", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    lease: Lease
+    error: KeepAliveError
+    def __init__(self, id: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., error: _Optional[_Union[KeepAliveError, _Mapping]] = ...) -> None: ...
+
+class KeepAliveError(_message.Message):
+    __slots__ = ("code", "reason", "message", "metadata", "retry_delay")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: str
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    retry_delay: _duration_pb2.Duration
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

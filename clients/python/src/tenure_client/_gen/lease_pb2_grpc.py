@@ -74,6 +74,11 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.FromString,
                 _registered_method=True)
+        self.KeepAlive = channel.stream_stream(
+                '/tenure.v1.LeaseService/KeepAlive',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -145,6 +150,23 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KeepAlive(self, request_iterator, context):
+        """KeepAlive renews many holdings over one long-lived stream: each request
+        carries a batch of entries (the fields of a RenewRequest plus an id the
+        caller picks) and gets exactly one response, in request order, with one
+        result per entry in entry order: the renewed holding, or that entry's
+        error (the same codes and reasons as Renew). One entry failing never
+        fails the others or the stream. The stream itself ends with an error only
+        for what concerns all of it: too many entries in one message
+        (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+        the server's --keepalive-idle-timeout, or shutdown. After the client
+        half-closes, the server answers every pending request, then ends the
+        stream with OK.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +204,11 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.RevokeLease,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.SerializeToString,
+            ),
+            'KeepAlive': grpc.stream_stream_rpc_method_handler(
+                    servicer.KeepAlive,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -378,6 +405,33 @@ class LeaseService:
             '/tenure.v1.LeaseService/RevokeLease',
             tenure_dot_v1_dot_lease__pb2.RevokeLeaseRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.RevokeLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepAlive(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tenure.v1.LeaseService/KeepAlive',
+            tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.FromString,
             options,
             channel_credentials,
             insecure,

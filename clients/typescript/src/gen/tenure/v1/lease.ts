@@ -10,9 +10,11 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
+  type handleBidiStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
@@ -478,6 +480,95 @@ export interface RevokeLeaseResponse {
   revision: bigint;
   /** revoked is the holding that was ended. */
   revoked: Lease | undefined;
+}
+
+/** KeepAliveRequest is one batch of renewals on a KeepAlive stream. */
+export interface KeepAliveRequest {
+  /**
+   * entries are the holdings to renew: 1 to the server's
+   * --max-keepalive-entries (default 1000) per message. An empty message is
+   * answered with an empty response (a ping).
+   */
+  entries: KeepAliveEntry[];
+}
+
+/** KeepAliveEntry is one renewal: the fields of a RenewRequest and an id. */
+export interface KeepAliveEntry {
+  /**
+   * id is chosen by the caller and echoed in the entry's result, to match
+   * results to holdings; the server does not interpret it.
+   */
+  id: bigint;
+  /** name is the lease to renew. */
+  name: string;
+  /**
+   * expected_revision is the revision from the last Acquire, Renew or
+   * KeepAlive result of this holding.
+   */
+  expectedRevision: bigint;
+  /** lease_key is the ownership secret from Acquire. */
+  leaseKey: string;
+  /** ttl is the new time to live; absent keeps the currently granted TTL. */
+  ttl:
+    | Duration
+    | undefined;
+  /**
+   * slot is the holder's slot of a semaphore (from its Lease); 0 for a
+   * plain lease.
+   */
+  slot: number;
+}
+
+/** KeepAliveResponse answers one KeepAliveRequest. */
+export interface KeepAliveResponse {
+  /** results has one result per entry of the request, in the same order. */
+  results: KeepAliveResult[];
+}
+
+/** KeepAliveResult is the outcome of one entry. */
+export interface KeepAliveResult {
+  /** id is the entry's id, echoed. */
+  id: bigint;
+  /**
+   * lease is the holding with its new revision and granted TTL; its
+   * fencing_token is unchanged.
+   */
+  lease?:
+    | Lease
+    | undefined;
+  /** error says why this entry was not renewed. */
+  error?: KeepAliveError | undefined;
+}
+
+/**
+ * KeepAliveError is one entry's failure: what a unary Renew of the same entry
+ * would have returned as its status.
+ */
+export interface KeepAliveError {
+  /**
+   * code is the gRPC status code number (9 FAILED_PRECONDITION, 7
+   * PERMISSION_DENIED, ...).
+   */
+  code: number;
+  /**
+   * reason is the tenure.v1.ErrorReason name, as in a status's ErrorInfo
+   * (LEASE_NOT_HELD, INVALID_REVISION, ...).
+   */
+  reason: string;
+  /** message says what happened and what to do, in one line. */
+  message: string;
+  /** metadata is the ErrorInfo metadata (the current holder, ...). */
+  metadata: { [key: string]: string };
+  /**
+   * retry_delay, when present, is how long to back off before retrying this
+   * entry (the RetryInfo of a status).
+   */
+  retryDelay: Duration | undefined;
+}
+
+export interface KeepAliveError_MetadataEntry {
+  key: string;
+  value: string;
 }
 
 function createBaseLease(): Lease {
@@ -2663,6 +2754,673 @@ export const RevokeLeaseResponse: MessageFns<RevokeLeaseResponse> = {
   },
 };
 
+function createBaseKeepAliveRequest(): KeepAliveRequest {
+  return { entries: [] };
+}
+
+export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
+  encode(message: KeepAliveRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.entries) {
+      KeepAliveEntry.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.entries.push(KeepAliveEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveRequest {
+    return {
+      entries: globalThis.Array.isArray(object?.entries)
+        ? object.entries.map((e: any) => KeepAliveEntry.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: KeepAliveRequest): unknown {
+    const obj: any = {};
+    if (message.entries?.length) {
+      obj.entries = message.entries.map((e) => KeepAliveEntry.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveRequest>, I>>(base?: I): KeepAliveRequest {
+    return KeepAliveRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveRequest>, I>>(object: I): KeepAliveRequest {
+    const message = createBaseKeepAliveRequest();
+    message.entries = object.entries?.map((e) => KeepAliveEntry.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseKeepAliveEntry(): KeepAliveEntry {
+  return { id: 0n, name: "", expectedRevision: 0n, leaseKey: "", ttl: undefined, slot: 0 };
+}
+
+export const KeepAliveEntry: MessageFns<KeepAliveEntry> = {
+  encode(message: KeepAliveEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== 0n) {
+      if (BigInt.asUintN(64, message.id) !== message.id) {
+        throw new globalThis.Error("value provided for field message.id of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.expectedRevision !== 0n) {
+      if (BigInt.asUintN(64, message.expectedRevision) !== message.expectedRevision) {
+        throw new globalThis.Error("value provided for field message.expectedRevision of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.expectedRevision);
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(34).string(message.leaseKey);
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(42).fork()).join();
+    }
+    if (message.slot !== 0) {
+      writer.uint32(48).uint32(message.slot);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.id = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.expectedRevision = reader.uint64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveEntry {
+    return {
+      id: isSet(object.id) ? BigInt(object.id) : 0n,
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      expectedRevision: isSet(object.expectedRevision)
+        ? BigInt(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? BigInt(object.expected_revision)
+        : 0n,
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+    };
+  },
+
+  toJSON(message: KeepAliveEntry): unknown {
+    const obj: any = {};
+    if (message.id !== 0n) {
+      obj.id = message.id.toString();
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.expectedRevision !== 0n) {
+      obj.expectedRevision = message.expectedRevision.toString();
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveEntry>, I>>(base?: I): KeepAliveEntry {
+    return KeepAliveEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveEntry>, I>>(object: I): KeepAliveEntry {
+    const message = createBaseKeepAliveEntry();
+    message.id = (object.id !== undefined && object.id !== null) ? BigInt(object.id) : 0n;
+    message.name = object.name ?? "";
+    message.expectedRevision = (object.expectedRevision !== undefined && object.expectedRevision !== null)
+      ? BigInt(object.expectedRevision)
+      : 0n;
+    message.leaseKey = object.leaseKey ?? "";
+    message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
+    message.slot = object.slot ?? 0;
+    return message;
+  },
+};
+
+function createBaseKeepAliveResponse(): KeepAliveResponse {
+  return { results: [] };
+}
+
+export const KeepAliveResponse: MessageFns<KeepAliveResponse> = {
+  encode(message: KeepAliveResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.results) {
+      KeepAliveResult.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.results.push(KeepAliveResult.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveResponse {
+    return {
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => KeepAliveResult.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: KeepAliveResponse): unknown {
+    const obj: any = {};
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => KeepAliveResult.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveResponse>, I>>(base?: I): KeepAliveResponse {
+    return KeepAliveResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveResponse>, I>>(object: I): KeepAliveResponse {
+    const message = createBaseKeepAliveResponse();
+    message.results = object.results?.map((e) => KeepAliveResult.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseKeepAliveResult(): KeepAliveResult {
+  return { id: 0n, lease: undefined, error: undefined };
+}
+
+export const KeepAliveResult: MessageFns<KeepAliveResult> = {
+  encode(message: KeepAliveResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== 0n) {
+      if (BigInt.asUintN(64, message.id) !== message.id) {
+        throw new globalThis.Error("value provided for field message.id of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.id);
+    }
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(18).fork()).join();
+    }
+    if (message.error !== undefined) {
+      KeepAliveError.encode(message.error, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.id = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.error = KeepAliveError.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveResult {
+    return {
+      id: isSet(object.id) ? BigInt(object.id) : 0n,
+      lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
+      error: isSet(object.error) ? KeepAliveError.fromJSON(object.error) : undefined,
+    };
+  },
+
+  toJSON(message: KeepAliveResult): unknown {
+    const obj: any = {};
+    if (message.id !== 0n) {
+      obj.id = message.id.toString();
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
+    }
+    if (message.error !== undefined) {
+      obj.error = KeepAliveError.toJSON(message.error);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveResult>, I>>(base?: I): KeepAliveResult {
+    return KeepAliveResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveResult>, I>>(object: I): KeepAliveResult {
+    const message = createBaseKeepAliveResult();
+    message.id = (object.id !== undefined && object.id !== null) ? BigInt(object.id) : 0n;
+    message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    message.error = (object.error !== undefined && object.error !== null)
+      ? KeepAliveError.fromPartial(object.error)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseKeepAliveError(): KeepAliveError {
+  return { code: 0, reason: "", message: "", metadata: {}, retryDelay: undefined };
+}
+
+export const KeepAliveError: MessageFns<KeepAliveError> = {
+  encode(message: KeepAliveError, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.code !== 0) {
+      writer.uint32(8).int32(message.code);
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    globalThis.Object.entries(message.metadata).forEach(([key, value]: [string, string]) => {
+      KeepAliveError_MetadataEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
+    if (message.retryDelay !== undefined) {
+      Duration.encode(message.retryDelay, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveError {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveError();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.code = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = KeepAliveError_MetadataEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.metadata[entry4.key] = entry4.value;
+            }
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.retryDelay = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveError {
+    return {
+      code: isSet(object.code) ? globalThis.Number(object.code) : 0,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      metadata: isObject(object.metadata)
+        ? (globalThis.Object.entries(object.metadata) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      retryDelay: isSet(object.retryDelay)
+        ? Duration.fromJSON(object.retryDelay)
+        : isSet(object.retry_delay)
+        ? Duration.fromJSON(object.retry_delay)
+        : undefined,
+    };
+  },
+
+  toJSON(message: KeepAliveError): unknown {
+    const obj: any = {};
+    if (message.code !== 0) {
+      obj.code = Math.round(message.code);
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.metadata) {
+      const entries = globalThis.Object.entries(message.metadata) as [string, string][];
+      if (entries.length > 0) {
+        obj.metadata = {};
+        entries.forEach(([k, v]) => {
+          obj.metadata[k] = v;
+        });
+      }
+    }
+    if (message.retryDelay !== undefined) {
+      obj.retryDelay = Duration.toJSON(message.retryDelay);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveError>, I>>(base?: I): KeepAliveError {
+    return KeepAliveError.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveError>, I>>(object: I): KeepAliveError {
+    const message = createBaseKeepAliveError();
+    message.code = object.code ?? 0;
+    message.reason = object.reason ?? "";
+    message.message = object.message ?? "";
+    message.metadata = (globalThis.Object.entries(object.metadata ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.retryDelay = (object.retryDelay !== undefined && object.retryDelay !== null)
+      ? Duration.fromPartial(object.retryDelay)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseKeepAliveError_MetadataEntry(): KeepAliveError_MetadataEntry {
+  return { key: "", value: "" };
+}
+
+export const KeepAliveError_MetadataEntry: MessageFns<KeepAliveError_MetadataEntry> = {
+  encode(message: KeepAliveError_MetadataEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeepAliveError_MetadataEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepAliveError_MetadataEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeepAliveError_MetadataEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: KeepAliveError_MetadataEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeepAliveError_MetadataEntry>, I>>(base?: I): KeepAliveError_MetadataEntry {
+    return KeepAliveError_MetadataEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeepAliveError_MetadataEntry>, I>>(object: I): KeepAliveError_MetadataEntry {
+    const message = createBaseKeepAliveError_MetadataEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -2766,6 +3524,28 @@ export const LeaseServiceService = {
     responseSerialize: (value: RevokeLeaseResponse): Buffer => Buffer.from(RevokeLeaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RevokeLeaseResponse => RevokeLeaseResponse.decode(value),
   },
+  /**
+   * KeepAlive renews many holdings over one long-lived stream: each request
+   * carries a batch of entries (the fields of a RenewRequest plus an id the
+   * caller picks) and gets exactly one response, in request order, with one
+   * result per entry in entry order: the renewed holding, or that entry's
+   * error (the same codes and reasons as Renew). One entry failing never
+   * fails the others or the stream. The stream itself ends with an error only
+   * for what concerns all of it: too many entries in one message
+   * (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+   * the server's --keepalive-idle-timeout, or shutdown. After the client
+   * half-closes, the server answers every pending request, then ends the
+   * stream with OK.
+   */
+  keepAlive: {
+    path: "/tenure.v1.LeaseService/KeepAlive" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: KeepAliveRequest): Buffer => Buffer.from(KeepAliveRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): KeepAliveRequest => KeepAliveRequest.decode(value),
+    responseSerialize: (value: KeepAliveResponse): Buffer => Buffer.from(KeepAliveResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): KeepAliveResponse => KeepAliveResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -2807,6 +3587,20 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * LEASE_NOT_HELD; the next Acquire gets a greater fencing token. Admin only.
    */
   revokeLease: handleUnaryCall<RevokeLeaseRequest, RevokeLeaseResponse>;
+  /**
+   * KeepAlive renews many holdings over one long-lived stream: each request
+   * carries a batch of entries (the fields of a RenewRequest plus an id the
+   * caller picks) and gets exactly one response, in request order, with one
+   * result per entry in entry order: the renewed holding, or that entry's
+   * error (the same codes and reasons as Renew). One entry failing never
+   * fails the others or the stream. The stream itself ends with an error only
+   * for what concerns all of it: too many entries in one message
+   * (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+   * the server's --keepalive-idle-timeout, or shutdown. After the client
+   * half-closes, the server answers every pending request, then ends the
+   * stream with OK.
+   */
+  keepAlive: handleBidiStreamingCall<KeepAliveRequest, KeepAliveResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -2937,6 +3731,25 @@ export interface LeaseServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RevokeLeaseResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * KeepAlive renews many holdings over one long-lived stream: each request
+   * carries a batch of entries (the fields of a RenewRequest plus an id the
+   * caller picks) and gets exactly one response, in request order, with one
+   * result per entry in entry order: the renewed holding, or that entry's
+   * error (the same codes and reasons as Renew). One entry failing never
+   * fails the others or the stream. The stream itself ends with an error only
+   * for what concerns all of it: too many entries in one message
+   * (REQUEST_TOO_LARGE), too many streams (TOO_MANY_REQUESTS), no message for
+   * the server's --keepalive-idle-timeout, or shutdown. After the client
+   * half-closes, the server answers every pending request, then ends the
+   * stream with OK.
+   */
+  keepAlive(): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
+  keepAlive(options: Partial<CallOptions>): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
+  keepAlive(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
 }
 
 export const LeaseServiceClient = makeGenericClientConstructor(
