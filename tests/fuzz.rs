@@ -45,7 +45,10 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn metadata() -> impl Strategy<Value = HashMap<String, String>> {
-    prop::collection::hash_map("[a-z]{0,6}", ".{0,80}", 0..20)
+    prop_oneof![
+        Just(HashMap::new()),
+        prop::collection::hash_map("[a-z]{0,6}", ".{0,80}", 0..20),
+    ]
 }
 
 /// One request of any kind.
@@ -62,7 +65,7 @@ enum Req {
 
 fn request() -> impl Strategy<Value = Req> {
     prop_oneof![
-        3 => (name(), text(), duration(), key(), duration(), metadata(), duration(), 0u32..300).prop_map(
+        5 => (name(), text(), duration(), key(), duration(), metadata(), duration(), 0u32..300).prop_map(
             |(name, holder, ttl, lease_key, wait, metadata, lock_delay, limit)| Req::Acquire(AcquireRequest {
                 name,
                 holder,
@@ -71,8 +74,9 @@ fn request() -> impl Strategy<Value = Req> {
                 wait,
                 metadata,
                 lock_delay,
-                // Mostly plain leases; some semaphores, some over the bound.
-                limit: limit.saturating_sub(200) * (limit % 3),
+                // Mostly plain leases (so that enough requests reach the
+                // bucket); about one in twelve a semaphore, up to 99 slots.
+                limit: limit.saturating_sub(275) * 4 * (limit % 2),
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {
