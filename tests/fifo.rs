@@ -384,3 +384,29 @@ async fn the_queue_is_bounded() {
         w.abort();
     }
 }
+
+/// Every Acquire of a free name is an atomic batch (guard + record), and
+/// JetStream keeps at most 50 batches open per stream: 300 Acquires of
+/// distinct free names sent at once all succeed (a batch refused for too
+/// many open batches is sent again, not failed).
+#[tokio::test]
+async fn many_simultaneous_acquires_of_free_names_all_succeed() {
+    let t = Tenure::start().await;
+    let c = t.client().await;
+    let calls = (0..300).map(|i| {
+        let mut c = c.clone();
+        async move {
+            c.acquire(acquire_req(&format!("burst.n{i}"), "h", 30))
+                .await
+                .map(|r| r.into_inner().lease.unwrap().fencing_token)
+        }
+    });
+    let results = within("300 acquires", futures::future::join_all(calls)).await;
+    let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+}

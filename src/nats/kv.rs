@@ -61,6 +61,12 @@ pub const ATOMIC_BATCH_VERSION: &str = "2.12";
 const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
 /// JetStream error: atomic batch publish is not enabled on the stream.
 const ERR_BATCH_DISABLED: u64 = 10174;
+/// JetStream error code: the stream (or server) has too many atomic batches
+/// open (by default 50 per stream, 1,000 per server); a later batch fits.
+const ERR_BATCH_INFLIGHT: u64 = 10210;
+/// How long a batch refused for too many open batches is retried before
+/// the write fails (retryable) to the caller.
+const BATCH_INFLIGHT_PATIENCE: Duration = Duration::from_secs(2);
 
 /// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -495,16 +501,39 @@ impl Store {
     /// consecutive revisions, or none is. Returns the revision of the last
     /// write; write `i` of `n` is at `last - (n - 1 - i)`. A stale expected
     /// revision on any write is a [`CasError::Conflict`] (no write landed).
+    ///
+    /// A batch the stream refuses because too many batches are open at once
+    /// (JetStream's per-stream limit, 50 by default: every Acquire of a free
+    /// name is a batch under fair waiting) is sent again after a short,
+    /// growing pause, for up to [`BATCH_INFLIGHT_PATIENCE`]: nothing of it
+    /// was stored, and open batches close within a round trip.
     pub async fn batch(&self, writes: &[Write]) -> Result<u64, CasError> {
+        let give_up = tokio::time::Instant::now() + BATCH_INFLIGHT_PATIENCE;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.batch_once(writes).await {
+                Err(BatchError::Inflight(err)) => {
+                    if tokio::time::Instant::now() + pause > give_up {
+                        return Err(CasError::Failed(err));
+                    }
+                    let jitter = rand::random_range(0..=pause.as_micros() as u64);
+                    tokio::time::sleep(pause + Duration::from_micros(jitter)).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(BatchError::Cas(err)) => return Err(err),
+                Ok(revision) => return Ok(revision),
+            }
+        }
+    }
+
+    /// One attempt of [`Store::batch`].
+    async fn batch_once(&self, writes: &[Write]) -> Result<u64, BatchError> {
         self.ensure_connected().map_err(CasError::Failed)?;
         if !self.atomic {
-            return Err(CasError::Failed(no_atomic_batches(&self.bucket)));
+            return Err(CasError::Failed(no_atomic_batches(&self.bucket)).into());
         }
         let Some(last) = writes.len().checked_sub(1) else {
-            return Err(CasError::Failed(Error::new(
-                Reason::Internal,
-                "an empty batch",
-            )));
+            return Err(CasError::Failed(Error::new(Reason::Internal, "an empty batch")).into());
         };
         // An id unique to this batch.
         let id = self.unique_id();
@@ -558,6 +587,7 @@ impl Store {
                     if i == last {
                         return sequence.ok_or_else(|| {
                             CasError::Failed(Error::nats("the batch write", "no acknowledgement"))
+                                .into()
                         });
                     }
                 } else {
@@ -830,7 +860,7 @@ fn no_atomic_batches(bucket: &str) -> Error {
 
 /// Reads a reply to a batch message: empty (accepted, not the last), a
 /// PubAck with the last sequence, or a JetStream error.
-fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, CasError> {
+fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, BatchError> {
     if payload.is_empty() {
         return Ok(None);
     }
@@ -846,19 +876,37 @@ fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, CasError> {
             .get("description")
             .and_then(|d| d.as_str())
             .unwrap_or("unknown error");
+        let failed = || {
+            Error::nats(
+                "the batch write",
+                format!("{description} (JetStream error {code})"),
+            )
+        };
         return Err(match code {
             ERR_WRONG_LAST_SEQUENCE => {
                 METRICS.cas_conflicts.inc();
-                CasError::Conflict
+                BatchError::Cas(CasError::Conflict)
             }
-            ERR_BATCH_DISABLED => CasError::Failed(no_atomic_batches(bucket)),
-            _ => CasError::Failed(Error::nats(
-                "the batch write",
-                format!("{description} (JetStream error {code})"),
-            )),
+            ERR_BATCH_DISABLED => BatchError::Cas(CasError::Failed(no_atomic_batches(bucket))),
+            ERR_BATCH_INFLIGHT => BatchError::Inflight(failed()),
+            _ => BatchError::Cas(CasError::Failed(failed())),
         });
     }
     Ok(reply.get("seq").and_then(|s| s.as_u64()))
+}
+
+/// Why one attempt of an atomic batch failed.
+enum BatchError {
+    /// A conflict or a failure, as [`Store::batch`] returns it.
+    Cas(CasError),
+    /// The stream had too many batches open: nothing was stored; try again.
+    Inflight(Error),
+}
+
+impl From<CasError> for BatchError {
+    fn from(err: CasError) -> BatchError {
+        BatchError::Cas(err)
+    }
 }
 
 /// Whether a get-stream failure means "no such stream".
