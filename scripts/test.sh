@@ -44,7 +44,7 @@ for lang in go python typescript java rust; do
   fi
 done
 
-step "model check of the lease protocol (spin; about 2.5 minutes)"
+step "model check of the lease and fair-queue protocols (spin; about 5 minutes)"
 scripts/model-check.sh
 
 step "buf lint (proto/)"
