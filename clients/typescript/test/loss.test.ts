@@ -61,7 +61,7 @@ describe("loss watch", () => {
     // Someone with the key releases behind the session's back; another takes it.
     await new Promise<void>((ok, fail) =>
       client.stub.release(
-        { name, expectedRevision: session.revision, leaseKey: session.leaseKey },
+        { name, expectedRevision: session.revision, leaseKey: session.leaseKey, slot: 0 },
         (err) => (err ? fail(err) : ok()),
       ),
     );

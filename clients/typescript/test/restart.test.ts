@@ -38,7 +38,7 @@ async function restart(between?: () => Promise<void>): Promise<void> {
 function acquireRaw(c: TenureClient, name: string, holder: string, ttl = 60n): Promise<{ token: bigint; key: string; revision: bigint }> {
   return new Promise((ok, fail) =>
     c.stub.acquire(
-      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined },
+      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0 },
       (err, reply) => (err ? fail(err) : ok({ token: reply.lease!.fencingToken, key: reply.leaseKey, revision: reply.lease!.revision })),
     ),
   );
@@ -47,7 +47,7 @@ function acquireRaw(c: TenureClient, name: string, holder: string, ttl = 60n): P
 /** Releases with the raw stub. */
 function releaseRaw(c: TenureClient, name: string, held: { key: string; revision: bigint }): Promise<void> {
   return new Promise((ok, fail) =>
-    c.stub.release({ name, expectedRevision: held.revision, leaseKey: held.key }, (err) => (err ? fail(err) : ok())),
+    c.stub.release({ name, expectedRevision: held.revision, leaseKey: held.key, slot: 0 }, (err) => (err ? fail(err) : ok())),
   );
 }
 

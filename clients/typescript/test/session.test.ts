@@ -155,7 +155,7 @@ describe("session", () => {
     // holder takes the name.
     await new Promise<void>((ok, fail) =>
       client.stub.release(
-        { name, expectedRevision: session.revision, leaseKey: session.leaseKey },
+        { name, expectedRevision: session.revision, leaseKey: session.leaseKey, slot: 0 },
         (err) => (err ? fail(err) : ok()),
       ),
     );
@@ -221,7 +221,7 @@ describe("session", () => {
     // A holding nobody renews: it expires after 2 s.
     const orphan = await new Promise<bigint>((ok, fail) =>
       client.stub.acquire(
-        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined },
+        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0 },
         (err, reply) => (err ? fail(err) : ok(reply.lease!.fencingToken)),
       ),
     );
