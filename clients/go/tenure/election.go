@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -167,7 +166,7 @@ func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
 			c.observe(ctx, cfg.Name, cfg.OnNewLeader)
 		}()
 	}
-	backoff := 100 * time.Millisecond
+	var pause backoff // the watch's capped, jittered backoff
 	for ctx.Err() == nil {
 		term, err := c.Elect(ctx, cfg.Name, cfg.Identity, cfg.Value, cfg.TTL, wait, cfg.AcquireOptions...)
 		if err != nil {
@@ -182,13 +181,12 @@ func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
 			if !IsRetryable(err) {
 				return err
 			}
-			if !sleepCtx(ctx, jitter(backoff)) {
+			if !pause.wait(ctx) {
 				break
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		pause.reset()
 		c.lead(ctx, term, cfg)
 	}
 	return ctx.Err()
@@ -225,7 +223,7 @@ func (c *Client) lead(ctx context.Context, term *Session, cfg ElectionConfig) {
 func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Leader)) {
 	var last Leader
 	first := true
-	backoff := 100 * time.Millisecond
+	var pause backoff
 	for ctx.Err() == nil {
 		stream, err := c.elect.Observe(ctx, &tenurev1.ObserveRequest{Name: name})
 		if err == nil {
@@ -235,7 +233,7 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 					err = rerr
 					break
 				}
-				backoff = 100 * time.Millisecond
+				pause.reset()
 				now := leaderOf(msg.GetLeader())
 				if first || now.Identity != last.Identity || now.FencingToken != last.FencingToken || now.Value != last.Value {
 					first = false
@@ -250,27 +248,9 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 		if e := callError(c.target, "Observe", err); !IsRetryable(e) && isFatal(e) {
 			return
 		}
-		if !sleepCtx(ctx, jitter(backoff)) {
+		if !pause.wait(ctx) {
 			return
 		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-// jitter returns d plus up to half of d at random.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/2+1))
-}
-
-// sleepCtx sleeps for d, returning false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
