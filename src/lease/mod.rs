@@ -176,12 +176,7 @@ impl Leases {
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
-        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
-        let mut follow = self
-            .hub
-            .follow(Filter::Name(args.name.clone()), ends)
-            .await
-            .ok();
+        let mut follow = self.follow_ends(&args.name).await;
         let mut held = match self.try_acquire(args).await {
             Err(err) if err.reason == Reason::LeaseHeld => err,
             other => return other,
@@ -291,6 +286,17 @@ impl Leases {
         }
     }
 
+    /// Follows the ends of holdings of `name` (releases, expiries, revokes),
+    /// which wake a waiting Acquire; `None` when the hub cannot follow (the
+    /// waiter then polls).
+    async fn follow_ends(&self, name: &str) -> Option<Subscription> {
+        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        self.hub
+            .follow(Filter::Name(name.to_string()), ends)
+            .await
+            .ok()
+    }
+
     /// Takes a semaphore slot, waiting for one to free if `args.wait` says
     /// so: every end of a holding of the name wakes the waiters, who race
     /// for the free slot (semaphores do not queue yet).
@@ -298,12 +304,7 @@ impl Leases {
         let deadline = Instant::now() + wait;
         // Follow the key before the first try, so a release between the try
         // and the subscription cannot be missed.
-        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
-        let mut follow = self
-            .hub
-            .follow(Filter::Name(args.name.clone()), ends)
-            .await
-            .ok();
+        let mut follow = self.follow_ends(&args.name).await;
         loop {
             let held = match self.try_acquire_slot(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
