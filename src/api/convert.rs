@@ -31,6 +31,7 @@ pub fn lease(h: &Holding) -> proto::Lease {
             nanos: 0,
         }),
         slot: h.slot,
+        group: Vec::new(),
     }
 }
 

@@ -188,6 +188,27 @@ impl LeaseApi {
 
 #[tonic::async_trait]
 impl LeaseService for LeaseApi {
+    async fn acquire_group(
+        &self,
+        _request: Request<proto::AcquireGroupRequest>,
+    ) -> Result<Response<proto::AcquireGroupResponse>, Status> {
+        Err(Status::unimplemented("AcquireGroup is not built yet"))
+    }
+
+    async fn renew_group(
+        &self,
+        _request: Request<proto::RenewGroupRequest>,
+    ) -> Result<Response<proto::RenewGroupResponse>, Status> {
+        Err(Status::unimplemented("RenewGroup is not built yet"))
+    }
+
+    async fn release_group(
+        &self,
+        _request: Request<proto::ReleaseGroupRequest>,
+    ) -> Result<Response<proto::ReleaseGroupResponse>, Status> {
+        Err(Status::unimplemented("ReleaseGroup is not built yet"))
+    }
+
     async fn acquire(
         &self,
         request: Request<proto::AcquireRequest>,

@@ -137,7 +137,13 @@ type Lease struct {
 	// slot is the semaphore slot of this holding, 1 to the semaphore's limit;
 	// 0 for a plain (exclusive) lease. A semaphore holder passes it back in
 	// Renew and Release.
-	Slot          uint32 `protobuf:"varint,10,opt,name=slot,proto3" json:"slot,omitempty"`
+	Slot uint32 `protobuf:"varint,10,opt,name=slot,proto3" json:"slot,omitempty"`
+	// group lists every name of the AcquireGroup call that created this
+	// holding, in request order (this name included); empty for a holding
+	// acquired alone. All members of a group share one lease key and are
+	// written in one atomic batch, so an observer that sees one member of a
+	// group holding sees every other member held by the same holder.
+	Group         []string `protobuf:"bytes,11,rep,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,6 +246,13 @@ func (x *Lease) GetSlot() uint32 {
 		return x.Slot
 	}
 	return 0
+}
+
+func (x *Lease) GetGroup() []string {
+	if x != nil {
+		return x.Group
+	}
+	return nil
 }
 
 // AcquireRequest asks for a lease.
@@ -1663,11 +1676,460 @@ func (x *KeepAliveError) GetRetryDelay() *durationpb.Duration {
 	return nil
 }
 
+// AcquireGroupRequest asks for several plain leases at once.
+type AcquireGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// names are the leases to take: 2 to the server's --max-group-size
+	// (default 16) distinct plain lease names (no semaphores).
+	Names []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	// holder identifies the caller, as in AcquireRequest.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// ttl is the time to live of every member, as in AcquireRequest.
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// lease_key is the one ownership secret of every member; absent means the
+	// server mints one. Reusing it makes a retried AcquireGroup safe.
+	LeaseKey string `protobuf:"bytes,4,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// wait is how long to wait until every name is free at once. Absent or
+	// zero means fail at once with LEASE_HELD (metadata `name`: a member that
+	// is held).
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// metadata is stored with every member, as in AcquireRequest.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// lock_delay applies to every member, as in AcquireRequest.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireGroupRequest) Reset() {
+	*x = AcquireGroupRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGroupRequest) ProtoMessage() {}
+
+func (x *AcquireGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGroupRequest.ProtoReflect.Descriptor instead.
+func (*AcquireGroupRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AcquireGroupRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireGroupRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+func (x *AcquireGroupRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+// AcquireGroupResponse is the group that was acquired.
+type AcquireGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leases are the new holdings, one per name in request order, each with
+	// its own fencing token and revision.
+	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	// lease_key is the ownership secret of every member.
+	LeaseKey      string `protobuf:"bytes,2,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireGroupResponse) Reset() {
+	*x = AcquireGroupResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGroupResponse) ProtoMessage() {}
+
+func (x *AcquireGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGroupResponse.ProtoReflect.Descriptor instead.
+func (*AcquireGroupResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AcquireGroupResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *AcquireGroupResponse) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+// GroupMember names one holding of a group and its latest revision.
+type GroupMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the member's lease name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// expected_revision is the member's revision from the last AcquireGroup or
+	// RenewGroup reply.
+	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GroupMember) Reset() {
+	*x = GroupMember{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMember) ProtoMessage() {}
+
+func (x *GroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
+func (*GroupMember) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GroupMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupMember) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// RenewGroupRequest extends every holding of a group.
+type RenewGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members are the group's holdings, every one of them.
+	Members []*GroupMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// lease_key is the group's ownership secret.
+	LeaseKey string `protobuf:"bytes,2,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// ttl is the new time to live of every member; absent keeps each granted
+	// TTL.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewGroupRequest) Reset() {
+	*x = RenewGroupRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewGroupRequest) ProtoMessage() {}
+
+func (x *RenewGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewGroupRequest.ProtoReflect.Descriptor instead.
+func (*RenewGroupRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RenewGroupRequest) GetMembers() []*GroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *RenewGroupRequest) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+func (x *RenewGroupRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// RenewGroupResponse is the renewed group.
+type RenewGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leases are the renewed holdings in request order; fencing tokens are
+	// unchanged.
+	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewGroupResponse) Reset() {
+	*x = RenewGroupResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewGroupResponse) ProtoMessage() {}
+
+func (x *RenewGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewGroupResponse.ProtoReflect.Descriptor instead.
+func (*RenewGroupResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RenewGroupResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// ReleaseGroupRequest ends every holding of a group.
+type ReleaseGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members are the group's holdings.
+	Members []*GroupMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// lease_key is the group's ownership secret.
+	LeaseKey      string `protobuf:"bytes,2,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGroupRequest) Reset() {
+	*x = ReleaseGroupRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGroupRequest) ProtoMessage() {}
+
+func (x *ReleaseGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGroupRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseGroupRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReleaseGroupRequest) GetMembers() []*GroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ReleaseGroupRequest) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+// ReleaseGroupResponse reports the release of a group.
+type ReleaseGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// released are the names that were held and are now released.
+	Released []string `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// not_held are the names that were already lost (expired, revoked or taken
+	// over) and so were not released by this call.
+	NotHeld []string `protobuf:"bytes,2,rep,name=not_held,json=notHeld,proto3" json:"not_held,omitempty"`
+	// revision is the bucket revision of the release batch; 0 when nothing
+	// was held.
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGroupResponse) Reset() {
+	*x = ReleaseGroupResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGroupResponse) ProtoMessage() {}
+
+func (x *ReleaseGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGroupResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseGroupResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReleaseGroupResponse) GetReleased() []string {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *ReleaseGroupResponse) GetNotHeld() []string {
+	if x != nil {
+		return x.NotHeld
+	}
+	return nil
+}
+
+func (x *ReleaseGroupResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\x03\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
@@ -1681,7 +2143,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
 	"\x04slot\x18\n" +
-	" \x01(\rR\x04slot\x1a;\n" +
+	" \x01(\rR\x04slot\x12\x14\n" +
+	"\x05group\x18\v \x03(\tR\x05group\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x03\n" +
@@ -1782,7 +2245,38 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"retryDelay\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xdb\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x02\n" +
+	"\x13AcquireGroupRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1b\n" +
+	"\tlease_key\x18\x04 \x01(\tR\bleaseKey\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12H\n" +
+	"\bmetadata\x18\x06 \x03(\v2,.tenure.v1.AcquireGroupRequest.MetadataEntryR\bmetadata\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"]\n" +
+	"\x14AcquireGroupResponse\x12(\n" +
+	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x12\x1b\n" +
+	"\tlease_key\x18\x02 \x01(\tR\bleaseKey\"N\n" +
+	"\vGroupMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"\x8f\x01\n" +
+	"\x11RenewGroupRequest\x120\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.tenure.v1.GroupMemberR\amembers\x12\x1b\n" +
+	"\tlease_key\x18\x02 \x01(\tR\bleaseKey\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\">\n" +
+	"\x12RenewGroupResponse\x12(\n" +
+	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\"d\n" +
+	"\x13ReleaseGroupRequest\x120\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.tenure.v1.GroupMemberR\amembers\x12\x1b\n" +
+	"\tlease_key\x18\x02 \x01(\tR\bleaseKey\"i\n" +
+	"\x14ReleaseGroupResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\x12\x19\n" +
+	"\bnot_held\x18\x02 \x03(\tR\anotHeld\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision*\xdb\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -1791,7 +2285,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_RENEWED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_REVOKED\x10\a2\xc5\x04\n" +
+	"\x12EVENT_TYPE_REVOKED\x10\a2\xb2\x06\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -1802,7 +2296,11 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"ListLeases\x12\x1c.tenure.v1.ListLeasesRequest\x1a\x1d.tenure.v1.ListLeasesResponse\x12L\n" +
 	"\vRevokeLease\x12\x1d.tenure.v1.RevokeLeaseRequest\x1a\x1e.tenure.v1.RevokeLeaseResponse\x12J\n" +
-	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01BX\n" +
+	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01\x12O\n" +
+	"\fAcquireGroup\x12\x1e.tenure.v1.AcquireGroupRequest\x1a\x1f.tenure.v1.AcquireGroupResponse\x12I\n" +
+	"\n" +
+	"RenewGroup\x12\x1c.tenure.v1.RenewGroupRequest\x1a\x1d.tenure.v1.RenewGroupResponse\x12O\n" +
+	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -1819,7 +2317,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
 	(*Lease)(nil),                 // 1: tenure.v1.Lease
@@ -1843,24 +2341,32 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*KeepAliveResponse)(nil),     // 19: tenure.v1.KeepAliveResponse
 	(*KeepAliveResult)(nil),       // 20: tenure.v1.KeepAliveResult
 	(*KeepAliveError)(nil),        // 21: tenure.v1.KeepAliveError
-	nil,                           // 22: tenure.v1.Lease.MetadataEntry
-	nil,                           // 23: tenure.v1.AcquireRequest.MetadataEntry
-	nil,                           // 24: tenure.v1.KeepAliveError.MetadataEntry
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*AcquireGroupRequest)(nil),   // 22: tenure.v1.AcquireGroupRequest
+	(*AcquireGroupResponse)(nil),  // 23: tenure.v1.AcquireGroupResponse
+	(*GroupMember)(nil),           // 24: tenure.v1.GroupMember
+	(*RenewGroupRequest)(nil),     // 25: tenure.v1.RenewGroupRequest
+	(*RenewGroupResponse)(nil),    // 26: tenure.v1.RenewGroupResponse
+	(*ReleaseGroupRequest)(nil),   // 27: tenure.v1.ReleaseGroupRequest
+	(*ReleaseGroupResponse)(nil),  // 28: tenure.v1.ReleaseGroupResponse
+	nil,                           // 29: tenure.v1.Lease.MetadataEntry
+	nil,                           // 30: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 31: tenure.v1.KeepAliveError.MetadataEntry
+	nil,                           // 32: tenure.v1.AcquireGroupRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	25, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	22, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	26, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	26, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	25, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	25, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	23, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	25, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	33, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	29, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	34, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	34, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	33, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	33, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	30, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	33, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	1,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	25, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
@@ -1868,37 +2374,52 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	12, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
 	1,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	26, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	34, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
 	1,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	1,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
 	18, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
-	25, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	33, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
 	20, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
 	1,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
 	21, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
-	24, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
-	25, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
-	2,  // 28: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 29: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 30: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 31: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 32: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 33: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 34: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	17, // 35: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	3,  // 36: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 37: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 38: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 39: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 40: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 41: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 42: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	19, // 43: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	31, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	33, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	33, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	32, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
+	33, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
+	1,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
+	24, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
+	33, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
+	24, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
+	2,  // 37: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 38: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 39: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 40: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 41: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 42: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 43: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	17, // 44: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	22, // 45: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
+	25, // 46: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
+	27, // 47: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
+	3,  // 48: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 49: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 50: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 51: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 52: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 53: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 54: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	19, // 55: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	23, // 56: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
+	26, // 57: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
+	28, // 58: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -1916,7 +2437,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

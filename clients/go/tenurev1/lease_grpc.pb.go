@@ -28,14 +28,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LeaseService_Acquire_FullMethodName     = "/tenure.v1.LeaseService/Acquire"
-	LeaseService_Renew_FullMethodName       = "/tenure.v1.LeaseService/Renew"
-	LeaseService_Release_FullMethodName     = "/tenure.v1.LeaseService/Release"
-	LeaseService_GetLease_FullMethodName    = "/tenure.v1.LeaseService/GetLease"
-	LeaseService_WatchLease_FullMethodName  = "/tenure.v1.LeaseService/WatchLease"
-	LeaseService_ListLeases_FullMethodName  = "/tenure.v1.LeaseService/ListLeases"
-	LeaseService_RevokeLease_FullMethodName = "/tenure.v1.LeaseService/RevokeLease"
-	LeaseService_KeepAlive_FullMethodName   = "/tenure.v1.LeaseService/KeepAlive"
+	LeaseService_Acquire_FullMethodName      = "/tenure.v1.LeaseService/Acquire"
+	LeaseService_Renew_FullMethodName        = "/tenure.v1.LeaseService/Renew"
+	LeaseService_Release_FullMethodName      = "/tenure.v1.LeaseService/Release"
+	LeaseService_GetLease_FullMethodName     = "/tenure.v1.LeaseService/GetLease"
+	LeaseService_WatchLease_FullMethodName   = "/tenure.v1.LeaseService/WatchLease"
+	LeaseService_ListLeases_FullMethodName   = "/tenure.v1.LeaseService/ListLeases"
+	LeaseService_RevokeLease_FullMethodName  = "/tenure.v1.LeaseService/RevokeLease"
+	LeaseService_KeepAlive_FullMethodName    = "/tenure.v1.LeaseService/KeepAlive"
+	LeaseService_AcquireGroup_FullMethodName = "/tenure.v1.LeaseService/AcquireGroup"
+	LeaseService_RenewGroup_FullMethodName   = "/tenure.v1.LeaseService/RenewGroup"
+	LeaseService_ReleaseGroup_FullMethodName = "/tenure.v1.LeaseService/ReleaseGroup"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -86,6 +89,19 @@ type LeaseServiceClient interface {
 	// half-closes, the server answers every pending request, then ends the
 	// stream with OK.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// AcquireGroup takes several plain leases in one call, all or none: either
+	// every name is taken (each with its own holding and fencing token, written
+	// in one NATS atomic batch) or none is. With `wait`, it waits until every
+	// name is free at once; it never holds some names while waiting for others,
+	// so groups cannot deadlock whatever order callers list names in. Needs
+	// nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+	AcquireGroup(ctx context.Context, in *AcquireGroupRequest, opts ...grpc.CallOption) (*AcquireGroupResponse, error)
+	// RenewGroup extends every holding of a group in one atomic batch: all are
+	// renewed or none is (LEASE_NOT_HELD names a member that was lost).
+	RenewGroup(ctx context.Context, in *RenewGroupRequest, opts ...grpc.CallOption) (*RenewGroupResponse, error)
+	// ReleaseGroup ends every holding of a group that is still held, in one
+	// atomic batch; members already lost are reported, not an error.
+	ReleaseGroup(ctx context.Context, in *ReleaseGroupRequest, opts ...grpc.CallOption) (*ReleaseGroupResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -188,6 +204,36 @@ func (c *leaseServiceClient) KeepAlive(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
 
+func (c *leaseServiceClient) AcquireGroup(ctx context.Context, in *AcquireGroupRequest, opts ...grpc.CallOption) (*AcquireGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireGroupResponse)
+	err := c.cc.Invoke(ctx, LeaseService_AcquireGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) RenewGroup(ctx context.Context, in *RenewGroupRequest, opts ...grpc.CallOption) (*RenewGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewGroupResponse)
+	err := c.cc.Invoke(ctx, LeaseService_RenewGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) ReleaseGroup(ctx context.Context, in *ReleaseGroupRequest, opts ...grpc.CallOption) (*ReleaseGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseGroupResponse)
+	err := c.cc.Invoke(ctx, LeaseService_ReleaseGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -236,6 +282,19 @@ type LeaseServiceServer interface {
 	// half-closes, the server answers every pending request, then ends the
 	// stream with OK.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// AcquireGroup takes several plain leases in one call, all or none: either
+	// every name is taken (each with its own holding and fencing token, written
+	// in one NATS atomic batch) or none is. With `wait`, it waits until every
+	// name is free at once; it never holds some names while waiting for others,
+	// so groups cannot deadlock whatever order callers list names in. Needs
+	// nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+	AcquireGroup(context.Context, *AcquireGroupRequest) (*AcquireGroupResponse, error)
+	// RenewGroup extends every holding of a group in one atomic batch: all are
+	// renewed or none is (LEASE_NOT_HELD names a member that was lost).
+	RenewGroup(context.Context, *RenewGroupRequest) (*RenewGroupResponse, error)
+	// ReleaseGroup ends every holding of a group that is still held, in one
+	// atomic batch; members already lost are reported, not an error.
+	ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -269,6 +328,15 @@ func (UnimplementedLeaseServiceServer) RevokeLease(context.Context, *RevokeLease
 }
 func (UnimplementedLeaseServiceServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedLeaseServiceServer) AcquireGroup(context.Context, *AcquireGroupRequest) (*AcquireGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireGroup not implemented")
+}
+func (UnimplementedLeaseServiceServer) RenewGroup(context.Context, *RenewGroupRequest) (*RenewGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewGroup not implemented")
+}
+func (UnimplementedLeaseServiceServer) ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseGroup not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -417,6 +485,60 @@ func _LeaseService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
 
+func _LeaseService_AcquireGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).AcquireGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_AcquireGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).AcquireGroup(ctx, req.(*AcquireGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_RenewGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).RenewGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_RenewGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).RenewGroup(ctx, req.(*RenewGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_ReleaseGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).ReleaseGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_ReleaseGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).ReleaseGroup(ctx, req.(*ReleaseGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -447,6 +569,18 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeLease",
 			Handler:    _LeaseService_RevokeLease_Handler,
+		},
+		{
+			MethodName: "AcquireGroup",
+			Handler:    _LeaseService_AcquireGroup_Handler,
+		},
+		{
+			MethodName: "RenewGroup",
+			Handler:    _LeaseService_RenewGroup_Handler,
+		},
+		{
+			MethodName: "ReleaseGroup",
+			Handler:    _LeaseService_ReleaseGroup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

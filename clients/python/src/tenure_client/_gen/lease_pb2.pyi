@@ -31,7 +31,7 @@ EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
 
 class Lease(_message.Message):
-    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot")
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class Lease(_message.Message):
     RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     fencing_token: int
@@ -59,7 +60,8 @@ class Lease(_message.Message):
     renew_time: _timestamp_pb2.Timestamp
     lock_delay: _duration_pb2.Duration
     slot: int
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
+    group: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
     __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit")
@@ -284,3 +286,78 @@ class KeepAliveError(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     retry_delay: _duration_pb2.Duration
     def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AcquireGroupRequest(_message.Message):
+    __slots__ = ("names", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    holder: str
+    ttl: _duration_pb2.Duration
+    lease_key: str
+    wait: _duration_pb2.Duration
+    metadata: _containers.ScalarMap[str, str]
+    lock_delay: _duration_pb2.Duration
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AcquireGroupResponse(_message.Message):
+    __slots__ = ("leases", "lease_key")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    lease_key: str
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., lease_key: _Optional[str] = ...) -> None: ...
+
+class GroupMember(_message.Message):
+    __slots__ = ("name", "expected_revision")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_revision: int
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ...) -> None: ...
+
+class RenewGroupRequest(_message.Message):
+    __slots__ = ("members", "lease_key", "ttl")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    lease_key: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., lease_key: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewGroupResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+
+class ReleaseGroupRequest(_message.Message):
+    __slots__ = ("members", "lease_key")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    lease_key: str
+    def __init__(self, members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., lease_key: _Optional[str] = ...) -> None: ...
+
+class ReleaseGroupResponse(_message.Message):
+    __slots__ = ("released", "not_held", "revision")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    NOT_HELD_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    released: _containers.RepeatedScalarFieldContainer[str]
+    not_held: _containers.RepeatedScalarFieldContainer[str]
+    revision: int
+    def __init__(self, released: _Optional[_Iterable[str]] = ..., not_held: _Optional[_Iterable[str]] = ..., revision: _Optional[int] = ...) -> None: ...

@@ -79,6 +79,21 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.FromString,
                 _registered_method=True)
+        self.AcquireGroup = channel.unary_unary(
+                '/tenure.v1.LeaseService/AcquireGroup',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.AcquireGroupRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.AcquireGroupResponse.FromString,
+                _registered_method=True)
+        self.RenewGroup = channel.unary_unary(
+                '/tenure.v1.LeaseService/RenewGroup',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.RenewGroupRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.RenewGroupResponse.FromString,
+                _registered_method=True)
+        self.ReleaseGroup = channel.unary_unary(
+                '/tenure.v1.LeaseService/ReleaseGroup',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -167,6 +182,34 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireGroup(self, request, context):
+        """AcquireGroup takes several plain leases in one call, all or none: either
+        every name is taken (each with its own holding and fencing token, written
+        in one NATS atomic batch) or none is. With `wait`, it waits until every
+        name is free at once; it never holds some names while waiting for others,
+        so groups cannot deadlock whatever order callers list names in. Needs
+        nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewGroup(self, request, context):
+        """RenewGroup extends every holding of a group in one atomic batch: all are
+        renewed or none is (LEASE_NOT_HELD names a member that was lost).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseGroup(self, request, context):
+        """ReleaseGroup ends every holding of a group that is still held, in one
+        atomic batch; members already lost are reported, not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +252,21 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.KeepAlive,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.SerializeToString,
+            ),
+            'AcquireGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireGroup,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.AcquireGroupRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.AcquireGroupResponse.SerializeToString,
+            ),
+            'RenewGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewGroup,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.RenewGroupRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.RenewGroupResponse.SerializeToString,
+            ),
+            'ReleaseGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseGroup,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -432,6 +490,87 @@ class LeaseService:
             '/tenure.v1.LeaseService/KeepAlive',
             tenure_dot_v1_dot_lease__pb2.KeepAliveRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.KeepAliveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/AcquireGroup',
+            tenure_dot_v1_dot_lease__pb2.AcquireGroupRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.AcquireGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/RenewGroup',
+            tenure_dot_v1_dot_lease__pb2.RenewGroupRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.RenewGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/ReleaseGroup',
+            tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

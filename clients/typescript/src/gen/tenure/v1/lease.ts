@@ -196,6 +196,14 @@ export interface Lease {
    * Renew and Release.
    */
   slot: number;
+  /**
+   * group lists every name of the AcquireGroup call that created this
+   * holding, in request order (this name included); empty for a holding
+   * acquired alone. All members of a group share one lease key and are
+   * written in one atomic batch, so an observer that sees one member of a
+   * group holding sees every other member held by the same holder.
+   */
+  group: string[];
 }
 
 export interface Lease_MetadataEntry {
@@ -571,6 +579,111 @@ export interface KeepAliveError_MetadataEntry {
   value: string;
 }
 
+/** AcquireGroupRequest asks for several plain leases at once. */
+export interface AcquireGroupRequest {
+  /**
+   * names are the leases to take: 2 to the server's --max-group-size
+   * (default 16) distinct plain lease names (no semaphores).
+   */
+  names: string[];
+  /** holder identifies the caller, as in AcquireRequest. */
+  holder: string;
+  /** ttl is the time to live of every member, as in AcquireRequest. */
+  ttl:
+    | Duration
+    | undefined;
+  /**
+   * lease_key is the one ownership secret of every member; absent means the
+   * server mints one. Reusing it makes a retried AcquireGroup safe.
+   */
+  leaseKey: string;
+  /**
+   * wait is how long to wait until every name is free at once. Absent or
+   * zero means fail at once with LEASE_HELD (metadata `name`: a member that
+   * is held).
+   */
+  wait:
+    | Duration
+    | undefined;
+  /** metadata is stored with every member, as in AcquireRequest. */
+  metadata: { [key: string]: string };
+  /** lock_delay applies to every member, as in AcquireRequest. */
+  lockDelay: Duration | undefined;
+}
+
+export interface AcquireGroupRequest_MetadataEntry {
+  key: string;
+  value: string;
+}
+
+/** AcquireGroupResponse is the group that was acquired. */
+export interface AcquireGroupResponse {
+  /**
+   * leases are the new holdings, one per name in request order, each with
+   * its own fencing token and revision.
+   */
+  leases: Lease[];
+  /** lease_key is the ownership secret of every member. */
+  leaseKey: string;
+}
+
+/** GroupMember names one holding of a group and its latest revision. */
+export interface GroupMember {
+  /** name is the member's lease name. */
+  name: string;
+  /**
+   * expected_revision is the member's revision from the last AcquireGroup or
+   * RenewGroup reply.
+   */
+  expectedRevision: bigint;
+}
+
+/** RenewGroupRequest extends every holding of a group. */
+export interface RenewGroupRequest {
+  /** members are the group's holdings, every one of them. */
+  members: GroupMember[];
+  /** lease_key is the group's ownership secret. */
+  leaseKey: string;
+  /**
+   * ttl is the new time to live of every member; absent keeps each granted
+   * TTL.
+   */
+  ttl: Duration | undefined;
+}
+
+/** RenewGroupResponse is the renewed group. */
+export interface RenewGroupResponse {
+  /**
+   * leases are the renewed holdings in request order; fencing tokens are
+   * unchanged.
+   */
+  leases: Lease[];
+}
+
+/** ReleaseGroupRequest ends every holding of a group. */
+export interface ReleaseGroupRequest {
+  /** members are the group's holdings. */
+  members: GroupMember[];
+  /** lease_key is the group's ownership secret. */
+  leaseKey: string;
+}
+
+/** ReleaseGroupResponse reports the release of a group. */
+export interface ReleaseGroupResponse {
+  /** released are the names that were held and are now released. */
+  released: string[];
+  /**
+   * not_held are the names that were already lost (expired, revoked or taken
+   * over) and so were not released by this call.
+   */
+  notHeld: string[];
+  /**
+   * revision is the bucket revision of the release batch; 0 when nothing
+   * was held.
+   */
+  revision: bigint;
+}
+
 function createBaseLease(): Lease {
   return {
     name: "",
@@ -583,6 +696,7 @@ function createBaseLease(): Lease {
     renewTime: undefined,
     lockDelay: undefined,
     slot: 0,
+    group: [],
   };
 }
 
@@ -623,6 +737,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.slot !== 0) {
       writer.uint32(80).uint32(message.slot);
+    }
+    for (const v of message.group) {
+      writer.uint32(90).string(v!);
     }
     return writer;
   },
@@ -723,6 +840,14 @@ export const Lease: MessageFns<Lease> = {
             message.slot = reader.uint32();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.group.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -776,6 +901,9 @@ export const Lease: MessageFns<Lease> = {
         ? Duration.fromJSON(object.lock_delay)
         : undefined,
       slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+      group: globalThis.Array.isArray(object?.group)
+        ? object.group.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -817,6 +945,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.slot !== 0) {
       obj.slot = Math.round(message.slot);
     }
+    if (message.group?.length) {
+      obj.group = message.group;
+    }
     return obj;
   },
 
@@ -847,6 +978,7 @@ export const Lease: MessageFns<Lease> = {
       ? Duration.fromPartial(object.lockDelay)
       : undefined;
     message.slot = object.slot ?? 0;
+    message.group = object.group?.map((e) => e) || [];
     return message;
   },
 };
@@ -3421,6 +3553,852 @@ export const KeepAliveError_MetadataEntry: MessageFns<KeepAliveError_MetadataEnt
   },
 };
 
+function createBaseAcquireGroupRequest(): AcquireGroupRequest {
+  return { names: [], holder: "", ttl: undefined, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined };
+}
+
+export const AcquireGroupRequest: MessageFns<AcquireGroupRequest> = {
+  encode(message: AcquireGroupRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.names) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(26).fork()).join();
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(34).string(message.leaseKey);
+    }
+    if (message.wait !== undefined) {
+      Duration.encode(message.wait, writer.uint32(42).fork()).join();
+    }
+    globalThis.Object.entries(message.metadata).forEach(([key, value]: [string, string]) => {
+      AcquireGroupRequest_MetadataEntry.encode({ key: key as any, value }, writer.uint32(50).fork()).join();
+    });
+    if (message.lockDelay !== undefined) {
+      Duration.encode(message.lockDelay, writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcquireGroupRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcquireGroupRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.names.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.wait = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            const entry6 = AcquireGroupRequest_MetadataEntry.decode(reader, reader.uint32());
+            if (entry6.value !== undefined) {
+              message.metadata[entry6.key] = entry6.value;
+            }
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.lockDelay = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AcquireGroupRequest {
+    return {
+      names: globalThis.Array.isArray(object?.names) ? object.names.map((e: any) => globalThis.String(e)) : [],
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+      wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      metadata: isObject(object.metadata)
+        ? (globalThis.Object.entries(object.metadata) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      lockDelay: isSet(object.lockDelay)
+        ? Duration.fromJSON(object.lockDelay)
+        : isSet(object.lock_delay)
+        ? Duration.fromJSON(object.lock_delay)
+        : undefined,
+    };
+  },
+
+  toJSON(message: AcquireGroupRequest): unknown {
+    const obj: any = {};
+    if (message.names?.length) {
+      obj.names = message.names;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    if (message.wait !== undefined) {
+      obj.wait = Duration.toJSON(message.wait);
+    }
+    if (message.metadata) {
+      const entries = globalThis.Object.entries(message.metadata) as [string, string][];
+      if (entries.length > 0) {
+        obj.metadata = {};
+        entries.forEach(([k, v]) => {
+          obj.metadata[k] = v;
+        });
+      }
+    }
+    if (message.lockDelay !== undefined) {
+      obj.lockDelay = Duration.toJSON(message.lockDelay);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AcquireGroupRequest>, I>>(base?: I): AcquireGroupRequest {
+    return AcquireGroupRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AcquireGroupRequest>, I>>(object: I): AcquireGroupRequest {
+    const message = createBaseAcquireGroupRequest();
+    message.names = object.names?.map((e) => e) || [];
+    message.holder = object.holder ?? "";
+    message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
+    message.leaseKey = object.leaseKey ?? "";
+    message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    message.metadata = (globalThis.Object.entries(object.metadata ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.lockDelay = (object.lockDelay !== undefined && object.lockDelay !== null)
+      ? Duration.fromPartial(object.lockDelay)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseAcquireGroupRequest_MetadataEntry(): AcquireGroupRequest_MetadataEntry {
+  return { key: "", value: "" };
+}
+
+export const AcquireGroupRequest_MetadataEntry: MessageFns<AcquireGroupRequest_MetadataEntry> = {
+  encode(message: AcquireGroupRequest_MetadataEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcquireGroupRequest_MetadataEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcquireGroupRequest_MetadataEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AcquireGroupRequest_MetadataEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: AcquireGroupRequest_MetadataEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AcquireGroupRequest_MetadataEntry>, I>>(
+    base?: I,
+  ): AcquireGroupRequest_MetadataEntry {
+    return AcquireGroupRequest_MetadataEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AcquireGroupRequest_MetadataEntry>, I>>(
+    object: I,
+  ): AcquireGroupRequest_MetadataEntry {
+    const message = createBaseAcquireGroupRequest_MetadataEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseAcquireGroupResponse(): AcquireGroupResponse {
+  return { leases: [], leaseKey: "" };
+}
+
+export const AcquireGroupResponse: MessageFns<AcquireGroupResponse> = {
+  encode(message: AcquireGroupResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.leases) {
+      Lease.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(18).string(message.leaseKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcquireGroupResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcquireGroupResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.leases.push(Lease.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AcquireGroupResponse {
+    return {
+      leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => Lease.fromJSON(e)) : [],
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+    };
+  },
+
+  toJSON(message: AcquireGroupResponse): unknown {
+    const obj: any = {};
+    if (message.leases?.length) {
+      obj.leases = message.leases.map((e) => Lease.toJSON(e));
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AcquireGroupResponse>, I>>(base?: I): AcquireGroupResponse {
+    return AcquireGroupResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AcquireGroupResponse>, I>>(object: I): AcquireGroupResponse {
+    const message = createBaseAcquireGroupResponse();
+    message.leases = object.leases?.map((e) => Lease.fromPartial(e)) || [];
+    message.leaseKey = object.leaseKey ?? "";
+    return message;
+  },
+};
+
+function createBaseGroupMember(): GroupMember {
+  return { name: "", expectedRevision: 0n };
+}
+
+export const GroupMember: MessageFns<GroupMember> = {
+  encode(message: GroupMember, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.expectedRevision !== 0n) {
+      if (BigInt.asUintN(64, message.expectedRevision) !== message.expectedRevision) {
+        throw new globalThis.Error("value provided for field message.expectedRevision of type uint64 too large");
+      }
+      writer.uint32(16).uint64(message.expectedRevision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GroupMember {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGroupMember();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.expectedRevision = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GroupMember {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      expectedRevision: isSet(object.expectedRevision)
+        ? BigInt(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? BigInt(object.expected_revision)
+        : 0n,
+    };
+  },
+
+  toJSON(message: GroupMember): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.expectedRevision !== 0n) {
+      obj.expectedRevision = message.expectedRevision.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GroupMember>, I>>(base?: I): GroupMember {
+    return GroupMember.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GroupMember>, I>>(object: I): GroupMember {
+    const message = createBaseGroupMember();
+    message.name = object.name ?? "";
+    message.expectedRevision = (object.expectedRevision !== undefined && object.expectedRevision !== null)
+      ? BigInt(object.expectedRevision)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseRenewGroupRequest(): RenewGroupRequest {
+  return { members: [], leaseKey: "", ttl: undefined };
+}
+
+export const RenewGroupRequest: MessageFns<RenewGroupRequest> = {
+  encode(message: RenewGroupRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.members) {
+      GroupMember.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(18).string(message.leaseKey);
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RenewGroupRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRenewGroupRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.members.push(GroupMember.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RenewGroupRequest {
+    return {
+      members: globalThis.Array.isArray(object?.members) ? object.members.map((e: any) => GroupMember.fromJSON(e)) : [],
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+    };
+  },
+
+  toJSON(message: RenewGroupRequest): unknown {
+    const obj: any = {};
+    if (message.members?.length) {
+      obj.members = message.members.map((e) => GroupMember.toJSON(e));
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RenewGroupRequest>, I>>(base?: I): RenewGroupRequest {
+    return RenewGroupRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RenewGroupRequest>, I>>(object: I): RenewGroupRequest {
+    const message = createBaseRenewGroupRequest();
+    message.members = object.members?.map((e) => GroupMember.fromPartial(e)) || [];
+    message.leaseKey = object.leaseKey ?? "";
+    message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
+    return message;
+  },
+};
+
+function createBaseRenewGroupResponse(): RenewGroupResponse {
+  return { leases: [] };
+}
+
+export const RenewGroupResponse: MessageFns<RenewGroupResponse> = {
+  encode(message: RenewGroupResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.leases) {
+      Lease.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RenewGroupResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRenewGroupResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.leases.push(Lease.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RenewGroupResponse {
+    return { leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => Lease.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: RenewGroupResponse): unknown {
+    const obj: any = {};
+    if (message.leases?.length) {
+      obj.leases = message.leases.map((e) => Lease.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RenewGroupResponse>, I>>(base?: I): RenewGroupResponse {
+    return RenewGroupResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RenewGroupResponse>, I>>(object: I): RenewGroupResponse {
+    const message = createBaseRenewGroupResponse();
+    message.leases = object.leases?.map((e) => Lease.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseReleaseGroupRequest(): ReleaseGroupRequest {
+  return { members: [], leaseKey: "" };
+}
+
+export const ReleaseGroupRequest: MessageFns<ReleaseGroupRequest> = {
+  encode(message: ReleaseGroupRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.members) {
+      GroupMember.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(18).string(message.leaseKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseGroupRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseGroupRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.members.push(GroupMember.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseGroupRequest {
+    return {
+      members: globalThis.Array.isArray(object?.members) ? object.members.map((e: any) => GroupMember.fromJSON(e)) : [],
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+    };
+  },
+
+  toJSON(message: ReleaseGroupRequest): unknown {
+    const obj: any = {};
+    if (message.members?.length) {
+      obj.members = message.members.map((e) => GroupMember.toJSON(e));
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseGroupRequest>, I>>(base?: I): ReleaseGroupRequest {
+    return ReleaseGroupRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseGroupRequest>, I>>(object: I): ReleaseGroupRequest {
+    const message = createBaseReleaseGroupRequest();
+    message.members = object.members?.map((e) => GroupMember.fromPartial(e)) || [];
+    message.leaseKey = object.leaseKey ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseGroupResponse(): ReleaseGroupResponse {
+  return { released: [], notHeld: [], revision: 0n };
+}
+
+export const ReleaseGroupResponse: MessageFns<ReleaseGroupResponse> = {
+  encode(message: ReleaseGroupResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.released) {
+      writer.uint32(10).string(v!);
+    }
+    for (const v of message.notHeld) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.revision !== 0n) {
+      if (BigInt.asUintN(64, message.revision) !== message.revision) {
+        throw new globalThis.Error("value provided for field message.revision of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.revision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseGroupResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseGroupResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.released.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.notHeld.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.revision = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseGroupResponse {
+    return {
+      released: globalThis.Array.isArray(object?.released) ? object.released.map((e: any) => globalThis.String(e)) : [],
+      notHeld: globalThis.Array.isArray(object?.notHeld)
+        ? object.notHeld.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.not_held)
+        ? object.not_held.map((e: any) => globalThis.String(e))
+        : [],
+      revision: isSet(object.revision) ? BigInt(object.revision) : 0n,
+    };
+  },
+
+  toJSON(message: ReleaseGroupResponse): unknown {
+    const obj: any = {};
+    if (message.released?.length) {
+      obj.released = message.released;
+    }
+    if (message.notHeld?.length) {
+      obj.notHeld = message.notHeld;
+    }
+    if (message.revision !== 0n) {
+      obj.revision = message.revision.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseGroupResponse>, I>>(base?: I): ReleaseGroupResponse {
+    return ReleaseGroupResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseGroupResponse>, I>>(object: I): ReleaseGroupResponse {
+    const message = createBaseReleaseGroupResponse();
+    message.released = object.released?.map((e) => e) || [];
+    message.notHeld = object.notHeld?.map((e) => e) || [];
+    message.revision = (object.revision !== undefined && object.revision !== null) ? BigInt(object.revision) : 0n;
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -3546,6 +4524,51 @@ export const LeaseServiceService = {
     responseSerialize: (value: KeepAliveResponse): Buffer => Buffer.from(KeepAliveResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): KeepAliveResponse => KeepAliveResponse.decode(value),
   },
+  /**
+   * AcquireGroup takes several plain leases in one call, all or none: either
+   * every name is taken (each with its own holding and fencing token, written
+   * in one NATS atomic batch) or none is. With `wait`, it waits until every
+   * name is free at once; it never holds some names while waiting for others,
+   * so groups cannot deadlock whatever order callers list names in. Needs
+   * nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+   */
+  acquireGroup: {
+    path: "/tenure.v1.LeaseService/AcquireGroup" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AcquireGroupRequest): Buffer => Buffer.from(AcquireGroupRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AcquireGroupRequest => AcquireGroupRequest.decode(value),
+    responseSerialize: (value: AcquireGroupResponse): Buffer =>
+      Buffer.from(AcquireGroupResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AcquireGroupResponse => AcquireGroupResponse.decode(value),
+  },
+  /**
+   * RenewGroup extends every holding of a group in one atomic batch: all are
+   * renewed or none is (LEASE_NOT_HELD names a member that was lost).
+   */
+  renewGroup: {
+    path: "/tenure.v1.LeaseService/RenewGroup" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RenewGroupRequest): Buffer => Buffer.from(RenewGroupRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RenewGroupRequest => RenewGroupRequest.decode(value),
+    responseSerialize: (value: RenewGroupResponse): Buffer => Buffer.from(RenewGroupResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RenewGroupResponse => RenewGroupResponse.decode(value),
+  },
+  /**
+   * ReleaseGroup ends every holding of a group that is still held, in one
+   * atomic batch; members already lost are reported, not an error.
+   */
+  releaseGroup: {
+    path: "/tenure.v1.LeaseService/ReleaseGroup" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReleaseGroupRequest): Buffer => Buffer.from(ReleaseGroupRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReleaseGroupRequest => ReleaseGroupRequest.decode(value),
+    responseSerialize: (value: ReleaseGroupResponse): Buffer =>
+      Buffer.from(ReleaseGroupResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReleaseGroupResponse => ReleaseGroupResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -3601,6 +4624,25 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * stream with OK.
    */
   keepAlive: handleBidiStreamingCall<KeepAliveRequest, KeepAliveResponse>;
+  /**
+   * AcquireGroup takes several plain leases in one call, all or none: either
+   * every name is taken (each with its own holding and fencing token, written
+   * in one NATS atomic batch) or none is. With `wait`, it waits until every
+   * name is free at once; it never holds some names while waiting for others,
+   * so groups cannot deadlock whatever order callers list names in. Needs
+   * nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+   */
+  acquireGroup: handleUnaryCall<AcquireGroupRequest, AcquireGroupResponse>;
+  /**
+   * RenewGroup extends every holding of a group in one atomic batch: all are
+   * renewed or none is (LEASE_NOT_HELD names a member that was lost).
+   */
+  renewGroup: handleUnaryCall<RenewGroupRequest, RenewGroupResponse>;
+  /**
+   * ReleaseGroup ends every holding of a group that is still held, in one
+   * atomic batch; members already lost are reported, not an error.
+   */
+  releaseGroup: handleUnaryCall<ReleaseGroupRequest, ReleaseGroupResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -3750,6 +4792,67 @@ export interface LeaseServiceClient extends Client {
     metadata: Metadata,
     options?: Partial<CallOptions>,
   ): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
+  /**
+   * AcquireGroup takes several plain leases in one call, all or none: either
+   * every name is taken (each with its own holding and fencing token, written
+   * in one NATS atomic batch) or none is. With `wait`, it waits until every
+   * name is free at once; it never holds some names while waiting for others,
+   * so groups cannot deadlock whatever order callers list names in. Needs
+   * nats-server 2.12 or newer (FAILED_PRECONDITION otherwise).
+   */
+  acquireGroup(
+    request: AcquireGroupRequest,
+    callback: (error: ServiceError | null, response: AcquireGroupResponse) => void,
+  ): ClientUnaryCall;
+  acquireGroup(
+    request: AcquireGroupRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AcquireGroupResponse) => void,
+  ): ClientUnaryCall;
+  acquireGroup(
+    request: AcquireGroupRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AcquireGroupResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * RenewGroup extends every holding of a group in one atomic batch: all are
+   * renewed or none is (LEASE_NOT_HELD names a member that was lost).
+   */
+  renewGroup(
+    request: RenewGroupRequest,
+    callback: (error: ServiceError | null, response: RenewGroupResponse) => void,
+  ): ClientUnaryCall;
+  renewGroup(
+    request: RenewGroupRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RenewGroupResponse) => void,
+  ): ClientUnaryCall;
+  renewGroup(
+    request: RenewGroupRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RenewGroupResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ReleaseGroup ends every holding of a group that is still held, in one
+   * atomic batch; members already lost are reported, not an error.
+   */
+  releaseGroup(
+    request: ReleaseGroupRequest,
+    callback: (error: ServiceError | null, response: ReleaseGroupResponse) => void,
+  ): ClientUnaryCall;
+  releaseGroup(
+    request: ReleaseGroupRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReleaseGroupResponse) => void,
+  ): ClientUnaryCall;
+  releaseGroup(
+    request: ReleaseGroupRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReleaseGroupResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const LeaseServiceClient = makeGenericClientConstructor(
