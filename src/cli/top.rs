@@ -564,6 +564,7 @@ pub async fn top(a: TopArgs) -> Result<(), CliError> {
                                         name: name.clone(),
                                         reason: format!("{} (from tenure top)", default_reason()),
                                         fencing_token: token,
+                                        slot: 0,
                                     },
                                     &conn,
                                     Duration::ZERO,

@@ -1130,7 +1130,8 @@ func (x *ListLeasesRequest) GetPageToken() string {
 // ListLeasesResponse is one page of holdings.
 type ListLeasesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// leases are the live holdings of this page, sorted by name.
+	// leases are the live holdings of this page, sorted by name; a
+	// semaphore contributes one Lease per live holder (Lease.slot), by slot.
 	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	// next_page_token continues the listing in the next request; empty when
 	// this is the last page.
@@ -1194,7 +1195,11 @@ type RevokeLeaseRequest struct {
 	// fencing_token, when not 0, revokes only the holding with this token
 	// (LEASE_NOT_FOUND if the name has passed to another holding since);
 	// 0 revokes whatever holding is current.
-	FencingToken  uint64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	FencingToken uint64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// slot, when not 0, revokes the holder of this slot of the semaphore
+	// `name` (Lease.slot from ListLeases, GetLease or a watch event); 0 revokes
+	// the plain lease of the name.
+	Slot          uint32 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1246,6 +1251,13 @@ func (x *RevokeLeaseRequest) GetReason() string {
 func (x *RevokeLeaseRequest) GetFencingToken() uint64 {
 	if x != nil {
 		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *RevokeLeaseRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
 	}
 	return 0
 }
@@ -2212,11 +2224,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"f\n" +
 	"\x12ListLeasesResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +
 	"\x12RevokeLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12#\n" +
-	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"]\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\rR\x04slot\"]\n" +
 	"\x13RevokeLeaseResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12*\n" +
 	"\arevoked\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\arevoked\"G\n" +

@@ -211,14 +211,16 @@ class ListLeasesResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RevokeLeaseRequest(_message.Message):
-    __slots__ = ("name", "reason", "fencing_token")
+    __slots__ = ("name", "reason", "fencing_token", "slot")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     reason: str
     fencing_token: int
-    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    slot: int
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., fencing_token: _Optional[int] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class RevokeLeaseResponse(_message.Message):
     __slots__ = ("revision", "revoked")

@@ -456,7 +456,10 @@ export interface ListLeasesRequest {
 
 /** ListLeasesResponse is one page of holdings. */
 export interface ListLeasesResponse {
-  /** leases are the live holdings of this page, sorted by name. */
+  /**
+   * leases are the live holdings of this page, sorted by name; a
+   * semaphore contributes one Lease per live holder (Lease.slot), by slot.
+   */
   leases: Lease[];
   /**
    * next_page_token continues the listing in the next request; empty when
@@ -480,6 +483,12 @@ export interface RevokeLeaseRequest {
    * 0 revokes whatever holding is current.
    */
   fencingToken: bigint;
+  /**
+   * slot, when not 0, revokes the holder of this slot of the semaphore
+   * `name` (Lease.slot from ListLeases, GetLease or a watch event); 0 revokes
+   * the plain lease of the name.
+   */
+  slot: number;
 }
 
 /** RevokeLeaseResponse confirms a revoke. */
@@ -2687,7 +2696,7 @@ export const ListLeasesResponse: MessageFns<ListLeasesResponse> = {
 };
 
 function createBaseRevokeLeaseRequest(): RevokeLeaseRequest {
-  return { name: "", reason: "", fencingToken: 0n };
+  return { name: "", reason: "", fencingToken: 0n, slot: 0 };
 }
 
 export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
@@ -2703,6 +2712,9 @@ export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
         throw new globalThis.Error("value provided for field message.fencingToken of type uint64 too large");
       }
       writer.uint32(24).uint64(message.fencingToken);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(32).uint32(message.slot);
     }
     return writer;
   },
@@ -2744,6 +2756,14 @@ export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
             message.fencingToken = reader.uint64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2765,6 +2785,7 @@ export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
         : isSet(object.fencing_token)
         ? BigInt(object.fencing_token)
         : 0n,
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
     };
   },
 
@@ -2779,6 +2800,9 @@ export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
     if (message.fencingToken !== 0n) {
       obj.fencingToken = message.fencingToken.toString();
     }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
     return obj;
   },
 
@@ -2792,6 +2816,7 @@ export const RevokeLeaseRequest: MessageFns<RevokeLeaseRequest> = {
     message.fencingToken = (object.fencingToken !== undefined && object.fencingToken !== null)
       ? BigInt(object.fencingToken)
       : 0n;
+    message.slot = object.slot ?? 0;
     return message;
   },
 };
