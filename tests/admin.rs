@@ -98,6 +98,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
             name: "jobs.stuck".into(),
             reason: "stuck".into(),
             fencing_token: lease.fencing_token + 100,
+            slot: 0,
         })
         .await
         .unwrap_err();
@@ -107,6 +108,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
             name: "jobs.stuck".into(),
             reason: "".into(),
             fencing_token: 0,
+            slot: 0,
         })
         .await
         .unwrap_err();
@@ -117,6 +119,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
             name: "jobs.stuck".into(),
             reason: "worker-1 is stuck in GC".into(),
             fencing_token: lease.fencing_token,
+            slot: 0,
         })
         .await
         .unwrap()
@@ -153,6 +156,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
             name: "jobs.stuck".into(),
             reason: "again".into(),
             fencing_token: 0,
+            slot: 0,
         })
         .await
         .unwrap_err();

@@ -269,6 +269,7 @@ async fn revoke_sends_sigterm_before_the_deadline() {
         name: "jobs.rv".into(),
         reason: "test".into(),
         fencing_token: token,
+        slot: 0,
     })
     .await
     .unwrap();

@@ -343,6 +343,7 @@ async fn no_leader_is_not_found_and_revoke_is_observed() {
             name: "ops.leader".into(),
             reason: "test".into(),
             fencing_token: 0,
+            slot: 0,
         })
         .await
         .expect("revoke");

@@ -112,8 +112,7 @@ fn request() -> impl Strategy<Value = Req> {
         1 => (name(), text(), any::<u64>()).prop_map(|(name, reason, t)| Req::Revoke(RevokeLeaseRequest {
             name,
             reason,
-            fencing_token: t % 4,
-        })),
+            fencing_token: t % 4, slot: 0 })),
     ]
 }
 

@@ -351,6 +351,7 @@ async fn revoked_mid_stream_is_not_held() {
         name: a.name.clone(),
         reason: "test".into(),
         fencing_token: a.fencing_token,
+        slot: 0,
     })
     .await
     .unwrap();

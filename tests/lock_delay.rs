@@ -84,6 +84,7 @@ async fn after_revoke_the_name_stays_refused_for_the_delay() {
             name: "ld.rev".into(),
             reason: "stuck in GC".into(),
             fencing_token: 0,
+            slot: 0,
         })
         .await
         .unwrap();

@@ -75,6 +75,7 @@ async fn lease_keys_are_never_logged() {
         name: "logged.job".into(),
         reason: "log test".into(),
         fencing_token: 0,
+        slot: 0,
     })
     .await
     .unwrap();

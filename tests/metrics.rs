@@ -76,6 +76,7 @@ async fn metrics_move_with_the_traffic() {
         name: "m.two".into(),
         reason: "test".into(),
         fencing_token: 0,
+        slot: 0,
     })
     .await
     .unwrap();

@@ -269,6 +269,7 @@ async fn identities_stay_inside_their_grants() {
                 name: "billing.run".into(),
                 reason: "mine".into(),
                 fencing_token: 0,
+                slot: 0,
             })
             .await
             .unwrap_err()),
@@ -292,6 +293,7 @@ async fn identities_stay_inside_their_grants() {
         name: "billing.run".into(),
         reason: "maintenance".into(),
         fencing_token: lease.fencing_token,
+        slot: 0,
     })
     .await
     .unwrap();

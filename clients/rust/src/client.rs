@@ -360,6 +360,7 @@ impl Client {
             name: name.into(),
             reason: reason.into(),
             fencing_token: fencing_token.unwrap_or(0),
+            slot: 0,
         };
         let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.revoke_lease(req))
             .await
