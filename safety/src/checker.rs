@@ -32,6 +32,24 @@
 //!    deadline is no earlier). Judged on the shared monotonic clock, with the
 //!    next holder's Acquire *reply* as the latest moment it can have been
 //!    granted, so only a certain violation counts.
+//! 6. **FIFO order** (plain leases). A waiter's arrival is the place NATS
+//!    gave its queue ticket (`_tenure.q.<name>.<slot>`, the revision of the
+//!    ticket's first write, read by the runner from a watch on the bucket
+//!    and tied to the Acquire that was in flight from that holder when the
+//!    ticket was written). Of two waiters A and B on a name with A's ticket
+//!    first, B may not be granted before A: a violation is A granted with
+//!    a higher token than B, or A's wait ending without the lease although
+//!    B's reply came before A's wait could have run out (A's send + its
+//!    wait). Only pairs where B was sent before A was answered (contended)
+//!    are judged; Acquires retried after an unknown outcome (a new ticket
+//!    on another replica) are left out, and a pair with a fault window
+//!    between A's send and B's reply is excused (a ticket may expire while
+//!    NATS is down).
+//! 7. **Semaphore limit.** Of the holdings of a semaphore (Acquire with a
+//!    limit N), at no instant do more than N acting intervals (property 3's
+//!    intervals, by client deadlines) overlap. Each slot of a semaphore is
+//!    also checked like a plain lease (properties 1 and 3 to 5 per
+//!    `name#slot`, and the store keeps one fence per slot).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -48,6 +66,22 @@ pub struct Event {
     /// Fencing token of the holding concerned.
     pub token: u64,
     /// Server wall-clock time of the change, ms.
+    pub time_ms: u64,
+    /// Semaphore slot of the holding concerned (0: a plain lease).
+    pub slot: u32,
+}
+
+/// The first write of one FIFO queue ticket, as the runner's bucket watch
+/// saw it.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    /// The lease name queued for.
+    pub name: String,
+    /// The waiter (the holder name the Acquire carried).
+    pub holder: String,
+    /// Its place: the revision of the ticket's first write.
+    pub place: u64,
+    /// NATS's wall-clock time of that write, ms.
     pub time_ms: u64,
 }
 
@@ -76,6 +110,11 @@ pub struct Input<'a> {
     pub fault_grace_ms: u64,
     /// Names still held at the final check (after every due time + lag).
     pub leftover: &'a [String],
+    /// Queue tickets seen (property 6).
+    pub tickets: &'a [Ticket],
+    /// The semaphore limit the holders were promised (property 7); `None`
+    /// for plain leases.
+    pub limit: Option<u32>,
 }
 
 /// The verdicts of one run.
@@ -98,6 +137,18 @@ pub struct Report {
     /// Property 5 violations (a lease granted to another holder before the
     /// previous holding's server-side deadline).
     pub p5_early: usize,
+    /// Property 6 violations (a waiter overtaken by a later arrival).
+    pub p6_fifo: usize,
+    /// Property 7 violations (more holders of a semaphore than its limit).
+    pub p7_limit: usize,
+    /// Waiting Acquires tied to a queue ticket (property 6's input).
+    pub fifo_waiters: usize,
+    /// Contended waiter pairs judged by property 6.
+    pub fifo_pairs: usize,
+    /// Contended waiter pairs excused by a fault window.
+    pub fifo_excused: usize,
+    /// Most holdings of one semaphore acting at once.
+    pub max_concurrent: usize,
     /// Longest overlap, ms.
     pub max_overlap_ms: f64,
     /// Writes the store refused (stale tokens).
@@ -134,7 +185,13 @@ pub struct Report {
 impl Report {
     /// Total violations of all properties.
     pub fn violations(&self) -> usize {
-        self.p1_tokens + self.p2_store + self.p3_overlap + self.p4_expiry + self.p5_early
+        self.p1_tokens
+            + self.p2_store
+            + self.p3_overlap
+            + self.p4_expiry
+            + self.p5_early
+            + self.p6_fifo
+            + self.p7_limit
     }
 
     /// Unreleased holdings that property 4 looked at.
@@ -168,6 +225,8 @@ struct Holding {
     id: String,
     /// Lease name.
     name: String,
+    /// Semaphore slot (0: a plain lease).
+    slot: u32,
     /// Fencing token (0: never learned).
     token: u64,
     /// Acquire reply, mono ns (0: never acquired).
@@ -196,6 +255,16 @@ struct Holding {
 }
 
 impl Holding {
+    /// What properties 1 and 3 to 5 treat as one lease: the name, or for a
+    /// semaphore holder the name and its slot (`name#slot`).
+    fn key(&self) -> String {
+        if self.slot > 0 {
+            format!("{}#{}", self.name, self.slot)
+        } else {
+            self.name.clone()
+        }
+    }
+
     /// The earliest moment the server may end this holding unless it is
     /// released: send time of its last successful call + the TTL granted.
     fn server_deadline(&self) -> u64 {
@@ -233,6 +302,7 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
             }
             (OpKind::Acquire, Phase::Ok) => {
                 h.token = op.token;
+                h.slot = op.slot;
                 h.start = op.t1;
                 h.ttl_ms = op.ttl_ms;
                 h.deadline = h.deadline.max(op.deadline);
@@ -331,9 +401,9 @@ pub fn check(input: &Input) -> Report {
     }
 
     let all = holdings(ops);
-    let mut per_name: BTreeMap<&str, Vec<&Holding>> = BTreeMap::new();
+    let mut per_name: BTreeMap<String, Vec<&Holding>> = BTreeMap::new();
     for h in all.iter().filter(|h| h.token > 0) {
-        per_name.entry(&h.name).or_default().push(h);
+        per_name.entry(h.key()).or_default().push(h);
     }
 
     for (name, hs) in &per_name {
@@ -435,10 +505,9 @@ pub fn check(input: &Input) -> Report {
                 due + input.allowed_lag_ms
             };
             let next_acquire = next.map(|n| n.acquired_ms).filter(|t| *t > 0);
-            let expired = input
-                .events
-                .iter()
-                .find(|e| e.kind == "EXPIRED" && e.name == *name && e.token == h.token);
+            let expired = input.events.iter().find(|e| {
+                e.kind == "EXPIRED" && e.name == h.name && e.slot == h.slot && e.token == h.token
+            });
             if let Some(e) = expired {
                 let lag = e.time_ms as i64 - due as i64;
                 if excused {
@@ -504,6 +573,11 @@ pub fn check(input: &Input) -> Report {
         }
     }
 
+    fifo(input, &mut r);
+    if let Some(limit) = input.limit {
+        semaphore_limit(&all, limit, &mut r);
+    }
+
     for name in input.leftover {
         r.p4_expiry += 1;
         r.example(format!(
@@ -511,6 +585,146 @@ pub fn check(input: &Input) -> Report {
         ));
     }
     r
+}
+
+/// One waiting Acquire for property 6.
+struct Waiter<'a> {
+    /// Holding id.
+    holding: &'a str,
+    /// Its place in the queue (its first ticket's revision).
+    place: u64,
+    /// Send time, mono ns.
+    t0: u64,
+    /// Reply time, mono ns.
+    t1: u64,
+    /// Send time, wall ms.
+    w0: u64,
+    /// The wait it asked for, ms.
+    wait_ms: u64,
+    /// The token it was granted (`None`: its wait ended without the lease).
+    granted: Option<u64>,
+}
+
+/// Property 6: no waiter is overtaken by a later arrival.
+fn fifo(input: &Input, r: &mut Report) {
+    let ops = input.ops;
+    // Acquires per holding: only holdings with one attempt are judged (a
+    // retry after an unknown outcome queues a second ticket).
+    let mut attempts: HashMap<&str, usize> = HashMap::new();
+    for o in ops
+        .iter()
+        .filter(|o| o.op == OpKind::Acquire && o.phase == Phase::Invoke)
+    {
+        *attempts.entry(&o.holding).or_default() += 1;
+    }
+    let mut per_name: BTreeMap<&str, Vec<Waiter>> = BTreeMap::new();
+    for o in ops.iter().filter(|o| {
+        o.op == OpKind::Acquire
+            && matches!(o.phase, Phase::Ok | Phase::Fail)
+            && attempts.get(o.holding.as_str()) == Some(&1)
+            && (o.phase == Phase::Ok || o.detail == "LEASE_HELD")
+    }) {
+        // The tickets this holder wrote for this name while the call was
+        // in flight (same machine, one wall clock; a few ms of slack for
+        // NATS's millisecond stamps).
+        let w1 = o.w0 + (o.t1.saturating_sub(o.t0)) / 1_000_000;
+        let place = input
+            .tickets
+            .iter()
+            .filter(|t| {
+                t.name == o.name
+                    && t.holder == o.client
+                    && t.time_ms + 5 >= o.w0
+                    && t.time_ms <= w1 + 5
+            })
+            .map(|t| t.place)
+            .min();
+        let Some(place) = place else { continue };
+        r.fifo_waiters += 1;
+        per_name.entry(&o.name).or_default().push(Waiter {
+            holding: &o.holding,
+            place,
+            t0: o.t0,
+            t1: o.t1,
+            w0: o.w0,
+            wait_ms: o.wait_ms,
+            granted: (o.phase == Phase::Ok).then_some(o.token),
+        });
+    }
+    for (name, ws) in &mut per_name {
+        ws.sort_by_key(|w| w.place);
+        for (i, a) in ws.iter().enumerate() {
+            for b in &ws[i + 1..] {
+                let Some(b_token) = b.granted else { continue };
+                // Contended: B was sent before A had its answer.
+                if b.t0 >= a.t1 {
+                    continue;
+                }
+                let overtaken = match a.granted {
+                    Some(a_token) => a_token > b_token,
+                    None => b.t1 < a.t0 + a.wait_ms * 1_000_000,
+                };
+                let b_w1 = b.w0 + (b.t1.saturating_sub(b.t0)) / 1_000_000;
+                let faulted = input.faults.iter().any(|w| {
+                    a.w0 <= w.end_ms + input.fault_grace_ms
+                        && b_w1 + input.fault_grace_ms >= w.start_ms
+                });
+                if faulted {
+                    r.fifo_excused += 1;
+                    continue;
+                }
+                r.fifo_pairs += 1;
+                if overtaken {
+                    r.p6_fifo += 1;
+                    r.example(format!(
+                        "P6 {name}: {} (place {}) was granted token {b_token} before {} (place {}) {}",
+                        b.holding,
+                        b.place,
+                        a.holding,
+                        a.place,
+                        match a.granted {
+                            Some(t) => format!("got token {t}"),
+                            None => "gave up while still within its wait".into(),
+                        }
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Property 7: at no instant more acting holdings of a semaphore than its
+/// limit.
+fn semaphore_limit(all: &[Holding], limit: u32, r: &mut Report) {
+    let mut per_name: BTreeMap<&str, Vec<(u64, i32, &str)>> = BTreeMap::new();
+    for h in all.iter().filter(|h| h.token > 0) {
+        if let Some((start, end)) = h.interval() {
+            let edges = per_name.entry(&h.name).or_default();
+            edges.push((start, 1, &h.id));
+            edges.push((end, -1, &h.id));
+        }
+    }
+    for (name, mut edges) in per_name {
+        // Ends before starts at the same instant: a holding that ends when
+        // another begins does not overlap it.
+        edges.sort_by_key(|(t, d, _)| (*t, *d));
+        let mut acting = 0usize;
+        for (_, d, id) in edges {
+            if d > 0 {
+                acting += 1;
+                r.max_concurrent = r.max_concurrent.max(acting);
+                if acting > limit as usize {
+                    r.p7_limit += 1;
+                    r.example(format!(
+                        "P7 {name}: {id} began while {} others held the semaphore (limit {limit})",
+                        acting - 1
+                    ));
+                }
+            } else {
+                acting = acting.saturating_sub(1);
+            }
+        }
+    }
 }
 
 /// The deadline the holder had when it sent this Renew (from the latest
@@ -552,6 +766,8 @@ mod tests {
             deadline: 0,
             server_ms: 0,
             timeout_ms: 1000,
+            slot: 0,
+            wait_ms: 0,
             detail: String::new(),
         }
     }
@@ -578,7 +794,187 @@ mod tests {
             allowed_lag_ms: 1000,
             fault_grace_ms: 3000,
             leftover: &[],
+            tickets: &[],
+            limit: None,
         })
+    }
+
+    /// A waiting Acquire of `holding` (one attempt: invoke and completion)
+    /// sent at `t0` ms with a wait of `wait` ms, answered at `t1`: granted
+    /// with `token`, or (token 0) refused with LEASE_HELD when its wait ran
+    /// out.
+    fn waited(holding: &str, t0: u64, t1: u64, wait: u64, token: u64) -> Vec<Op> {
+        let invoke = Op {
+            wait_ms: wait,
+            ..op(holding, OpKind::Acquire, Phase::Invoke, t0, 0)
+        };
+        let done = if token > 0 {
+            Op {
+                wait_ms: wait,
+                ..acquired(holding, token, t0, t1, 1000, 50)
+            }
+        } else {
+            Op {
+                wait_ms: wait,
+                detail: "LEASE_HELD".into(),
+                ..op(holding, OpKind::Acquire, Phase::Fail, t0, t1)
+            }
+        };
+        vec![invoke, done]
+    }
+
+    /// The first write of `holder`'s ticket for name `n` at `time_ms`.
+    fn ticket(holder: &str, place: u64, time_ms: u64) -> Ticket {
+        Ticket {
+            name: "n".into(),
+            holder: holder.into(),
+            place,
+            time_ms,
+        }
+    }
+
+    fn check_fifo(ops: &[Op], tickets: &[Ticket], faults: &[Window]) -> Report {
+        check(&Input {
+            ops,
+            accepted: &[],
+            events: &[],
+            faults,
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+            tickets,
+            limit: None,
+        })
+    }
+
+    #[test]
+    fn waiters_granted_in_ticket_order_pass_fifo() {
+        // a queued first (place 10), b second (place 12): a gets token 20
+        // at 1500, b token 30 at 2500.
+        let ops = [
+            waited("a#1", 1000, 1500, 1500, 20),
+            waited("b#1", 1100, 2500, 1500, 30),
+        ]
+        .concat();
+        let tickets = [ticket("a", 10, 1001), ticket("b", 12, 1102)];
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 1), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_later_arrival_granted_first_breaks_fifo() {
+        // b queued after a but got the lower token.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 30),
+            waited("b#1", 1100, 1500, 1500, 20),
+        ]
+        .concat();
+        let tickets = [ticket("a", 10, 1001), ticket("b", 12, 1102)];
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!(r.p6_fifo, 1, "{:?}", r.examples);
+
+        // a gave up (LEASE_HELD at 2500) though b was granted at 1500,
+        // inside a's wait (1000 + 1500): overtaken too.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 0),
+            waited("b#1", 1100, 1500, 1500, 20),
+        ]
+        .concat();
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!(r.p6_fifo, 1, "{:?}", r.examples);
+
+        // b granted at 2600, after a's wait ran out (2500): not overtaken.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 0),
+            waited("b#1", 1100, 2600, 1500, 20),
+        ]
+        .concat();
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 1), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn fifo_overtaking_under_a_fault_or_without_a_ticket_is_not_judged() {
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 30),
+            waited("b#1", 1100, 1500, 1500, 20),
+        ]
+        .concat();
+        let tickets = [ticket("a", 10, 1001), ticket("b", 12, 1102)];
+        let fault = Window {
+            start_ms: 1200,
+            end_ms: 1300,
+        };
+        let r = check_fifo(&ops, &tickets, &[fault]);
+        assert_eq!((r.p6_fifo, r.fifo_excused), (0, 1), "{:?}", r.examples);
+        // a ticket written outside the call's flight is not the call's.
+        let r = check_fifo(&ops, &[ticket("a", 10, 900), ticket("b", 12, 1102)], &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 0), "{:?}", r.examples);
+    }
+
+    /// A semaphore holding: slot, token, acquired at `t0` (reply `t0+2`),
+    /// TTL 1000, released at `end`.
+    fn sem_holding(holding: &str, slot: u32, token: u64, t0: u64, end: u64) -> Vec<Op> {
+        vec![
+            Op {
+                slot,
+                ..acquired(holding, token, t0, t0 + 2, 1000, 50)
+            },
+            Op {
+                slot,
+                ..op(holding, OpKind::Release, Phase::Invoke, end, 0)
+            },
+            Op {
+                slot,
+                ..op(holding, OpKind::Release, Phase::Ok, end, end + 1)
+            },
+        ]
+    }
+
+    fn check_limit(ops: &[Op], limit: u32) -> Report {
+        check(&Input {
+            ops,
+            accepted: &[],
+            events: &[],
+            faults: &[],
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+            tickets: &[],
+            limit: Some(limit),
+        })
+    }
+
+    #[test]
+    fn semaphore_holders_within_the_limit_pass() {
+        // Two slots, three holders; c takes slot 1 after a released it.
+        let ops = [
+            sem_holding("a#1", 1, 10, 1000, 1400),
+            sem_holding("b#1", 2, 11, 1100, 1800),
+            sem_holding("c#1", 1, 12, 1400, 1900),
+        ]
+        .concat();
+        let r = check_limit(&ops, 2);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        assert_eq!(r.max_concurrent, 2);
+        // Slots are leases of their own: one handoff on slot 1.
+        assert_eq!(r.handoffs, 1);
+    }
+
+    #[test]
+    fn more_holders_than_the_limit_are_reported() {
+        // Three holders at once (1100 to 1400) for a limit of 2.
+        let ops = [
+            sem_holding("a#1", 1, 10, 1000, 1400),
+            sem_holding("b#1", 2, 11, 1100, 1800),
+            sem_holding("c#1", 3, 12, 1200, 1900),
+        ]
+        .concat();
+        let r = check_limit(&ops, 2);
+        assert_eq!(r.p7_limit, 1, "{:?}", r.examples);
+        assert_eq!(r.max_concurrent, 3);
+        // The same holdings under a limit of 3 are fine.
+        assert_eq!(check_limit(&ops, 3).violations(), 0);
     }
 
     #[test]
@@ -667,6 +1063,7 @@ mod tests {
             name: "n".into(),
             token: 1,
             time_ms: 3500,
+            slot: 0,
         };
         let r = check_ops(&ops, &[], std::slice::from_ref(&late), &[]);
         assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
@@ -706,6 +1103,7 @@ mod tests {
             name: "n".into(),
             token: 1,
             time_ms,
+            slot: 0,
         };
         let r = check_ops(&ops, &[], &[at(7400)], std::slice::from_ref(&fault));
         assert_eq!(r.p4_expiry, 0, "{:?}", r.examples);

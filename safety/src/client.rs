@@ -82,6 +82,16 @@ pub struct ClientArgs {
     /// Acquire, every other renewal a Proclaim, Resign instead of Release.
     #[arg(long)]
     pub election: bool,
+    /// Take a counting semaphore of this limit instead of a lock (0: a
+    /// lock). Each holding gets a slot; the store keeps one fence per slot.
+    #[arg(long, default_value_t = 0)]
+    pub limit: u32,
+    /// Negative control of the semaphore limit: send every Acquire for
+    /// `<name>.split` while recording `<name>`, so this client's semaphore
+    /// is another one than the other clients' and the holders of "one"
+    /// semaphore exceed its limit.
+    #[arg(long)]
+    pub split: bool,
 }
 
 /// Tenure replicas with failover.
@@ -215,6 +225,8 @@ struct Held {
     deadline: u64,
     /// Send time of the last successful Acquire/Renew, monotonic ns.
     last_ok_send: u64,
+    /// Semaphore slot (0: a lock).
+    slot: u32,
 }
 
 /// The client process state.
@@ -273,7 +285,19 @@ impl Client {
             deadline: 0,
             server_ms: 0,
             timeout_ms: 0,
+            slot: 0,
+            wait_ms: 0,
             detail: String::new(),
+        }
+    }
+
+    /// The name the service is asked for: the recorded name, or in the
+    /// split control another semaphore's.
+    fn wire_name(&self, name: &str) -> String {
+        if self.args.split {
+            format!("{name}.split")
+        } else {
+            name.to_string()
         }
     }
 
@@ -320,7 +344,8 @@ impl Client {
         let give_up = mono_ns() + 3_000_000_000;
         loop {
             let req = AcquireRequest {
-                name: name.to_string(),
+                name: self.wire_name(name),
+                limit: self.args.limit,
                 holder: self.args.id.clone(),
                 ttl: Some(prost_types::Duration {
                     seconds: ttl_s as i64,
@@ -337,6 +362,7 @@ impl Client {
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
             op.timeout_ms = timeout.as_millis() as u64;
+            op.wait_ms = wait.as_millis() as u64;
             self.rec.record(&op);
             let res = if self.args.election {
                 let campaign = CampaignRequest {
@@ -374,8 +400,10 @@ impl Client {
                     op.deadline = self.deadline(t0, op.ttl_ms);
                     // renew_time: a retried Acquire renews the holding it took.
                     op.server_ms = stamp_ms(lease.renew_time);
+                    op.slot = lease.slot;
                     self.rec.record(&op);
                     return Some(Held {
+                        slot: lease.slot,
                         holding: holding.to_string(),
                         name: name.to_string(),
                         key,
@@ -479,11 +507,11 @@ impl Client {
         let ttl_ns = held.ttl_ms * 1_000_000;
         let timeout = Duration::from_nanos((ttl_ns / 3).clamp(200_000_000, 1_000_000_000));
         let req = RenewRequest {
-            name: held.name.clone(),
+            name: self.wire_name(&held.name),
             expected_revision: held.revision,
             lease_key: held.key.clone(),
             ttl: None,
-            slot: 0,
+            slot: held.slot,
         };
         let (t0, w0) = (mono_ns(), real_ms());
         let mut op = self.op(
@@ -495,6 +523,7 @@ impl Client {
             w0,
         );
         op.token = held.token;
+        op.slot = held.slot;
         op.timeout_ms = timeout.as_millis() as u64;
         self.rec.record(&op);
         self.renewals += 1;
@@ -563,10 +592,10 @@ impl Client {
         for _ in 0..2 {
             let timeout = Duration::from_secs(1);
             let req = ReleaseRequest {
-                name: held.name.clone(),
+                name: self.wire_name(&held.name),
                 expected_revision: held.revision,
                 lease_key: held.key.clone(),
-                slot: 0,
+                slot: held.slot,
             };
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(
@@ -578,6 +607,7 @@ impl Client {
                 w0,
             );
             op.token = held.token;
+            op.slot = held.slot;
             op.timeout_ms = 1000;
             self.rec.record(&op);
             let res = if self.args.election {
@@ -631,7 +661,13 @@ impl Client {
     /// holder exists, so stop acting).
     async fn write(&mut self, held: &Held) -> bool {
         self.writes += 1;
-        let resource = format!("{}{}", self.args.prefix, held.name);
+        // One fence per lease, and per slot of a semaphore: a slot's
+        // holders succeed each other like a lock's.
+        let resource = if held.slot > 0 {
+            format!("{}{}#{}", self.args.prefix, held.name, held.slot)
+        } else {
+            format!("{}{}", self.args.prefix, held.name)
+        };
         let body = format!("{} write {}", held.holding, self.writes);
         let (t0, w0) = (mono_ns(), real_ms());
         let mut op = self.op(&held.holding, &held.name, OpKind::Write, Phase::Ok, t0, w0);

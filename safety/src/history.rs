@@ -90,6 +90,14 @@ pub struct Op {
     /// outcome could still have been written.
     #[serde(default)]
     pub timeout_ms: u64,
+    /// The semaphore slot of the holding (from the Acquire reply); 0 for a
+    /// plain lease.
+    #[serde(default)]
+    pub slot: u32,
+    /// The wait an Acquire was sent with (ms): how long the server keeps it
+    /// queued at least, which the fairness property needs.
+    #[serde(default)]
+    pub wait_ms: u64,
     /// Error reason or note.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,

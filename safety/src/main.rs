@@ -140,6 +140,7 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             .map(|i| format!("res.{}", (b'a' + i as u8) as char))
             .collect(),
         duration: Duration::from_secs(seconds),
+        quick: args.quick && args.seconds.is_none(),
         work_dir: work_dir.clone(),
         nats_bin,
         tenure_bin,
@@ -197,6 +198,11 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.expiry_by_handoff,
             r.expiry_unverified
         );
+        eprintln!(
+            "   FIFO: {} queued waiters, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit",
+            r.fifo_waiters,
+            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit
+        );
         for e in &outcome.report.examples {
             eprintln!("   {e}");
         }
@@ -217,10 +223,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|"
     );
     for o in outcomes {
         let r = &o.report;
@@ -234,7 +240,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({} / {}) | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -248,6 +254,14 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.p3_overlap,
             r.p4_expiry,
             r.p5_early,
+            r.p6_fifo,
+            r.fifo_pairs,
+            r.fifo_excused,
+            if o.scenario.limit > 0 {
+                format!("{} ({} of {})", r.p7_limit, r.max_concurrent, o.scenario.limit)
+            } else {
+                "-".to_string()
+            },
             r.expiries_measured,
             r.expiry_excused,
             r.expiry_by_handoff,

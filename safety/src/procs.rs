@@ -203,7 +203,7 @@ impl Nats {
     }
 
     /// A NATS client that knows every node.
-    async fn connect(&self) -> Option<async_nats::Client> {
+    pub async fn connect(&self) -> Option<async_nats::Client> {
         let addrs: Vec<async_nats::ServerAddr> = self
             .nodes
             .iter()

@@ -33,6 +33,9 @@ const FAULT_GRACE_MS: u64 = 3000;
 /// evidence for property 4 is too thin and the scenario fails.
 pub const MAX_UNVERIFIED_SHARE: f64 = 0.25;
 
+/// The limit of the semaphore scenarios (their 8 clients contend for it).
+const SEMAPHORE_LIMIT: u32 = 3;
+
 /// What a scenario must have exercised for its verdict to mean anything.
 #[derive(Debug, Clone, Copy)]
 pub struct Minimums {
@@ -44,6 +47,20 @@ pub struct Minimums {
     pub writes: usize,
     /// Stale writes the fenced store refused (fencing exercised).
     pub stale_refused: usize,
+    /// Contended waiter pairs judged by the FIFO property.
+    pub fifo_pairs: usize,
+}
+
+/// The property a negative control must be caught breaking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// Holders act past their lease (overlap, and the store refuses or,
+    /// unfenced, takes stale writes).
+    Overlap,
+    /// Waiters overtaken by later arrivals (FIFO order).
+    Fifo,
+    /// More holders of a semaphore than its limit.
+    Limit,
 }
 
 /// What goes wrong in a scenario.
@@ -63,6 +80,11 @@ pub enum Fault {
     KillStreamLeader,
     /// SIGSTOP a follower for 4 s, then the stream leader for 4 s.
     PauseFollowerThenLeader,
+    /// Negative control of FIFO order: every 150 ms the runner deletes
+    /// every queue ticket but the newest of each name (as a queue that
+    /// loses its entries would), so the last arrival is granted next while
+    /// earlier waiters still wait.
+    DropOlderTickets,
     /// Cut a node off the network (its namespace's link down) for
     /// `Settings::partition` (5 s): the one the Tenure replicas are
     /// attached to, then the stream leader, then a follower.
@@ -86,15 +108,29 @@ pub struct Scenario {
     /// instead of taking leases: one leader per token is then the same
     /// property as one holder per token, checked by the same rules.
     pub election: bool,
+    /// Semaphore limit the clients acquire with (0: plain leases).
+    pub limit: u32,
+    /// Every client contends for the first name only: long queues (FIFO)
+    /// and a limit that binds (semaphores).
+    pub one_name: bool,
+    /// Negative control of the limit: half the clients take another
+    /// semaphore while recording the same name.
+    pub split: bool,
     /// The fault.
     pub fault: Fault,
     /// Whether the checker must report violations (negative control).
     pub expect_violations: bool,
+    /// Which property a negative control must be caught breaking.
+    pub expected: Expected,
     /// Simulated work before each write, ms (longer for holder pauses, so
     /// a pause lands inside it).
     pub work_ms: u64,
     /// What the run must have exercised.
     pub min: Minimums,
+    /// Load in the quick (CI) variant, seconds, when shorter than the
+    /// default: scenarios without a fault loop need less to meet their
+    /// minimums.
+    pub quick_secs: Option<u64>,
 }
 
 /// Every scenario, in the order the table lists them.
@@ -106,15 +142,28 @@ pub fn all() -> Vec<Scenario> {
         margin_ms: 50,
         unfenced: false,
         election: false,
+        limit: 0,
+        one_name: false,
+        split: false,
         fault,
         expect_violations: false,
+        expected: Expected::Overlap,
         work_ms: 20,
         min: Minimums {
             faults: usize::from(fault != Fault::None),
             handoffs: 2,
             writes: 50,
             stale_refused: 0,
+            fifo_pairs: 0,
         },
+        quick_secs: None,
+    };
+    let fifo = |sc: Scenario| Scenario {
+        min: Minimums {
+            fifo_pairs: 5,
+            ..sc.min
+        },
+        ..sc
     };
     let stale = |sc: Scenario| Scenario {
         min: Minimums {
@@ -124,13 +173,13 @@ pub fn all() -> Vec<Scenario> {
         ..sc
     };
     vec![
-        s("baseline", 1, 1, Fault::None),
+        fifo(s("baseline", 1, 1, Fault::None)),
         stale(Scenario {
             work_ms: 150,
             ..s("holder-sigstop", 1, 1, Fault::PauseHolder)
         }),
         s("holder-sigkill", 1, 1, Fault::KillHolder),
-        s("tenure-sigkill", 1, 2, Fault::KillTenure),
+        fifo(s("tenure-sigkill", 1, 2, Fault::KillTenure)),
         s("nats-sigkill", 1, 1, Fault::KillNats),
         s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
         s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
@@ -157,6 +206,33 @@ pub fn all() -> Vec<Scenario> {
             election: true,
             ..s("negative-election-late", 1, 1, Fault::None)
         }),
+        Scenario {
+            one_name: true,
+            expect_violations: true,
+            expected: Expected::Fifo,
+            ..s("negative-fifo-lost-tickets", 1, 1, Fault::DropOlderTickets)
+        },
+        Scenario {
+            limit: SEMAPHORE_LIMIT,
+            one_name: true,
+            quick_secs: Some(8),
+            ..s("semaphore", 1, 2, Fault::None)
+        },
+        stale(Scenario {
+            limit: SEMAPHORE_LIMIT,
+            one_name: true,
+            work_ms: 150,
+            ..s("semaphore-holder-sigstop", 1, 1, Fault::PauseHolder)
+        }),
+        Scenario {
+            limit: SEMAPHORE_LIMIT,
+            one_name: true,
+            split: true,
+            expect_violations: true,
+            expected: Expected::Limit,
+            quick_secs: Some(8),
+            ..s("negative-semaphore-split", 1, 1, Fault::None)
+        },
     ]
 }
 
@@ -171,6 +247,9 @@ pub struct Settings {
     pub names: Vec<String>,
     /// Load duration per scenario.
     pub duration: Duration,
+    /// The quick variant with its default duration: scenarios with a
+    /// shorter `quick_secs` use that.
+    pub quick: bool,
     /// Folder for every scenario's files.
     pub work_dir: PathBuf,
     /// nats-server binary.
@@ -230,6 +309,7 @@ impl Outcome {
         need("handoffs", r.handoffs, min.handoffs);
         need("writes accepted", r.writes_accepted, min.writes);
         need("stale writes refused", r.stale_refused, min.stale_refused);
+        need("contended FIFO pairs", r.fifo_pairs, min.fifo_pairs);
         if !self.scenario.expect_violations && r.unverified_share() > MAX_UNVERIFIED_SHARE {
             out.push(format!(
                 "{} of {} expiries unverified ({:.0}%, at most {:.0}% allowed)",
@@ -249,9 +329,16 @@ impl Outcome {
             return false;
         }
         if self.scenario.expect_violations {
-            self.report.p3_overlap > 0
-                && self.report.stale_refused + self.report.p2_store > 0
-                && (!self.scenario.unfenced || self.report.p2_store > 0)
+            let r = &self.report;
+            match self.scenario.expected {
+                Expected::Overlap => {
+                    r.p3_overlap > 0
+                        && r.stale_refused + r.p2_store > 0
+                        && (!self.scenario.unfenced || r.p2_store > 0)
+                }
+                Expected::Fifo => r.p6_fifo > 0,
+                Expected::Limit => r.p7_limit > 0,
+            }
         } else {
             self.report.violations() == 0
         }
@@ -269,8 +356,94 @@ struct Clients {
     killed: HashSet<String>,
 }
 
+/// The queue tickets the runner's bucket watch saw.
+#[derive(Default)]
+struct TicketLog {
+    /// Every ticket's first write, in the order seen.
+    seen: Vec<checker::Ticket>,
+    /// The live tickets by key: (name, place).
+    live: HashMap<String, (String, u64)>,
+}
+
+/// The value of a queue ticket (Tenure's `_tenure.q.<name>.<slot>` keys).
+#[derive(serde::Deserialize)]
+struct TicketValue {
+    /// The revision of the ticket's first write (0 in that write).
+    place: u64,
+    /// The waiter.
+    holder: String,
+}
+
+/// The lease name of a queue slot key (`None` for the guard and others).
+fn queued_name(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("_tenure.q.")?;
+    let (name, slot) = rest.rsplit_once('.')?;
+    slot.parse::<usize>().ok().map(|_| name)
+}
+
+/// Records every queue ticket written in the bucket, resuming after the
+/// last revision seen whenever the watch breaks (NATS restarted).
+async fn watch_tickets(client: async_nats::Client, log: Arc<Mutex<TicketLog>>) {
+    let js = async_nats::jetstream::new(client);
+    let mut next = 1;
+    loop {
+        let kv = match js.get_key_value("tenure").await {
+            Ok(kv) => kv,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if let Ok(mut watch) = kv.watch_from_revision("_tenure.q.>", next).await {
+            use futures::StreamExt;
+            while let Some(Ok(entry)) = watch.next().await {
+                next = entry.revision + 1;
+                let Some(name) = queued_name(&entry.key) else {
+                    continue;
+                };
+                let Ok(mut log) = log.lock() else { return };
+                match entry.operation {
+                    async_nats::jetstream::kv::Operation::Put => {
+                        let Ok(t) = serde_json::from_slice::<TicketValue>(&entry.value) else {
+                            continue;
+                        };
+                        let place = if t.place == 0 {
+                            entry.revision
+                        } else {
+                            t.place
+                        };
+                        log.live
+                            .insert(entry.key.clone(), (name.to_string(), place));
+                        if t.place == 0 {
+                            let time_ms = entry.created.unix_timestamp_nanos() / 1_000_000;
+                            log.seen.push(checker::Ticket {
+                                name: name.to_string(),
+                                holder: t.holder,
+                                place,
+                                time_ms: u64::try_from(time_ms).unwrap_or(0),
+                            });
+                        }
+                    }
+                    _ => {
+                        log.live.remove(&entry.key);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Plays one scenario.
 pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
+    let set = &Settings {
+        names: if sc.one_name {
+            set.names[..1].to_vec()
+        } else {
+            set.names.clone()
+        },
+        ..set.clone()
+    };
     let dir = set.work_dir.join(sc.name);
     let _ = std::fs::remove_dir_all(&dir);
     let hist_dir = dir.join("history");
@@ -298,12 +471,22 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
 
     let events = Arc::new(Mutex::new(Vec::new()));
     let watcher = tokio::spawn(watch(addrs.clone(), events.clone()));
+    let tickets = Arc::new(Mutex::new(TicketLog::default()));
+    let nats_client = nats
+        .connect()
+        .await
+        .ok_or("cannot connect to NATS to watch the queues")?;
+    let ticket_watcher = tokio::spawn(watch_tickets(nats_client.clone(), tickets.clone()));
     // Let the watcher's snapshot complete before load starts.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let prefix = format!("{}/{}/", set.run_id, sc.name);
+    let duration = match (set.quick, sc.quick_secs) {
+        (true, Some(secs)) => set.duration.min(Duration::from_secs(secs)),
+        _ => set.duration,
+    };
     let start_ns = mono_ns();
-    let until_ns = start_ns + set.duration.as_nanos() as u64;
+    let until_ns = start_ns + duration.as_nanos() as u64;
     let mut clients = Clients {
         live: HashMap::new(),
         generation: vec![0; set.clients],
@@ -335,6 +518,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         &hist_dir,
         netns.as_ref(),
         &mut windows,
+        (&nats_client, &tickets),
     )
     .await?;
 
@@ -412,6 +596,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     watcher.abort();
+    ticket_watcher.abort();
     for r in &mut replicas {
         r.stop().await;
     }
@@ -421,7 +606,10 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let pg = fenced::connect(&set.pg).await?;
     let accepted = fenced::accepted(&pg, &prefix).await?;
     let events = events.lock().map(|e| e.clone()).unwrap_or_default();
+    let tickets = tickets.lock().map(|t| t.seen.clone()).unwrap_or_default();
     let report = checker::check(&Input {
+        tickets: &tickets,
+        limit: (sc.limit > 0).then_some(sc.limit),
         ops: &ops,
         accepted: &accepted,
         events: &events,
@@ -507,6 +695,13 @@ fn spawn_client(
     if sc.election {
         cmd.arg("--election");
     }
+    if sc.limit > 0 {
+        cmd.args(["--limit", &sc.limit.to_string()]);
+    }
+    // The split control: every other client takes "another" semaphore.
+    if sc.split && slot % 2 == 1 {
+        cmd.arg("--split");
+    }
     if sc.unfenced {
         cmd.arg("--unfenced");
     }
@@ -523,26 +718,41 @@ fn spawn_client(
     Ok(id)
 }
 
-/// The holder of `name` now, asking each replica in turn.
-async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
+/// The holders of `name` now (one for a lease, each holder of a
+/// semaphore), asking each replica in turn.
+async fn holders_of(addrs: &[String], name: &str) -> Vec<String> {
     for addr in addrs {
         let Ok(mut client) = lease_client(addr) else {
             continue;
         };
         let req = GetLeaseRequest { name: name.into() };
         match client.get_lease(req).await {
-            Ok(resp) => return resp.into_inner().lease.map(|l| l.holder),
-            Err(status) if status.code() == tonic::Code::NotFound => return None,
+            Ok(resp) => {
+                let resp = resp.into_inner();
+                let mut all: Vec<String> = resp.holders.into_iter().map(|l| l.holder).collect();
+                if all.is_empty() {
+                    all.extend(resp.lease.map(|l| l.holder));
+                }
+                return all;
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => return Vec::new(),
             Err(_) => continue,
         }
     }
-    None
+    Vec::new()
 }
 
-/// The current holder of `name` and its process id, when that holder is
-/// one of the live clients.
+/// The holder of `name` now (a semaphore's first), asking each replica.
+async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
+    holders_of(addrs, name).await.into_iter().next()
+}
+
+/// A current holder of `name` and its process id, when that holder is one
+/// of the live clients (a random one of a semaphore's).
 async fn live_holder(addrs: &[String], name: &str, clients: &Clients) -> Option<(String, u32)> {
-    let holder = holder_of(addrs, name).await?;
+    let mut holders = holders_of(addrs, name).await;
+    holders.retain(|h| clients.live.contains_key(h));
+    let holder = holders.choose(&mut rand::rng())?.clone();
     let pid = clients.live.get(&holder).and_then(|c| c.id())?;
     Some((holder, pid))
 }
@@ -585,6 +795,7 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
                             name: ev.name,
                             token: ev.fencing_token,
                             time_ms,
+                            slot: ev.slot,
                         });
                     }
                 }
@@ -637,6 +848,7 @@ async fn inject(
     hist_dir: &Path,
     netns: Option<&Netns>,
     windows: &mut Vec<Window>,
+    (nats_client, tickets): (&async_nats::Client, &Arc<Mutex<TicketLog>>),
 ) -> Result<usize, String> {
     let mut rng = StdRng::from_os_rng();
     let stop_at = until_ns.saturating_sub(FAULT_QUIET.as_nanos() as u64);
@@ -674,6 +886,37 @@ async fn inject(
                 sleep(700).await;
                 signal(pid, libc::SIGCONT);
                 sleep(500).await;
+            }
+        }
+        Fault::DropOlderTickets => {
+            let js = async_nats::jetstream::new(nats_client.clone());
+            let kv = js
+                .get_key_value("tenure")
+                .await
+                .map_err(|e| format!("cannot open the bucket: {e}"))?;
+            while time_left(300) {
+                // Every live ticket but the newest of each queue: the last
+                // arrival becomes the head and is granted next, ahead of
+                // everyone who queued before it.
+                let doomed: Vec<String> = {
+                    let log = tickets.lock().map_err(|_| "ticket log poisoned")?;
+                    let mut newest: HashMap<&str, u64> = HashMap::new();
+                    for (name, place) in log.live.values() {
+                        let e = newest.entry(name).or_insert(*place);
+                        *e = (*e).max(*place);
+                    }
+                    log.live
+                        .iter()
+                        .filter(|(_, (name, place))| newest.get(name.as_str()) != Some(place))
+                        .map(|(key, _)| key.clone())
+                        .collect()
+                };
+                for key in doomed {
+                    if kv.delete(&key).await.is_ok() {
+                        count += 1;
+                    }
+                }
+                sleep(150).await;
             }
         }
         Fault::KillHolder => {
