@@ -39,6 +39,8 @@ use crate::observe::METRICS;
 /// writes per member (queue guard, fence, record), far below JetStream's
 /// 1,000 messages per batch, and a group read is one leader read per member.
 pub const MAX_GROUP_SIZE: usize = 64;
+// Three writes per member must fit one JetStream batch.
+const _: () = assert!(MAX_GROUP_SIZE * 3 < 1000);
 
 /// What AcquireGroup asks for, already validated.
 #[derive(Debug, Clone)]
@@ -454,16 +456,5 @@ impl Leases {
             }
         }
         Err(contended(&members[0].name).with("name", &members[0].name))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The hard cap leaves room for three writes per member in one batch.
-    #[test]
-    fn group_batches_fit_in_one_jetstream_batch() {
-        assert!(MAX_GROUP_SIZE * 3 < 1000);
     }
 }
