@@ -322,6 +322,7 @@ impl Raw {
             renewed_ms: now,
             metadata: Default::default(),
             lock_delay_s: 0,
+            group: Vec::new(),
         }
     }
 

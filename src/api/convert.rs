@@ -31,7 +31,7 @@ pub fn lease(h: &Holding) -> proto::Lease {
             nanos: 0,
         }),
         slot: h.slot,
-        group: Vec::new(),
+        group: h.record.group.clone(),
     }
 }
 

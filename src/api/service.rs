@@ -35,7 +35,7 @@ use super::limits::{CallLimits, Class, WatchLimits};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
-use crate::lease::{AcquireArgs, Filter, Leases};
+use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Leases, MAX_GROUP_SIZE};
 use crate::observe::{self, METRICS};
 use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
@@ -89,6 +89,11 @@ pub(super) trait Call {
     /// What authorization checks the grant against.
     fn target(&self) -> Target<'_> {
         Target::Name(self.subject())
+    }
+    /// Every target authorization checks: the one [`Call::target`], or
+    /// each name of a group (the caller needs the grant on all of them).
+    fn targets(&self) -> Vec<Target<'_>> {
+        vec![self.target()]
     }
     /// The holder named by the request, if any.
     fn holder(&self) -> Option<&str> {
@@ -154,12 +159,11 @@ impl LeaseApi {
             let caller = self.auth.authenticate(&request)?;
             Span::current().record("identity", clip(&caller.identity));
             request.get_ref().check()?;
-            if let Err(err) = self
-                .auth
-                .authorize(&caller, Req::ACTION, request.get_ref().target())
-            {
-                tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
-                return Err(err);
+            for target in request.get_ref().targets() {
+                if let Err(err) = self.auth.authorize(&caller, Req::ACTION, target) {
+                    tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
+                    return Err(err);
+                }
             }
             if self.shutdown.is_cancelled() {
                 return Err(Error::new(
@@ -190,23 +194,74 @@ impl LeaseApi {
 impl LeaseService for LeaseApi {
     async fn acquire_group(
         &self,
-        _request: Request<proto::AcquireGroupRequest>,
+        request: Request<proto::AcquireGroupRequest>,
     ) -> Result<Response<proto::AcquireGroupResponse>, Status> {
-        Err(Status::unimplemented("AcquireGroup is not built yet"))
+        self.rpc(request, |req, cx| async move {
+            let max = self.limits.max_group_size;
+            let names = validate::group(req.names.iter().map(String::as_str), 2, max)?;
+            let holder = validate::holder(&req.holder)?;
+            let ttl_s = validate::ttl(req.ttl.as_ref(), &self.limits, self.limits.default_ttl_s)?;
+            let key = validate::lease_key(&req.lease_key)?;
+            let mut wait = validate::wait(req.wait.as_ref(), &self.limits)?;
+            if let (Some(w), Some(d)) = (wait, cx.deadline) {
+                wait = Some(w.min(d.saturating_sub(DEADLINE_MARGIN)));
+            }
+            let args = GroupArgs {
+                names,
+                holder: holder.into(),
+                ttl_s,
+                key: key.map_or_else(validate::mint_key, str::to_string),
+                wait,
+                metadata: validate::metadata(&req.metadata)?,
+                lock_delay_s: validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?,
+            };
+            let holdings = self.leases.acquire_group(&args).await?;
+            Ok(proto::AcquireGroupResponse {
+                leases: holdings.iter().map(lease).collect(),
+                lease_key: args.key,
+            })
+        })
+        .await
     }
 
     async fn renew_group(
         &self,
-        _request: Request<proto::RenewGroupRequest>,
+        request: Request<proto::RenewGroupRequest>,
     ) -> Result<Response<proto::RenewGroupResponse>, Status> {
-        Err(Status::unimplemented("RenewGroup is not built yet"))
+        self.rpc(request, |req, _| async move {
+            let members = members(&req.members, &self.limits)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let ttl_s = match req.ttl.as_ref() {
+                Some(ttl) => Some(validate::ttl(
+                    Some(ttl),
+                    &self.limits,
+                    self.limits.default_ttl_s,
+                )?),
+                None => None,
+            };
+            let holdings = self.leases.renew_group(&members, key, ttl_s).await?;
+            Ok(proto::RenewGroupResponse {
+                leases: holdings.iter().map(lease).collect(),
+            })
+        })
+        .await
     }
 
     async fn release_group(
         &self,
-        _request: Request<proto::ReleaseGroupRequest>,
+        request: Request<proto::ReleaseGroupRequest>,
     ) -> Result<Response<proto::ReleaseGroupResponse>, Status> {
-        Err(Status::unimplemented("ReleaseGroup is not built yet"))
+        self.rpc(request, |req, _| async move {
+            let members = members(&req.members, &self.limits)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let done = self.leases.release_group(&members, key).await?;
+            Ok(proto::ReleaseGroupResponse {
+                released: done.released,
+                not_held: done.not_held,
+                revision: done.revision,
+            })
+        })
+        .await
     }
 
     async fn acquire(
@@ -492,6 +547,104 @@ impl Call for proto::RevokeLeaseRequest {
     const ACTION: Action = Action::Admin;
     fn subject(&self) -> &str {
         &self.name
+    }
+}
+
+impl Call for proto::AcquireGroupRequest {
+    const METHOD: &'static str = "AcquireGroup";
+    const ACTION: Action = Action::Acquire;
+    fn subject(&self) -> &str {
+        self.names.first().map_or("", String::as_str)
+    }
+    fn check(&self) -> Result<(), Error> {
+        validate::group(self.names.iter().map(String::as_str), 1, MAX_GROUP_SIZE).map(drop)
+    }
+    fn targets(&self) -> Vec<Target<'_>> {
+        self.names.iter().map(|n| Target::Name(n)).collect()
+    }
+    fn holder(&self) -> Option<&str> {
+        Some(&self.holder)
+    }
+    fn class(&self) -> Class {
+        wait_class(self.wait.as_ref())
+    }
+}
+
+impl Call for proto::RenewGroupRequest {
+    const METHOD: &'static str = "RenewGroup";
+    const ACTION: Action = Action::Renew;
+    fn subject(&self) -> &str {
+        self.members.first().map_or("", |m| m.name.as_str())
+    }
+    fn check(&self) -> Result<(), Error> {
+        check_members(&self.members)
+    }
+    fn targets(&self) -> Vec<Target<'_>> {
+        self.members.iter().map(|m| Target::Name(&m.name)).collect()
+    }
+    fn class(&self) -> Class {
+        Class::Renewal
+    }
+}
+
+impl Call for proto::ReleaseGroupRequest {
+    const METHOD: &'static str = "ReleaseGroup";
+    const ACTION: Action = Action::Release;
+    fn subject(&self) -> &str {
+        self.members.first().map_or("", |m| m.name.as_str())
+    }
+    fn check(&self) -> Result<(), Error> {
+        check_members(&self.members)
+    }
+    fn targets(&self) -> Vec<Target<'_>> {
+        self.members.iter().map(|m| Target::Name(&m.name)).collect()
+    }
+    fn class(&self) -> Class {
+        Class::Renewal
+    }
+}
+
+/// The syntax check of a RenewGroup's or ReleaseGroup's members (before
+/// authorization): 1 to the hard cap of valid, distinct names.
+fn check_members(members: &[proto::GroupMember]) -> Result<(), Error> {
+    validate::group(members.iter().map(|m| m.name.as_str()), 1, MAX_GROUP_SIZE).map(drop)
+}
+
+/// The members of a RenewGroup or ReleaseGroup, validated against the
+/// server's --max-group-size.
+fn members(members: &[proto::GroupMember], limits: &Limits) -> Result<Vec<GroupMember>, Error> {
+    let names = validate::group(
+        members.iter().map(|m| m.name.as_str()),
+        1,
+        limits.max_group_size,
+    )?;
+    names
+        .into_iter()
+        .zip(members)
+        .map(|(name, m)| {
+            Ok(GroupMember {
+                name,
+                expected: validate::revision(m.expected_revision)?,
+            })
+        })
+        .collect()
+}
+
+impl Reply for proto::AcquireGroupResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.leases.first());
+    }
+}
+
+impl Reply for proto::RenewGroupResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.leases.first());
+    }
+}
+
+impl Reply for proto::ReleaseGroupResponse {
+    fn record(&self, span: &Span) {
+        span.record("lease.revision", self.revision);
     }
 }
 

@@ -25,6 +25,39 @@ pub const MAX_REASON_LEN: usize = 256;
 
 const NAME_RULE: &str = "1 to 255 characters from [-/_=.a-zA-Z0-9], not starting or ending with '.', without empty levels ('..'), and not under '_tenure' (reserved)";
 
+/// Checks the names of a group: `min` to `max` (`--max-group-size`) distinct valid
+/// lease names (AcquireGroup asks for at least 2; RenewGroup and
+/// ReleaseGroup take what is left of a group, at least 1).
+pub fn group<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+    min: usize,
+    max: usize,
+) -> Result<Vec<String>> {
+    let count = names.len();
+    if count < min || count > max {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            format!(
+                "a group has {min} to {max} names (--max-group-size; got {count}); use Acquire for one name"
+            ),
+        )
+        .with("max_group_size", max));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(count);
+    for n in names {
+        let n = name(n)?;
+        if out.iter().any(|seen| seen == n) {
+            return Err(Error::new(
+                Reason::InvalidArgument,
+                format!("name {n:?} appears twice in the group; list each name once"),
+            )
+            .with("name", n));
+        }
+        out.push(n.to_string());
+    }
+    Ok(out)
+}
+
 /// Checks a lease name (a KV key).
 pub fn name(name: &str) -> Result<&str> {
     let ok_chars = name
@@ -418,6 +451,7 @@ mod tests {
             max_wait: Duration::from_secs(300),
             max_lock_delay_s: 60,
             max_semaphore_limit: 8,
+            max_group_size: 4,
         }
     }
 

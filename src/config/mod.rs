@@ -273,6 +273,11 @@ pub struct Config {
     /// in one atomic batch of at most 1,000 messages).
     #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=999))]
     pub max_semaphore_limit: u32,
+    /// Most names one AcquireGroup may take, 2 to 64 (the group is read one
+    /// leader read per name and written in one atomic batch of up to three
+    /// messages per name).
+    #[arg(long, env = "TENURE_MAX_GROUP_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u8).range(2..=64))]
+    pub max_group_size: u8,
 
     /// Folder for the local nats-server's store (only without --nats-url).
     #[arg(long, env = "TENURE_DATA_DIR", default_value = "tenure-data")]
@@ -428,6 +433,7 @@ impl Config {
             max_wait: self.max_wait,
             max_lock_delay_s: self.max_lock_delay.as_secs(),
             max_semaphore_limit: self.max_semaphore_limit,
+            max_group_size: self.max_group_size.into(),
         }
     }
 
@@ -494,6 +500,9 @@ pub struct Limits {
     pub max_lock_delay_s: u64,
     /// Largest semaphore `limit` an Acquire may ask for.
     pub max_semaphore_limit: u32,
+    /// Most names in one AcquireGroup (and members in a RenewGroup or
+    /// ReleaseGroup).
+    pub max_group_size: usize,
 }
 
 /// Where the bucket lives and how it is made.

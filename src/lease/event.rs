@@ -88,6 +88,7 @@ impl Event {
                     .iter()
                     .map(|(k, v)| k.len() + v.len() + 48)
                     .sum::<usize>()
+                + h.record.group.iter().map(|n| n.len() + 24).sum::<usize>()
         });
         std::mem::size_of::<Event>() + self.name.len() + self.holder.len() + holding
     }

@@ -18,6 +18,7 @@ mod cache;
 mod election;
 mod event;
 mod fifo;
+mod group;
 mod list;
 mod mirror;
 mod queue;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use election::{ttl_left, value_of, CampaignArgs, Change, ChangeKind, Elections, VALUE_KEY};
 pub use event::{Event, EventKind, Filter};
+pub use group::{GroupArgs, GroupMember, MAX_GROUP_SIZE};
 pub use list::Page;
 pub use queue::Budget;
 pub use record::{Holding, KeyHash, Record, Released};
@@ -505,6 +507,7 @@ impl Leases {
             renewed_ms: now,
             metadata: args.metadata.clone(),
             lock_delay_s: args.lock_delay_s,
+            group: Vec::new(),
         };
         let ttl = Duration::from_secs(args.ttl_s);
         let (fence_revision, fence_live) = (fence.0, fence.1.is_some());

@@ -38,6 +38,12 @@ pub struct Record {
     /// revoked, nobody may take the name for this long. Omitted when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_delay_s: u64,
+    /// The names of the group this holding was acquired with (AcquireGroup),
+    /// in request order and this name included; empty (and omitted) for a
+    /// holding acquired alone. Every member's record lists the same names,
+    /// so a reader of any member finds the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group: Vec<String>,
 }
 
 /// Whether a number field is 0 (and so left out of the JSON).
@@ -294,6 +300,7 @@ mod tests {
             renewed_ms: 2,
             metadata: BTreeMap::from([("k".into(), "v".into())]),
             lock_delay_s: 0,
+            group: vec!["n".into(), "m".into()],
         };
         let back = Record::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
@@ -355,6 +362,7 @@ pub mod fixtures {
             renewed_ms: 0,
             metadata: Default::default(),
             lock_delay_s: 0,
+            group: Vec::new(),
         }
     }
 

@@ -155,6 +155,7 @@ impl Leases {
                 renewed_ms: now,
                 metadata: args.metadata.clone(),
                 lock_delay_s: 0,
+                group: Vec::new(),
             };
             let key = slot_key(name, slot);
             let ttl = Duration::from_secs(args.ttl_s);

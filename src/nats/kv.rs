@@ -256,6 +256,16 @@ impl Store {
         self.atomic
     }
 
+    /// `Ok` when the bucket takes atomic batch writes; otherwise the error
+    /// that says which nats-server version a request needing them requires.
+    pub fn require_atomic(&self) -> Result<()> {
+        if self.atomic {
+            Ok(())
+        } else {
+            Err(no_atomic_batches(&self.bucket))
+        }
+    }
+
     /// A new unique token (a NUID: 22 characters from [0-9A-Za-z]), usable
     /// as one level of a key.
     pub fn unique_id(&self) -> String {

@@ -49,6 +49,15 @@ pub struct Metrics {
     pub cas_conflicts: IntCounter,
     /// `tenure_leases_acquired_total`: new holdings taken through this replica.
     pub acquired: IntCounter,
+    /// `tenure_groups_acquired_total`: AcquireGroup batches that took (or,
+    /// for a retry, renewed) every member of a group.
+    pub group_acquired: IntCounter,
+    /// `tenure_group_conflicts_total`: group batches (AcquireGroup,
+    /// RenewGroup, ReleaseGroup) that lost a race and wrote nothing.
+    pub group_conflicts: IntCounter,
+    /// `tenure_group_refusals_total`: AcquireGroup attempts refused because
+    /// a member was held, queued for or in its lock delay.
+    pub group_refused: IntCounter,
     /// `tenure_leases_released_total`: holdings released through this replica.
     pub released: IntCounter,
     /// `tenure_leases_revoked_total`: holdings revoked through this replica.
@@ -136,6 +145,18 @@ impl Metrics {
             acquired: counter(
                 "tenure_leases_acquired_total",
                 "new holdings (new fencing tokens) taken through this replica",
+            ),
+            group_acquired: counter(
+                "tenure_groups_acquired_total",
+                "AcquireGroup batches that took every member of a group (a retry renews them)",
+            ),
+            group_conflicts: counter(
+                "tenure_group_conflicts_total",
+                "group batches (AcquireGroup, RenewGroup, ReleaseGroup) that lost a race and wrote nothing",
+            ),
+            group_refused: counter(
+                "tenure_group_refusals_total",
+                "AcquireGroup attempts refused because a member was held, had queued waiters or was in its lock delay",
             ),
             released: counter(
                 "tenure_leases_released_total",
