@@ -45,6 +45,15 @@
 //!    on another replica) are left out, and a pair with a fault window
 //!    between A's send and B's reply is excused (a ticket may expire while
 //!    NATS is down).
+//! 8. **Groups are all or nothing.** Every group a client took
+//!    (AcquireGroup) was granted in one step: its members' fencing tokens
+//!    are consecutive revisions (the members of an atomic batch are stored
+//!    at consecutive revisions, so nothing, no other grant or expiry, can
+//!    come between them) and the client holds every member over the same
+//!    interval; and in the runner's WatchLease stream every grant of a
+//!    group member is part of a complete block: the ACQUIRED events of all
+//!    the group's names, in its order, at consecutive revisions, for one
+//!    holder. A block cut by a broken watch stream is not judged.
 //! 7. **Semaphore limit.** Of the holdings of a semaphore (Acquire with a
 //!    limit N), at no instant do more than N acting intervals (property 3's
 //!    intervals, by client deadlines) overlap. Each slot of a semaphore is
@@ -69,6 +78,15 @@ pub struct Event {
     pub time_ms: u64,
     /// Semaphore slot of the holding concerned (0: a plain lease).
     pub slot: u32,
+    /// Bucket revision of the change.
+    pub revision: u64,
+    /// The holder concerned.
+    pub holder: String,
+    /// Every name of the group the holding belongs to (empty: alone).
+    pub group: Vec<String>,
+    /// Which watch stream saw it (the runner reconnects after a break; a
+    /// block of events is judged only inside one stream).
+    pub stream: u32,
 }
 
 /// The first write of one FIFO queue ticket, as the runner's bucket watch
@@ -147,6 +165,12 @@ pub struct Report {
     pub fifo_pairs: usize,
     /// Contended waiter pairs excused by a fault window.
     pub fifo_excused: usize,
+    /// Property 8 violations (a group granted or held in part).
+    pub p8_group: usize,
+    /// Groups clients took, judged by property 8.
+    pub groups_taken: usize,
+    /// Complete group blocks seen in the watch stream.
+    pub group_blocks: usize,
     /// Most holdings of one semaphore acting at once.
     pub max_concurrent: usize,
     /// Longest overlap, ms.
@@ -192,6 +216,7 @@ impl Report {
             + self.p5_early
             + self.p6_fifo
             + self.p7_limit
+            + self.p8_group
     }
 
     /// Unreleased holdings that property 4 looked at.
@@ -574,6 +599,7 @@ pub fn check(input: &Input) -> Report {
     }
 
     fifo(input, &mut r);
+    groups(input, &mut r);
     if let Some(limit) = input.limit {
         semaphore_limit(&all, limit, &mut r);
     }
@@ -693,6 +719,87 @@ fn fifo(input: &Input, r: &mut Report) {
     }
 }
 
+/// Property 8: groups are granted and held all together or not at all.
+fn groups(input: &Input, r: &mut Report) {
+    // What clients took: per group, the names asked for and the grants.
+    let mut asked: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    let mut taken: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for o in input
+        .ops
+        .iter()
+        .filter(|o| o.op == OpKind::Acquire && !o.group.is_empty())
+    {
+        asked.entry(&o.group).or_default().insert(&o.name);
+        if o.phase == Phase::Ok {
+            taken.entry(&o.group).or_default().push(o);
+        }
+    }
+    for (group, members) in &taken {
+        r.groups_taken += 1;
+        let mut tokens: Vec<u64> = members.iter().map(|o| o.token).collect();
+        tokens.sort_unstable();
+        let names = asked.get(group).map_or(0, |a| a.len());
+        let whole = members.len() == names;
+        let consecutive = tokens.windows(2).all(|w| w[1] == w[0] + 1);
+        let one_interval = members
+            .iter()
+            .all(|o| o.t1 == members[0].t1 && o.deadline == members[0].deadline);
+        if !whole || !consecutive || !one_interval {
+            r.p8_group += 1;
+            r.example(format!(
+                "P8 {group}: {} of {names} members {:?} granted at tokens {tokens:?}: {}",
+                members.len(),
+                members.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+                if !whole {
+                    "the client held part of its group"
+                } else if !consecutive {
+                    "not one batch, other writes came between them"
+                } else {
+                    "held over different intervals"
+                }
+            ));
+        }
+    }
+    // What the watch saw: each member's grant inside its group's block.
+    let ev = input.events;
+    let mut in_block = vec![false; ev.len()];
+    for (i, e) in ev.iter().enumerate() {
+        if e.kind != "ACQUIRED" || e.group.is_empty() || e.name != e.group[0] {
+            continue;
+        }
+        let k = e.group.len();
+        let rest: Vec<&Event> = ev[i + 1..]
+            .iter()
+            .take(k - 1)
+            .filter(|n| n.stream == e.stream)
+            .collect();
+        if rest.len() < k - 1 {
+            // The stream broke inside the block: not judged.
+            in_block[i..(i + 1 + rest.len()).min(ev.len())].fill(true);
+            continue;
+        }
+        let whole = rest.iter().enumerate().all(|(j, n)| {
+            n.kind == "ACQUIRED"
+                && n.name == e.group[j + 1]
+                && n.holder == e.holder
+                && n.revision == e.revision + j as u64 + 1
+        });
+        if whole {
+            r.group_blocks += 1;
+            in_block[i..i + k].fill(true);
+        }
+    }
+    for (i, e) in ev.iter().enumerate() {
+        if e.kind == "ACQUIRED" && !e.group.is_empty() && !in_block[i] {
+            r.p8_group += 1;
+            r.example(format!(
+                "P8 {}: granted to {} (revision {}) outside a complete block of its group {:?}",
+                e.name, e.holder, e.revision, e.group
+            ));
+        }
+    }
+}
+
 /// Property 7: at no instant more acting holdings of a semaphore than its
 /// limit.
 fn semaphore_limit(all: &[Holding], limit: u32, r: &mut Report) {
@@ -768,6 +875,7 @@ mod tests {
             timeout_ms: 1000,
             slot: 0,
             wait_ms: 0,
+            group: String::new(),
             detail: String::new(),
         }
     }
@@ -783,6 +891,94 @@ mod tests {
             server_ms: t0,
             ..op(holding, OpKind::Acquire, Phase::Ok, t0, t1)
         }
+    }
+
+    /// An event with no group, slot or holder.
+    fn plain_event() -> Event {
+        Event {
+            kind: String::new(),
+            name: "n".into(),
+            token: 0,
+            time_ms: 0,
+            slot: 0,
+            revision: 0,
+            holder: String::new(),
+            group: Vec::new(),
+            stream: 0,
+        }
+    }
+
+    /// A member of group `g` granted with `token` (one AcquireGroup reply
+    /// at 1002 unless `t1` differs).
+    fn member(g: &str, name: &str, token: u64, t1: u64) -> Op {
+        Op {
+            name: name.into(),
+            group: g.into(),
+            ..acquired(&format!("{g}@{name}"), token, 1000, t1, 1000, 50)
+        }
+    }
+
+    /// The ACQUIRED event of `name` in group `group` at `revision`.
+    fn granted(name: &str, group: &[&str], revision: u64, stream: u32) -> Event {
+        Event {
+            kind: "ACQUIRED".into(),
+            name: name.into(),
+            token: revision,
+            revision,
+            holder: "a".into(),
+            group: group.iter().map(|g| g.to_string()).collect(),
+            stream,
+            ..plain_event()
+        }
+    }
+
+    #[test]
+    fn a_group_granted_in_one_batch_passes() {
+        let ops = vec![member("a#1", "x", 7, 1002), member("a#1", "y", 8, 1002)];
+        let events = vec![
+            granted("x", &["x", "y"], 7, 0),
+            granted("y", &["x", "y"], 8, 0),
+        ];
+        let r = check_ops(&ops, &[], &events, &[]);
+        assert_eq!(r.p8_group, 0, "{:?}", r.examples);
+        assert_eq!((r.groups_taken, r.group_blocks), (1, 1));
+    }
+
+    #[test]
+    fn a_group_taken_member_by_member_is_reported() {
+        // Tokens 7 and 9: something was written between the two grants.
+        let ops = vec![member("a#1", "x", 7, 1002), member("a#1", "y", 9, 1010)];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p8_group, 1, "{:?}", r.examples);
+
+        // x granted, y asked for and refused: part of the group was held.
+        let refused = Op {
+            name: "y".into(),
+            group: "a#1".into(),
+            detail: "LEASE_HELD".into(),
+            ..op("a#1@y", OpKind::Acquire, Phase::Fail, 1003, 1500)
+        };
+        let r = check_ops(&[member("a#1", "x", 7, 1002), refused], &[], &[], &[]);
+        assert_eq!(r.p8_group, 1, "{:?}", r.examples);
+
+        // The watch saw x granted, then another name, then y.
+        let events = vec![
+            granted("x", &["x", "y"], 7, 0),
+            Event {
+                kind: "ACQUIRED".into(),
+                name: "z".into(),
+                revision: 8,
+                ..plain_event()
+            },
+            granted("y", &["x", "y"], 9, 0),
+        ];
+        let r = check_ops(&[], &[], &events, &[]);
+        assert_eq!(r.p8_group, 2, "{:?}", r.examples);
+
+        // A block cut by a broken watch stream is not judged.
+        let events = vec![granted("x", &["x", "y"], 7, 0)];
+        let r = check_ops(&[], &[], &events, &[]);
+        assert_eq!((r.p8_group, r.group_blocks), (0, 0), "{:?}", r.examples);
     }
 
     fn check_ops(ops: &[Op], accepted: &[Accepted], events: &[Event], faults: &[Window]) -> Report {
@@ -1063,7 +1259,7 @@ mod tests {
             name: "n".into(),
             token: 1,
             time_ms: 3500,
-            slot: 0,
+            ..plain_event()
         };
         let r = check_ops(&ops, &[], std::slice::from_ref(&late), &[]);
         assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
@@ -1103,7 +1299,7 @@ mod tests {
             name: "n".into(),
             token: 1,
             time_ms,
-            slot: 0,
+            ..plain_event()
         };
         let r = check_ops(&ops, &[], &[at(7400)], std::slice::from_ref(&fault));
         assert_eq!(r.p4_expiry, 0, "{:?}", r.examples);

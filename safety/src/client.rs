@@ -28,8 +28,8 @@ use rand::{Rng, SeedableRng};
 use tenure::proto::election_service_client::ElectionServiceClient;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{
-    AcquireRequest, CampaignRequest, Lease, ProclaimRequest, ReleaseRequest, RenewRequest,
-    ResignRequest,
+    AcquireGroupRequest, AcquireRequest, CampaignRequest, GroupMember, Lease, ProclaimRequest,
+    ReleaseGroupRequest, ReleaseRequest, RenewGroupRequest, RenewRequest, ResignRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
@@ -92,6 +92,16 @@ pub struct ClientArgs {
     /// semaphore exceed its limit.
     #[arg(long)]
     pub split: bool,
+    /// Take groups of this many names with AcquireGroup (renewed and
+    /// released with RenewGroup/ReleaseGroup) instead of single leases
+    /// (0: single leases). Each member is recorded as its own holding
+    /// (`<holding>@<name>`) with the group's holding id beside it.
+    #[arg(long, default_value_t = 0)]
+    pub group: usize,
+    /// Negative control of groups: take the group's members one by one
+    /// with single Acquires and still record them as one group.
+    #[arg(long)]
+    pub fake_group: bool,
 }
 
 /// Tenure replicas with failover.
@@ -287,6 +297,7 @@ impl Client {
             timeout_ms: 0,
             slot: 0,
             wait_ms: 0,
+            group: String::new(),
             detail: String::new(),
         }
     }
@@ -320,7 +331,24 @@ impl Client {
                 .cloned()
                 .unwrap_or_default();
             let ttl_s = self.rng.random_range(self.args.ttl_min..=self.args.ttl_max);
-            if let Some(held) = self.acquire(&holding, &name, ttl_s).await {
+            let got = if self.args.group > 1 {
+                let names: Vec<String> = self
+                    .args
+                    .names
+                    .choose_multiple(&mut self.rng, self.args.group)
+                    .cloned()
+                    .collect();
+                if self.args.fake_group {
+                    self.acquire_one_by_one(&holding, &names, ttl_s).await
+                } else {
+                    self.acquire_group(&holding, &names, ttl_s).await
+                }
+            } else {
+                self.acquire(&holding, &name, ttl_s, "")
+                    .await
+                    .map(|h| vec![h])
+            };
+            if let Some(held) = got {
                 self.hold(held).await;
             } else {
                 let pause = self.rng.random_range(5..40);
@@ -331,7 +359,13 @@ impl Client {
 
     /// Acquires `name` with a wait of half the TTL (so a granted lease has at
     /// least half its TTL left); retries unknown outcomes with the same key.
-    async fn acquire(&mut self, holding: &str, name: &str, ttl_s: u64) -> Option<Held> {
+    async fn acquire(
+        &mut self,
+        holding: &str,
+        name: &str,
+        ttl_s: u64,
+        group: &str,
+    ) -> Option<Held> {
         let key: String = (&mut self.rng)
             .sample_iter(Alphanumeric)
             .take(32)
@@ -363,6 +397,7 @@ impl Client {
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
             op.timeout_ms = timeout.as_millis() as u64;
             op.wait_ms = wait.as_millis() as u64;
+            op.group = group.to_string();
             self.rec.record(&op);
             let res = if self.args.election {
                 let campaign = CampaignRequest {
@@ -435,63 +470,80 @@ impl Client {
         }
     }
 
-    /// Holds a lease: renew, work, then release or abandon.
-    async fn hold(&mut self, mut held: Held) {
-        let ttl_ns = held.ttl_ms * 1_000_000;
+    /// Holds a lease, or every member of a group: renew, work, then
+    /// release or abandon. A group's members share one send time and
+    /// deadline; the work writes to one member's resource at a time.
+    async fn hold(&mut self, mut held: Vec<Held>) {
+        let ttl_ns = held.iter().map(|h| h.ttl_ms).min().unwrap_or(0) * 1_000_000;
         let renew_every = ttl_ns / 3;
         let hold_for = self.rng.random_range(ttl_ns / 4..ttl_ns * 3 / 2);
-        let plan_end = (held.last_ok_send + hold_for).min(self.args.until_ns);
+        let sent = held.iter().map(|h| h.last_ok_send).min().unwrap_or(0);
+        let plan_end = (sent + hold_for).min(self.args.until_ns);
         let release_at_end = self.rng.random_bool(0.6);
         let work_ns = self.args.work_ms * 1_000_000;
         let mut renewing = true;
-        let mut next_renew = held.last_ok_send + renew_every;
+        let mut next_renew = sent + renew_every;
         loop {
             let now = mono_ns();
-            if now >= held.deadline {
-                self.lost(&held, "deadline passed");
+            let deadline = held.iter().map(|h| h.deadline).min().unwrap_or(0);
+            if now >= deadline {
+                for h in &held {
+                    self.lost(h, "deadline passed");
+                }
                 return;
             }
             if now >= plan_end && renewing {
                 if release_at_end || now >= self.args.until_ns {
-                    self.release(&held).await;
+                    self.release_all(&held).await;
                     return;
                 }
                 renewing = false;
-                let op = self.op(
-                    &held.holding,
-                    &held.name,
-                    OpKind::Abandon,
-                    Phase::Ok,
-                    now,
-                    real_ms(),
-                );
-                self.rec.record(&op);
+                for h in &held {
+                    let op = self.op(
+                        &h.holding,
+                        &h.name,
+                        OpKind::Abandon,
+                        Phase::Ok,
+                        now,
+                        real_ms(),
+                    );
+                    self.rec.record(&op);
+                }
             }
             if renewing && now >= next_renew {
-                match self.renew(&mut held).await {
-                    Some(true) => next_renew = held.last_ok_send + renew_every,
+                match self.renew_all(&mut held).await {
+                    Some(true) => {
+                        let sent = held.iter().map(|h| h.last_ok_send).min().unwrap_or(0);
+                        next_renew = sent + renew_every;
+                    }
                     Some(false) => return,
                     None => next_renew = mono_ns() + 100_000_000,
                 }
                 continue;
             }
-            if mono_ns() + work_ns < held.deadline {
+            if mono_ns() + work_ns < deadline {
                 // The work between the deadline check and the write: a pause
                 // here is what makes a write arrive after the lease is gone.
                 // Logged as the write's `invoke`, so the runner can pause a
                 // holder exactly here (holder-sigstop).
+                let i = self.rng.random_range(0..held.len());
                 let mut op = self.op(
-                    &held.holding,
-                    &held.name,
+                    &held[i].holding,
+                    &held[i].name,
                     OpKind::Write,
                     Phase::Invoke,
                     mono_ns(),
                     real_ms(),
                 );
-                op.token = held.token;
+                op.token = held[i].token;
                 self.rec.record(&op);
                 tokio::time::sleep(Duration::from_nanos(work_ns)).await;
-                if !self.write(&held).await {
+                if !self.write(&held[i]).await {
+                    for (j, h) in held.iter().enumerate() {
+                        if j != i {
+                            self.lost(h, "another member's token was refused");
+                        }
+                    }
                     return;
                 }
             }
@@ -499,6 +551,310 @@ impl Client {
             let until_renew = Duration::from_nanos(next_renew.saturating_sub(mono_ns()));
             let nap = if renewing { nap.min(until_renew) } else { nap };
             tokio::time::sleep(nap).await;
+        }
+    }
+
+    /// Takes a group with one AcquireGroup (a wait like a single Acquire's;
+    /// unknown outcomes retried with the same key). Every member is
+    /// recorded as its own holding `<holding>@<name>` with the group's id.
+    async fn acquire_group(
+        &mut self,
+        holding: &str,
+        names: &[String],
+        ttl_s: u64,
+    ) -> Option<Vec<Held>> {
+        let key: String = (&mut self.rng)
+            .sample_iter(Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
+        let wait = Duration::from_millis((ttl_s * 500).min(left_ms));
+        let timeout = wait + Duration::from_millis(1500);
+        let give_up = mono_ns() + 3_000_000_000;
+        let member = |name: &str| format!("{holding}@{name}");
+        loop {
+            let req = AcquireGroupRequest {
+                names: names.to_vec(),
+                holder: self.args.id.clone(),
+                ttl: Some(prost_types::Duration {
+                    seconds: ttl_s as i64,
+                    nanos: 0,
+                }),
+                lease_key: key.clone(),
+                wait: Some(prost_types::Duration {
+                    seconds: wait.as_secs() as i64,
+                    nanos: wait.subsec_nanos() as i32,
+                }),
+                ..Default::default()
+            };
+            let (t0, w0) = (mono_ns(), real_ms());
+            let mut ops: Vec<Op> = names
+                .iter()
+                .map(|n| {
+                    let mut op = self.op(&member(n), n, OpKind::Acquire, Phase::Invoke, t0, w0);
+                    op.timeout_ms = timeout.as_millis() as u64;
+                    op.wait_ms = wait.as_millis() as u64;
+                    op.group = holding.to_string();
+                    op
+                })
+                .collect();
+            for op in &ops {
+                self.rec.record(op);
+            }
+            let res = bounded(
+                timeout,
+                self.tenure
+                    .client()
+                    .acquire_group(with_timeout(req, timeout)),
+            )
+            .await;
+            let t1 = mono_ns();
+            match res {
+                Ok(resp) if resp.leases.len() == names.len() => {
+                    let ttl = resp.leases.iter().map(|l| ttl_ms(l.ttl)).min().unwrap_or(0);
+                    let deadline = self.deadline(t0, ttl);
+                    let mut held = Vec::new();
+                    for (op, lease) in ops.iter_mut().zip(resp.leases) {
+                        op.t1 = t1;
+                        op.phase = Phase::Ok;
+                        op.token = lease.fencing_token;
+                        op.revision = lease.revision;
+                        op.ttl_ms = ttl_ms(lease.ttl);
+                        op.deadline = deadline;
+                        op.server_ms = stamp_ms(lease.renew_time);
+                        self.rec.record(op);
+                        held.push(Held {
+                            holding: op.holding.clone(),
+                            name: op.name.clone(),
+                            key: key.clone(),
+                            token: lease.fencing_token,
+                            revision: lease.revision,
+                            ttl_ms: op.ttl_ms,
+                            deadline,
+                            last_ok_send: t0,
+                            slot: 0,
+                        });
+                    }
+                    return Some(held);
+                }
+                res => {
+                    let (phase, detail) = match res {
+                        Ok(resp) => (
+                            Phase::Info,
+                            format!("{} leases for {} names", resp.leases.len(), names.len()),
+                        ),
+                        Err(status) if definite(&status) => (Phase::Fail, describe(&status)),
+                        Err(status) => (Phase::Info, describe(&status)),
+                    };
+                    for op in &mut ops {
+                        op.t1 = t1;
+                        op.phase = phase;
+                        op.detail = detail.clone();
+                        self.rec.record(op);
+                    }
+                    if phase == Phase::Fail {
+                        return None;
+                    }
+                    self.tenure.fail_over();
+                    if t1 > give_up || t1 > self.args.until_ns {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// The negative control of groups: the members taken one by one with
+    /// single Acquires, recorded as one group all the same (and given up
+    /// if one of them cannot be had).
+    async fn acquire_one_by_one(
+        &mut self,
+        holding: &str,
+        names: &[String],
+        ttl_s: u64,
+    ) -> Option<Vec<Held>> {
+        let mut held: Vec<Held> = Vec::new();
+        for name in names {
+            let member = format!("{holding}@{name}");
+            match self.acquire(&member, name, ttl_s, holding).await {
+                Some(h) => held.push(h),
+                None => {
+                    self.release_all(&held).await;
+                    return None;
+                }
+            }
+        }
+        // The group acts until its first member's deadline.
+        let deadline = held.iter().map(|h| h.deadline).min().unwrap_or(0);
+        for h in &mut held {
+            h.deadline = deadline;
+        }
+        Some(held)
+    }
+
+    /// Renews a lease, or every member of a group (one RenewGroup; the
+    /// control's fake group member by member). `Some(false)`: lost.
+    async fn renew_all(&mut self, held: &mut [Held]) -> Option<bool> {
+        if held.len() == 1 || self.args.fake_group {
+            for i in 0..held.len() {
+                match self.renew(&mut held[i]).await {
+                    Some(true) => {}
+                    Some(false) => {
+                        for (j, h) in held.iter().enumerate() {
+                            if j != i {
+                                self.lost(h, "another member was lost");
+                            }
+                        }
+                        return Some(false);
+                    }
+                    None => return None,
+                }
+            }
+            return Some(true);
+        }
+        let ttl_ns = held[0].ttl_ms * 1_000_000;
+        let timeout = Duration::from_nanos((ttl_ns / 3).clamp(200_000_000, 1_000_000_000));
+        let req = RenewGroupRequest {
+            members: held
+                .iter()
+                .map(|h| GroupMember {
+                    name: h.name.clone(),
+                    expected_revision: h.revision,
+                })
+                .collect(),
+            lease_key: held[0].key.clone(),
+            ttl: None,
+        };
+        let (t0, w0) = (mono_ns(), real_ms());
+        let mut ops: Vec<Op> = held
+            .iter()
+            .map(|h| {
+                let mut op = self.op(&h.holding, &h.name, OpKind::Renew, Phase::Invoke, t0, w0);
+                op.token = h.token;
+                op.timeout_ms = timeout.as_millis() as u64;
+                op
+            })
+            .collect();
+        for op in &ops {
+            self.rec.record(op);
+        }
+        let res = bounded(
+            timeout,
+            self.tenure.client().renew_group(with_timeout(req, timeout)),
+        )
+        .await;
+        let t1 = mono_ns();
+        match res {
+            Ok(resp) if resp.leases.len() == held.len() => {
+                let ttl = resp.leases.iter().map(|l| ttl_ms(l.ttl)).min().unwrap_or(0);
+                let deadline = self.deadline(t0, ttl);
+                for ((op, h), lease) in ops.iter_mut().zip(held.iter_mut()).zip(resp.leases) {
+                    op.t1 = t1;
+                    op.phase = Phase::Ok;
+                    op.revision = lease.revision;
+                    op.ttl_ms = ttl_ms(lease.ttl);
+                    op.deadline = deadline;
+                    op.server_ms = stamp_ms(lease.renew_time);
+                    if lease.fencing_token != h.token {
+                        op.detail = format!("token changed to {}", lease.fencing_token);
+                    }
+                    self.rec.record(op);
+                    h.revision = lease.revision;
+                    h.ttl_ms = op.ttl_ms;
+                    h.last_ok_send = t0;
+                    h.deadline = h.deadline.max(deadline);
+                }
+                Some(true)
+            }
+            Err(status) if definite(&status) => {
+                for (op, h) in ops.iter_mut().zip(held.iter()) {
+                    op.t1 = t1;
+                    op.phase = Phase::Fail;
+                    op.detail = describe(&status);
+                    self.rec.record(op);
+                    self.lost(h, "group renew refused");
+                }
+                Some(false)
+            }
+            res => {
+                let detail = match res {
+                    Err(status) => describe(&status),
+                    Ok(_) => "a reply without every member".into(),
+                };
+                for op in &mut ops {
+                    op.t1 = t1;
+                    op.phase = Phase::Info;
+                    op.detail = detail.clone();
+                    self.rec.record(op);
+                }
+                self.tenure.fail_over();
+                None
+            }
+        }
+    }
+
+    /// Stops acting, then releases a lease or every member of a group (one
+    /// ReleaseGroup, one retry on another replica; the control's fake
+    /// group member by member).
+    async fn release_all(&mut self, held: &[Held]) {
+        if held.len() == 1 || self.args.fake_group {
+            for h in held {
+                self.release(h).await;
+            }
+            return;
+        }
+        for _ in 0..2 {
+            let timeout = Duration::from_secs(1);
+            let req = ReleaseGroupRequest {
+                members: held
+                    .iter()
+                    .map(|h| GroupMember {
+                        name: h.name.clone(),
+                        expected_revision: h.revision,
+                    })
+                    .collect(),
+                lease_key: held[0].key.clone(),
+            };
+            let (t0, w0) = (mono_ns(), real_ms());
+            let mut ops: Vec<Op> = held
+                .iter()
+                .map(|h| {
+                    let mut op =
+                        self.op(&h.holding, &h.name, OpKind::Release, Phase::Invoke, t0, w0);
+                    op.token = h.token;
+                    op.timeout_ms = 1000;
+                    op
+                })
+                .collect();
+            for op in &ops {
+                self.rec.record(op);
+            }
+            let res = bounded(
+                timeout,
+                self.tenure
+                    .client()
+                    .release_group(with_timeout(req, timeout)),
+            )
+            .await;
+            let t1 = mono_ns();
+            let (phase, revision, detail) = match &res {
+                Ok(resp) => (Phase::Ok, resp.revision, String::new()),
+                Err(status) if definite(status) => (Phase::Fail, 0, describe(status)),
+                Err(status) => (Phase::Info, 0, describe(status)),
+            };
+            for op in &mut ops {
+                op.t1 = t1;
+                op.phase = phase;
+                op.revision = revision;
+                op.detail = detail.clone();
+                self.rec.record(op);
+            }
+            if phase != Phase::Info {
+                return;
+            }
+            self.tenure.fail_over();
         }
     }
 

@@ -98,6 +98,10 @@ pub struct Op {
     /// queued at least, which the fairness property needs.
     #[serde(default)]
     pub wait_ms: u64,
+    /// The group a member holding belongs to (the group's holding id, on
+    /// its Acquire lines); empty outside groups.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
     /// Error reason or note.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,

@@ -199,9 +199,9 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.expiry_unverified
         );
         eprintln!(
-            "   FIFO: {} queued waiters, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit",
+            "   FIFO: {} queued waiters, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit; groups: {} taken, {} complete blocks watched, {} in part",
             r.fifo_waiters,
-            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit
+            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group
         );
         for e in &outcome.report.examples {
             eprintln!("   {e}");
@@ -223,10 +223,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|---|"
     );
     for o in outcomes {
         let r = &o.report;
@@ -240,7 +240,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({} / {}) | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -259,6 +259,11 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.fifo_excused,
             if o.scenario.limit > 0 {
                 format!("{} ({} of {})", r.p7_limit, r.max_concurrent, o.scenario.limit)
+            } else {
+                "-".to_string()
+            },
+            if o.scenario.group > 0 {
+                format!("{} ({} / {})", r.p8_group, r.groups_taken, r.group_blocks)
             } else {
                 "-".to_string()
             },

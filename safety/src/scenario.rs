@@ -49,6 +49,9 @@ pub struct Minimums {
     pub stale_refused: usize,
     /// Contended waiter pairs judged by the FIFO property.
     pub fifo_pairs: usize,
+    /// Groups taken by clients (and, for real groups, as many complete
+    /// blocks in the watch stream).
+    pub groups: usize,
 }
 
 /// The property a negative control must be caught breaking.
@@ -61,6 +64,8 @@ pub enum Expected {
     Fifo,
     /// More holders of a semaphore than its limit.
     Limit,
+    /// A group granted in part.
+    Group,
 }
 
 /// What goes wrong in a scenario.
@@ -116,6 +121,12 @@ pub struct Scenario {
     /// Negative control of the limit: half the clients take another
     /// semaphore while recording the same name.
     pub split: bool,
+    /// Members per group taken with AcquireGroup by every client but the
+    /// last, which takes single leases on the same names (0: no groups).
+    pub group: usize,
+    /// Negative control of groups: the group clients take their members
+    /// one by one with single Acquires.
+    pub fake_group: bool,
     /// The fault.
     pub fault: Fault,
     /// Whether the checker must report violations (negative control).
@@ -145,6 +156,8 @@ pub fn all() -> Vec<Scenario> {
         limit: 0,
         one_name: false,
         split: false,
+        group: 0,
+        fake_group: false,
         fault,
         expect_violations: false,
         expected: Expected::Overlap,
@@ -155,8 +168,19 @@ pub fn all() -> Vec<Scenario> {
             writes: 50,
             stale_refused: 0,
             fifo_pairs: 0,
+            groups: 0,
         },
         quick_secs: None,
+    };
+    let grouped = |sc: Scenario| Scenario {
+        group: 2,
+        // Any two groups of 2 of the 3 names overlap, so one group holds
+        // at a time: a few per 12 s.
+        min: Minimums {
+            groups: 3,
+            ..sc.min
+        },
+        ..sc
     };
     let fifo = |sc: Scenario| Scenario {
         min: Minimums {
@@ -210,6 +234,7 @@ pub fn all() -> Vec<Scenario> {
             one_name: true,
             expect_violations: true,
             expected: Expected::Fifo,
+            quick_secs: Some(8),
             ..s("negative-fifo-lost-tickets", 1, 1, Fault::DropOlderTickets)
         },
         Scenario {
@@ -233,6 +258,14 @@ pub fn all() -> Vec<Scenario> {
             quick_secs: Some(8),
             ..s("negative-semaphore-split", 1, 1, Fault::None)
         },
+        grouped(s("group-tenure-sigkill", 1, 2, Fault::KillTenure)),
+        grouped(Scenario {
+            fake_group: true,
+            expect_violations: true,
+            expected: Expected::Group,
+            quick_secs: Some(8),
+            ..s("negative-group-one-by-one", 1, 1, Fault::None)
+        }),
     ]
 }
 
@@ -310,6 +343,10 @@ impl Outcome {
         need("writes accepted", r.writes_accepted, min.writes);
         need("stale writes refused", r.stale_refused, min.stale_refused);
         need("contended FIFO pairs", r.fifo_pairs, min.fifo_pairs);
+        need("groups taken", r.groups_taken, min.groups);
+        if !self.scenario.fake_group {
+            need("complete group blocks watched", r.group_blocks, min.groups);
+        }
         if !self.scenario.expect_violations && r.unverified_share() > MAX_UNVERIFIED_SHARE {
             out.push(format!(
                 "{} of {} expiries unverified ({:.0}%, at most {:.0}% allowed)",
@@ -338,6 +375,7 @@ impl Outcome {
                 }
                 Expected::Fifo => r.p6_fifo > 0,
                 Expected::Limit => r.p7_limit > 0,
+                Expected::Group => r.p8_group > 0,
             }
         } else {
             self.report.violations() == 0
@@ -702,6 +740,15 @@ fn spawn_client(
     if sc.split && slot % 2 == 1 {
         cmd.arg("--split");
     }
+    // Groups: every client but the last takes groups, the last single
+    // leases on the same names, racing them (more single waiters, queued
+    // all the time, starve the groups: a group never jumps a queue).
+    if sc.group > 1 && slot + 1 < set.clients {
+        cmd.args(["--group", &sc.group.to_string()]);
+        if sc.fake_group {
+            cmd.arg("--fake-group");
+        }
+    }
     if sc.unfenced {
         cmd.arg("--unfenced");
     }
@@ -766,7 +813,9 @@ async fn held_now(addrs: &[String], name: &str) -> bool {
 /// the next replica) whenever the stream breaks.
 async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
     let mut i = 0;
+    let mut stream_no = 0u32;
     loop {
+        stream_no += 1;
         let addr = &addrs[i % addrs.len()];
         i += 1;
         if let Ok(mut client) = lease_client(addr) {
@@ -796,6 +845,10 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
                             token: ev.fencing_token,
                             time_ms,
                             slot: ev.slot,
+                            revision: ev.revision,
+                            holder: ev.holder,
+                            group: ev.lease.map(|l| l.group).unwrap_or_default(),
+                            stream: stream_no,
                         });
                     }
                 }
