@@ -3,7 +3,7 @@
 # prints the results table (see docs/safety.md).
 #
 #   scripts/safety.sh            the long run: 120 s of load per scenario
-#   scripts/safety.sh --quick    the CI variant: 12 s per scenario (< 3 min)
+#   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 8 s for some (~6 min)
 #
 # Other flags go to `tenure-safety run` (e.g. --only baseline,r3-sigstop,
 # --seconds 300, --margin-ms 0). Installs what it needs: nats-server via

@@ -1,5 +1,6 @@
 //! The history checker: turns the clients' histories, the store's log of
-//! accepted writes and the expiry events into verdicts on five properties.
+//! accepted writes, the lease events and the queue tickets into verdicts on
+//! eight properties.
 //!
 //! 1. **Tokens increase.** Per name, holdings ordered by when their holder
 //!    learned of them carry strictly increasing fencing tokens, and no two
@@ -45,20 +46,20 @@
 //!    on another replica) are left out, and a pair with a fault window
 //!    between A's send and B's reply is excused (a ticket may expire while
 //!    NATS is down).
-//! 8. **Groups are all or nothing.** Every group a client took
-//!    (AcquireGroup) was granted in one step: its members' fencing tokens
-//!    are consecutive revisions (the members of an atomic batch are stored
-//!    at consecutive revisions, so nothing, no other grant or expiry, can
-//!    come between them) and the client holds every member over the same
-//!    interval; and in the runner's WatchLease stream every grant of a
-//!    group member is part of a complete block: the ACQUIRED events of all
-//!    the group's names, in its order, at consecutive revisions, for one
-//!    holder. A block cut by a broken watch stream is not judged.
 //! 7. **Semaphore limit.** Of the holdings of a semaphore (Acquire with a
 //!    limit N), at no instant do more than N acting intervals (property 3's
 //!    intervals, by client deadlines) overlap. Each slot of a semaphore is
 //!    also checked like a plain lease (properties 1 and 3 to 5 per
 //!    `name#slot`, and the store keeps one fence per slot).
+//! 8. **Groups are all or nothing.** Every group a client took
+//!    (AcquireGroup) was granted whole, in one step: every name it asked
+//!    for, with fencing tokens that are consecutive revisions (the members
+//!    of an atomic batch are stored at consecutive revisions, so nothing, no
+//!    other grant or expiry, can come between them), and the client holds
+//!    every member over the same interval; and in the runner's WatchLease stream every grant of a
+//!    group member is part of a complete block: the ACQUIRED events of all
+//!    the group's names, in its order, at consecutive revisions, for one
+//!    holder. A block cut by a broken watch stream is not judged.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -387,7 +388,7 @@ fn fault_extension_ms(faults: &[Window], grace_ms: u64, t_ms: u64) -> u64 {
         .sum()
 }
 
-/// Checks the five properties.
+/// Checks the eight properties.
 pub fn check(input: &Input) -> Report {
     let mut r = Report::default();
     let ops = input.ops;

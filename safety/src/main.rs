@@ -1,11 +1,13 @@
 //! `tenure-safety`: evidence that Tenure's leases stay safe when things
 //! break. `run` plays the scenarios (holders paused and killed, a Tenure
 //! replica killed, nats-server killed, a 3-node JetStream cluster losing its
-//! stream leader or having nodes stopped, election leaders paused, and three
-//! negative controls) with at least 8 client processes contending for 3
-//! names through real Tenure processes, every holder writing to a fenced
-//! PostgreSQL table; then checks the recorded history and prints one table
-//! row per scenario. `client` is one of those client processes (started by
+//! stream leader or having nodes stopped, election leaders paused,
+//! semaphore holders and groups racing single leases, and a negative
+//! control per property family) with at least 8 client processes contending
+//! for 3 names through real Tenure processes, every holder writing to a
+//! fenced PostgreSQL table; then checks the recorded history (and the queue
+//! tickets and lease events the runner watched) and prints one table row per
+//! scenario. `client` is one of those client processes (started by
 //! `run`).
 //!
 //! `scripts/safety.sh` sets up PostgreSQL and runs this; the properties are

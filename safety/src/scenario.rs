@@ -184,7 +184,7 @@ pub fn all() -> Vec<Scenario> {
     };
     let fifo = |sc: Scenario| Scenario {
         min: Minimums {
-            fifo_pairs: 5,
+            fifo_pairs: 3,
             ..sc.min
         },
         ..sc
@@ -234,7 +234,6 @@ pub fn all() -> Vec<Scenario> {
             one_name: true,
             expect_violations: true,
             expected: Expected::Fifo,
-            quick_secs: Some(8),
             ..s("negative-fifo-lost-tickets", 1, 1, Fault::DropOlderTickets)
         },
         Scenario {
@@ -765,9 +764,9 @@ fn spawn_client(
     Ok(id)
 }
 
-/// The holders of `name` now (one for a lease, each holder of a
-/// semaphore), asking each replica in turn.
-async fn holders_of(addrs: &[String], name: &str) -> Vec<String> {
+/// The holders of `name` now with their slots (one for a lease, slot 0;
+/// each holder of a semaphore), asking each replica in turn.
+async fn holders_of(addrs: &[String], name: &str) -> Vec<(String, u32)> {
     for addr in addrs {
         let Ok(mut client) = lease_client(addr) else {
             continue;
@@ -776,9 +775,13 @@ async fn holders_of(addrs: &[String], name: &str) -> Vec<String> {
         match client.get_lease(req).await {
             Ok(resp) => {
                 let resp = resp.into_inner();
-                let mut all: Vec<String> = resp.holders.into_iter().map(|l| l.holder).collect();
+                let mut all: Vec<(String, u32)> = resp
+                    .holders
+                    .into_iter()
+                    .map(|l| (l.holder, l.slot))
+                    .collect();
                 if all.is_empty() {
-                    all.extend(resp.lease.map(|l| l.holder));
+                    all.extend(resp.lease.map(|l| (l.holder, l.slot)));
                 }
                 return all;
             }
@@ -791,17 +794,25 @@ async fn holders_of(addrs: &[String], name: &str) -> Vec<String> {
 
 /// The holder of `name` now (a semaphore's first), asking each replica.
 async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
-    holders_of(addrs, name).await.into_iter().next()
+    holders_of(addrs, name)
+        .await
+        .into_iter()
+        .next()
+        .map(|(h, _)| h)
 }
 
-/// A current holder of `name` and its process id, when that holder is one
-/// of the live clients (a random one of a semaphore's).
-async fn live_holder(addrs: &[String], name: &str, clients: &Clients) -> Option<(String, u32)> {
+/// A current holder of `name`, its slot and its process id, when that
+/// holder is one of the live clients (a random one of a semaphore's).
+async fn live_holder(
+    addrs: &[String],
+    name: &str,
+    clients: &Clients,
+) -> Option<(String, u32, u32)> {
     let mut holders = holders_of(addrs, name).await;
-    holders.retain(|h| clients.live.contains_key(h));
-    let holder = holders.choose(&mut rand::rng())?.clone();
+    holders.retain(|(h, _)| clients.live.contains_key(h));
+    let (holder, slot) = holders.choose(&mut rand::rng())?.clone();
     let pid = clients.live.get(&holder).and_then(|c| c.id())?;
-    Some((holder, pid))
+    Some((holder, slot, pid))
 }
 
 /// Whether `name` is held (by anyone) now.
@@ -915,7 +926,7 @@ async fn inject(
         Fault::PauseHolder => {
             while time_left(4000) {
                 let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
-                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
+                let Some((holder, slot, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
@@ -930,11 +941,14 @@ async fn inject(
                 signal(pid, libc::SIGSTOP);
                 count += 1;
                 let stopped = mono_ns();
+                // (For a semaphore: another holder has its slot, whose
+                // fence its write meets.)
                 while mono_ns() < stopped + 10_000_000_000 {
-                    match holder_of(addrs, &name).await {
-                        Some(h) if h != holder => break,
-                        _ => sleep(50).await,
+                    let now = holders_of(addrs, &name).await;
+                    if now.iter().any(|(h, s)| *h != holder && *s == slot) {
+                        break;
                     }
+                    sleep(50).await;
                 }
                 sleep(700).await;
                 signal(pid, libc::SIGCONT);
@@ -975,7 +989,7 @@ async fn inject(
         Fault::KillHolder => {
             while time_left(500) {
                 let name = set.names.choose(&mut rng).cloned().unwrap_or_default();
-                let Some((holder, pid)) = live_holder(addrs, &name, clients).await else {
+                let Some((holder, _, pid)) = live_holder(addrs, &name, clients).await else {
                     sleep(200).await;
                     continue;
                 };
