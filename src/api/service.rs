@@ -557,7 +557,7 @@ impl Call for proto::AcquireGroupRequest {
         self.names.first().map_or("", String::as_str)
     }
     fn check(&self) -> Result<(), Error> {
-        validate::group(self.names.iter().map(String::as_str), 1, MAX_GROUP_SIZE).map(drop)
+        validate::group(self.names.iter().map(String::as_str), 2, MAX_GROUP_SIZE).map(drop)
     }
     fn targets(&self) -> Vec<Target<'_>> {
         self.names.iter().map(|n| Target::Name(n)).collect()

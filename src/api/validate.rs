@@ -455,6 +455,23 @@ mod tests {
         }
     }
 
+    /// A group is min..=max distinct valid names; the refusal names the
+    /// rule or the duplicate.
+    #[test]
+    fn groups() {
+        let ok = group(["a", "b"].into_iter(), 2, 3).unwrap();
+        assert_eq!(ok, ["a", "b"]);
+        for (names, min) in [(vec!["a"], 2), (vec![], 1), (vec!["a", "b", "c", "d"], 2)] {
+            let err = group(names.into_iter(), min, 3).unwrap_err();
+            assert_eq!(err.reason, Reason::InvalidArgument);
+        }
+        let dup = group(["a", "b", "a"].into_iter(), 2, 3).unwrap_err();
+        assert_eq!(dup.reason, Reason::InvalidArgument);
+        assert!(dup.message.contains("\"a\" appears twice"));
+        let reserved = group(["a", "_tenure.x"].into_iter(), 2, 3).unwrap_err();
+        assert_eq!(reserved.reason, Reason::InvalidName);
+    }
+
     fn d(seconds: i64, nanos: i32) -> prost_types::Duration {
         prost_types::Duration { seconds, nanos }
     }

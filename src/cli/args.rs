@@ -263,6 +263,10 @@ pub struct WatchArgs {
 pub struct AcquireArgs {
     /// The lease name.
     pub name: String,
+    /// More lease names: all are taken, or none (one AcquireGroup; each
+    /// gets its own fencing token and they share the lease key).
+    #[arg(value_name = "NAME")]
+    pub more: Vec<String>,
     /// Who holds the lease. Default: USER@HOST.
     #[arg(long)]
     pub holder: Option<String>,

@@ -130,6 +130,9 @@ pub fn lease_json(l: &Lease) -> Value {
     if l.slot > 0 {
         v["slot"] = l.slot.into();
     }
+    if !l.group.is_empty() {
+        v["group"] = l.group.clone().into();
+    }
     v
 }
 
