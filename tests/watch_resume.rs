@@ -507,3 +507,46 @@ async fn a_revision_ahead_of_the_bucket_is_invalid() {
         Some(a.revision.to_string().as_str())
     );
 }
+
+/// SNAPSHOT_COMPLETE carries the revision its snapshot is complete up to,
+/// even when the snapshot is empty: a watch that saw only that marker can
+/// resume from it, getting exactly the changes made after it.
+#[tokio::test]
+async fn an_empty_snapshot_names_its_resume_point() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    // History that leaves nothing live under the filter.
+    let (a, ka) = acquire(&mut c, acquire_req("empty.a", "alice", 60)).await;
+    let released = c
+        .release(release_req("empty.a", a.revision, ka))
+        .await
+        .unwrap()
+        .into_inner()
+        .revision;
+    let mut fresh = watch(&mut c, "empty.>").await;
+    let complete = next_event(&mut fresh).await;
+    assert_eq!(kind(&complete), EventType::SnapshotComplete);
+    assert!(
+        complete.revision >= released,
+        "complete up to {} but the release was {released}",
+        complete.revision
+    );
+    drop(fresh);
+
+    let (b, _) = acquire(&mut c, acquire_req("empty.b", "bob", 60)).await;
+    let mut resumed = resume(&mut c, "empty.>", complete.revision)
+        .await
+        .expect("resumable from the marker's revision");
+    let replayed: Vec<_> = resumed.replayed().await.iter().map(brief).collect();
+    assert_eq!(
+        replayed,
+        [(
+            EventType::Acquired,
+            "empty.b".to_string(),
+            b.revision,
+            "bob".to_string(),
+            b.fencing_token
+        )],
+        "exactly the change after the marker"
+    );
+}

@@ -162,7 +162,12 @@ impl Subscription {
             Some(Some(event)) => return Ok(Arc::new(event)),
             Some(None) => {
                 self.prelude = Prelude::None;
-                return Ok(Arc::new(Event::snapshot_complete()));
+                // The revision the prelude is complete up to: a later watch
+                // resumed from it misses nothing and repeats nothing.
+                return Ok(Arc::new(Event {
+                    revision: self.seam,
+                    ..Event::snapshot_complete()
+                }));
             }
             None => {}
         }
@@ -690,7 +695,9 @@ impl State {
         Subscription {
             prelude,
             queue,
-            seam: 0,
+            // A snapshot is the mirror at its position; every live event
+            // queued from now on is later (a resume sets its own seam).
+            seam: self.mirror.position,
         }
     }
 
