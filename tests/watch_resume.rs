@@ -173,6 +173,10 @@ async fn resume_replays_exactly_the_later_changes() {
 async fn a_large_replay_arrives_whole_and_leaves_no_consumer() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
+    // A watch elsewhere keeps the shared watcher (and its consumer) on, so
+    // the count below is the baseline the replay's consumer returns to.
+    let mut keep = watch(&mut c, "elsewhere.>").await;
+    next_of(&mut keep, EventType::SnapshotComplete).await;
     let (first, _) = acquire(&mut c, acquire_req("big.first", "h", 60)).await;
     let mut written = Vec::new();
     for i in 0..300 {
@@ -398,6 +402,10 @@ async fn resume_across_a_tenure_restart_has_no_gap_and_no_duplicate() {
 async fn a_new_process_refuses_what_it_cannot_prove() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
+    // A watch keeps this process's shared watcher following the bucket
+    // (idle, it would not see the history either).
+    let mut all_along = watch(&mut c, "only.>").await;
+    next_of(&mut all_along, EventType::SnapshotComplete).await;
     let (a, k) = acquire(&mut c, acquire_req("only.a", "alice", 60)).await;
     let a2 = renew(&mut c, renew_req("only.a", a.revision, k.clone())).await;
     let a3 = renew(&mut c, renew_req("only.a", a2.revision, k)).await;
