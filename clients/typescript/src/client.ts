@@ -329,8 +329,8 @@ export class TenureClient {
    * one call with the lease key, the wait left and the call's deadline.
    *
    * - A `TOO_MANY_WAITERS` refusal (the name's queue is full) is retried
-   *   after the server's suggested delay (2 s when it gives none) while the
-   *   wait lasts; then it is thrown.
+   *   after the server's RetryInfo delay (2 s when it gives none) when the
+   *   wait lasts beyond it; otherwise it is thrown.
    * - A grant whose reply came after its own safe deadline is asked again
    *   with the same key for a fresh send time (the server renews the same
    *   holding), at most {@link MAX_REANCHORS} times.
@@ -353,10 +353,12 @@ export class TenureClient {
       try {
         granted = await send(leaseKey, waitMs > 0 ? msToDuration(waitMs) : undefined, waitMs + rpcTimeoutMs);
       } catch (err) {
-        const left = waitUntil - performance.now();
-        if (!(err instanceof TenureError) || err.reason !== ErrorReason.TOO_MANY_WAITERS || left <= 0) throw err;
-        // The queue is full: come back when a place may have freed, within the wait.
-        await sleep(Math.min(left, err.retryDelayMs ?? 2000), undefined, { signal: options.signal }).catch(() => {
+        if (!(err instanceof TenureError) || err.reason !== ErrorReason.TOO_MANY_WAITERS) throw err;
+        // The queue is full: come back when a place may have freed, if
+        // that is still within the wait.
+        const delayMs = err.retryDelayMs ?? 2000;
+        if (waitUntil - performance.now() <= delayMs) throw err;
+        await sleep(delayMs, undefined, { signal: options.signal }).catch(() => {
           throw options.signal?.reason;
         });
         continue;
