@@ -61,12 +61,12 @@ describe("group session", () => {
     const events = client.watch(`${prefix}.>`, { signal: stop.signal })[Symbol.asyncIterator]();
     try {
       await nextMatching(events, "SNAPSHOT_COMPLETE", (e) => e.type === EventType.SNAPSHOT_COMPLETE);
-      const group = await client.acquireGroup(names, "grouper", { ttlMs: 1000 });
+      const group = await client.acquireGroup(names, "grouper", { ttlMs: 3000 });
       assert.deepEqual(group.names, names, "members in request order");
       const tokens = names.map((n) => group.fencingToken(n));
       assert.equal(new Set(tokens).size, 3, "each member has its own fencing token");
       for (const lease of group.leases) assert.deepEqual(lease.group, names);
-      assert.equal(group.ttlMs, 1000);
+      assert.equal(group.ttlMs, 3000);
       for (const name of names) assert.equal((await client.getLease(name)).fencingToken, group.fencingToken(name));
 
       // Two rounds of renewals: every member renewed, tokens unchanged.
