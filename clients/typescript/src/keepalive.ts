@@ -4,7 +4,9 @@
  * instead of one unary Renew each.
  *
  * Renewals that fall due together (in the same turn of the event loop) go
- * out as one request message; the server answers each message with one
+ * out as one request message (split to stay within the server's default
+ * bounds: 1,000 entries and 16 KiB per message; halved after a
+ * REQUEST_TOO_LARGE from a server with lower ones); the server answers each message with one
  * response, in order, holding one result per entry. A per-entry error is
  * turned into the same {@link TenureError} a unary Renew's status would
  * have given, so a session cannot tell which way its renewal went.
@@ -20,7 +22,7 @@
 import { Metadata, status as GrpcStatus, type ClientDuplexStream } from "@grpc/grpc-js";
 import { performance } from "node:perf_hooks";
 
-import { TenureError } from "./errors";
+import { ErrorReason, TenureError } from "./errors";
 import {
   KeepAliveEntry,
   KeepAliveRequest,
@@ -34,8 +36,14 @@ import {
 import { unary, type CallContext, type PendingCall, type UnaryMethod } from "./rpc";
 import { durationToMs } from "./time";
 
-/** The most entries one request message carries (the server's default bound). */
+/** The most entries one request message carries (the server's default `--max-keepalive-entries`). */
 export const MAX_ENTRIES_PER_MESSAGE = 1000;
+
+/**
+ * The most bytes one request message carries: below the server's default
+ * `--max-request-bytes` (16 KiB), which bounds KeepAlive messages too.
+ */
+export const MAX_MESSAGE_BYTES = 15 * 1024;
 
 /** How the renewals of one client went, for logs and tests. */
 export interface RenewalStats {
@@ -82,6 +90,9 @@ export class Renewer {
   #nextId = 1n;
   #holders = 0;
   #closed = false;
+  /** Message bounds; halved when a server with lower bounds ends a stream with REQUEST_TOO_LARGE. */
+  #maxEntries = MAX_ENTRIES_PER_MESSAGE;
+  #maxBytes = MAX_MESSAGE_BYTES;
   #stats = { streamMessages: 0, streamEntries: 0, streamsOpened: 0, unaryRenews: 0 };
 
   /** `useStream` false: unary Renew only (the client's `keepAlive: false`). */
@@ -170,26 +181,40 @@ export class Renewer {
       for (const entry of entries) this.#resendUnary(entry);
       return;
     }
-    for (let i = 0; i < entries.length; i += MAX_ENTRIES_PER_MESSAGE) {
-      const batch = entries.slice(i, i + MAX_ENTRIES_PER_MESSAGE);
-      stream.sent.push(batch);
+    for (const batch of this.#messages(entries)) {
+      stream.sent.push(batch.map(([entry]) => entry));
       this.#stats.streamMessages++;
       this.#stats.streamEntries += batch.length;
-      stream.call.write(
-        KeepAliveRequest.fromPartial({
-          entries: batch.map((entry) =>
-            KeepAliveEntry.fromPartial({
-              id: entry.id,
-              name: entry.request.name,
-              expectedRevision: entry.request.expectedRevision,
-              leaseKey: entry.request.leaseKey,
-              ttl: entry.request.ttl,
-              slot: entry.request.slot,
-            }),
-          ),
-        }),
-      );
+      stream.call.write(KeepAliveRequest.fromPartial({ entries: batch.map(([, wire]) => wire) }));
     }
+  }
+
+  /** `entries` split into request messages within the entry and byte bounds. */
+  #messages(entries: readonly Entry[]): [Entry, KeepAliveEntry][][] {
+    const messages: [Entry, KeepAliveEntry][][] = [];
+    let current: [Entry, KeepAliveEntry][] = [];
+    let bytes = 0;
+    for (const entry of entries) {
+      const wire = KeepAliveEntry.fromPartial({
+        id: entry.id,
+        name: entry.request.name,
+        expectedRevision: entry.request.expectedRevision,
+        leaseKey: entry.request.leaseKey,
+        ttl: entry.request.ttl,
+        slot: entry.request.slot,
+      });
+      // The entry's bytes plus its field tag and length prefix.
+      const size = KeepAliveEntry.encode(wire).finish().length + 4;
+      if (current.length > 0 && (current.length >= this.#maxEntries || bytes + size > this.#maxBytes)) {
+        messages.push(current);
+        current = [];
+        bytes = 0;
+      }
+      current.push([entry, wire]);
+      bytes += size;
+    }
+    if (current.length > 0) messages.push(current);
+    return messages;
   }
 
   /** The open stream, opening one if needed; undefined when it cannot be opened. */
@@ -239,7 +264,13 @@ export class Renewer {
   #broken(stream: Stream, err: unknown): void {
     stream.broken = true;
     if (this.#stream === stream) this.#stream = undefined;
-    if (err !== undefined && TenureError.from(err).code === GrpcStatus.UNIMPLEMENTED) this.#unaryOnly = true;
+    const error = err === undefined ? undefined : TenureError.from(err);
+    if (error?.code === GrpcStatus.UNIMPLEMENTED) this.#unaryOnly = true;
+    if (error?.reason === ErrorReason.REQUEST_TOO_LARGE) {
+      // A server with lower bounds than the defaults: send smaller messages.
+      this.#maxEntries = Math.max(1, Math.floor(this.#maxEntries / 2));
+      this.#maxBytes = Math.max(1024, Math.floor(this.#maxBytes / 2));
+    }
     const pending = stream.sent.flat();
     stream.sent.length = 0;
     for (const entry of pending) this.#resendUnary(entry);

@@ -12,7 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
 import { EventType, LeaseLostError, Reason, TenureClient, TenureError, type Lease } from "../src";
-import { Lease as LeaseMessage, RenewRequest, type KeepAliveRequest, type LeaseServiceClient } from "../src/gen/tenure/v1/lease";
+import { KeepAliveRequest, Lease as LeaseMessage, RenewRequest, type LeaseServiceClient } from "../src/gen/tenure/v1/lease";
 import { Renewer } from "../src/keepalive";
 import { CallContext } from "../src/rpc";
 import { aborted, NatsServer, nextMatching, TenureServer, uniqueName, within } from "./harness";
@@ -86,6 +86,41 @@ describe("Renewer (fake stub)", () => {
     assert.equal(err.rpc, "KeepAlive");
     assert.deepEqual(err.metadata, { holder: "x" });
     assert.deepEqual(renewer.stats, { streamMessages: 1, streamEntries: 3, streamsOpened: 1, unaryRenews: 0, unaryOnly: false });
+    renewer.close();
+  });
+
+  it("splits a large batch into messages within the server's default 16 KiB request bound", async () => {
+    const stub = new FakeStub();
+    const renewer = new Renewer(stub as unknown as LeaseServiceClient, new CallContext("fake:1", undefined), true);
+    const names = Array.from({ length: 300 }, (_, i) => `${"n".repeat(200)}.${i}`);
+    const results = names.map((name, i) => renewer.renew(request(name, BigInt(i + 1)), 5000).result);
+    await written(stub, 0, 1);
+    const messages = stub.streams[0]!.written;
+    assert.ok(messages.length > 1, "one message would be too large");
+    for (const m of messages) assert.ok(KeepAliveRequest.encode(m).finish().length <= 16 * 1024);
+    assert.deepEqual(messages.flatMap((m) => m.entries.map((e) => e.name)), names, "every entry once, in order");
+    for (const m of messages) {
+      stub.streams[0]!.emit("data", { results: m.entries.map((e) => ({ id: e.id, lease: lease(e.name, e.expectedRevision + 1n) })) });
+    }
+    assert.equal((await Promise.all(results)).length, 300);
+    renewer.close();
+  });
+
+  it("halves its message bounds after a server ends the stream with REQUEST_TOO_LARGE", async () => {
+    const stub = new FakeStub();
+    const renewer = new Renewer(stub as unknown as LeaseServiceClient, new CallContext("fake:1", undefined), true);
+    const names = Array.from({ length: 100 }, (_, i) => `${"n".repeat(200)}.${i}`);
+    const first = names.map((name, i) => renewer.renew(request(name, BigInt(i + 1)), 5000).result);
+    await written(stub, 0, 1);
+    stub.streams[0]!.emit("error", new TenureError(GrpcStatus.RESOURCE_EXHAUSTED, "REQUEST_TOO_LARGE", "smaller, please"));
+    assert.equal((await Promise.all(first)).length, 100, "answered by unary Renews");
+    const second = names.map((name, i) => renewer.renew(request(name, BigInt(i + 1)), 5000).result);
+    const messages = await written(stub, 1, 1);
+    for (const m of messages) assert.ok(KeepAliveRequest.encode(m).finish().length <= 8 * 1024);
+    for (const m of messages) {
+      stub.streams[1]!.emit("data", { results: m.entries.map((e) => ({ id: e.id, lease: lease(e.name, e.expectedRevision + 1n) })) });
+    }
+    assert.equal((await Promise.all(second)).length, 100);
     renewer.close();
   });
 
