@@ -357,6 +357,10 @@ pub struct RevokeArgs {
     /// revoking a newer holder by mistake).
     #[arg(long, value_name = "TOKEN")]
     pub fencing_token: Option<u64>,
+    /// Revoke the holder of this slot of the semaphore NAME (the `slot`
+    /// that `tenure list` and `tenure get` show).
+    #[arg(long, value_name = "SLOT")]
+    pub slot: Option<u32>,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

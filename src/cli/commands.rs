@@ -457,7 +457,7 @@ pub async fn revoke(a: RevokeArgs) -> Result<(), CliError> {
                 name: a.name.clone(),
                 reason: a.reason.unwrap_or_else(default_reason),
                 fencing_token: a.fencing_token.unwrap_or(0),
-                slot: 0,
+                slot: a.slot.unwrap_or(0),
             },
             &a.conn,
             Duration::ZERO,
