@@ -128,7 +128,8 @@ pub async fn start(
         config.max_watch_buffer_bytes,
         config.max_watch_buffer_total_bytes,
     );
-    let hub = Hub::start(store.clone(), budget, shutdown.clone())
+    let idle = (!config.watcher_idle_timeout.is_zero()).then_some(config.watcher_idle_timeout);
+    let hub = Hub::start(store.clone(), budget, idle, shutdown.clone())
         .await
         .map_err(StartError::Nats)?;
     tokio::spawn(follow_connection(

@@ -4,15 +4,16 @@
 //! fencing tokens each time; a caller that is not (or no longer) the leader
 //! cannot proclaim or resign; Observe reports the leader, every change and
 //! "no leader" in order; Leader answers NOT_FOUND when nobody leads; an
-//! election is the lease of the same name; Observe streams are watches.
+//! election is the lease of the same name; Observe streams are watches;
+//! three candidate processes survive SIGKILLed leaders.
 
 mod common;
 
 use common::{reason, renew_req, secs, within, Tenure};
 use tenure::proto::election_service_client::ElectionServiceClient;
 use tenure::proto::{
-    CampaignRequest, ChangeType, LeaderRequest, Leadership, ObserveRequest, ObserveResponse,
-    ProclaimRequest, ResignRequest,
+    CampaignRequest, ChangeType, EventType, LeaderRequest, Leadership, ObserveRequest,
+    ObserveResponse, ProclaimRequest, ResignRequest,
 };
 use tonic::transport::Channel;
 use tonic::Code;
@@ -423,4 +424,178 @@ async fn observe_streams_count_as_watches() {
         }
     })
     .await;
+}
+
+/// The environment of a candidate child process (see [`candidate_process`]).
+const CANDIDATE_ENV: &str = "TENURE_TEST_CANDIDATE";
+
+/// Not a test on its own: the body of a candidate process that
+/// [`three_candidates_survive_sigkilled_leaders`] starts (this test binary,
+/// run again with `--exact candidate_process --ignored` and the candidate in
+/// its environment). It campaigns, then renews its leadership every 500 ms
+/// until it is killed; it exits non-zero if it ever loses it.
+#[tokio::test]
+#[ignore = "a child process of three_candidates_survive_sigkilled_leaders"]
+async fn candidate_process() {
+    let Ok(spec) = std::env::var(CANDIDATE_ENV) else {
+        return;
+    };
+    // ADDR NAME HOLDER KEY
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [addr, name, holder, key] = parts[..] else {
+        panic!("bad {CANDIDATE_ENV}: {spec}");
+    };
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    let mut e = ElectionServiceClient::new(channel.clone());
+    let mut l = tenure::proto::lease_service_client::LeaseServiceClient::new(channel);
+    let won = e
+        .campaign(CampaignRequest {
+            lease_key: key.into(),
+            ..campaign_req(name, holder, holder, CANDIDATE_TTL_S, 120)
+        })
+        .await
+        .expect("campaign")
+        .into_inner()
+        .leadership
+        .expect("a leadership");
+    let mut revision = won.revision;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        revision = l
+            .renew(renew_req(name, revision, key))
+            .await
+            .expect("the leader renews until it is killed")
+            .into_inner()
+            .lease
+            .unwrap()
+            .revision;
+    }
+}
+
+/// The TTL candidates campaign with, seconds.
+const CANDIDATE_TTL_S: i64 = 2;
+
+/// Milliseconds of a server timestamp.
+fn unix_ms(t: &Option<prost_types::Timestamp>) -> i64 {
+    let t = t.as_ref().expect("a timestamp");
+    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
+}
+
+/// Three candidate processes on two replicas: the leader is SIGKILLed, the
+/// next one leads with a greater token no earlier than the dead leader's
+/// last write + its TTL and no later than that + 1 s (plus slack for a
+/// loaded CI machine; measured on the server's clock, from the records'
+/// and the expiry's timestamps); then that leader is killed too. Observe
+/// reports every change in order, "no leader" (EXPIRED) between terms, and
+/// a deposed leader can no longer proclaim.
+#[tokio::test]
+async fn three_candidates_survive_sigkilled_leaders() {
+    /// How late after the dead leader's expiry the next may be elected:
+    /// the 1 s, plus slack for a loaded CI machine.
+    const LATE_MS: i64 = 1000 + 3000;
+    let name = "db.sigkill";
+    let t = Tenure::start().await;
+    let (other, mut lease) = t.replica().await;
+    let addrs = [t.running.as_ref().unwrap().addr(), other.addr()];
+    let mut watcher = elections(&t).await;
+    let mut changes = observe(&mut watcher, name).await;
+    assert!(next_change(&mut changes).await.leader.is_none());
+    // The lease's own events carry every write's server time.
+    let mut events = common::watch(&mut lease, name).await;
+    common::next_of(&mut events, EventType::SnapshotComplete).await;
+
+    let mut children = std::collections::HashMap::new();
+    for (i, holder) in ["c1", "c2", "c3"].into_iter().enumerate() {
+        let key = format!("{holder}-secret-lease-key-000");
+        let child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "candidate_process", "--ignored", "--nocapture"])
+            .env(
+                CANDIDATE_ENV,
+                format!("{} {name} {holder} {key}", addrs[i % 2]),
+            )
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        children.insert(holder.to_string(), (child, key));
+    }
+
+    let mut last_token = 0;
+    let mut deposed: Option<(Leadership, String)> = None;
+    // When the killed leader's TTL ran out (server clock).
+    let mut due: Option<i64> = None;
+    for term in 0..3 {
+        let elected = next_change(&mut changes).await;
+        assert_eq!(
+            kind(&elected),
+            ChangeType::Elected,
+            "term {term}: {elected:?}"
+        );
+        let leader = elected.leader.unwrap();
+        assert!(leader.fencing_token > last_token, "tokens increase");
+        last_token = leader.fencing_token;
+        if let Some(due) = due {
+            let late = unix_ms(&leader.elected_time) - due;
+            assert!(late >= 0, "elected {} ms before the TTL ran out", -late);
+            assert!(late <= LATE_MS, "elected {late} ms after the TTL ran out");
+            println!(
+                "{} elected {late} ms after the killed leader's TTL ran out",
+                leader.holder
+            );
+        }
+        if term == 2 {
+            break;
+        }
+        // SIGKILL the leader, then follow its lease to its expiry: the last
+        // write before the EXPIRED event is its last renewal.
+        let (child, key) = children.get_mut(&leader.holder).expect("a candidate leads");
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        let mut last_write = unix_ms(&leader.renew_time);
+        let expired_at = loop {
+            let e = common::next_event(&mut events).await;
+            if e.fencing_token != leader.fencing_token {
+                continue;
+            }
+            match EventType::try_from(e.r#type).unwrap() {
+                EventType::Renewed => last_write = unix_ms(&e.lease.unwrap().renew_time),
+                EventType::Expired => break unix_ms(&e.time),
+                _ => {}
+            }
+        };
+        let ttl_ran_out = last_write + CANDIDATE_TTL_S * 1000;
+        assert!(
+            expired_at >= ttl_ran_out,
+            "expired {} ms early",
+            ttl_ran_out - expired_at
+        );
+        due = Some(ttl_ran_out);
+        let ended = next_change(&mut changes).await;
+        assert_eq!(
+            kind(&ended),
+            ChangeType::Expired,
+            "no leader after the kill"
+        );
+        assert!(ended.leader.is_none());
+        assert_eq!(ended.ended_fencing_token, leader.fencing_token);
+        assert_eq!(ended.ended_holder, leader.holder);
+        deposed = Some((leader, key.clone()));
+    }
+    // The last deposed leader cannot proclaim.
+    let (old, key) = deposed.unwrap();
+    let err = elections(&t)
+        .await
+        .proclaim(ProclaimRequest {
+            name: name.into(),
+            expected_revision: old.revision,
+            lease_key: key,
+            value: "stale".into(),
+        })
+        .await
+        .expect_err("a deposed leader cannot proclaim");
+    assert_eq!(reason(&err), "LEASE_NOT_HELD");
 }

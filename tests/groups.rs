@@ -587,3 +587,52 @@ async fn invalid_groups_are_refused() {
     assert_eq!(reason(&s), "INVALID_REVISION");
     assert_eq!(t.last_sequence().await, before, "nothing was written");
 }
+
+/// `tenure acquire A B` takes both names as one group and prints each
+/// lease with the shared key; a second group over one of them is refused.
+#[tokio::test]
+async fn the_cli_acquires_a_group() {
+    let _serial = SERIAL.lock().await;
+    let t = Tenure::start().await;
+    let addr = t.running.as_ref().unwrap().addr().to_string();
+    let run = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        c.env("TENURE_SERVER", format!("http://{addr}"));
+        for var in ["TENURE_TOKEN", "TENURE_TOKEN_FILE", "TENURE_LEASE_KEY"] {
+            c.env_remove(var);
+        }
+        c.args(args)
+            .args(["-o", "json"])
+            .kill_on_drop(true)
+            .output()
+    };
+    let out = within(
+        "tenure acquire",
+        run(&[
+            "acquire", "cli.a", "cli.b", "--holder", "w1", "--ttl", "30s",
+        ]),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let leases = v["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 2);
+    assert_eq!(leases[0]["group"], serde_json::json!(["cli.a", "cli.b"]));
+    assert_eq!(
+        leases[1]["fencing_token"].as_u64().unwrap(),
+        leases[0]["fencing_token"].as_u64().unwrap() + 1
+    );
+    assert!(v["lease_key"].as_str().unwrap().len() >= 16);
+    let refused = within("tenure acquire", run(&["acquire", "cli.c", "cli.b"]))
+        .await
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("LEASE_HELD"));
+    let mut c = t.client().await;
+    assert!(get(&mut c, "cli.c").await.is_none());
+}

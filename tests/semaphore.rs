@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::*;
 use tenure::proto::{
     AcquireRequest, EventType, GetLeaseRequest, ListLeasesRequest, ReleaseRequest, RenewRequest,
+    RevokeLeaseRequest,
 };
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -341,11 +342,16 @@ async fn only_the_slot_key_holder_renews_or_releases_it() {
         .await
         .unwrap()
         .into_inner();
-    let names: Vec<&str> = listed.leases.iter().map(|l| l.name.as_str()).collect();
+    let listed: Vec<(&str, u32)> = listed
+        .leases
+        .iter()
+        .map(|l| (l.name.as_str(), l.slot))
+        .collect();
+    let mut expected = vec![(name, one.slot), (name, two.slot), ("sem.plain", 0)];
+    expected.sort();
     assert_eq!(
-        names,
-        ["sem.plain"],
-        "slot and definition keys are not leases"
+        listed, expected,
+        "holders are listed under the semaphore's name by slot; slot and definition keys are not leases"
     );
 
     let (three, _) = acquire(&mut a, sem_req(name, "three", 30, 3)).await;
@@ -464,4 +470,113 @@ async fn the_cli_takes_and_shows_semaphore_slots() {
     .await;
     let shown = run(&["get", "sem.cli", "-o", "json"]).await;
     assert_eq!(shown["free_slots"].as_u64(), Some(1));
+}
+
+/// An operator lists a semaphore's holders (one page at a time, through
+/// the slots) and revokes one holder by slot: only that holder is ended
+/// (its watchers see the slot REVOKED and its renewal fails), the others
+/// keep their slots, and a wrong token or an empty slot is refused.
+#[tokio::test]
+async fn admins_list_and_revoke_semaphore_holders() {
+    let name = "sem.admin";
+    let t = start().await;
+    let mut a = t.client().await;
+    let mut held = Vec::new();
+    for holder in ["one", "two", "three"] {
+        held.push(acquire(&mut a, sem_req(name, holder, 30, 3)).await);
+    }
+    acquire(&mut a, acquire_req("sem.admin2", "plain", 30)).await;
+
+    // Pages of one walk every holder, by name then slot.
+    let mut seen = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = a
+            .list_leases(ListLeasesRequest {
+                prefix: "sem.admin".into(),
+                page_size: 1,
+                page_token: page_token.clone(),
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(page.leases.len() <= 1);
+        seen.extend(page.leases.into_iter().map(|l| (l.name, l.slot, l.holder)));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let mut expected: Vec<(String, u32, String)> = held
+        .iter()
+        .map(|(l, _)| (name.to_string(), l.slot, l.holder.clone()))
+        .collect();
+    expected.sort();
+    expected.push(("sem.admin2".into(), 0, "plain".into()));
+    assert_eq!(seen, expected, "every holder, one per page");
+
+    let (victim, victim_key) = &held[1];
+    let mut w = watch(&mut a, name).await;
+    next_of(&mut w, EventType::SnapshotComplete).await;
+    let wrong = a
+        .revoke_lease(RevokeLeaseRequest {
+            name: name.into(),
+            reason: "test".into(),
+            fencing_token: victim.fencing_token + 1,
+            slot: victim.slot,
+        })
+        .await
+        .expect_err("wrong token");
+    assert_eq!(reason(&wrong), "LEASE_NOT_FOUND");
+    assert!(
+        wrong.message().contains("semaphore slot"),
+        "{}",
+        wrong.message()
+    );
+
+    let revoked = a
+        .revoke_lease(RevokeLeaseRequest {
+            name: name.into(),
+            reason: "stuck".into(),
+            fencing_token: victim.fencing_token,
+            slot: victim.slot,
+        })
+        .await
+        .expect("revoke the slot")
+        .into_inner();
+    let gone = revoked.revoked.unwrap();
+    assert_eq!((gone.name.as_str(), gone.slot), (name, victim.slot));
+    assert_eq!(gone.fencing_token, victim.fencing_token);
+
+    let e = next_event(&mut w).await;
+    assert_eq!(e.r#type, EventType::Revoked as i32);
+    assert_eq!((e.name.as_str(), e.slot), (name, victim.slot));
+    assert_eq!(e.fencing_token, victim.fencing_token);
+
+    let err = a
+        .renew(renew_slot(name, victim.slot, victim.revision, victim_key))
+        .await
+        .expect_err("the revoked holder cannot renew");
+    assert_eq!(reason(&err), "LEASE_NOT_HELD");
+    for (other, key) in [&held[0], &held[2]] {
+        a.renew(renew_slot(name, other.slot, other.revision, key))
+            .await
+            .expect("the other holders keep their slots");
+    }
+    let err = a
+        .revoke_lease(RevokeLeaseRequest {
+            name: name.into(),
+            reason: "again".into(),
+            fencing_token: 0,
+            slot: victim.slot,
+        })
+        .await
+        .expect_err("the slot is empty now");
+    assert_eq!(reason(&err), "LEASE_NOT_FOUND");
+    let got = a
+        .get_lease(GetLeaseRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((got.holders.len(), got.free_slots), (2, 1));
 }

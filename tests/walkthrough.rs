@@ -1,4 +1,4 @@
-//! The README's grpcurl walkthroughs (leases, and leader election), run for
+//! The README's grpcurl walkthroughs (leases, leader election, semaphores), run for
 //! real against the `tenure` binary with its managed local nats-server.
 
 use std::path::Path;
@@ -64,6 +64,40 @@ const ELECTION_EXPECTED: &[&[&str]] = &[
     &["\"holder\": \"node-2\"", "\"fencingToken\": \"7\""],
 ];
 
+/// What each semaphore walkthrough command must print, in order.
+const SEMAPHORE_EXPECTED: &[&[&str]] = &[
+    &[
+        "\"holder\": \"worker-1\"",
+        "\"fencingToken\": \"3\"",
+        "\"slot\": 1",
+    ],
+    &[
+        "\"holder\": \"worker-2\"",
+        "\"fencingToken\": \"4\"",
+        "\"slot\": 2",
+    ],
+    &[
+        "\"code\": 9",
+        "LEASE_HELD",
+        "\"holders\": \"2\"",
+        "\"limit\": \"2\"",
+    ],
+    &["\"code\": 9", "LIMIT_MISMATCH", "\"limit\": \"2\""],
+    &["\"holders\": [", "\"holder\": \"worker-2\"", "\"limit\": 2"],
+    &["\"slot\": 1", "\"slot\": 2", "\"holder\": \"worker-2\""],
+    &["\"revision\": \"5\""],
+    &[
+        "\"holder\": \"worker-3\"",
+        "\"fencingToken\": \"6\"",
+        "\"slot\": 1",
+    ],
+    &[
+        "\"revision\": \"7\"",
+        "\"holder\": \"worker-2\"",
+        "\"slot\": 2",
+    ],
+];
+
 /// Every README walkthrough command runs and prints what the README says,
 /// and SIGTERM stops the service (and its nats-server) cleanly.
 #[tokio::test]
@@ -75,6 +109,12 @@ async fn readme_walkthrough_runs() {
 #[tokio::test]
 async fn readme_election_walkthrough_runs() {
     run_walkthrough("election-walkthrough", ELECTION_EXPECTED).await;
+}
+
+/// The README's semaphore walkthrough runs and prints what it says.
+#[tokio::test]
+async fn readme_semaphore_walkthrough_runs() {
+    run_walkthrough("semaphore-walkthrough", SEMAPHORE_EXPECTED).await;
 }
 
 /// Runs the README walkthrough between `marker` lines against a fresh

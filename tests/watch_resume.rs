@@ -173,6 +173,10 @@ async fn resume_replays_exactly_the_later_changes() {
 async fn a_large_replay_arrives_whole_and_leaves_no_consumer() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
+    // A watch elsewhere keeps the shared watcher (and its consumer) on, so
+    // the count below is the baseline the replay's consumer returns to.
+    let mut keep = watch(&mut c, "elsewhere.>").await;
+    next_of(&mut keep, EventType::SnapshotComplete).await;
     let (first, _) = acquire(&mut c, acquire_req("big.first", "h", 60)).await;
     let mut written = Vec::new();
     for i in 0..300 {
@@ -398,6 +402,10 @@ async fn resume_across_a_tenure_restart_has_no_gap_and_no_duplicate() {
 async fn a_new_process_refuses_what_it_cannot_prove() {
     let t = Tenure::start().await;
     let mut c = t.client().await;
+    // A watch keeps this process's shared watcher following the bucket
+    // (idle, it would not see the history either).
+    let mut all_along = watch(&mut c, "only.>").await;
+    next_of(&mut all_along, EventType::SnapshotComplete).await;
     let (a, k) = acquire(&mut c, acquire_req("only.a", "alice", 60)).await;
     let a2 = renew(&mut c, renew_req("only.a", a.revision, k.clone())).await;
     let a3 = renew(&mut c, renew_req("only.a", a2.revision, k)).await;
@@ -505,5 +513,48 @@ async fn a_revision_ahead_of_the_bucket_is_invalid() {
     assert_eq!(
         meta(&err, "last_revision").as_deref(),
         Some(a.revision.to_string().as_str())
+    );
+}
+
+/// SNAPSHOT_COMPLETE carries the revision its snapshot is complete up to,
+/// even when the snapshot is empty: a watch that saw only that marker can
+/// resume from it, getting exactly the changes made after it.
+#[tokio::test]
+async fn an_empty_snapshot_names_its_resume_point() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    // History that leaves nothing live under the filter.
+    let (a, ka) = acquire(&mut c, acquire_req("empty.a", "alice", 60)).await;
+    let released = c
+        .release(release_req("empty.a", a.revision, ka))
+        .await
+        .unwrap()
+        .into_inner()
+        .revision;
+    let mut fresh = watch(&mut c, "empty.>").await;
+    let complete = next_event(&mut fresh).await;
+    assert_eq!(kind(&complete), EventType::SnapshotComplete);
+    assert!(
+        complete.revision >= released,
+        "complete up to {} but the release was {released}",
+        complete.revision
+    );
+    drop(fresh);
+
+    let (b, _) = acquire(&mut c, acquire_req("empty.b", "bob", 60)).await;
+    let mut resumed = resume(&mut c, "empty.>", complete.revision)
+        .await
+        .expect("resumable from the marker's revision");
+    let replayed: Vec<_> = resumed.replayed().await.iter().map(brief).collect();
+    assert_eq!(
+        replayed,
+        [(
+            EventType::Acquired,
+            "empty.b".to_string(),
+            b.revision,
+            "bob".to_string(),
+            b.fencing_token
+        )],
+        "exactly the change after the marker"
     );
 }

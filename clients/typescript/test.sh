@@ -5,7 +5,9 @@
 #
 # Assumes `cargo build` and `scripts/tools.sh` ran at the repo root, so that
 # target/debug/tenure and .tools/bin/nats-server exist (or TENURE_BIN and
-# NATS_SERVER point elsewhere).
+# NATS_SERVER point elsewhere). test/group.test.ts runs against
+# TENURE_GROUPS_BIN when set (a server with the group RPCs), and skips its
+# tests, saying so, when the server answers AcquireGroup with UNIMPLEMENTED.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -430,7 +430,13 @@ impl LeaseService for LeaseApi {
             let name = validate::name(&req.name)?;
             let why = validate::revoke_reason(&req.reason)?;
             let by = &cx.caller.identity;
-            let (revision, holding) = self.leases.revoke(name, req.fencing_token, why, by).await?;
+            let (revision, holding) = match validate::slot(req.slot, &self.limits)? {
+                0 => self.leases.revoke(name, req.fencing_token, why, by).await?,
+                slot => {
+                    let token = req.fencing_token;
+                    self.leases.revoke_slot(name, slot, token, why, by).await?
+                }
+            };
             Ok(proto::RevokeLeaseResponse {
                 revision,
                 revoked: Some(lease(&holding)),
@@ -557,7 +563,7 @@ impl Call for proto::AcquireGroupRequest {
         self.names.first().map_or("", String::as_str)
     }
     fn check(&self) -> Result<(), Error> {
-        validate::group(self.names.iter().map(String::as_str), 1, MAX_GROUP_SIZE).map(drop)
+        validate::group(self.names.iter().map(String::as_str), 2, MAX_GROUP_SIZE).map(drop)
     }
     fn targets(&self) -> Vec<Target<'_>> {
         self.names.iter().map(|n| Target::Name(n)).collect()

@@ -403,7 +403,16 @@ pub fn prefix(prefix: &str) -> Result<&str> {
 
 /// Checks a listing page token: empty, or a lease name.
 pub fn page_token(token: &str) -> Result<&str> {
-    if token.is_empty() || name(token).is_ok() {
+    // `name`, or `name#slot` for a semaphore holder.
+    let named = match token.rsplit_once('#') {
+        Some((n, slot)) if !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) => n,
+        Some(_) => return Err(Error::new(
+            Reason::InvalidArgument,
+            "page_token is not one this server issued for this prefix; start again with an empty page_token",
+        )),
+        None => token,
+    };
+    if token.is_empty() || name(named).is_ok() {
         return Ok(token);
     }
     Err(Error::new(
@@ -453,6 +462,23 @@ mod tests {
             max_semaphore_limit: 8,
             max_group_size: 4,
         }
+    }
+
+    /// A group is min..=max distinct valid names; the refusal names the
+    /// rule or the duplicate.
+    #[test]
+    fn groups() {
+        let ok = group(["a", "b"].into_iter(), 2, 3).unwrap();
+        assert_eq!(ok, ["a", "b"]);
+        for (names, min) in [(vec!["a"], 2), (vec![], 1), (vec!["a", "b", "c", "d"], 2)] {
+            let err = group(names.into_iter(), min, 3).unwrap_err();
+            assert_eq!(err.reason, Reason::InvalidArgument);
+        }
+        let dup = group(["a", "b", "a"].into_iter(), 2, 3).unwrap_err();
+        assert_eq!(dup.reason, Reason::InvalidArgument);
+        assert!(dup.message.contains("\"a\" appears twice"));
+        let reserved = group(["a", "_tenure.x"].into_iter(), 2, 3).unwrap_err();
+        assert_eq!(reserved.reason, Reason::InvalidName);
     }
 
     fn d(seconds: i64, nanos: i32) -> prost_types::Duration {

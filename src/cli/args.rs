@@ -263,6 +263,10 @@ pub struct WatchArgs {
 pub struct AcquireArgs {
     /// The lease name.
     pub name: String,
+    /// More lease names: all are taken, or none (one AcquireGroup; each
+    /// gets its own fencing token and they share the lease key).
+    #[arg(value_name = "NAME")]
+    pub more: Vec<String>,
     /// Who holds the lease. Default: USER@HOST.
     #[arg(long)]
     pub holder: Option<String>,
@@ -353,6 +357,10 @@ pub struct RevokeArgs {
     /// revoking a newer holder by mistake).
     #[arg(long, value_name = "TOKEN")]
     pub fencing_token: Option<u64>,
+    /// Revoke the holder of this slot of the semaphore NAME (the `slot`
+    /// that `tenure list` and `tenure get` show).
+    #[arg(long, value_name = "SLOT")]
+    pub slot: Option<u32>,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

@@ -16,8 +16,8 @@ use super::output::{
     self, event_header, event_json, event_line, lease_json, lease_table, proto_duration,
 };
 use crate::proto::{
-    AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, ReleaseRequest,
-    RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
+    AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
+    ReleaseRequest, RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
 };
 
 /// `print!` that does not panic when stdout is a closed pipe.
@@ -285,6 +285,9 @@ pub fn new_lease_key() -> String {
 
 /// `tenure acquire NAME`.
 pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
+    if !a.more.is_empty() {
+        return acquire_group(a).await;
+    }
     let mut c = connect(&a.conn).await?;
     let req = AcquireRequest {
         name: a.name,
@@ -316,6 +319,68 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
                     format!("{verb}:"),
                     lease.name,
                     lease.revision
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tenure acquire NAME NAME...`: one AcquireGroup, all names or none.
+/// A wait is sent in chunks of [`WAIT_CHUNK`] with the same holder and key
+/// (a retried AcquireGroup with them is safe). Each member is then renewed
+/// or released like any lease (or all at once through the API).
+async fn acquire_group(a: AcquireArgs) -> Result<(), CliError> {
+    let mut c = connect(&a.conn).await?;
+    let mut names = vec![a.name];
+    names.extend(a.more);
+    let mut req = AcquireGroupRequest {
+        names,
+        holder: a.holder.unwrap_or_else(default_holder),
+        ttl: a.ttl.map(to_proto),
+        lease_key: a.lease_key.unwrap_or_else(new_lease_key),
+        wait: None,
+        metadata: a.metadata.into_iter().collect(),
+        lock_delay: None,
+    };
+    let until = match a.wait {
+        Some(Wait::For(d)) => Some(tokio::time::Instant::now() + d),
+        Some(Wait::Forever) => None,
+        None => Some(tokio::time::Instant::now()),
+    };
+    let resp = loop {
+        let now = tokio::time::Instant::now();
+        let chunk = match until {
+            Some(u) => u.saturating_duration_since(now).min(WAIT_CHUNK),
+            None => WAIT_CHUNK,
+        };
+        req.wait = (!chunk.is_zero()).then(|| to_proto(chunk));
+        match c.acquire_group(request(req.clone(), &a.conn, chunk)).await {
+            Ok(resp) => break resp.into_inner(),
+            Err(s) => {
+                let e = CliError::from_status(&s);
+                let waiting_on = until.is_none_or(|u| tokio::time::Instant::now() < u);
+                if e.reason == "LEASE_HELD" && waiting_on {
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+    };
+    let key = resp.lease_key;
+    match a.output.output {
+        OutputFormat::Json => {
+            let leases: Vec<_> = resp.leases.iter().map(lease_json).collect();
+            print_json(&serde_json::json!({ "leases": leases, "lease_key": key }));
+        }
+        OutputFormat::Table => {
+            out!("{}", lease_table(&resp.leases));
+            outln!("LEASE KEY  {key}");
+            for l in &resp.leases {
+                outln!(
+                    "release:   tenure release {} --revision {} --lease-key {key}",
+                    l.name,
+                    l.revision
                 );
             }
         }
@@ -392,7 +457,7 @@ pub async fn revoke(a: RevokeArgs) -> Result<(), CliError> {
                 name: a.name.clone(),
                 reason: a.reason.unwrap_or_else(default_reason),
                 fencing_token: a.fencing_token.unwrap_or(0),
-                slot: 0,
+                slot: a.slot.unwrap_or(0),
             },
             &a.conn,
             Duration::ZERO,

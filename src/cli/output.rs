@@ -90,7 +90,12 @@ pub const LEASE_HEADER: &[&str] = &[
 /// One lease as a table row (see [`LEASE_HEADER`]).
 pub fn lease_row(l: &Lease, now: SystemTime) -> Vec<String> {
     vec![
-        l.name.clone(),
+        // A semaphore holder shows its slot: `name#slot` (as ListLeases'
+        // page tokens and `tenure revoke NAME --slot SLOT` name it).
+        match l.slot {
+            0 => l.name.clone(),
+            slot => format!("{}#{slot}", l.name),
+        },
         l.holder.clone(),
         l.fencing_token.to_string(),
         l.revision.to_string(),
@@ -129,6 +134,9 @@ pub fn lease_json(l: &Lease) -> Value {
     });
     if l.slot > 0 {
         v["slot"] = l.slot.into();
+    }
+    if !l.group.is_empty() {
+        v["group"] = l.group.clone().into();
     }
     v
 }

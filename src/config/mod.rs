@@ -209,6 +209,14 @@ pub struct Config {
     #[arg(long, env = "TENURE_KEEPALIVE_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub keepalive_idle_timeout: Duration,
 
+    /// The shared bucket watcher (one NATS consumer per replica that feeds
+    /// watches, waiting Acquires and elections) starts when the first of
+    /// them needs it and stops after this long without any, so a replica
+    /// that only serves Acquire/Renew/Release does not receive and decode
+    /// every bucket write. 0 keeps it on from start to shutdown.
+    #[arg(long, env = "TENURE_WATCHER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub watcher_idle_timeout: Duration,
+
     /// Most bytes of events one watch stream may have waiting for its
     /// client to read; a stream that falls further behind is ended with
     /// WATCH_LAGGED and its buffer freed.
@@ -392,6 +400,14 @@ impl Config {
             if d < Duration::from_millis(100) {
                 return Err(format!("{flag} {d:?} is too short: give at least 100ms"));
             }
+        }
+        if !self.watcher_idle_timeout.is_zero()
+            && self.watcher_idle_timeout < Duration::from_millis(100)
+        {
+            return Err(format!(
+                "--watcher-idle-timeout {:?} is too short: give 0 (always on) or at least 100ms",
+                self.watcher_idle_timeout
+            ));
         }
         if self.max_lock_delay > self.marker_ttl {
             return Err(format!(

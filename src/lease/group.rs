@@ -29,7 +29,7 @@ use super::record::{Entry, Fence, KeyHash, Record, Released};
 use super::rules::{self, AcquirePlan};
 use super::{
     contended, delayed, fifo, held, now_ms, queued, unreadable, EventKind, Filter, Holding, Leases,
-    MAX_CAS_ATTEMPTS, WAIT_POLL,
+    FOLLOW_PATIENCE, MAX_CAS_ATTEMPTS, WAIT_POLL,
 };
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Write, WriteOp};
@@ -112,9 +112,19 @@ impl Leases {
             return self.try_group(args).await;
         };
         let deadline = Instant::now() + wait;
-        // Follow every member before the first try, so an end between the
-        // try and the subscriptions cannot be missed.
-        let mut follow = self.follow_group(&args.names).await;
+        match self.try_group(args).await {
+            Err(err) if err.reason == Reason::LeaseHeld => {}
+            other => return other,
+        }
+        // Only now is there something to wait for: follow every member's
+        // ends (which may start the shared watcher; bounded by
+        // FOLLOW_PATIENCE, then the waiter polls), and try again before
+        // sleeping, so an end between the first try and the subscriptions
+        // is not missed.
+        let mut follow = tokio::time::timeout(FOLLOW_PATIENCE, self.follow_group(&args.names))
+            .await
+            .ok()
+            .flatten();
         loop {
             let held = match self.try_group(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,

@@ -57,6 +57,9 @@ const MAX_CAS_ATTEMPTS: usize = 5;
 /// How often a waiting Acquire re-checks even without a bucket event: a
 /// safety net should the event stream break.
 const WAIT_POLL: Duration = Duration::from_secs(1);
+/// How long a waiting Acquire waits for the shared watcher to follow its
+/// name (it may be loading the bucket after idling) before it polls instead.
+const FOLLOW_PATIENCE: Duration = Duration::from_secs(2);
 /// Most waiters queued per name unless the server is told otherwise.
 pub const DEFAULT_MAX_WAITERS: usize = 64;
 
@@ -176,13 +179,21 @@ impl Leases {
             return self.acquire_slot(args, wait).await;
         }
         let deadline = Instant::now() + wait;
-        // Follow the key before the first try, so a release between the try
-        // and the subscription cannot be missed.
-        let mut follow = self.follow_ends(&args.name).await;
         let mut held = match self.try_acquire(args).await {
             Err(err) if err.reason == Reason::LeaseHeld => err,
             other => return other,
         };
+        // Only now is there something to wait for: follow the name's ends
+        // (which may start the shared watcher), then try again before
+        // sleeping, so a release between the first try and the subscription
+        // is not missed (a fair waiter's first queued attempt is that try).
+        let mut follow = self.follow_ends(&args.name).await;
+        if !self.fair() {
+            held = match self.try_acquire(args).await {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                other => return other,
+            };
+        }
         let mut ticket = None;
         let mut refresh = tokio::time::interval(fifo::TICKET_REFRESH);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -291,11 +302,14 @@ impl Leases {
     /// Follows the ends of holdings of `name` (releases, expiries, revokes),
     /// which wake a waiting Acquire; `None` when the hub cannot follow (the
     /// waiter then polls).
+    /// The shared watcher may be starting (its initial load): waiting for
+    /// it is bounded by [`FOLLOW_PATIENCE`].
     async fn follow_ends(&self, name: &str) -> Option<Subscription> {
         let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
-        self.hub
-            .follow(Filter::Name(name.to_string()), ends)
+        let follow = self.hub.follow(Filter::Name(name.to_string()), ends);
+        tokio::time::timeout(FOLLOW_PATIENCE, follow)
             .await
+            .ok()?
             .ok()
     }
 
@@ -304,14 +318,21 @@ impl Leases {
     /// for the free slot (semaphores do not queue yet).
     async fn acquire_slot(&self, args: &AcquireArgs, wait: Duration) -> Result<Holding> {
         let deadline = Instant::now() + wait;
-        // Follow the key before the first try, so a release between the try
-        // and the subscription cannot be missed.
-        let mut follow = self.follow_ends(&args.name).await;
+        let mut follow = None;
+        let mut following = false;
         loop {
             let held = match self.try_acquire_slot(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             };
+            if !following {
+                // Something to wait for: follow the name's ends, then try
+                // again at once (a release between the try and the
+                // subscription would otherwise be missed).
+                following = true;
+                follow = self.follow_ends(&args.name).await;
+                continue;
+            }
             let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
             let freed = async {
                 match follow.as_mut() {

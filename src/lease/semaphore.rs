@@ -143,8 +143,15 @@ impl Leases {
             if free.is_empty() {
                 return Err(full(name, limit, &live));
             }
-            // A random free slot: concurrent Acquires rarely pick the same.
-            let (slot, expected) = free[rand::random::<u32>() as usize % free.len()];
+            // A random free slot, so that concurrent Acquires rarely pick the
+            // same; the Acquire that defines the semaphore (alone: the batch
+            // serialises definers) takes the lowest, so a fresh semaphore's
+            // first holder is always slot 1.
+            let pick = match in_force == limit {
+                true => rand::random::<u32>() as usize % free.len(),
+                false => 0,
+            };
+            let (slot, expected) = free[pick];
             let now = now_ms();
             let record = Record {
                 holder: args.holder.clone(),
@@ -253,6 +260,24 @@ impl Leases {
         self.release(&slot_key(name, slot), expected, key)
             .await
             .map_err(|e| in_slot_terms(e, name, slot))
+    }
+
+    /// Revokes the holding in slot `slot` of semaphore `name` (only the one
+    /// with `token`, when not 0); returns the revoke's revision and the
+    /// holding ended. Watchers see the slot `REVOKED`.
+    pub async fn revoke_slot(
+        &self,
+        name: &str,
+        slot: u32,
+        token: u64,
+        why: &str,
+        by: &str,
+    ) -> Result<(u64, Holding)> {
+        let (revision, holding) = self
+            .revoke(&slot_key(name, slot), token, why, by)
+            .await
+            .map_err(|e| in_slot_terms(e, name, slot))?;
+        Ok((revision, holding.in_slot(name, slot)))
     }
 
     /// The semaphore `name`, when it has a definition and live holders.

@@ -54,6 +54,9 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 /// before it is served from what the mirror has (a newest message that
 /// expired before the hub saw it would otherwise never arrive).
 const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
+/// How often the hub prunes its resume state and abandoned subscribers (and
+/// checks whether it is idle: more often with a short idle timeout).
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The receiving end of a subscription: its snapshot (read lazily from a
 /// clone of the mirror, so it copies nothing per watcher) or its replay,
@@ -162,7 +165,12 @@ impl Subscription {
             Some(Some(event)) => return Ok(Arc::new(event)),
             Some(None) => {
                 self.prelude = Prelude::None;
-                return Ok(Arc::new(Event::snapshot_complete()));
+                // The revision the prelude is complete up to: a later watch
+                // resumed from it misses nothing and repeats nothing.
+                return Ok(Arc::new(Event {
+                    revision: self.seam,
+                    ..Event::snapshot_complete()
+                }));
             }
             None => {}
         }
@@ -212,6 +220,9 @@ struct Registered {
 enum Waiter {
     /// A watch with a snapshot.
     Snapshot(oneshot::Sender<Result<Subscription>>),
+    /// A follow without a snapshot, registered once the mirror is live (a
+    /// hub starting from idle produces no events during its initial load).
+    Follow(oneshot::Sender<Result<Subscription>>),
     /// A resume after revision `from`.
     Resume {
         /// The revision resumed after.
@@ -267,14 +278,33 @@ pub struct Hub {
 
 impl Hub {
     /// Starts the hub task over `store`, with the watch queues bounded by
-    /// `budget`; it runs until `shutdown`.
-    pub async fn start(store: Store, budget: Budget, shutdown: CancellationToken) -> Result<Hub> {
-        let follow = store.follow(">", Start::Snapshot).await?;
+    /// `budget`; it runs until `shutdown`. With `idle_after`, the hub
+    /// follows the bucket only while something needs it: from the first
+    /// subscription until it has had none for that long. Without it, it
+    /// follows the bucket from now on.
+    pub async fn start(
+        store: Store,
+        budget: Budget,
+        idle_after: Option<Duration>,
+        shutdown: CancellationToken,
+    ) -> Result<Hub> {
+        let follow = match idle_after {
+            None => Some(store.follow(">", Start::Snapshot).await?),
+            Some(_) => None,
+        };
+        METRICS.watcher_following.set(i64::from(follow.is_some()));
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
         let mut state = State::new(Arc::new(budget));
         state.marker_ttl = store.marker_ttl();
-        tokio::spawn(run(store.clone(), follow, state, rx, shutdown, healthy_tx));
+        let task = Task {
+            store: store.clone(),
+            commands: rx,
+            shutdown,
+            healthy: healthy_tx,
+            idle_after,
+        };
+        tokio::spawn(run(task, follow, state));
         Ok(Hub {
             commands,
             store,
@@ -471,26 +501,58 @@ struct State {
     marker_ttl: Duration,
 }
 
+/// What the hub task runs with.
+struct Task {
+    /// The bucket.
+    store: Store,
+    /// Commands from [`Hub`] handles.
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Ends the task.
+    shutdown: CancellationToken,
+    /// Whether the hub can serve new watches (false while it resubscribes
+    /// after a failure; true while idle).
+    healthy: watch::Sender<bool>,
+    /// Stop following the bucket after this long without subscribers and
+    /// pending snapshots (`None`: never).
+    idle_after: Option<Duration>,
+}
+
 /// The hub task: applies bucket messages to the mirror and fans them out;
 /// follows the bucket again from the mirror's position when the consumer
-/// fails.
-async fn run(
-    store: Store,
-    follow: Follow,
-    mut state: State,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    shutdown: CancellationToken,
-    healthy: watch::Sender<bool>,
-) {
-    if follow.initially_pending == 0 {
+/// fails; when idle (see [`Hub::start`]) follows nothing and holds no
+/// mirror, and starts again, with a fresh initial load, on the next
+/// command.
+async fn run(task: Task, follow: Option<Follow>, mut state: State) {
+    let Task {
+        store,
+        mut commands,
+        shutdown,
+        healthy,
+        idle_after,
+    } = task;
+    if follow.as_ref().is_some_and(|f| f.initially_pending == 0) {
         state.mirror.live = true;
     }
-    let mut follow = Some(follow);
+    // Whether the hub should be following the bucket (false: idle).
+    let mut active = follow.is_some();
+    // Since when it has had nothing to serve.
+    let mut idle_since: Option<Instant> = None;
+    // Whether the hub is starting from idle (accepting snapshots that wait
+    // for its initial load) and has not failed since.
+    let mut waking = false;
+    let mut follow = follow;
     let mut retry = Instant::now();
     let mut backoff = RESUBSCRIBE_MIN;
-    let mut sweep = tokio::time::interval(Duration::from_secs(5));
+    let sweep_every = idle_after.map_or(SWEEP_EVERY, |d| {
+        (d / 2).clamp(Duration::from_millis(50), SWEEP_EVERY)
+    });
+    let mut sweep = tokio::time::interval(sweep_every);
     loop {
-        let next_deadline = state.pending.iter().map(|p| p.deadline).min();
+        // Snapshots are served early only from a live mirror.
+        let next_deadline = match state.mirror.live {
+            true => state.pending.iter().map(|p| p.deadline).min(),
+            false => None,
+        };
         let following = follow.is_some();
         let message = async {
             match follow.as_mut() {
@@ -501,7 +563,20 @@ async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             command = commands.recv() => match command {
-                Some(command) => state.command(command, following),
+                Some(command) => {
+                    if !active {
+                        // Wake: a fresh initial load, as at start.
+                        active = true;
+                        waking = true;
+                        state.reset();
+                        retry = Instant::now();
+                        backoff = RESUBSCRIBE_MIN;
+                        METRICS.watcher_following.set(1);
+                        tracing::debug!("shared bucket watch starting: it has a subscriber");
+                    }
+                    idle_since = None;
+                    state.command(command, following || waking);
+                }
                 None => break,
             },
             message = message => match message {
@@ -516,29 +591,63 @@ async fn run(
                     healthy.send_replace(false);
                     retry = Instant::now();
                     backoff = RESUBSCRIBE_MIN;
+                    if waking {
+                        waking = false;
+                        state.refuse_pending();
+                    }
                 }
             },
-            _ = tokio::time::sleep_until(retry), if !following => {
-                match store.follow(">", Start::After(state.mirror.position)).await {
+            _ = tokio::time::sleep_until(retry), if !following && active => {
+                // A mirror that has applied nothing starts with the last
+                // message of each name; one that has, from after its position.
+                let start = match state.mirror.position {
+                    0 => Start::Snapshot,
+                    position => Start::After(position),
+                };
+                match store.follow(">", start).await {
                     Ok(resumed) => {
                         if resumed.initially_pending == 0 && !state.mirror.live {
                             state.mirror.live = true;
                         }
-                        tracing::info!(position = state.mirror.position, "shared bucket watch resumed");
+                        tracing::info!(position = state.mirror.position, "shared bucket watch following");
                         follow = Some(resumed);
                         healthy.send_replace(true);
+                        state.serve_pending(false);
                     }
                     Err(err) => {
                         tracing::debug!(%err, ?backoff, "shared bucket watch not resumed yet");
                         retry = Instant::now() + backoff;
                         backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
+                        if waking {
+                            waking = false;
+                            state.refuse_pending();
+                        }
                     }
                 }
             }
             _ = async { match next_deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 state.serve_pending(true);
             }
-            _ = sweep.tick() => state.sweep(),
+            _ = sweep.tick() => {
+                state.sweep();
+                let Some(after) = idle_after else { continue };
+                if !active || !state.subscribers.is_empty() || !state.pending.is_empty() {
+                    idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= after {
+                    // Nothing needs the bucket followed: stop, and drop the mirror.
+                    follow = None;
+                    active = false;
+                    waking = false;
+                    idle_since = None;
+                    state.reset();
+                    healthy.send_replace(true);
+                    METRICS.watcher_following.set(0);
+                    tracing::debug!(?after, "shared bucket watch stopped: no subscriber");
+                }
+            }
         }
     }
     let end = Error::new(
@@ -568,8 +677,35 @@ impl State {
         }
     }
 
+    /// Forgets everything learned from the bucket (the mirror, checkpoints,
+    /// ends), for a fresh initial load; subscribers stay.
+    fn reset(&mut self) {
+        self.mirror = Mirror::default();
+        self.checkpoints = Checkpoints::default();
+        self.ends = imbl::OrdMap::new();
+        self.newest_ms = 0;
+    }
+
+    /// Refuses every pending snapshot, resume and follow: the hub could not
+    /// start following the bucket.
+    fn refuse_pending(&mut self) {
+        let refused = || {
+            Error::new(
+                Reason::NatsUnavailable,
+                "this replica could not follow its bucket; watch again shortly",
+            )
+        };
+        for p in std::mem::take(&mut self.pending) {
+            match p.waiter {
+                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused()))),
+                Waiter::Resume { reply, .. } => drop(reply.send(Err(refused()))),
+            }
+        }
+    }
+
     /// Handles a command; `following` says whether the bucket is being
-    /// followed right now (snapshots are refused while it is not).
+    /// followed right now, or is about to be (snapshots are refused while
+    /// it is not).
     fn command(&mut self, command: Command, following: bool) {
         let (filter, kinds, position, waiter) = match command {
             Command::Subscribe {
@@ -578,11 +714,18 @@ impl State {
                 snapshot: false,
                 reply,
                 ..
-            } => {
+            } if self.mirror.live || !following => {
                 let subscription = self.register(filter, kinds, false);
                 let _ = reply.send(Ok(subscription));
                 return;
             }
+            Command::Subscribe {
+                filter,
+                kinds,
+                snapshot: false,
+                reply,
+                ..
+            } => (filter, kinds, 0, Waiter::Follow(reply)),
             Command::Subscribe {
                 filter,
                 kinds,
@@ -603,7 +746,7 @@ impl State {
                 "this replica is reconnecting its bucket watch; watch again shortly",
             );
             match waiter {
-                Waiter::Snapshot(reply) => drop(reply.send(Err(refused))),
+                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused))),
                 Waiter::Resume { reply, .. } => drop(reply.send(Err(refused))),
             }
             return;
@@ -625,14 +768,18 @@ impl State {
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
             .into_iter()
             .partition(|p| {
-                (self.mirror.live && self.mirror.position >= p.position)
-                    || (force && p.deadline <= now)
+                self.mirror.live
+                    && (self.mirror.position >= p.position || (force && p.deadline <= now))
             });
         self.pending = waiting;
         for p in ready {
             match p.waiter {
                 Waiter::Snapshot(reply) => {
                     let subscription = self.register(p.filter, p.kinds, true);
+                    let _ = reply.send(Ok(subscription));
+                }
+                Waiter::Follow(reply) => {
+                    let subscription = self.register(p.filter, p.kinds, false);
                     let _ = reply.send(Ok(subscription));
                 }
                 Waiter::Resume { reply, .. } if !self.mirror.live => {
@@ -690,7 +837,9 @@ impl State {
         Subscription {
             prelude,
             queue,
-            seam: 0,
+            // A snapshot is the mirror at its position; every live event
+            // queued from now on is later (a resume sets its own seam).
+            seam: self.mirror.position,
         }
     }
 

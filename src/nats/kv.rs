@@ -14,6 +14,7 @@
 //! The adapter knows NATS's headers and markers, not Tenure's records: it
 //! hands the lease layer each message as an [`Op`] with its raw payload.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
@@ -67,6 +68,11 @@ const ERR_BATCH_INFLIGHT: u64 = 10210;
 /// How long a batch refused for too many open batches is retried before
 /// the write fails (retryable) to the caller.
 const BATCH_INFLIGHT_PATIENCE: Duration = Duration::from_secs(2);
+/// Most atomic batches this process has open on the stream at once, below
+/// JetStream's per-stream limit of 50: a burst of batches queues here for a
+/// turn instead of being refused by the server and retried (other replicas'
+/// batches can still fill the stream's limit: that is what the retry is for).
+const BATCHES_IN_FLIGHT: usize = 40;
 
 /// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +160,8 @@ pub struct Store {
     marker_ttl: Duration,
     /// Whether the stream has atomic batch publish (`allow_atomic`).
     atomic: bool,
+    /// Turns to have a batch open ([`BATCHES_IN_FLIGHT`]), shared by clones.
+    batches: Arc<tokio::sync::Semaphore>,
 }
 
 impl Store {
@@ -200,6 +208,7 @@ impl Store {
             prefix: format!("$KV.{}.", cfg.bucket),
             marker_ttl: cfg.marker_ttl,
             atomic,
+            batches: Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT)),
         };
         store.verify().await?;
         Ok(store)
@@ -518,6 +527,8 @@ impl Store {
     /// growing pause, for up to [`BATCH_INFLIGHT_PATIENCE`]: nothing of it
     /// was stored, and open batches close within a round trip.
     pub async fn batch(&self, writes: &[Write]) -> Result<u64, CasError> {
+        // Never closed, so a turn always comes.
+        let _turn = self.batches.acquire().await;
         let give_up = tokio::time::Instant::now() + BATCH_INFLIGHT_PATIENCE;
         let mut pause = Duration::from_millis(1);
         loop {
@@ -639,12 +650,21 @@ impl Store {
             .await
             .map_err(|e| Error::nats("starting a watch", e))?;
         let initially_pending = consumer.cached_info().num_pending;
+        // Deleted when the follower drops it, not 30 s later (the ordered
+        // consumer's inactivity threshold): an idling watcher leaves
+        // nothing on the stream. (One async-nats recreated after a failure
+        // has another name and still ages out by that threshold.)
+        let delete = DeleteOnDrop {
+            stream: self.stream.clone(),
+            consumer: consumer.cached_info().name.clone(),
+        };
         let messages = consumer
             .messages()
             .await
             .map_err(|e| Error::nats("starting a watch", e))?;
         let prefix = self.prefix.clone();
         let stream = messages.map(move |msg| {
+            let _owned = &delete;
             let msg = msg.map_err(|e| Error::nats("following the bucket", e))?;
             read_message(&prefix, &msg)
         });
@@ -713,7 +733,7 @@ impl Drop for DeleteOnDrop {
             let (stream, consumer) = (self.stream.clone(), std::mem::take(&mut self.consumer));
             runtime.spawn(async move {
                 if let Err(err) = stream.delete_consumer(&consumer).await {
-                    tracing::debug!(%err, consumer, "replay consumer not deleted; NATS removes it when idle");
+                    tracing::debug!(%err, consumer, "consumer not deleted; NATS removes it when idle");
                 }
             });
         }

@@ -69,6 +69,9 @@ pub struct Metrics {
     /// `tenure_watch_buffer_bytes`: bytes of events waiting in watch
     /// buffers for their clients to read (sampled every 5 s).
     pub watch_buffer_bytes: IntGauge,
+    /// `tenure_watcher_following`: 1 while the shared bucket watcher
+    /// follows the bucket (it idles without subscribers).
+    pub watcher_following: IntGauge,
     /// `tenure_nats_connected`: 1 while the NATS connection is up.
     pub nats_connected: IntGauge,
     /// `tenure_nats_reconnects_total`: reconnections after a loss.
@@ -177,6 +180,10 @@ impl Metrics {
             watch_buffer_bytes: gauge(
                 "tenure_watch_buffer_bytes",
                 "bytes of events waiting in watch buffers for their clients to read (sampled every 5 s)",
+            ),
+            watcher_following: gauge(
+                "tenure_watcher_following",
+                "1 while the shared bucket watcher follows the bucket (it idles without watches, waiting Acquires or elections), else 0",
             ),
             nats_connected: gauge(
                 "tenure_nats_connected",

@@ -40,8 +40,11 @@ const (
 	EventType_EVENT_TYPE_UNSPECIFIED EventType = 0
 	// EVENT_TYPE_CURRENT is a lease held when the watch started (snapshot).
 	EventType_EVENT_TYPE_CURRENT EventType = 1
-	// EVENT_TYPE_SNAPSHOT_COMPLETE marks the end of the snapshot; every event
-	// after it is a live change.
+	// EVENT_TYPE_SNAPSHOT_COMPLETE marks the end of the snapshot (or of a
+	// resume's replay); every event after it is a live change. Its revision is
+	// the bucket revision the snapshot or replay is complete up to: a watch
+	// resumed later with that start_revision misses and repeats nothing, even
+	// when the snapshot was empty.
 	EventType_EVENT_TYPE_SNAPSHOT_COMPLETE EventType = 2
 	// EVENT_TYPE_ACQUIRED is a new holding (a new fencing token).
 	EventType_EVENT_TYPE_ACQUIRED EventType = 3

@@ -13,9 +13,11 @@ import {
 } from "@grpc/grpc-js";
 
 import { readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 
-import { LeaseLostError, TenureError } from "./errors";
+import { ErrorReason, LeaseLostError, TenureError } from "./errors";
 import {
+  AcquireGroupRequest,
   AcquireRequest,
   EventType,
   GetLeaseRequest,
@@ -23,6 +25,7 @@ import {
   ListLeasesRequest,
   RevokeLeaseRequest,
   WatchLeaseRequest,
+  type AcquireGroupResponse,
   type AcquireResponse,
   type GetLeaseResponse,
   type Lease,
@@ -31,9 +34,12 @@ import {
   type RevokeLeaseResponse,
   type WatchLeaseResponse,
 } from "./gen/tenure/v1/lease";
+import { GroupSession } from "./group";
+import { type RenewalOptions } from "./holding";
+import { Renewer, type RenewalStats } from "./keepalive";
 import { LossWatch } from "./losswatch";
 import { CallContext, unary, type TokenSource, type UnaryMethod } from "./rpc";
-import { Session, type RenewalOptions } from "./session";
+import { Session } from "./session";
 import { msToDuration } from "./time";
 import { resumingWatch, type ResumeOptions } from "./watch";
 
@@ -81,6 +87,13 @@ export interface ClientOptions {
   channelOptions?: ChannelOptions;
   /** Deadline of each unary call (an Acquire gets its wait on top). Default 5000 ms. */
   rpcTimeoutMs?: number;
+  /**
+   * Send the renewals of all this client's lease and semaphore sessions over
+   * one KeepAlive stream, batching those due together into one message.
+   * Default `true`; `false` renews each with a unary Renew. A server
+   * without KeepAlive (UNIMPLEMENTED) gets unary Renews either way.
+   */
+  keepAlive?: boolean;
 }
 
 /** What to ask for in {@link TenureClient.acquire}; the renewal options apply to the session. */
@@ -104,6 +117,38 @@ export interface AcquireOptions extends RenewalOptions {
   leaseKey?: string;
   /** Cancels a pending (e.g. waiting) Acquire; rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * Lock-delay: after this holding *expires or is revoked* (never after a
+   * release) nobody may acquire the name for this long (rounded up to
+   * whole seconds, at most the server's `--max-lock-delay`). For
+   * downstream systems that cannot check fencing tokens. Not combinable
+   * with a semaphore's `limit`. Default: none.
+   */
+  lockDelayMs?: number;
+  /**
+   * Makes the name a counting semaphore of this many slots (see
+   * {@link Semaphore}, which sets it for you). Default 0: an exclusive lease.
+   */
+  limit?: number;
+}
+
+/** What to ask for in {@link TenureClient.acquireGroup}: a lease's options but `limit`. */
+export type GroupAcquireOptions = Omit<AcquireOptions, "limit">;
+
+/**
+ * The state of a name as `GetLease` reports it ({@link TenureClient.inspect}).
+ */
+export interface LeaseState {
+  /** The current holding; for a semaphore, the holder with the lowest fencing token. */
+  lease: Lease;
+  /** How many Acquires with a wait are queued for the name, across every replica. */
+  waiting: number;
+  /** A semaphore's live holders, by slot; empty for a plain lease. */
+  holders: Lease[];
+  /** A semaphore's limit in force; 0 for a plain lease. */
+  limit: number;
+  /** How many more holders a semaphore admits now; 0 for a plain lease. */
+  freeSlots: number;
 }
 
 /**
@@ -158,6 +203,7 @@ export class TenureClient {
   readonly #rpcTimeoutMs: number;
   readonly #ctx: CallContext;
   readonly #lossWatch: LossWatch;
+  readonly #renewer: Renewer;
 
   /** A client of the server at `address` ("host:port"). */
   constructor(address: string, options: ClientOptions = {}) {
@@ -169,6 +215,15 @@ export class TenureClient {
     this.#rpcTimeoutMs = options.rpcTimeoutMs ?? 5000;
     this.#ctx = new CallContext(address, options.token, options.metadata);
     this.#lossWatch = new LossWatch(this.stub, this.#ctx, options.lossWatch ?? true);
+    this.#renewer = new Renewer(this.stub, this.#ctx, options.keepAlive ?? true);
+  }
+
+  /**
+   * How this client's session renewals went: messages and entries sent over
+   * KeepAlive streams, unary Renews, and whether the server lacks KeepAlive.
+   */
+  get renewalStats(): RenewalStats {
+    return this.#renewer.stats;
   }
 
   /**
@@ -183,14 +238,9 @@ export class TenureClient {
    */
   async acquire(name: string, holder: string, options: AcquireOptions = {}): Promise<Session> {
     checkRenewalOptions(options);
-    const leaseKey = options.leaseKey ?? randomBytes(24).toString("base64url");
     const acquire: UnaryMethod<AcquireRequest, AcquireResponse> = this.stub.acquire.bind(this.stub);
-    const rpcTimeoutMs = options.rpcTimeoutMs ?? this.#rpcTimeoutMs;
-    const waitUntil = performance.now() + (options.waitMs ?? 0);
-    for (let attempt = 0; ; attempt++) {
-      const waitMs = Math.max(0, waitUntil - performance.now());
-      const sentAt = performance.now();
-      const reply = await unary(
+    return this.#grant(options, (leaseKey, wait, timeoutMs) =>
+      unary(
         this.#ctx,
         "Acquire",
         acquire,
@@ -199,40 +249,145 @@ export class TenureClient {
           holder,
           ttl: options.ttlMs === undefined ? undefined : msToDuration(options.ttlMs),
           leaseKey,
-          wait: waitMs > 0 ? msToDuration(waitMs) : undefined,
+          wait,
           metadata: options.metadata ?? {},
+          lockDelay: options.lockDelayMs ? msToDuration(options.lockDelayMs) : undefined,
+          limit: options.limit ?? 0,
         }),
-        waitMs + rpcTimeoutMs,
+        timeoutMs,
         options.signal,
-      ).result;
-      const lease = reply.lease;
-      if (lease === undefined) {
-        throw new TenureError(GrpcStatus.INTERNAL, undefined, "Acquire reply carried no lease", {}, {
-          target: this.address,
-          rpc: "Acquire",
+      ).result.then((reply) => {
+        const lease = this.#required(reply.lease, "Acquire");
+        return {
+          session: (sentAt: number, rpcTimeoutMs: number) =>
+            new Session({
+              stub: this.stub,
+              ctx: this.#ctx,
+              lossWatch: this.#lossWatch,
+              renewer: this.#renewer,
+              lease,
+              leaseKey: reply.leaseKey || leaseKey,
+              sentAt,
+              options: { ...options, rpcTimeoutMs },
+            }),
+          name,
+          token: lease.fencingToken,
+        };
+      }),
+    );
+  }
+
+  /**
+   * Takes every name of `names` (2 to the server's --max-group-size, 16 by
+   * default) for `holder` in one all-or-nothing AcquireGroup, each member
+   * with its own fencing token, and returns a {@link GroupSession} that
+   * renews them together (RenewGroup) until released or lost. With
+   * `waitMs`, waits until every name is free at once (it never holds some
+   * while waiting for others). Rejects like {@link acquire}.
+   */
+  async acquireGroup(names: readonly string[], holder: string, options: GroupAcquireOptions = {}): Promise<GroupSession> {
+    checkRenewalOptions(options);
+    const acquire: UnaryMethod<AcquireGroupRequest, AcquireGroupResponse> = this.stub.acquireGroup.bind(this.stub);
+    return this.#grant(options, (leaseKey, wait, timeoutMs) =>
+      unary(
+        this.#ctx,
+        "AcquireGroup",
+        acquire,
+        AcquireGroupRequest.fromPartial({
+          names: [...names],
+          holder,
+          ttl: options.ttlMs === undefined ? undefined : msToDuration(options.ttlMs),
+          leaseKey,
+          wait,
+          metadata: options.metadata ?? {},
+          lockDelay: options.lockDelayMs ? msToDuration(options.lockDelayMs) : undefined,
+        }),
+        timeoutMs,
+        options.signal,
+      ).result.then((reply) => {
+        if (reply.leases.length === 0) this.#required(undefined, "AcquireGroup");
+        return {
+          session: (sentAt: number, rpcTimeoutMs: number) =>
+            new GroupSession({
+              stub: this.stub,
+              ctx: this.#ctx,
+              lossWatch: this.#lossWatch,
+              leases: reply.leases,
+              leaseKey: reply.leaseKey || leaseKey,
+              sentAt,
+              options: { ...options, rpcTimeoutMs },
+            }),
+          name: names.join(" + "),
+          token: reply.leases[0]!.fencingToken,
+        };
+      }),
+    );
+  }
+
+  /**
+   * The acquire loop shared by leases, semaphores and groups. `send` makes
+   * one call with the lease key, the wait left and the call's deadline.
+   *
+   * - A `TOO_MANY_WAITERS` refusal (the name's queue is full) is retried
+   *   after the server's RetryInfo delay (2 s when it gives none) when the
+   *   wait lasts beyond it; otherwise it is thrown.
+   * - A grant whose reply came after its own safe deadline is asked again
+   *   with the same key for a fresh send time (the server renews the same
+   *   holding), at most {@link MAX_REANCHORS} times.
+   */
+  async #grant<S extends Session | GroupSession>(
+    options: GroupAcquireOptions,
+    send: (
+      leaseKey: string,
+      wait: ReturnType<typeof msToDuration> | undefined,
+      timeoutMs: number,
+    ) => Promise<{ session: (sentAt: number, rpcTimeoutMs: number) => S; name: string; token: bigint }>,
+  ): Promise<S> {
+    const leaseKey = options.leaseKey ?? randomBytes(24).toString("base64url");
+    const rpcTimeoutMs = options.rpcTimeoutMs ?? this.#rpcTimeoutMs;
+    const waitUntil = performance.now() + (options.waitMs ?? 0);
+    for (let attempt = 0; ; ) {
+      const waitMs = Math.max(0, waitUntil - performance.now());
+      const sentAt = performance.now();
+      let granted: Awaited<ReturnType<typeof send>>;
+      try {
+        granted = await send(leaseKey, waitMs > 0 ? msToDuration(waitMs) : undefined, waitMs + rpcTimeoutMs);
+      } catch (err) {
+        if (!(err instanceof TenureError) || err.reason !== ErrorReason.TOO_MANY_WAITERS) throw err;
+        // The queue is full: come back when a place may have freed, if
+        // that is still within the wait.
+        const delayMs = err.retryDelayMs ?? 2000;
+        if (waitUntil - performance.now() <= delayMs) throw err;
+        await sleep(delayMs, undefined, { signal: options.signal }).catch(() => {
+          throw options.signal?.reason;
         });
+        continue;
       }
-      const session = new Session({
-        stub: this.stub,
-        ctx: this.#ctx,
-        lossWatch: this.#lossWatch,
-        lease,
-        leaseKey: reply.leaseKey || leaseKey,
-        sentAt,
-        options: { ...options, rpcTimeoutMs },
-      });
+      const session = granted.session(sentAt, rpcTimeoutMs);
       if (session.isHeld()) return session;
       // Granted, but the reply came too late to trust: ask again with the
       // same key for a fresh send time (the server renews the same holding).
-      if (attempt + 1 >= MAX_REANCHORS) {
+      if (++attempt >= MAX_REANCHORS) {
         await session.release().catch(() => undefined);
-        throw new LeaseLostError("SAFE_DEADLINE_PASSED", name, lease.fencingToken);
+        throw new LeaseLostError("SAFE_DEADLINE_PASSED", granted.name, granted.token);
       }
     }
   }
 
-  /** The current holding of `name`; rejects with `LEASE_NOT_FOUND` when nobody holds it. */
-  async getLease(name: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Lease> {
+  /** `value`, or an INTERNAL error saying the reply of `rpc` lacked its lease. */
+  #required(value: Lease | undefined, rpc: string): Lease {
+    if (value === undefined) {
+      throw new TenureError(GrpcStatus.INTERNAL, undefined, `${rpc} reply carried no lease`, {}, { target: this.address, rpc });
+    }
+    return value;
+  }
+
+  /**
+   * Everything `GetLease` says about `name`: the holding, how many Acquires
+   * wait for it, and for a semaphore its holders, limit and free slots.
+   * Rejects with `LEASE_NOT_FOUND` when nobody holds it.
+   */
+  async inspect(name: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<LeaseState> {
     const get: UnaryMethod<GetLeaseRequest, GetLeaseResponse> = this.stub.getLease.bind(this.stub);
     const reply = await unary(
       this.#ctx,
@@ -242,13 +397,22 @@ export class TenureClient {
       options.timeoutMs ?? this.#rpcTimeoutMs,
       options.signal,
     ).result;
-    if (reply.lease === undefined) {
-      throw new TenureError(GrpcStatus.INTERNAL, undefined, "GetLease reply carried no lease", {}, {
-        target: this.address,
-        rpc: "GetLease",
-      });
-    }
-    return reply.lease;
+    return {
+      lease: this.#required(reply.lease, "GetLease"),
+      waiting: reply.waiting,
+      holders: reply.holders,
+      limit: reply.limit,
+      freeSlots: reply.freeSlots,
+    };
+  }
+
+  /**
+   * The current holding of `name` (for a semaphore, its holder with the
+   * lowest token); rejects with `LEASE_NOT_FOUND` when nobody holds it.
+   * {@link inspect} also says how many wait, and a semaphore's holders.
+   */
+  async getLease(name: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Lease> {
+    return (await this.inspect(name, options)).lease;
   }
 
   /**
@@ -286,19 +450,20 @@ export class TenureClient {
    * Removes the holding of `name` at once (admin grant needed when auth is
    * on); its holder sees REVOKED. `reason` (1 to 256 printable bytes) is
    * logged by the server. With `fencingToken`, only that holding is
-   * revoked. Resolves with the revision of the removal.
+   * revoked; with `slot`, the holder of that slot of the semaphore `name`.
+   * Resolves with the revision of the removal.
    */
   async revokeLease(
     name: string,
     reason: string,
-    options: { fencingToken?: bigint; timeoutMs?: number; signal?: AbortSignal } = {},
+    options: { fencingToken?: bigint; slot?: number; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<bigint> {
     const revoke: UnaryMethod<RevokeLeaseRequest, RevokeLeaseResponse> = this.stub.revokeLease.bind(this.stub);
     const reply = await unary(
       this.#ctx,
       "RevokeLease",
       revoke,
-      RevokeLeaseRequest.fromPartial({ name, reason, fencingToken: options.fencingToken ?? 0n }),
+      RevokeLeaseRequest.fromPartial({ name, reason, fencingToken: options.fencingToken ?? 0n, slot: options.slot ?? 0 }),
       options.timeoutMs ?? this.#rpcTimeoutMs,
       options.signal,
     ).result;
@@ -365,17 +530,21 @@ export class TenureClient {
   /** Closes the channel. Sessions of this client can no longer renew or release. */
   close(): void {
     this.#lossWatch.close();
+    this.#renewer.close();
     this.stub.close();
   }
 }
 
 /** Rejects option values that cannot work, before anything is sent. */
 function checkRenewalOptions(options: AcquireOptions): void {
-  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs } = options;
+  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs, lockDelayMs, limit } = options;
   if (renewFraction !== undefined && !(renewFraction > 0 && renewFraction < 1)) {
     throw new RangeError(`renewFraction must be in (0, 1), got ${renewFraction}`);
   }
-  for (const [key, value] of Object.entries({ safetyMarginMs, retryIntervalMs, ttlMs, waitMs })) {
+  if (limit !== undefined && !(Number.isInteger(limit) && limit >= 0)) {
+    throw new RangeError(`limit must be a non-negative integer, got ${limit}`);
+  }
+  for (const [key, value] of Object.entries({ safetyMarginMs, retryIntervalMs, ttlMs, waitMs, lockDelayMs })) {
     if (value !== undefined && !(Number.isFinite(value) && value >= 0)) {
       throw new RangeError(`${key} must be a non-negative number of milliseconds, got ${value}`);
     }
@@ -384,3 +553,4 @@ function checkRenewalOptions(options: AcquireOptions): void {
     throw new RangeError(`rpcTimeoutMs must be positive, got ${rpcTimeoutMs}`);
   }
 }
+

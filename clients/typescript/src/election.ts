@@ -67,7 +67,7 @@ export interface ElectorOptions {
   /** Called with every change of leader (a {@link Leader} with an empty identity for "nobody"). */
   readonly onNewLeader?: (leader: Leader) => void;
   /** Renewal options of each term (renewFraction, safetyMarginMs, ...). */
-  readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal">;
+  readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal" | "limit">;
 }
 
 /** The election calls of one {@link TenureClient}. */

@@ -10,7 +10,7 @@
  */
 import { status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
-import { ErrorInfo } from "./gen/google/rpc/error_details";
+import { ErrorInfo, RetryInfo } from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
 import { ErrorReason, errorReasonFromJSON, errorReasonToJSON } from "./gen/tenure/v1/error_reason";
 
@@ -19,6 +19,9 @@ export const ERROR_DOMAIN = "tenure.v1";
 
 /** The type URL of a packed `google.rpc.ErrorInfo`. */
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
+
+/** The type URL of a packed `google.rpc.RetryInfo`. */
+const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
 
 /** The trailer carrying a serialized `google.rpc.Status`. */
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
@@ -118,6 +121,12 @@ export class TenureError extends Error {
   readonly target: string | undefined;
   /** The RPC that failed ("Acquire", "Renew", ...), when known. */
   readonly rpc: string | undefined;
+  /**
+   * How long the server asks to wait before retrying (its
+   * `google.rpc.RetryInfo`, e.g. with `TOO_MANY_WAITERS` or a lock-delay's
+   * `LEASE_HELD`), in milliseconds; undefined when it sent none.
+   */
+  readonly retryDelayMs: number | undefined;
 
   /**
    * Builds an error; most code gets one from {@link TenureError.from}.
@@ -130,7 +139,7 @@ export class TenureError extends Error {
     reason: ErrorReason | string | undefined,
     details: string,
     metadata: Record<string, string> = {},
-    options?: { cause?: unknown; target?: string; rpc?: string },
+    options?: { cause?: unknown; target?: string; rpc?: string; retryDelayMs?: number },
   ) {
     const rawReason = reason === undefined || reason === ErrorReason.UNSPECIFIED ? "" : reason;
     const where = [
@@ -146,6 +155,7 @@ export class TenureError extends Error {
     this.details = details;
     this.target = options?.target;
     this.rpc = options?.rpc;
+    this.retryDelayMs = options?.retryDelayMs;
     this.metadata = Object.freeze({ ...metadata });
   }
 
@@ -173,13 +183,13 @@ export class TenureError extends Error {
       const message = err instanceof Error ? err.message : String(err);
       return new TenureError(GrpcStatus.UNKNOWN, undefined, message, {}, { cause: err, ...where });
     }
-    const info = errorInfoOf(err);
+    const { info, retryDelayMs } = detailsOf(err);
     return new TenureError(
       err.code,
       info?.reason,
       err.details ?? err.message,
       info?.metadata ?? {},
-      { cause: err, ...where },
+      { cause: err, retryDelayMs, ...where },
     );
   }
 }
@@ -193,8 +203,10 @@ function isServiceError(err: unknown): err is ServiceError {
   );
 }
 
-/** The Tenure `ErrorInfo` inside a status's details trailer, if any. */
-function errorInfoOf(err: ServiceError): ErrorInfo | undefined {
+/** The Tenure `ErrorInfo` and the `RetryInfo` delay inside a status's details trailer, if any. */
+function detailsOf(err: ServiceError): { info: ErrorInfo | undefined; retryDelayMs: number | undefined } {
+  let info: ErrorInfo | undefined;
+  let retryDelayMs: number | undefined;
   const raw = err.metadata?.get(STATUS_DETAILS_KEY) ?? [];
   for (const value of raw) {
     if (typeof value === "string") continue;
@@ -205,16 +217,20 @@ function errorInfoOf(err: ServiceError): ErrorInfo | undefined {
       continue;
     }
     for (const detail of status.details) {
-      if (detail.typeUrl !== ERROR_INFO_TYPE_URL) continue;
       try {
-        const info = ErrorInfo.decode(detail.value);
-        if (info.domain === ERROR_DOMAIN) return info;
+        if (detail.typeUrl === ERROR_INFO_TYPE_URL && info === undefined) {
+          const decoded = ErrorInfo.decode(detail.value);
+          if (decoded.domain === ERROR_DOMAIN) info = decoded;
+        } else if (detail.typeUrl === RETRY_INFO_TYPE_URL && retryDelayMs === undefined) {
+          const delay = RetryInfo.decode(detail.value).retryDelay;
+          if (delay !== undefined) retryDelayMs = Number(delay.seconds) * 1000 + delay.nanos / 1e6;
+        }
       } catch {
         // A malformed detail is ignored; the status code still stands.
       }
     }
   }
-  return undefined;
+  return { info, retryDelayMs };
 }
 
 /**

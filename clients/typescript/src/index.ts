@@ -5,8 +5,18 @@
  *
  * @packageDocumentation
  */
-export { TenureClient, type AcquireOptions, type ClientOptions, type WatchOptions } from "./client";
+export {
+  TenureClient,
+  type AcquireOptions,
+  type ClientOptions,
+  type GroupAcquireOptions,
+  type LeaseState,
+  type WatchOptions,
+} from "./client";
 export { Session, type RenewalOptions } from "./session";
+export { GroupSession } from "./group";
+export { Semaphore, type SemaphoreAcquireOptions } from "./semaphore";
+export type { RenewalStats } from "./keepalive";
 export { ELECTION_VALUE_KEY, Elections, LeaderElector, type ElectorOptions, type Leader } from "./election";
 export { FencingGuard } from "./fencing";
 export {

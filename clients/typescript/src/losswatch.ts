@@ -14,8 +14,9 @@
  * seen (`start_revision`), so a revoke, expiry or takeover that happened
  * while disconnected still arrives as its event. When the server cannot
  * resume (WATCH_HISTORY_COMPACTED) the stream starts fresh, and a session
- * whose name the fresh snapshot shows with another token, or not at all,
- * is lost.
+ * whose name (and slot) the fresh snapshot shows with another token, or not
+ * at all, is lost. A semaphore holder is followed by (name, slot): other
+ * holders acquiring and releasing other slots never end it.
  * @internal
  */
 import { status as GrpcStatus, type ClientReadableStream } from "@grpc/grpc-js";
@@ -35,6 +36,8 @@ import type { CallContext } from "./rpc";
 /** What the loss watch needs of a session. */
 export interface Watched {
   readonly name: string;
+  /** The semaphore slot of the holding; 0 for a plain lease (or a group member). */
+  readonly slot: number;
   readonly fencingToken: bigint;
   /** Called once an event shows the holding ended. */
   ended(event: LeaseEvent): void;
@@ -59,9 +62,14 @@ export function covers(filter: string, name: string): boolean {
   return filter.endsWith(".>") && name.startsWith(filter.slice(0, -1));
 }
 
-/** Whether `event` shows that the holding of `session` has ended. */
+/**
+ * Whether `event` shows that the holding of `session` has ended. A
+ * semaphore's events carry its name and the slot concerned: only events of
+ * the session's own slot count (other holders come and go in other slots),
+ * and a plain lease's session ignores slot events and the other way round.
+ */
 export function showsLoss(session: Watched, event: LeaseEvent): boolean {
-  if (event.name !== session.name || event.revision <= session.fencingToken) return false;
+  if (event.name !== session.name || event.slot !== session.slot || event.revision <= session.fencingToken) return false;
   switch (event.type) {
     case EventType.REVOKED:
     case EventType.EXPIRED:
@@ -209,7 +217,9 @@ export class LossWatch {
       for (const session of state.expected) {
         if (state.shown.has(session) || !this.#sessions.has(session)) continue;
         this.#sessions.delete(session);
-        session.ended(LeaseEventMessage.fromPartial({ type: EventType.SNAPSHOT_COMPLETE, name: session.name }));
+        session.ended(
+          LeaseEventMessage.fromPartial({ type: EventType.SNAPSHOT_COMPLETE, name: session.name, slot: session.slot }),
+        );
       }
       return;
     }
@@ -217,7 +227,9 @@ export class LossWatch {
     if (event.type === EventType.CURRENT) {
       state.sawCurrent = true;
       for (const session of state.expected) {
-        if (session.name === event.name && session.fencingToken === event.fencingToken) state.shown.add(session);
+        if (session.name === event.name && session.slot === event.slot && session.fencingToken === event.fencingToken) {
+          state.shown.add(session);
+        }
       }
     }
     for (const session of [...this.#sessions]) {

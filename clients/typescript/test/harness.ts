@@ -243,14 +243,14 @@ export function uniqueName(prefix: string): string {
 }
 
 /**
- * Starts one server and one client for the calling test file (before its
- * tests) and stops both after them; `ready` receives them.
+ * Starts one server (with `extraArgs`) and one client for the calling test
+ * file (before its tests) and stops both after them; `ready` receives them.
  */
-export function serverPerFile(ready: (server: TenureServer, client: TenureClient) => void): void {
+export function serverPerFile(ready: (server: TenureServer, client: TenureClient) => void, extraArgs: string[] = []): void {
   let server: TenureServer | undefined;
   let client: TenureClient | undefined;
   before(async () => {
-    server = await TenureServer.start();
+    server = await TenureServer.start(extraArgs);
     client = new TenureClient(server.address);
     ready(server, client);
   });

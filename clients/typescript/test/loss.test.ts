@@ -9,7 +9,8 @@ import { performance } from "node:perf_hooks";
 import { describe, it } from "node:test";
 
 import { EventType, LeaseLostError, Reason, TenureError, type LeaseEvent, type TenureClient } from "../src";
-import { coveringFilter, covers } from "../src/losswatch";
+import { LeaseEvent as LeaseEventMessage } from "../src/gen/tenure/v1/lease";
+import { coveringFilter, covers, showsLoss } from "../src/losswatch";
 import { aborted, serverPerFile, uniqueName, within, type TenureServer } from "./harness";
 
 let client: TenureClient;
@@ -28,6 +29,28 @@ describe("loss watch", () => {
     }
     assert.ok(!covers("a.b.>", "a.b"));
     assert.ok(!covers("a.b.>", "a.bc.d"));
+  });
+
+  it("follows a semaphore holder by name and slot, and a plain lease by name with slot 0", () => {
+    const ended = () => undefined;
+    const holder = { name: "sem", slot: 2, fencingToken: 10n, ended };
+    const plain = { name: "sem", slot: 0, fencingToken: 10n, ended };
+    const ev = (type: EventType, slot: number, fencingToken: bigint, revision = 20n) =>
+      LeaseEventMessage.fromPartial({ type, name: "sem", slot, fencingToken, revision });
+    // Other holders of other slots come and go: not this holder's loss.
+    assert.equal(showsLoss(holder, ev(EventType.ACQUIRED, 1, 15n)), false);
+    assert.equal(showsLoss(holder, ev(EventType.RELEASED, 3, 12n)), false);
+    assert.equal(showsLoss(holder, ev(EventType.EXPIRED, 1, 11n)), false);
+    // Its own slot ending, or taken by another token, is.
+    assert.equal(showsLoss(holder, ev(EventType.REVOKED, 2, 10n)), true);
+    assert.equal(showsLoss(holder, ev(EventType.EXPIRED, 2, 10n)), true);
+    assert.equal(showsLoss(holder, ev(EventType.ACQUIRED, 2, 15n)), true);
+    assert.equal(showsLoss(holder, ev(EventType.CURRENT, 2, 15n)), true);
+    assert.equal(showsLoss(holder, ev(EventType.RENEWED, 2, 10n)), false);
+    // A plain lease's session ignores slot events, and a holder the plain lease's.
+    assert.equal(showsLoss(plain, ev(EventType.REVOKED, 2, 10n)), false);
+    assert.equal(showsLoss(plain, ev(EventType.REVOKED, 0, 10n)), true);
+    assert.equal(showsLoss(holder, ev(EventType.REVOKED, 0, 10n)), false);
   });
 
   it("ends a session on revoke before its next renewal, and release then reports false", async () => {

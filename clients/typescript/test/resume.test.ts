@@ -134,7 +134,7 @@ class FakeStub {
 function watched(name: string, fencingToken: bigint) {
   let resolve!: (event: LeaseEvent) => void;
   const lost = new Promise<LeaseEvent>((ok) => (resolve = ok));
-  const session: Watched = { name, fencingToken, ended: (event) => resolve(event) };
+  const session: Watched = { name, slot: 0, fencingToken, ended: (event) => resolve(event) };
   return { session, lost };
 }
 

@@ -47,8 +47,11 @@ export enum EventType {
   /** CURRENT - EVENT_TYPE_CURRENT is a lease held when the watch started (snapshot). */
   CURRENT = "EVENT_TYPE_CURRENT",
   /**
-   * SNAPSHOT_COMPLETE - EVENT_TYPE_SNAPSHOT_COMPLETE marks the end of the snapshot; every event
-   * after it is a live change.
+   * SNAPSHOT_COMPLETE - EVENT_TYPE_SNAPSHOT_COMPLETE marks the end of the snapshot (or of a
+   * resume's replay); every event after it is a live change. Its revision is
+   * the bucket revision the snapshot or replay is complete up to: a watch
+   * resumed later with that start_revision misses and repeats nothing, even
+   * when the snapshot was empty.
    */
   SNAPSHOT_COMPLETE = "EVENT_TYPE_SNAPSHOT_COMPLETE",
   /** ACQUIRED - EVENT_TYPE_ACQUIRED is a new holding (a new fencing token). */
