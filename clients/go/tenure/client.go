@@ -117,3 +117,14 @@ func (c *Client) RevokeLease(ctx context.Context, name, reason string, fencingTo
 	}
 	return resp.GetRevision(), nil
 }
+
+// RevokeSlot ends the holder of slot of the semaphore name (the admin grant),
+// as RevokeLease does for a plain lease: with fencingToken > 0 only if that
+// slot is still held with that token. It returns the revision of the revoke.
+func (c *Client) RevokeSlot(ctx context.Context, name string, slot uint32, reason string, fencingToken uint64) (uint64, error) {
+	resp, err := c.rpc.RevokeLease(ctx, &tenurev1.RevokeLeaseRequest{Name: name, Slot: slot, Reason: reason, FencingToken: fencingToken})
+	if err != nil {
+		return 0, callError(c.target, "RevokeLease", err)
+	}
+	return resp.GetRevision(), nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -183,7 +184,7 @@ func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, poin
 			w.markSynced(cover)
 			for _, s := range before {
 				if !seen[s] {
-					s.lose(fmt.Errorf("%w: %q no longer held with fencing token %d (watch snapshot)", ErrLostOnWatch, s.name, s.token))
+					s.lose(fmt.Errorf("%w: %s no longer held with fencing token %d (watch snapshot)", ErrLostOnWatch, slotName(s.name, s.slot), s.token))
 				}
 			}
 			before = nil
@@ -193,7 +194,7 @@ func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, poin
 			continue
 		}
 		for _, s := range w.named(ev.GetName()) {
-			if ev.GetType() == tenurev1.EventType_EVENT_TYPE_CURRENT && ev.GetFencingToken() == s.token {
+			if ev.GetType() == tenurev1.EventType_EVENT_TYPE_CURRENT && ev.GetFencingToken() == s.token && ev.GetSlot() == s.slot {
 				seen[s] = true
 			}
 			s.observe(ev)
@@ -238,9 +239,11 @@ func refusal(err error) bool {
 
 // observe ends the session when ev shows its holding gone: its own token
 // REVOKED, EXPIRED or RELEASED, or another token holding the name. Events
-// older than the session's acquisition are ignored.
+// older than the session's acquisition are ignored, and so are events of
+// another slot: a semaphore's holders come and go without touching each
+// other (a plain lease is slot 0, apart from the semaphore's slots).
 func (s *Session) observe(ev *tenurev1.LeaseEvent) {
-	if ev.GetRevision() < s.acquired {
+	if ev.GetRevision() < s.acquired || ev.GetSlot() != s.slot {
 		return
 	}
 	switch ev.GetType() {
@@ -255,8 +258,16 @@ func (s *Session) observe(ev *tenurev1.LeaseEvent) {
 	default:
 		return
 	}
-	s.lose(fmt.Errorf("%w: %s of %q (fencing token %d) at revision %d", ErrLostOnWatch,
-		EventName(ev.GetType()), ev.GetName(), ev.GetFencingToken(), ev.GetRevision()))
+	s.lose(fmt.Errorf("%w: %s of %s (fencing token %d) at revision %d", ErrLostOnWatch,
+		EventName(ev.GetType()), slotName(ev.GetName(), ev.GetSlot()), ev.GetFencingToken(), ev.GetRevision()))
+}
+
+// slotName is name, or "name" slot N for a semaphore holding, for messages.
+func slotName(name string, slot uint32) string {
+	if slot == 0 {
+		return strconv.Quote(name)
+	}
+	return fmt.Sprintf("%q slot %d", name, slot)
 }
 
 // EventName is an event type's short name: "REVOKED" for

@@ -37,6 +37,8 @@ type acquireConfig struct {
 	renewFraction float64
 	margin        time.Duration
 	marginSet     bool
+	lockDelay     time.Duration
+	limit         uint32 // semaphore limit (Semaphore.Acquire); 0 for a plain lease
 }
 
 // WithWait makes Acquire wait up to d for a held lease to become free,
@@ -57,6 +59,15 @@ func WithLeaseKey(key string) AcquireOption {
 // watchers (at most 16 entries, 1024 bytes in total).
 func WithMetadata(md map[string]string) AcquireOption {
 	return func(c *acquireConfig) { c.metadata = md }
+}
+
+// WithLockDelay asks for a lock delay: after this holding expires or is
+// revoked (never after a release), nobody may acquire the name for d
+// (rounded up to whole seconds, at most the server's --max-lock-delay). It
+// protects downstream systems that cannot check fencing tokens from a paused
+// holder's late writes. Not combinable with a semaphore (the server refuses).
+func WithLockDelay(d time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.lockDelay = d }
 }
 
 // WithRenewFraction sets when the background renewal runs, as a fraction of
@@ -88,6 +99,7 @@ type Session struct {
 	name     string
 	holder   string
 	token    uint64
+	slot     uint32 // semaphore slot (1..limit); 0 for a plain lease
 	leaseKey string
 	fraction float64
 	margin   time.Duration
@@ -126,6 +138,11 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return c.acquire(ctx, name, holder, ttl, cfg)
+}
+
+// acquire is Acquire with its options applied (Semaphore.Acquire sets limit).
+func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Duration, cfg acquireConfig) (*Session, error) {
 	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
 		return nil, fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
 	}
@@ -140,9 +157,13 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		Holder:   holder,
 		LeaseKey: cfg.leaseKey,
 		Metadata: cfg.metadata,
+		Limit:    cfg.limit,
 	}
 	if ttl > 0 {
 		req.Ttl = durationpb.New(ttl)
+	}
+	if cfg.lockDelay > 0 {
+		req.LockDelay = durationpb.New(cfg.lockDelay)
 	}
 	if cfg.wait > 0 {
 		req.Wait = durationpb.New(cfg.wait)
@@ -163,6 +184,7 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		name:     l.GetName(),
 		holder:   l.GetHolder(),
 		token:    l.GetFencingToken(),
+		slot:     l.GetSlot(),
 		leaseKey: resp.GetLeaseKey(),
 		fraction: cfg.renewFraction,
 		margin:   margin,
@@ -206,6 +228,10 @@ func (s *Session) Holder() string { return s.holder }
 // strictly greater for every later holder. Send it with every write to a
 // downstream store (see Fence).
 func (s *Session) FencingToken() uint64 { return s.token }
+
+// Slot is the semaphore slot of the holding (1 to the limit; see
+// Semaphore), 0 for a plain lease.
+func (s *Session) Slot() uint32 { return s.slot }
 
 // LeaseKey is the ownership secret presented with Renew and Release.
 func (s *Session) LeaseKey() string { return s.leaseKey }
@@ -319,6 +345,7 @@ func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
+		Slot:             s.slot,
 	})
 	switch ReasonOf(FromError(err)) {
 	case tenurev1.ErrorReason_LEASE_NOT_HELD, tenurev1.ErrorReason_LEASE_NOT_FOUND:
@@ -340,6 +367,7 @@ func (s *Session) renewOnce(ctx context.Context) error {
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
+		Slot:             s.slot,
 	})
 	if err != nil {
 		return callError(s.client.target, "Renew", err)
