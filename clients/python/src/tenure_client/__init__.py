@@ -7,6 +7,7 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   :meth:`~TenureClient.get`, :meth:`~TenureClient.watch`.
 - :class:`Session` — one held lease, renewed in the background; :attr:`~Session.lost`
   (an :class:`asyncio.Event`), :meth:`~Session.is_held`, :meth:`~Session.release`.
+- :class:`Semaphore` — up to N holders of a name, each slot a :class:`Session`.
 - :class:`TenureError` — a failed call with its typed :class:`Reason` (made
   from the generated ``ErrorReason``) and whether it is retryable.
 - :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
@@ -14,7 +15,7 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   leader election (an election is the lease of the same name).
 """
 
-from ._client import AcquireContext, LeaseWatch, TenureClient
+from ._client import AcquireContext, LeaseWatch, Semaphore, TenureClient
 from ._election import Leader, LeaderElector, elect, leader, proclaim
 from ._errors import DOMAIN, RETRYABLE_REASONS, Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
@@ -35,6 +36,7 @@ __all__ = [
     "LossCause",
     "RETRYABLE_REASONS",
     "Reason",
+    "Semaphore",
     "Session",
     "StaleTokenError",
     "TenureClient",

@@ -140,6 +140,7 @@ class TenureClient:
         renew_fraction: float = DEFAULT_RENEW_FRACTION,
         safety_margin: Optional[Seconds] = None,
         timeout: Optional[float] = None,
+        lock_delay: Optional[Seconds] = None,
     ) -> "AcquireContext":
         """Takes the lease `name` for `holder` and starts renewing it.
 
@@ -162,14 +163,57 @@ class TenureClient:
                 deadline; default: a tenth of the granted TTL.
             timeout: deadline of the Acquire call in seconds; default
                 ``wait + 10``.
+            lock_delay: after this holding expires or is revoked (never
+                after a release), nobody may acquire the name for this long
+                (rounded up to whole seconds, at most the server's
+                ``--max-lock-delay``): protects downstream systems that
+                cannot check fencing tokens from a paused holder's late
+                writes. Refused for a semaphore.
 
         Raises:
             TenureError: with reason LEASE_HELD when another holder has it
-                (``metadata`` names the holder), INVALID_* for bad arguments,
-                UNKNOWN/UNAVAILABLE codes when the server cannot be reached.
+                (``metadata`` names the holder; ``state`` LOCK_DELAY and
+                ``free_at_unix_ms`` while a lock delay runs), INVALID_* for
+                bad arguments, UNKNOWN/UNAVAILABLE codes when the server
+                cannot be reached.
             ValueError: renew_fraction not in (0, 1), or safety_margin
                 negative or too large to renew before the safe deadline.
         """
+        return self._acquire_context(
+            name,
+            holder,
+            ttl,
+            wait=wait,
+            lease_key=lease_key,
+            metadata=metadata,
+            renew_fraction=renew_fraction,
+            safety_margin=safety_margin,
+            timeout=timeout,
+            lock_delay=lock_delay,
+            limit=0,
+        )
+
+    def semaphore(self, name: str, limit: int) -> "Semaphore":
+        """The counting semaphore `name` admitting `limit` holders at once
+        (see :class:`Semaphore`). Makes no call: acquire does."""
+        return Semaphore(self, name, limit)
+
+    def _acquire_context(
+        self,
+        name: str,
+        holder: str,
+        ttl: Seconds,
+        *,
+        wait: Optional[Seconds],
+        lease_key: Optional[str],
+        metadata: Optional[Mapping[str, str]],
+        renew_fraction: float,
+        safety_margin: Optional[Seconds],
+        timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+        limit: int,
+    ) -> "AcquireContext":
+        """Checks the arguments of an acquire and returns its context."""
         ttl_s = to_seconds(ttl)
         margin = None if safety_margin is None else to_seconds(safety_margin)
         if not 0 < renew_fraction < 1:
@@ -183,7 +227,17 @@ class TenureClient:
 
         return AcquireContext(
             self._acquire(
-                name, holder, ttl_s, wait, lease_key, metadata, renew_fraction, margin, timeout
+                name,
+                holder,
+                ttl_s,
+                wait,
+                lease_key,
+                metadata,
+                renew_fraction,
+                margin,
+                timeout,
+                lock_delay,
+                limit,
             )
         )
 
@@ -198,6 +252,8 @@ class TenureClient:
         renew_fraction: float,
         margin: Optional[float],
         timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+        limit: int,
     ) -> Session:
         request = lease_pb2.AcquireRequest(
             name=name,
@@ -205,7 +261,10 @@ class TenureClient:
             ttl=to_duration(ttl_s),
             lease_key=lease_key or "",
             metadata=dict(metadata or {}),
+            limit=limit,
         )
+        if lock_delay is not None and to_seconds(lock_delay) > 0:
+            request.lock_delay.CopyFrom(to_duration(lock_delay))
         wait_s = 0.0
         if wait is not None:
             wait_s = to_seconds(wait)
@@ -269,11 +328,13 @@ class TenureClient:
         reason: str,
         *,
         fencing_token: int = 0,
+        slot: int = 0,
         timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> int:
         """Ends the holding of `name` whoever holds it (the admin grant),
-        logging `reason`; with `fencing_token` only that holding. Returns
-        the revision of the revoke.
+        logging `reason`; with `fencing_token` only that holding; with
+        `slot` the holder of that slot of the semaphore `name`. Returns the
+        revision of the revoke.
 
         Raises:
             TenureError: LEASE_NOT_FOUND when nobody holds `name` (or the
@@ -281,7 +342,9 @@ class TenureClient:
         """
         reply = await self._unary(
             "RevokeLease",
-            lease_pb2.RevokeLeaseRequest(name=name, reason=reason, fencing_token=fencing_token),
+            lease_pb2.RevokeLeaseRequest(
+                name=name, reason=reason, fencing_token=fencing_token, slot=slot
+            ),
             timeout,
         )
         return int(reply.revision)
@@ -348,6 +411,78 @@ class TenureClient:
             )
         except grpc.aio.AioRpcError as err:
             raise TenureError.from_rpc_error(err, target=self.target, rpc=rpc) from err
+
+
+class Semaphore:
+    """A counting semaphore on the server: up to :attr:`limit` holders of one
+    name at once, each with its own slot (:attr:`Session.slot`), lease key
+    and fencing token (tokens increase across all holders of the name, in
+    grant order). The limit is enforced by the server's conditional writes,
+    never by clients. Get one from :meth:`TenureClient.semaphore`::
+
+        sem = client.semaphore("jobs.encoders", 4)
+        async with sem.acquire("worker-1", ttl=10, wait=60) as slot:
+            await encode(slot.fencing_token)
+
+    A slot is a :class:`Session` like a lease's: renewed in the background,
+    :attr:`Session.lost` set the moment the slot is lost (its own slot
+    revoked, expired or taken over; other holders coming and going never
+    end it), never held past its safe deadline. Stop before the safe
+    deadline and pass the fencing token downstream with every write.
+
+    The first holder's limit defines the semaphore while it has holders:
+    an acquire with another limit raises :class:`TenureError` with reason
+    LIMIT_MISMATCH (:attr:`TenureError.limit_in_force` is the limit in force).
+
+    Attributes:
+        name: the semaphore's name.
+        limit: how many holders it admits.
+    """
+
+    def __init__(self, client: TenureClient, name: str, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("a semaphore's limit must be at least 1")
+        self._client = client
+        self.name = name
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        return f"Semaphore(name={self.name!r}, limit={self.limit})"
+
+    def acquire(
+        self,
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+    ) -> "AcquireContext":
+        """Takes a slot for `holder`, as :meth:`TenureClient.acquire` takes
+        a lease (same arguments; `wait` waits for a free slot, in arrival
+        order). Await it for the :class:`Session`, or use ``async with``.
+
+        Raises:
+            TenureError: LEASE_HELD when every slot is taken (without a
+                wait), LIMIT_MISMATCH when the live holders use another
+                limit, and as for a lease.
+        """
+        return self._client._acquire_context(
+            self.name,
+            holder,
+            ttl,
+            wait=wait,
+            lease_key=lease_key,
+            metadata=metadata,
+            renew_fraction=renew_fraction,
+            safety_margin=safety_margin,
+            timeout=timeout,
+            lock_delay=None,
+            limit=self.limit,
+        )
 
 
 class AcquireContext(Coroutine[Any, Any, Session]):

@@ -167,6 +167,7 @@ class LossWatch:
                         if (
                             event.type is EventType.CURRENT
                             and event.fencing_token == s.fencing_token
+                            and event.slot == s.slot
                         ):
                             seen.add(s)
                         s._observe(event)

@@ -65,6 +65,8 @@ class Session:
         name: the lease name.
         holder: who holds it (as given to acquire).
         fencing_token: the holding's fencing token (constant across renewals).
+        slot: the semaphore slot of the holding (1 to the limit, see
+            :class:`Semaphore`); 0 for a plain lease.
         revision: the revision from the last Acquire or Renew reply (the one
             the next Renew or Release presents).
         lease_key: the ownership secret (the caller's own, or minted).
@@ -98,6 +100,7 @@ class Session:
         self.name = lease.name
         self.holder = lease.holder
         self.fencing_token = lease.fencing_token
+        self.slot = lease.slot
         self.lease_key = lease_key
         self.renew_fraction = renew_fraction
         self._margin_given = safety_margin
@@ -186,7 +189,10 @@ class Session:
             return False
         self._lose(LossCause.RELEASED)
         request = lease_pb2.ReleaseRequest(
-            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+            name=self.name,
+            expected_revision=self.revision,
+            lease_key=self.lease_key,
+            slot=self.slot,
         )
         try:
             await self._client._unary("Release", request, timeout)
@@ -242,7 +248,10 @@ class Session:
     async def _renew_once(self, timeout: float) -> Lease:
         """Sends one Renew with the last revision and takes its reply."""
         request = lease_pb2.RenewRequest(
-            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+            name=self.name,
+            expected_revision=self.revision,
+            lease_key=self.lease_key,
+            slot=self.slot,
         )
         sent = time.monotonic()
         reply = await self._client._unary("Renew", request, timeout)
@@ -314,8 +323,10 @@ class Session:
     def _observe(self, event: LeaseEvent) -> None:
         """Ends the session when a watch event shows its holding gone: its
         own token REVOKED, EXPIRED or RELEASED, or another token holding the
-        name. Events older than the acquisition are ignored."""
-        if event.revision < self._acquired:
+        name. Events older than the acquisition are ignored, and so are
+        events of another slot: a semaphore's holders come and go without
+        touching each other (a plain lease is slot 0)."""
+        if event.revision < self._acquired or event.slot != self.slot:
             return
         if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
             if event.fencing_token not in (0, self.fencing_token):
