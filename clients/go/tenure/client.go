@@ -128,3 +128,16 @@ func (c *Client) RevokeSlot(ctx context.Context, name string, slot uint32, reaso
 	}
 	return resp.GetRevision(), nil
 }
+
+// Inspect returns all GetLease knows about name: the holding (for a
+// semaphore the holder with the lowest token), how many Acquires with a
+// wait are queued for it across every replica (Waiting; they are granted in
+// arrival order), and for a semaphore every holder (Holders), its Limit and
+// FreeSlots. LEASE_NOT_FOUND when nobody holds name.
+func (c *Client) Inspect(ctx context.Context, name string) (*tenurev1.GetLeaseResponse, error) {
+	resp, err := c.rpc.GetLease(ctx, &tenurev1.GetLeaseRequest{Name: name})
+	if err != nil {
+		return nil, callError(c.target, "GetLease", err)
+	}
+	return resp, nil
+}

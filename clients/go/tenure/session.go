@@ -418,12 +418,28 @@ func (s *Session) retryDelay() time.Duration {
 	return max(min(d, time.Second), 20*time.Millisecond)
 }
 
-// run is the renewal loop: renew at the renew fraction of the TTL, retry
-// transient failures, end the session on a permanent failure or when the
-// safe deadline passes.
-func (s *Session) run() {
-	defer close(s.loopDone)
-	deadline, renewAt := s.schedule()
+// run is the session's renewal loop (see runRenewals).
+func (s *Session) run() { runRenewals(s.ctx, s, &s.paused, s.loopDone) }
+
+// renewer is what the renewal loop drives: a Session or a GroupSession.
+type renewer interface {
+	// schedule returns the safe deadline and the time of the next renewal.
+	schedule() (deadline, renewAt time.Time)
+	// renewOnce renews once, moving the deadline forward on success.
+	renewOnce(ctx context.Context) error
+	// lose ends the holding with err, once.
+	lose(err error)
+	// retryDelay is how long to wait after a failed renewal.
+	retryDelay() time.Duration
+}
+
+// runRenewals is the renewal loop: renew at the renew fraction of the TTL,
+// retry transient failures, end the holding on a permanent failure or when
+// the safe deadline passes. It returns when ctx (the holding's loss
+// context) ends, and closes done.
+func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan struct{}) {
+	defer close(done)
+	deadline, renewAt := r.schedule()
 	deadlineTimer := time.NewTimer(time.Until(deadline))
 	defer deadlineTimer.Stop()
 	renewTimer := time.NewTimer(time.Until(renewAt))
@@ -435,46 +451,46 @@ func (s *Session) run() {
 	var lastErr error
 	for {
 		select {
-		case <-s.ctx.Done(): // released, or lost through Renew
+		case <-ctx.Done(): // released, or lost through Renew or the watch
 			return
 		case <-deadlineTimer.C:
-			deadline, _ := s.schedule()
+			deadline, _ := r.schedule()
 			if d := time.Until(deadline); d > 0 {
 				deadlineTimer.Reset(d)
 				continue
 			}
 			if lastErr != nil {
-				s.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
+				r.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
 			} else {
-				s.lose(ErrDeadlinePassed)
+				r.lose(ErrDeadlinePassed)
 			}
 			return
 		case <-renewTimer.C:
-			if s.paused.Load() {
-				renewTimer.Reset(s.retryDelay())
+			if paused.Load() {
+				renewTimer.Reset(r.retryDelay())
 				continue
 			}
 			// A renewal that ends after the safe deadline is of no use.
-			deadline, _ := s.schedule()
-			rctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), deadline)
+			deadline, _ := r.schedule()
+			rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 			inflight = cancel
-			go func() { results <- s.renewOnce(rctx) }()
+			go func() { results <- r.renewOnce(rctx) }()
 		case err := <-results:
 			inflight()
 			inflight = func() {}
 			if err == nil {
 				lastErr = nil
-				deadline, renewAt := s.schedule()
+				deadline, renewAt := r.schedule()
 				deadlineTimer.Reset(time.Until(deadline))
 				renewTimer.Reset(time.Until(renewAt))
 				continue
 			}
 			if isFatal(err) {
-				s.lose(err)
+				r.lose(err)
 				return
 			}
 			lastErr = err
-			renewTimer.Reset(s.retryDelay())
+			renewTimer.Reset(r.retryDelay())
 		}
 	}
 }
