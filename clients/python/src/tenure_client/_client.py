@@ -16,6 +16,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -26,8 +27,12 @@ from ._errors import Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._losswatch import LossWatch
 from ._resume import Backoff, ResumePoint, watch_step
+from ._group import GroupSession
 from ._session import Session
-from ._types import EventType, Lease, LeaseEvent, Seconds, to_duration, to_seconds
+from ._types import EventType, Lease, LeaseEvent, LeaseInfo, Seconds, to_duration, to_seconds
+
+#: A Session or a GroupSession.
+S = TypeVar("S", bound=Session)
 
 #: Deadline of a unary call, on top of an Acquire's wait.
 DEFAULT_CALL_TIMEOUT = 10.0
@@ -193,6 +198,91 @@ class TenureClient:
             limit=0,
         )
 
+    def acquire_group(
+        self,
+        names: Sequence[str],
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+        lock_delay: Optional[Seconds] = None,
+    ) -> "AcquireContext":
+        """Takes the plain leases `names` (2 to the server's
+        ``--max-group-size``, default 16) for `holder`, all or none, and
+        renews them together: await it for a :class:`GroupSession`, or use
+        ``async with`` to release the group when the block ends.
+
+        With `wait` it waits until every name is free at once (never holding
+        some while waiting for others, so groups cannot deadlock whatever
+        the order of the names). The other arguments are :meth:`acquire`'s,
+        applied to every member.
+
+        Raises:
+            TenureError: LEASE_HELD (``metadata["name"]``: a held member);
+                UNIMPLEMENTED code from a server without groups;
+                FAILED_PRECONDITION on nats-server older than 2.12.
+        """
+        ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
+        return AcquireContext(
+            self._acquire_group(
+                list(names),
+                holder,
+                ttl_s,
+                wait,
+                lease_key,
+                metadata,
+                renew_fraction,
+                margin,
+                timeout,
+                lock_delay,
+            )
+        )
+
+    async def _acquire_group(
+        self,
+        names: list[str],
+        holder: str,
+        ttl_s: float,
+        wait: Optional[Seconds],
+        lease_key: Optional[str],
+        metadata: Optional[Mapping[str, str]],
+        renew_fraction: float,
+        margin: Optional[float],
+        timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+    ) -> GroupSession:
+        request = lease_pb2.AcquireGroupRequest(
+            names=names,
+            holder=holder,
+            ttl=to_duration(ttl_s),
+            lease_key=lease_key or "",
+            metadata=dict(metadata or {}),
+        )
+        if lock_delay is not None and to_seconds(lock_delay) > 0:
+            request.lock_delay.CopyFrom(to_duration(lock_delay))
+        wait_s = 0.0
+        if wait is not None:
+            wait_s = to_seconds(wait)
+            request.wait.CopyFrom(to_duration(wait_s))
+        if timeout is None:
+            timeout = wait_s + DEFAULT_CALL_TIMEOUT
+        sent = time.monotonic()
+        reply = await self._unary("AcquireGroup", request, timeout)
+        group = GroupSession(
+            self,
+            [Lease.from_proto(lease) for lease in reply.leases],
+            reply.lease_key,
+            sent,
+            renew_fraction=renew_fraction,
+            safety_margin=margin,
+        )
+        return await self._start_session(group)
+
     def semaphore(self, name: str, limit: int) -> "Semaphore":
         """The counting semaphore `name` admitting `limit` holders at once
         (see :class:`Semaphore`). Makes no call: acquire does."""
@@ -214,16 +304,7 @@ class TenureClient:
         limit: int,
     ) -> "AcquireContext":
         """Checks the arguments of an acquire and returns its context."""
-        ttl_s = to_seconds(ttl)
-        margin = None if safety_margin is None else to_seconds(safety_margin)
-        if not 0 < renew_fraction < 1:
-            raise ValueError("renew_fraction must be between 0 and 1")
-        effective_margin = ttl_s / 10 if margin is None else margin
-        if not 0 <= effective_margin < ttl_s * (1 - renew_fraction):
-            raise ValueError(
-                "renewals must come before the safe deadline: "
-                "need 0 <= safety_margin < ttl * (1 - renew_fraction)"
-            )
+        ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
 
         return AcquireContext(
             self._acquire(
@@ -240,6 +321,24 @@ class TenureClient:
                 limit,
             )
         )
+
+    @staticmethod
+    def _check_timing(
+        ttl: Seconds, renew_fraction: float, safety_margin: Optional[Seconds]
+    ) -> Tuple[float, Optional[float]]:
+        """The TTL and the margin in seconds, checked: renewals must come
+        before the safe deadline."""
+        ttl_s = to_seconds(ttl)
+        margin = None if safety_margin is None else to_seconds(safety_margin)
+        if not 0 < renew_fraction < 1:
+            raise ValueError("renew_fraction must be between 0 and 1")
+        effective_margin = ttl_s / 10 if margin is None else margin
+        if not 0 <= effective_margin < ttl_s * (1 - renew_fraction):
+            raise ValueError(
+                "renewals must come before the safe deadline: "
+                "need 0 <= safety_margin < ttl * (1 - renew_fraction)"
+            )
+        return ttl_s, margin
 
     async def _acquire(
         self,
@@ -281,6 +380,11 @@ class TenureClient:
             renew_fraction=renew_fraction,
             safety_margin=margin,
         )
+        return await self._start_session(session)
+
+    async def _start_session(self, session: S) -> S:
+        """Renews once after a long wait, then registers the session with
+        the shared watch and starts its renewals."""
         if time.monotonic() >= session._next_renew_at:
             # After a long wait, the server's TTL started well after `sent`
             # but the safe deadline counts from `sent`: renew once now to
@@ -294,6 +398,18 @@ class TenureClient:
         self._loss.add(session)
         session._start()
         return session
+
+    async def inspect(self, name: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> LeaseInfo:
+        """All GetLease knows about `name`: the holding, how many Acquires
+        with a wait are queued for it (granted in arrival order, across
+        replicas), and for a semaphore every holder, the limit and the free
+        slots.
+
+        Raises:
+            TenureError: reason LEASE_NOT_FOUND when nobody holds it.
+        """
+        reply = await self._unary("GetLease", lease_pb2.GetLeaseRequest(name=name), timeout)
+        return LeaseInfo.from_proto(reply)
 
     async def get(self, name: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> Lease:
         """The current holding of `name`.

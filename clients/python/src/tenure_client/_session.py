@@ -320,23 +320,25 @@ class Session:
         if cause is not LossCause.RELEASED:
             _log.info("tenure: lost lease %r (%s)", self.name, cause.value)
 
+    def _watch_names(self) -> tuple[str, ...]:
+        """The names the shared watch follows for this session."""
+        return (self.name,)
+
+    def _holds(self, event: LeaseEvent) -> bool:
+        """Whether a CURRENT snapshot event is this session's holding."""
+        return (
+            event.name == self.name
+            and event.slot == self.slot
+            and event.fencing_token == self.fencing_token
+        )
+
     def _observe(self, event: LeaseEvent) -> None:
-        """Ends the session when a watch event shows its holding gone: its
-        own token REVOKED, EXPIRED or RELEASED, or another token holding the
-        name. Events older than the acquisition are ignored, and so are
-        events of another slot: a semaphore's holders come and go without
-        touching each other (a plain lease is slot 0)."""
-        if event.revision < self._acquired or event.slot != self.slot:
-            return
-        if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
-            if event.fencing_token not in (0, self.fencing_token):
-                return
-        elif event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
-            if event.fencing_token == self.fencing_token:
-                return
-        else:
-            return
-        self._lose_on_watch(event)
+        """Ends the session when a watch event shows its holding gone (see
+        :func:`lost_by`)."""
+        if event.name == self.name and lost_by(
+            event, self._acquired, self.slot, self.fencing_token
+        ):
+            self._lose_on_watch(event)
 
     def _lose_on_watch(self, event: Optional[LeaseEvent]) -> None:
         """Marks the session lost by the shared watch (cause WATCH)."""
@@ -367,6 +369,21 @@ class Session:
         """Stops renewing without releasing (the client is closing)."""
         await self._stop_renewing()
         self._lose(LossCause.CLOSED)
+
+
+def lost_by(event: LeaseEvent, acquired: int, slot: int, token: int) -> bool:
+    """Whether `event` shows the holding (`slot`, `token`), acquired at
+    revision `acquired`, gone: its token REVOKED, EXPIRED or RELEASED, or
+    another token holding the name. Events older than the acquisition are
+    ignored, and so are events of another slot: a semaphore's holders come
+    and go without touching each other (a plain lease is slot 0)."""
+    if event.revision < acquired or event.slot != slot:
+        return False
+    if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
+        return event.fencing_token in (0, token)
+    if event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
+        return event.fencing_token != token
+    return False
 
 
 def _cause_of(err: TenureError) -> LossCause:

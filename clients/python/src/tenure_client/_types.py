@@ -157,3 +157,35 @@ class LeaseEvent:
             time=_time(msg.time, msg.HasField("time")),
             slot=msg.slot,
         )
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What :meth:`TenureClient.inspect` returns (a GetLease reply).
+
+    Attributes:
+        lease: the current holding (for a semaphore: the holder with the
+            lowest fencing token).
+        waiting: how many Acquires with a wait are queued for the name, in
+            every replica.
+        holders: a semaphore's live holders, by slot; empty for a lease.
+        limit: a semaphore's limit in force; 0 for a lease.
+        free_slots: how many more holders a semaphore admits now.
+    """
+
+    lease: Lease
+    waiting: int = 0
+    holders: Tuple[Lease, ...] = ()
+    limit: int = 0
+    free_slots: int = 0
+
+    @classmethod
+    def from_proto(cls, msg: lease_pb2.GetLeaseResponse) -> "LeaseInfo":
+        """The view of a `tenure.v1.GetLeaseResponse` message."""
+        return cls(
+            lease=Lease.from_proto(msg.lease),
+            waiting=msg.waiting,
+            holders=tuple(Lease.from_proto(h) for h in msg.holders),
+            limit=msg.limit,
+            free_slots=msg.free_slots,
+        )
