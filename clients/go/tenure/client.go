@@ -27,6 +27,7 @@ type Client struct {
 	conn   *grpc.ClientConn // set when Dial made the connection; closed by Close
 	target string           // the server address, named in errors
 	loss   *lossWatch       // the one watch that follows every live session
+	ka     *keepAlive       // the one KeepAlive stream that renews every session
 }
 
 // New returns a Client over an existing gRPC connection. Close does not
@@ -38,6 +39,7 @@ func New(cc grpc.ClientConnInterface) *Client {
 	}
 	c := &Client{rpc: tenurev1.NewLeaseServiceClient(cc), elect: tenurev1.NewElectionServiceClient(cc), target: target}
 	c.loss = newLossWatch(c)
+	c.ka = newKeepAlive(c)
 	return c
 }
 
@@ -52,6 +54,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	}
 	c := &Client{rpc: tenurev1.NewLeaseServiceClient(conn), elect: tenurev1.NewElectionServiceClient(conn), conn: conn, target: target}
 	c.loss = newLossWatch(c)
+	c.ka = newKeepAlive(c)
 	return c, nil
 }
 
@@ -62,6 +65,7 @@ func (c *Client) Target() string { return c.target }
 // their lease at their safe deadline once renewals cannot get through.
 func (c *Client) Close() error {
 	c.loss.close()
+	c.ka.close()
 	if c.conn == nil {
 		return nil
 	}

@@ -357,22 +357,36 @@ func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// renewOnce sends one Renew with the current revision and, on success,
-// moves the revision and the safe deadline forward.
+// renewOnce renews once with the current revision, over the client's
+// KeepAlive stream (a unary Renew where the server has none) and, on
+// success, moves the revision and the safe deadline forward.
 func (s *Session) renewOnce(ctx context.Context) error {
 	s.rpcMu.Lock()
 	defer s.rpcMu.Unlock()
 	sent := time.Now()
-	resp, err := s.client.rpc.Renew(ctx, &tenurev1.RenewRequest{
+	l, err := s.client.ka.renew(ctx, &tenurev1.KeepAliveEntry{
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
 		Slot:             s.slot,
 	})
-	if err != nil {
-		return callError(s.client.target, "Renew", err)
+	if errors.Is(err, errUseUnary) {
+		sent = time.Now()
+		var resp *tenurev1.RenewResponse
+		resp, err = s.client.rpc.Renew(ctx, &tenurev1.RenewRequest{
+			Name:             s.name,
+			ExpectedRevision: s.Revision(),
+			LeaseKey:         s.leaseKey,
+			Slot:             s.slot,
+		})
+		if err != nil {
+			return callError(s.client.target, "Renew", err)
+		}
+		l = resp.GetLease()
 	}
-	l := resp.GetLease()
+	if err != nil {
+		return err
+	}
 	if l.GetFencingToken() != s.token {
 		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), s.token)
 	}
@@ -442,7 +456,7 @@ func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan 
 	deadline, renewAt := r.schedule()
 	deadlineTimer := time.NewTimer(time.Until(deadline))
 	defer deadlineTimer.Stop()
-	renewTimer := time.NewTimer(time.Until(renewAt))
+	renewTimer := time.NewTimer(untilAligned(renewAt))
 	defer renewTimer.Stop()
 
 	results := make(chan error, 1)
@@ -482,7 +496,7 @@ func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan 
 				lastErr = nil
 				deadline, renewAt := r.schedule()
 				deadlineTimer.Reset(time.Until(deadline))
-				renewTimer.Reset(time.Until(renewAt))
+				renewTimer.Reset(untilAligned(renewAt))
 				continue
 			}
 			if isFatal(err) {
@@ -493,6 +507,24 @@ func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan 
 			renewTimer.Reset(r.retryDelay())
 		}
 	}
+}
+
+// renewGrid aligns renewal times: a renewal due more than renewGridMin from
+// now runs at the last multiple of renewGrid before it (never later), so
+// the renewals of sessions acquired close together come due at the same
+// moment and share one KeepAlive request.
+const (
+	renewGrid    = 50 * time.Millisecond
+	renewGridMin = 4 * renewGrid
+)
+
+// untilAligned is how long until renewAt, moved earlier onto renewGrid.
+func untilAligned(renewAt time.Time) time.Duration {
+	d := time.Until(renewAt)
+	if d <= renewGridMin {
+		return d
+	}
+	return time.Until(renewAt.Truncate(renewGrid))
 }
 
 // errTokenChanged marks a renewal whose reply carries another fencing token:
