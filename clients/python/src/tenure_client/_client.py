@@ -25,6 +25,7 @@ import grpc.aio
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
+from ._keepalive import KeepAlive
 from ._losswatch import LossWatch
 from ._resume import Backoff, ResumePoint, watch_step
 from ._group import GroupSession
@@ -113,6 +114,7 @@ class TenureClient:
         self.stub = lease_pb2_grpc.LeaseServiceStub(channel)
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._loss = LossWatch(self)
+        self._keepalive = KeepAlive(self)
 
     async def __aenter__(self) -> "TenureClient":
         return self
@@ -128,6 +130,7 @@ class TenureClient:
         for session in list(self._sessions):
             await session._abandon()
         await self._loss.close()
+        await self._keepalive.close()
         if self._owns_channel:
             await self._channel.close()
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
+from ._keepalive import UseUnary
 from ._types import EventType, Lease, LeaseEvent
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -239,23 +240,35 @@ class Session:
             self._margin_given if self._margin_given is not None else lease.ttl / 10
         )
         self.safe_deadline = sent + lease.ttl - self.safety_margin
-        self._next_renew_at = sent + lease.ttl * self.renew_fraction
+        self._next_renew_at = _aligned(sent + lease.ttl * self.renew_fraction, sent)
 
     def _start(self) -> None:
         """Starts the background renewal task."""
         self._task = asyncio.create_task(self._run(), name=f"tenure-renew:{self.name}")
 
     async def _renew_once(self, timeout: float) -> Lease:
-        """Sends one Renew with the last revision and takes its reply."""
-        request = lease_pb2.RenewRequest(
+        """Renews once with the last revision, over the client's KeepAlive
+        stream (a unary Renew where the server has none), and takes the
+        reply."""
+        entry = lease_pb2.KeepAliveEntry(
             name=self.name,
             expected_revision=self.revision,
             lease_key=self.lease_key,
             slot=self.slot,
         )
         sent = time.monotonic()
-        reply = await self._client._unary("Renew", request, timeout)
-        lease = Lease.from_proto(reply.lease)
+        try:
+            lease = await self._client._keepalive.renew(entry, timeout)
+        except UseUnary:
+            request = lease_pb2.RenewRequest(
+                name=self.name,
+                expected_revision=self.revision,
+                lease_key=self.lease_key,
+                slot=self.slot,
+            )
+            sent = time.monotonic()
+            reply = await self._client._unary("Renew", request, timeout)
+            lease = Lease.from_proto(reply.lease)
         if lease.fencing_token != self.fencing_token:
             # The server promises a constant token; never trust a reply that
             # says otherwise.
@@ -369,6 +382,22 @@ class Session:
         """Stops renewing without releasing (the client is closing)."""
         await self._stop_renewing()
         self._lose(LossCause.CLOSED)
+
+
+#: Renewal times are moved earlier onto this grid (of the monotonic clock),
+#: so the renewals of sessions acquired close together come due at the same
+#: moment and share one KeepAlive request; not for intervals under
+#: _GRID_MIN.
+_GRID = 0.05
+_GRID_MIN = 4 * _GRID
+
+
+def _aligned(renew_at: float, sent: float) -> float:
+    """`renew_at`, moved earlier onto the grid when it is more than
+    _GRID_MIN after `sent`."""
+    if renew_at - sent <= _GRID_MIN:
+        return renew_at
+    return renew_at - renew_at % _GRID
 
 
 def lost_by(event: LeaseEvent, acquired: int, slot: int, token: int) -> bool:
