@@ -27,6 +27,7 @@ type Client struct {
 	conn   *grpc.ClientConn // set when Dial made the connection; closed by Close
 	target string           // the server address, named in errors
 	loss   *lossWatch       // the one watch that follows every live session
+	ka     *keepAlive       // the one KeepAlive stream that renews every session
 }
 
 // New returns a Client over an existing gRPC connection. Close does not
@@ -38,6 +39,7 @@ func New(cc grpc.ClientConnInterface) *Client {
 	}
 	c := &Client{rpc: tenurev1.NewLeaseServiceClient(cc), elect: tenurev1.NewElectionServiceClient(cc), target: target}
 	c.loss = newLossWatch(c)
+	c.ka = newKeepAlive(c)
 	return c
 }
 
@@ -52,6 +54,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	}
 	c := &Client{rpc: tenurev1.NewLeaseServiceClient(conn), elect: tenurev1.NewElectionServiceClient(conn), conn: conn, target: target}
 	c.loss = newLossWatch(c)
+	c.ka = newKeepAlive(c)
 	return c, nil
 }
 
@@ -62,6 +65,7 @@ func (c *Client) Target() string { return c.target }
 // their lease at their safe deadline once renewals cannot get through.
 func (c *Client) Close() error {
 	c.loss.close()
+	c.ka.close()
 	if c.conn == nil {
 		return nil
 	}
@@ -116,4 +120,28 @@ func (c *Client) RevokeLease(ctx context.Context, name, reason string, fencingTo
 		return 0, callError(c.target, "RevokeLease", err)
 	}
 	return resp.GetRevision(), nil
+}
+
+// RevokeSlot ends the holder of slot of the semaphore name (the admin grant),
+// as RevokeLease does for a plain lease: with fencingToken > 0 only if that
+// slot is still held with that token. It returns the revision of the revoke.
+func (c *Client) RevokeSlot(ctx context.Context, name string, slot uint32, reason string, fencingToken uint64) (uint64, error) {
+	resp, err := c.rpc.RevokeLease(ctx, &tenurev1.RevokeLeaseRequest{Name: name, Slot: slot, Reason: reason, FencingToken: fencingToken})
+	if err != nil {
+		return 0, callError(c.target, "RevokeLease", err)
+	}
+	return resp.GetRevision(), nil
+}
+
+// Inspect returns all GetLease knows about name: the holding (for a
+// semaphore the holder with the lowest token), how many Acquires with a
+// wait are queued for it across every replica (Waiting; they are granted in
+// arrival order), and for a semaphore every holder (Holders), its Limit and
+// FreeSlots. LEASE_NOT_FOUND when nobody holds name.
+func (c *Client) Inspect(ctx context.Context, name string) (*tenurev1.GetLeaseResponse, error) {
+	resp, err := c.rpc.GetLease(ctx, &tenurev1.GetLeaseRequest{Name: name})
+	if err != nil {
+		return nil, callError(c.target, "GetLease", err)
+	}
+	return resp, nil
 }

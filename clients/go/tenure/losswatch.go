@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -30,7 +32,7 @@ type lossWatch struct {
 	c *Client
 
 	mu       sync.Mutex
-	sessions map[*Session]struct{} // live sessions
+	sessions map[follower]struct{} // live sessions and group sessions
 	cover    string                // the watched name or pattern; "" when none
 	cancel   context.CancelFunc    // stops the watch goroutine; nil when none
 	refused  error                 // why the server refused the watch, once it did
@@ -38,27 +40,45 @@ type lossWatch struct {
 	synced   chan struct{}         // closed at the current stream's SNAPSHOT_COMPLETE
 }
 
-func newLossWatch(c *Client) *lossWatch {
-	return &lossWatch{c: c, sessions: map[*Session]struct{}{}, synced: make(chan struct{})}
+// follower is what the loss watch follows: a Session (one name) or a
+// GroupSession (every member's name).
+type follower interface {
+	// watchNames are the names of its holdings.
+	watchNames() []string
+	// holds reports whether a CURRENT snapshot event is one of its holdings
+	// (name, slot and fencing token).
+	holds(ev *tenurev1.LeaseEvent) bool
+	// observe ends it when ev shows one of its holdings gone.
+	observe(ev *tenurev1.LeaseEvent)
+	// lose ends it with err.
+	lose(err error)
 }
 
-// add follows s, widening the watch if its name is not covered.
-func (w *lossWatch) add(s *Session) {
+func newLossWatch(c *Client) *lossWatch {
+	return &lossWatch{c: c, sessions: map[follower]struct{}{}, synced: make(chan struct{})}
+}
+
+// add follows s, widening the watch if one of its names is not covered.
+func (w *lossWatch) add(s follower) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.refused != nil {
 		return
 	}
 	w.sessions[s] = struct{}{}
-	if w.cancel != nil && covers(w.cover, s.name) {
+	covered := w.cancel != nil
+	for _, n := range s.watchNames() {
+		covered = covered && covers(w.cover, n)
+	}
+	if covered {
 		return
 	}
 	if w.cancel != nil {
 		w.cancel()
 	}
-	names := make([]string, 0, len(w.sessions))
+	var names []string
 	for s := range w.sessions {
-		names = append(names, s.name)
+		names = append(names, s.watchNames()...)
 	}
 	w.cover = coverOf(names)
 	w.synced = make(chan struct{})
@@ -68,7 +88,7 @@ func (w *lossWatch) add(s *Session) {
 }
 
 // remove stops following s; the watch closes with the last session.
-func (w *lossWatch) remove(s *Session) {
+func (w *lossWatch) remove(s follower) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.sessions, s)
@@ -96,26 +116,31 @@ func (w *lossWatch) refusedErr() error {
 	return w.refused
 }
 
-// named returns the live sessions of a name (a copy: observe may remove).
-func (w *lossWatch) named(name string) []*Session {
+// named returns the live sessions holding name (a copy: observe may
+// remove).
+func (w *lossWatch) named(name string) []follower {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []*Session
+	var out []follower
 	for s := range w.sessions {
-		if s.name == name {
+		if slices.Contains(s.watchNames(), name) {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// coveredBy returns the live sessions whose names cover includes.
-func (w *lossWatch) coveredBy(cover string) []*Session {
+// coveredBy returns the live sessions all of whose names cover includes.
+func (w *lossWatch) coveredBy(cover string) []follower {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []*Session
+	var out []follower
 	for s := range w.sessions {
-		if covers(cover, s.name) {
+		all := true
+		for _, n := range s.watchNames() {
+			all = all && covers(cover, n)
+		}
+		if all {
 			out = append(out, s)
 		}
 	}
@@ -135,7 +160,7 @@ func (w *lossWatch) run(ctx context.Context, cover string) {
 	var point resumePoint
 	for ctx.Err() == nil {
 		start := point.start()
-		var before []*Session
+		var before []follower
 		if start == 0 {
 			point = resumePoint{}
 			before = w.coveredBy(cover)
@@ -164,12 +189,12 @@ func (w *lossWatch) run(ctx context.Context, cover string) {
 
 // follow reads one stream, from start (0: a fresh snapshot), until it fails;
 // point follows the revisions it saw.
-func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, point *resumePoint, before []*Session, healthy func()) error {
+func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, point *resumePoint, before []follower, healthy func()) error {
 	stream, err := w.c.rpc.WatchLease(ctx, &tenurev1.WatchLeaseRequest{Name: cover, StartRevision: start})
 	if err != nil {
 		return callError(w.c.target, "WatchLease", err)
 	}
-	seen := map[*Session]bool{}
+	seen := map[follower]map[string]bool{} // names seen held in the snapshot
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -182,8 +207,11 @@ func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, poin
 		if ev.GetType() == tenurev1.EventType_EVENT_TYPE_SNAPSHOT_COMPLETE {
 			w.markSynced(cover)
 			for _, s := range before {
-				if !seen[s] {
-					s.lose(fmt.Errorf("%w: %q no longer held with fencing token %d (watch snapshot)", ErrLostOnWatch, s.name, s.token))
+				for _, n := range s.watchNames() {
+					if !seen[s][n] {
+						s.lose(fmt.Errorf("%w: %q no longer held with its fencing token (watch snapshot)", ErrLostOnWatch, n))
+						break
+					}
 				}
 			}
 			before = nil
@@ -193,8 +221,11 @@ func (w *lossWatch) follow(ctx context.Context, cover string, start uint64, poin
 			continue
 		}
 		for _, s := range w.named(ev.GetName()) {
-			if ev.GetType() == tenurev1.EventType_EVENT_TYPE_CURRENT && ev.GetFencingToken() == s.token {
-				seen[s] = true
+			if ev.GetType() == tenurev1.EventType_EVENT_TYPE_CURRENT && s.holds(ev) {
+				if seen[s] == nil {
+					seen[s] = map[string]bool{}
+				}
+				seen[s][ev.GetName()] = true
 			}
 			s.observe(ev)
 		}
@@ -236,27 +267,53 @@ func refusal(err error) bool {
 	return false
 }
 
-// observe ends the session when ev shows its holding gone: its own token
-// REVOKED, EXPIRED or RELEASED, or another token holding the name. Events
-// older than the session's acquisition are ignored.
+// watchNames is the session's name.
+func (s *Session) watchNames() []string { return []string{s.name} }
+
+// holds reports whether ev is this session's holding.
+func (s *Session) holds(ev *tenurev1.LeaseEvent) bool {
+	return ev.GetName() == s.name && ev.GetSlot() == s.slot && ev.GetFencingToken() == s.token
+}
+
+// observe ends the session when ev shows its holding gone (see lostBy).
 func (s *Session) observe(ev *tenurev1.LeaseEvent) {
-	if ev.GetRevision() < s.acquired {
-		return
+	if ev.GetName() == s.name && lostBy(ev, s.acquired, s.slot, s.token) {
+		s.lose(lossError(ev))
+	}
+}
+
+// lostBy reports whether ev shows the holding (slot, token), acquired at
+// revision acquired, gone: its token REVOKED, EXPIRED or RELEASED, or
+// another token holding the name. Events older than the acquisition are
+// ignored, and so are events of another slot: a semaphore's holders come
+// and go without touching each other (a plain lease is slot 0, apart from
+// the semaphore's slots).
+func lostBy(ev *tenurev1.LeaseEvent, acquired uint64, slot uint32, token uint64) bool {
+	if ev.GetRevision() < acquired || ev.GetSlot() != slot {
+		return false
 	}
 	switch ev.GetType() {
 	case tenurev1.EventType_EVENT_TYPE_REVOKED, tenurev1.EventType_EVENT_TYPE_EXPIRED, tenurev1.EventType_EVENT_TYPE_RELEASED:
-		if ev.GetFencingToken() != s.token && ev.GetFencingToken() != 0 {
-			return
-		}
+		return ev.GetFencingToken() == token || ev.GetFencingToken() == 0
 	case tenurev1.EventType_EVENT_TYPE_ACQUIRED, tenurev1.EventType_EVENT_TYPE_CURRENT, tenurev1.EventType_EVENT_TYPE_RENEWED:
-		if ev.GetFencingToken() == s.token {
-			return
-		}
+		return ev.GetFencingToken() != token
 	default:
-		return
+		return false
 	}
-	s.lose(fmt.Errorf("%w: %s of %q (fencing token %d) at revision %d", ErrLostOnWatch,
-		EventName(ev.GetType()), ev.GetName(), ev.GetFencingToken(), ev.GetRevision()))
+}
+
+// lossError is the loss cause for ev.
+func lossError(ev *tenurev1.LeaseEvent) error {
+	return fmt.Errorf("%w: %s of %s (fencing token %d) at revision %d", ErrLostOnWatch,
+		EventName(ev.GetType()), slotName(ev.GetName(), ev.GetSlot()), ev.GetFencingToken(), ev.GetRevision())
+}
+
+// slotName is name, or "name" slot N for a semaphore holding, for messages.
+func slotName(name string, slot uint32) string {
+	if slot == 0 {
+		return strconv.Quote(name)
+	}
+	return fmt.Sprintf("%q slot %d", name, slot)
 }
 
 // EventName is an event type's short name: "REVOKED" for

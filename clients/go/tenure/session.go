@@ -37,6 +37,8 @@ type acquireConfig struct {
 	renewFraction float64
 	margin        time.Duration
 	marginSet     bool
+	lockDelay     time.Duration
+	limit         uint32 // semaphore limit (Semaphore.Acquire); 0 for a plain lease
 }
 
 // WithWait makes Acquire wait up to d for a held lease to become free,
@@ -57,6 +59,15 @@ func WithLeaseKey(key string) AcquireOption {
 // watchers (at most 16 entries, 1024 bytes in total).
 func WithMetadata(md map[string]string) AcquireOption {
 	return func(c *acquireConfig) { c.metadata = md }
+}
+
+// WithLockDelay asks for a lock delay: after this holding expires or is
+// revoked (never after a release), nobody may acquire the name for d
+// (rounded up to whole seconds, at most the server's --max-lock-delay). It
+// protects downstream systems that cannot check fencing tokens from a paused
+// holder's late writes. Not combinable with a semaphore (the server refuses).
+func WithLockDelay(d time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.lockDelay = d }
 }
 
 // WithRenewFraction sets when the background renewal runs, as a fraction of
@@ -88,6 +99,7 @@ type Session struct {
 	name     string
 	holder   string
 	token    uint64
+	slot     uint32 // semaphore slot (1..limit); 0 for a plain lease
 	leaseKey string
 	fraction float64
 	margin   time.Duration
@@ -126,6 +138,11 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return c.acquire(ctx, name, holder, ttl, cfg)
+}
+
+// acquire is Acquire with its options applied (Semaphore.Acquire sets limit).
+func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Duration, cfg acquireConfig) (*Session, error) {
 	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
 		return nil, fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
 	}
@@ -140,9 +157,13 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		Holder:   holder,
 		LeaseKey: cfg.leaseKey,
 		Metadata: cfg.metadata,
+		Limit:    cfg.limit,
 	}
 	if ttl > 0 {
 		req.Ttl = durationpb.New(ttl)
+	}
+	if cfg.lockDelay > 0 {
+		req.LockDelay = durationpb.New(cfg.lockDelay)
 	}
 	if cfg.wait > 0 {
 		req.Wait = durationpb.New(cfg.wait)
@@ -163,6 +184,7 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 		name:     l.GetName(),
 		holder:   l.GetHolder(),
 		token:    l.GetFencingToken(),
+		slot:     l.GetSlot(),
 		leaseKey: resp.GetLeaseKey(),
 		fraction: cfg.renewFraction,
 		margin:   margin,
@@ -206,6 +228,10 @@ func (s *Session) Holder() string { return s.holder }
 // strictly greater for every later holder. Send it with every write to a
 // downstream store (see Fence).
 func (s *Session) FencingToken() uint64 { return s.token }
+
+// Slot is the semaphore slot of the holding (1 to the limit; see
+// Semaphore), 0 for a plain lease.
+func (s *Session) Slot() uint32 { return s.slot }
 
 // LeaseKey is the ownership secret presented with Renew and Release.
 func (s *Session) LeaseKey() string { return s.leaseKey }
@@ -319,6 +345,7 @@ func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
+		Slot:             s.slot,
 	})
 	switch ReasonOf(FromError(err)) {
 	case tenurev1.ErrorReason_LEASE_NOT_HELD, tenurev1.ErrorReason_LEASE_NOT_FOUND:
@@ -330,21 +357,36 @@ func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// renewOnce sends one Renew with the current revision and, on success,
-// moves the revision and the safe deadline forward.
+// renewOnce renews once with the current revision, over the client's
+// KeepAlive stream (a unary Renew where the server has none) and, on
+// success, moves the revision and the safe deadline forward.
 func (s *Session) renewOnce(ctx context.Context) error {
 	s.rpcMu.Lock()
 	defer s.rpcMu.Unlock()
 	sent := time.Now()
-	resp, err := s.client.rpc.Renew(ctx, &tenurev1.RenewRequest{
+	l, err := s.client.ka.renew(ctx, &tenurev1.KeepAliveEntry{
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
 		LeaseKey:         s.leaseKey,
+		Slot:             s.slot,
 	})
-	if err != nil {
-		return callError(s.client.target, "Renew", err)
+	if errors.Is(err, errUseUnary) {
+		sent = time.Now()
+		var resp *tenurev1.RenewResponse
+		resp, err = s.client.rpc.Renew(ctx, &tenurev1.RenewRequest{
+			Name:             s.name,
+			ExpectedRevision: s.Revision(),
+			LeaseKey:         s.leaseKey,
+			Slot:             s.slot,
+		})
+		if err != nil {
+			return callError(s.client.target, "Renew", err)
+		}
+		l = resp.GetLease()
 	}
-	l := resp.GetLease()
+	if err != nil {
+		return err
+	}
 	if l.GetFencingToken() != s.token {
 		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), s.token)
 	}
@@ -390,15 +432,31 @@ func (s *Session) retryDelay() time.Duration {
 	return max(min(d, time.Second), 20*time.Millisecond)
 }
 
-// run is the renewal loop: renew at the renew fraction of the TTL, retry
-// transient failures, end the session on a permanent failure or when the
-// safe deadline passes.
-func (s *Session) run() {
-	defer close(s.loopDone)
-	deadline, renewAt := s.schedule()
+// run is the session's renewal loop (see runRenewals).
+func (s *Session) run() { runRenewals(s.ctx, s, &s.paused, s.loopDone) }
+
+// renewer is what the renewal loop drives: a Session or a GroupSession.
+type renewer interface {
+	// schedule returns the safe deadline and the time of the next renewal.
+	schedule() (deadline, renewAt time.Time)
+	// renewOnce renews once, moving the deadline forward on success.
+	renewOnce(ctx context.Context) error
+	// lose ends the holding with err, once.
+	lose(err error)
+	// retryDelay is how long to wait after a failed renewal.
+	retryDelay() time.Duration
+}
+
+// runRenewals is the renewal loop: renew at the renew fraction of the TTL,
+// retry transient failures, end the holding on a permanent failure or when
+// the safe deadline passes. It returns when ctx (the holding's loss
+// context) ends, and closes done.
+func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan struct{}) {
+	defer close(done)
+	deadline, renewAt := r.schedule()
 	deadlineTimer := time.NewTimer(time.Until(deadline))
 	defer deadlineTimer.Stop()
-	renewTimer := time.NewTimer(time.Until(renewAt))
+	renewTimer := time.NewTimer(untilAligned(renewAt))
 	defer renewTimer.Stop()
 
 	results := make(chan error, 1)
@@ -407,48 +465,66 @@ func (s *Session) run() {
 	var lastErr error
 	for {
 		select {
-		case <-s.ctx.Done(): // released, or lost through Renew
+		case <-ctx.Done(): // released, or lost through Renew or the watch
 			return
 		case <-deadlineTimer.C:
-			deadline, _ := s.schedule()
+			deadline, _ := r.schedule()
 			if d := time.Until(deadline); d > 0 {
 				deadlineTimer.Reset(d)
 				continue
 			}
 			if lastErr != nil {
-				s.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
+				r.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
 			} else {
-				s.lose(ErrDeadlinePassed)
+				r.lose(ErrDeadlinePassed)
 			}
 			return
 		case <-renewTimer.C:
-			if s.paused.Load() {
-				renewTimer.Reset(s.retryDelay())
+			if paused.Load() {
+				renewTimer.Reset(r.retryDelay())
 				continue
 			}
 			// A renewal that ends after the safe deadline is of no use.
-			deadline, _ := s.schedule()
-			rctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), deadline)
+			deadline, _ := r.schedule()
+			rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 			inflight = cancel
-			go func() { results <- s.renewOnce(rctx) }()
+			go func() { results <- r.renewOnce(rctx) }()
 		case err := <-results:
 			inflight()
 			inflight = func() {}
 			if err == nil {
 				lastErr = nil
-				deadline, renewAt := s.schedule()
+				deadline, renewAt := r.schedule()
 				deadlineTimer.Reset(time.Until(deadline))
-				renewTimer.Reset(time.Until(renewAt))
+				renewTimer.Reset(untilAligned(renewAt))
 				continue
 			}
 			if isFatal(err) {
-				s.lose(err)
+				r.lose(err)
 				return
 			}
 			lastErr = err
-			renewTimer.Reset(s.retryDelay())
+			renewTimer.Reset(r.retryDelay())
 		}
 	}
+}
+
+// renewGrid aligns renewal times: a renewal due more than renewGridMin from
+// now runs at the last multiple of renewGrid before it (never later), so
+// the renewals of sessions acquired close together come due at the same
+// moment and share one KeepAlive request.
+const (
+	renewGrid    = 50 * time.Millisecond
+	renewGridMin = 4 * renewGrid
+)
+
+// untilAligned is how long until renewAt, moved earlier onto renewGrid.
+func untilAligned(renewAt time.Time) time.Duration {
+	d := time.Until(renewAt)
+	if d <= renewGridMin {
+		return d
+	}
+	return time.Until(renewAt.Truncate(renewGrid))
 }
 
 // errTokenChanged marks a renewal whose reply carries another fencing token:

@@ -38,6 +38,9 @@ type Event struct {
 	FencingToken uint64
 	// Lease is the full holding for CURRENT, ACQUIRED and RENEWED.
 	Lease *tenurev1.Lease
+	// Slot is the semaphore slot concerned (1 to the limit); 0 for a plain
+	// lease. A semaphore's holders are told apart by it.
+	Slot uint32
 	// Time is when the change was written (server clock); zero if unknown.
 	Time time.Time
 	// Resync is true on the CURRENT events and the SNAPSHOT_COMPLETE of a
@@ -296,6 +299,7 @@ func eventOf(e *tenurev1.LeaseEvent) Event {
 		Holder:       e.GetHolder(),
 		FencingToken: e.GetFencingToken(),
 		Lease:        e.GetLease(),
+		Slot:         e.GetSlot(),
 	}
 	if e.GetTime() != nil {
 		ev.Time = e.GetTime().AsTime()

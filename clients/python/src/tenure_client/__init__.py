@@ -7,6 +7,8 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   :meth:`~TenureClient.get`, :meth:`~TenureClient.watch`.
 - :class:`Session` — one held lease, renewed in the background; :attr:`~Session.lost`
   (an :class:`asyncio.Event`), :meth:`~Session.is_held`, :meth:`~Session.release`.
+- :class:`GroupSession` — several leases taken all or none, lost as a whole.
+- :class:`Semaphore` — up to N holders of a name, each slot a :class:`Session`.
 - :class:`TenureError` — a failed call with its typed :class:`Reason` (made
   from the generated ``ErrorReason``) and whether it is retryable.
 - :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
@@ -14,12 +16,13 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   leader election (an election is the lease of the same name).
 """
 
-from ._client import AcquireContext, LeaseWatch, TenureClient
+from ._client import AcquireContext, LeaseWatch, Semaphore, TenureClient
 from ._election import Leader, LeaderElector, elect, leader, proclaim
+from ._group import GroupRelease, GroupSession
 from ._errors import DOMAIN, RETRYABLE_REASONS, Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._session import LossCause, Session
-from ._types import EventType, Lease, LeaseEvent
+from ._types import EventType, Lease, LeaseEvent, LeaseInfo
 from .fencing import FencingGuard, StaleTokenError
 
 __all__ = [
@@ -27,14 +30,18 @@ __all__ = [
     "DOMAIN",
     "EventType",
     "FencingGuard",
+    "GroupRelease",
+    "GroupSession",
     "Lease",
     "LeaseEvent",
+    "LeaseInfo",
     "LeaseWatch",
     "Leader",
     "LeaderElector",
     "LossCause",
     "RETRYABLE_REASONS",
     "Reason",
+    "Semaphore",
     "Session",
     "StaleTokenError",
     "TenureClient",

@@ -16,6 +16,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -24,10 +25,15 @@ import grpc.aio
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
+from ._keepalive import KeepAlive
 from ._losswatch import LossWatch
 from ._resume import Backoff, ResumePoint, watch_step
+from ._group import GroupSession
 from ._session import Session
-from ._types import EventType, Lease, LeaseEvent, Seconds, to_duration, to_seconds
+from ._types import EventType, Lease, LeaseEvent, LeaseInfo, Seconds, to_duration, to_seconds
+
+#: A Session or a GroupSession.
+S = TypeVar("S", bound=Session)
 
 #: Deadline of a unary call, on top of an Acquire's wait.
 DEFAULT_CALL_TIMEOUT = 10.0
@@ -108,6 +114,7 @@ class TenureClient:
         self.stub = lease_pb2_grpc.LeaseServiceStub(channel)
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._loss = LossWatch(self)
+        self._keepalive = KeepAlive(self)
 
     async def __aenter__(self) -> "TenureClient":
         return self
@@ -123,6 +130,7 @@ class TenureClient:
         for session in list(self._sessions):
             await session._abandon()
         await self._loss.close()
+        await self._keepalive.close()
         if self._owns_channel:
             await self._channel.close()
 
@@ -140,6 +148,7 @@ class TenureClient:
         renew_fraction: float = DEFAULT_RENEW_FRACTION,
         safety_margin: Optional[Seconds] = None,
         timeout: Optional[float] = None,
+        lock_delay: Optional[Seconds] = None,
     ) -> "AcquireContext":
         """Takes the lease `name` for `holder` and starts renewing it.
 
@@ -162,14 +171,166 @@ class TenureClient:
                 deadline; default: a tenth of the granted TTL.
             timeout: deadline of the Acquire call in seconds; default
                 ``wait + 10``.
+            lock_delay: after this holding expires or is revoked (never
+                after a release), nobody may acquire the name for this long
+                (rounded up to whole seconds, at most the server's
+                ``--max-lock-delay``): protects downstream systems that
+                cannot check fencing tokens from a paused holder's late
+                writes. Refused for a semaphore.
 
         Raises:
             TenureError: with reason LEASE_HELD when another holder has it
-                (``metadata`` names the holder), INVALID_* for bad arguments,
-                UNKNOWN/UNAVAILABLE codes when the server cannot be reached.
+                (``metadata`` names the holder; ``state`` LOCK_DELAY and
+                ``free_at_unix_ms`` while a lock delay runs), INVALID_* for
+                bad arguments, UNKNOWN/UNAVAILABLE codes when the server
+                cannot be reached.
             ValueError: renew_fraction not in (0, 1), or safety_margin
                 negative or too large to renew before the safe deadline.
         """
+        return self._acquire_context(
+            name,
+            holder,
+            ttl,
+            wait=wait,
+            lease_key=lease_key,
+            metadata=metadata,
+            renew_fraction=renew_fraction,
+            safety_margin=safety_margin,
+            timeout=timeout,
+            lock_delay=lock_delay,
+            limit=0,
+        )
+
+    def acquire_group(
+        self,
+        names: Sequence[str],
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+        lock_delay: Optional[Seconds] = None,
+    ) -> "AcquireContext":
+        """Takes the plain leases `names` (2 to the server's
+        ``--max-group-size``, default 16) for `holder`, all or none, and
+        renews them together: await it for a :class:`GroupSession`, or use
+        ``async with`` to release the group when the block ends.
+
+        With `wait` it waits until every name is free at once (never holding
+        some while waiting for others, so groups cannot deadlock whatever
+        the order of the names). The other arguments are :meth:`acquire`'s,
+        applied to every member.
+
+        Raises:
+            TenureError: LEASE_HELD (``metadata["name"]``: a held member);
+                UNIMPLEMENTED code from a server without groups;
+                FAILED_PRECONDITION on nats-server older than 2.12.
+        """
+        ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
+        return AcquireContext(
+            self._acquire_group(
+                list(names),
+                holder,
+                ttl_s,
+                wait,
+                lease_key,
+                metadata,
+                renew_fraction,
+                margin,
+                timeout,
+                lock_delay,
+            )
+        )
+
+    async def _acquire_group(
+        self,
+        names: list[str],
+        holder: str,
+        ttl_s: float,
+        wait: Optional[Seconds],
+        lease_key: Optional[str],
+        metadata: Optional[Mapping[str, str]],
+        renew_fraction: float,
+        margin: Optional[float],
+        timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+    ) -> GroupSession:
+        request = lease_pb2.AcquireGroupRequest(
+            names=names,
+            holder=holder,
+            ttl=to_duration(ttl_s),
+            lease_key=lease_key or "",
+            metadata=dict(metadata or {}),
+        )
+        if lock_delay is not None and to_seconds(lock_delay) > 0:
+            request.lock_delay.CopyFrom(to_duration(lock_delay))
+        wait_s = 0.0
+        if wait is not None:
+            wait_s = to_seconds(wait)
+            request.wait.CopyFrom(to_duration(wait_s))
+        if timeout is None:
+            timeout = wait_s + DEFAULT_CALL_TIMEOUT
+        sent = time.monotonic()
+        reply = await self._unary("AcquireGroup", request, timeout)
+        group = GroupSession(
+            self,
+            [Lease.from_proto(lease) for lease in reply.leases],
+            reply.lease_key,
+            sent,
+            renew_fraction=renew_fraction,
+            safety_margin=margin,
+        )
+        return await self._start_session(group)
+
+    def semaphore(self, name: str, limit: int) -> "Semaphore":
+        """The counting semaphore `name` admitting `limit` holders at once
+        (see :class:`Semaphore`). Makes no call: acquire does."""
+        return Semaphore(self, name, limit)
+
+    def _acquire_context(
+        self,
+        name: str,
+        holder: str,
+        ttl: Seconds,
+        *,
+        wait: Optional[Seconds],
+        lease_key: Optional[str],
+        metadata: Optional[Mapping[str, str]],
+        renew_fraction: float,
+        safety_margin: Optional[Seconds],
+        timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+        limit: int,
+    ) -> "AcquireContext":
+        """Checks the arguments of an acquire and returns its context."""
+        ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
+
+        return AcquireContext(
+            self._acquire(
+                name,
+                holder,
+                ttl_s,
+                wait,
+                lease_key,
+                metadata,
+                renew_fraction,
+                margin,
+                timeout,
+                lock_delay,
+                limit,
+            )
+        )
+
+    @staticmethod
+    def _check_timing(
+        ttl: Seconds, renew_fraction: float, safety_margin: Optional[Seconds]
+    ) -> Tuple[float, Optional[float]]:
+        """The TTL and the margin in seconds, checked: renewals must come
+        before the safe deadline."""
         ttl_s = to_seconds(ttl)
         margin = None if safety_margin is None else to_seconds(safety_margin)
         if not 0 < renew_fraction < 1:
@@ -180,12 +341,7 @@ class TenureClient:
                 "renewals must come before the safe deadline: "
                 "need 0 <= safety_margin < ttl * (1 - renew_fraction)"
             )
-
-        return AcquireContext(
-            self._acquire(
-                name, holder, ttl_s, wait, lease_key, metadata, renew_fraction, margin, timeout
-            )
-        )
+        return ttl_s, margin
 
     async def _acquire(
         self,
@@ -198,6 +354,8 @@ class TenureClient:
         renew_fraction: float,
         margin: Optional[float],
         timeout: Optional[float],
+        lock_delay: Optional[Seconds],
+        limit: int,
     ) -> Session:
         request = lease_pb2.AcquireRequest(
             name=name,
@@ -205,7 +363,10 @@ class TenureClient:
             ttl=to_duration(ttl_s),
             lease_key=lease_key or "",
             metadata=dict(metadata or {}),
+            limit=limit,
         )
+        if lock_delay is not None and to_seconds(lock_delay) > 0:
+            request.lock_delay.CopyFrom(to_duration(lock_delay))
         wait_s = 0.0
         if wait is not None:
             wait_s = to_seconds(wait)
@@ -222,6 +383,11 @@ class TenureClient:
             renew_fraction=renew_fraction,
             safety_margin=margin,
         )
+        return await self._start_session(session)
+
+    async def _start_session(self, session: S) -> S:
+        """Renews once after a long wait, then registers the session with
+        the shared watch and starts its renewals."""
         if time.monotonic() >= session._next_renew_at:
             # After a long wait, the server's TTL started well after `sent`
             # but the safe deadline counts from `sent`: renew once now to
@@ -235,6 +401,18 @@ class TenureClient:
         self._loss.add(session)
         session._start()
         return session
+
+    async def inspect(self, name: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> LeaseInfo:
+        """All GetLease knows about `name`: the holding, how many Acquires
+        with a wait are queued for it (granted in arrival order, across
+        replicas), and for a semaphore every holder, the limit and the free
+        slots.
+
+        Raises:
+            TenureError: reason LEASE_NOT_FOUND when nobody holds it.
+        """
+        reply = await self._unary("GetLease", lease_pb2.GetLeaseRequest(name=name), timeout)
+        return LeaseInfo.from_proto(reply)
 
     async def get(self, name: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> Lease:
         """The current holding of `name`.
@@ -269,11 +447,13 @@ class TenureClient:
         reason: str,
         *,
         fencing_token: int = 0,
+        slot: int = 0,
         timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> int:
         """Ends the holding of `name` whoever holds it (the admin grant),
-        logging `reason`; with `fencing_token` only that holding. Returns
-        the revision of the revoke.
+        logging `reason`; with `fencing_token` only that holding; with
+        `slot` the holder of that slot of the semaphore `name`. Returns the
+        revision of the revoke.
 
         Raises:
             TenureError: LEASE_NOT_FOUND when nobody holds `name` (or the
@@ -281,7 +461,9 @@ class TenureClient:
         """
         reply = await self._unary(
             "RevokeLease",
-            lease_pb2.RevokeLeaseRequest(name=name, reason=reason, fencing_token=fencing_token),
+            lease_pb2.RevokeLeaseRequest(
+                name=name, reason=reason, fencing_token=fencing_token, slot=slot
+            ),
             timeout,
         )
         return int(reply.revision)
@@ -348,6 +530,78 @@ class TenureClient:
             )
         except grpc.aio.AioRpcError as err:
             raise TenureError.from_rpc_error(err, target=self.target, rpc=rpc) from err
+
+
+class Semaphore:
+    """A counting semaphore on the server: up to :attr:`limit` holders of one
+    name at once, each with its own slot (:attr:`Session.slot`), lease key
+    and fencing token (tokens increase across all holders of the name, in
+    grant order). The limit is enforced by the server's conditional writes,
+    never by clients. Get one from :meth:`TenureClient.semaphore`::
+
+        sem = client.semaphore("jobs.encoders", 4)
+        async with sem.acquire("worker-1", ttl=10, wait=60) as slot:
+            await encode(slot.fencing_token)
+
+    A slot is a :class:`Session` like a lease's: renewed in the background,
+    :attr:`Session.lost` set the moment the slot is lost (its own slot
+    revoked, expired or taken over; other holders coming and going never
+    end it), never held past its safe deadline. Stop before the safe
+    deadline and pass the fencing token downstream with every write.
+
+    The first holder's limit defines the semaphore while it has holders:
+    an acquire with another limit raises :class:`TenureError` with reason
+    LIMIT_MISMATCH (:attr:`TenureError.limit_in_force` is the limit in force).
+
+    Attributes:
+        name: the semaphore's name.
+        limit: how many holders it admits.
+    """
+
+    def __init__(self, client: TenureClient, name: str, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("a semaphore's limit must be at least 1")
+        self._client = client
+        self.name = name
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        return f"Semaphore(name={self.name!r}, limit={self.limit})"
+
+    def acquire(
+        self,
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+    ) -> "AcquireContext":
+        """Takes a slot for `holder`, as :meth:`TenureClient.acquire` takes
+        a lease (same arguments; `wait` waits for a free slot, in arrival
+        order). Await it for the :class:`Session`, or use ``async with``.
+
+        Raises:
+            TenureError: LEASE_HELD when every slot is taken (without a
+                wait), LIMIT_MISMATCH when the live holders use another
+                limit, and as for a lease.
+        """
+        return self._client._acquire_context(
+            self.name,
+            holder,
+            ttl,
+            wait=wait,
+            lease_key=lease_key,
+            metadata=metadata,
+            renew_fraction=renew_fraction,
+            safety_margin=safety_margin,
+            timeout=timeout,
+            lock_delay=None,
+            limit=self.limit,
+        )
 
 
 class AcquireContext(Coroutine[Any, Any, Session]):

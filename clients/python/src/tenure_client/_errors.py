@@ -148,6 +148,17 @@ class TenureError(Exception):
         )
 
     @property
+    def limit_in_force(self) -> Optional[int]:
+        """For LIMIT_MISMATCH, the limit of the semaphore's live holders
+        (from the ``limit`` metadata); ``None`` for any other error."""
+        if self.reason is not Reason.LIMIT_MISMATCH:
+            return None
+        try:
+            return int(self.metadata["limit"])
+        except (KeyError, ValueError):
+            return None
+
+    @property
     def retryable(self) -> bool:
         """Whether sending the same call again may succeed. With a reason
         this client knows, that is :attr:`Reason.retryable` (the table of

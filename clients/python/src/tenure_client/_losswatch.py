@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Iterable, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set
 
 import grpc
 import grpc.aio
@@ -91,11 +91,13 @@ class LossWatch:
         if self._closed or self.refused is not None:
             return
         self._sessions.add(session)
-        if self._task is not None and covers(self._cover, session.name):
+        if self._task is not None and all(
+            covers(self._cover, n) for n in session._watch_names()
+        ):
             return
         if self._task is not None:
             self._task.cancel()
-        self._cover = cover_of(s.name for s in self._sessions)
+        self._cover = cover_of(n for s in self._sessions for n in s._watch_names())
         self.synced = asyncio.Event()
         self._task = asyncio.create_task(self._run(self._cover), name="tenure-loss-watch")
 
@@ -120,7 +122,9 @@ class LossWatch:
                     raise
 
     def _covered(self, cover: str) -> List["Session"]:
-        return [s for s in self._sessions if covers(cover, s.name)]
+        return [
+            s for s in self._sessions if all(covers(cover, n) for n in s._watch_names())
+        ]
 
     async def _run(self, cover: str) -> None:
         """Keeps one watch of `cover` open. After a failure it reconnects
@@ -142,7 +146,8 @@ class LossWatch:
                 lease_pb2.WatchLeaseRequest(name=cover, start_revision=start),
                 metadata=self._client._call_metadata(),
             )
-            seen: Set["Session"] = set()
+            # The names of each session seen held in the snapshot.
+            seen: Dict["Session", Set[str]] = {}
             try:
                 async for message in call:
                     backoff.reset()
@@ -157,18 +162,15 @@ class LossWatch:
                         if cover == self._cover:
                             self.synced.set()
                         for s in before:
-                            if s not in seen:
+                            if seen.get(s, set()) != set(s._watch_names()):
                                 s._lose_on_watch(None)
                         before = []
                         continue
                     if old:
                         continue
-                    for s in [s for s in self._sessions if s.name == event.name]:
-                        if (
-                            event.type is EventType.CURRENT
-                            and event.fencing_token == s.fencing_token
-                        ):
-                            seen.add(s)
+                    for s in [s for s in self._sessions if event.name in s._watch_names()]:
+                        if event.type is EventType.CURRENT and s._holds(event):
+                            seen.setdefault(s, set()).add(event.name)
                         s._observe(event)
                 err: Optional[TenureError] = None
             except grpc.aio.AioRpcError as rpc_err:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
+from ._keepalive import UseUnary
 from ._types import EventType, Lease, LeaseEvent
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +66,8 @@ class Session:
         name: the lease name.
         holder: who holds it (as given to acquire).
         fencing_token: the holding's fencing token (constant across renewals).
+        slot: the semaphore slot of the holding (1 to the limit, see
+            :class:`Semaphore`); 0 for a plain lease.
         revision: the revision from the last Acquire or Renew reply (the one
             the next Renew or Release presents).
         lease_key: the ownership secret (the caller's own, or minted).
@@ -98,6 +101,7 @@ class Session:
         self.name = lease.name
         self.holder = lease.holder
         self.fencing_token = lease.fencing_token
+        self.slot = lease.slot
         self.lease_key = lease_key
         self.renew_fraction = renew_fraction
         self._margin_given = safety_margin
@@ -186,7 +190,10 @@ class Session:
             return False
         self._lose(LossCause.RELEASED)
         request = lease_pb2.ReleaseRequest(
-            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+            name=self.name,
+            expected_revision=self.revision,
+            lease_key=self.lease_key,
+            slot=self.slot,
         )
         try:
             await self._client._unary("Release", request, timeout)
@@ -233,20 +240,35 @@ class Session:
             self._margin_given if self._margin_given is not None else lease.ttl / 10
         )
         self.safe_deadline = sent + lease.ttl - self.safety_margin
-        self._next_renew_at = sent + lease.ttl * self.renew_fraction
+        self._next_renew_at = _aligned(sent + lease.ttl * self.renew_fraction, sent)
 
     def _start(self) -> None:
         """Starts the background renewal task."""
         self._task = asyncio.create_task(self._run(), name=f"tenure-renew:{self.name}")
 
     async def _renew_once(self, timeout: float) -> Lease:
-        """Sends one Renew with the last revision and takes its reply."""
-        request = lease_pb2.RenewRequest(
-            name=self.name, expected_revision=self.revision, lease_key=self.lease_key
+        """Renews once with the last revision, over the client's KeepAlive
+        stream (a unary Renew where the server has none), and takes the
+        reply."""
+        entry = lease_pb2.KeepAliveEntry(
+            name=self.name,
+            expected_revision=self.revision,
+            lease_key=self.lease_key,
+            slot=self.slot,
         )
         sent = time.monotonic()
-        reply = await self._client._unary("Renew", request, timeout)
-        lease = Lease.from_proto(reply.lease)
+        try:
+            lease = await self._client._keepalive.renew(entry, timeout)
+        except UseUnary:
+            request = lease_pb2.RenewRequest(
+                name=self.name,
+                expected_revision=self.revision,
+                lease_key=self.lease_key,
+                slot=self.slot,
+            )
+            sent = time.monotonic()
+            reply = await self._client._unary("Renew", request, timeout)
+            lease = Lease.from_proto(reply.lease)
         if lease.fencing_token != self.fencing_token:
             # The server promises a constant token; never trust a reply that
             # says otherwise.
@@ -311,21 +333,25 @@ class Session:
         if cause is not LossCause.RELEASED:
             _log.info("tenure: lost lease %r (%s)", self.name, cause.value)
 
+    def _watch_names(self) -> tuple[str, ...]:
+        """The names the shared watch follows for this session."""
+        return (self.name,)
+
+    def _holds(self, event: LeaseEvent) -> bool:
+        """Whether a CURRENT snapshot event is this session's holding."""
+        return (
+            event.name == self.name
+            and event.slot == self.slot
+            and event.fencing_token == self.fencing_token
+        )
+
     def _observe(self, event: LeaseEvent) -> None:
-        """Ends the session when a watch event shows its holding gone: its
-        own token REVOKED, EXPIRED or RELEASED, or another token holding the
-        name. Events older than the acquisition are ignored."""
-        if event.revision < self._acquired:
-            return
-        if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
-            if event.fencing_token not in (0, self.fencing_token):
-                return
-        elif event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
-            if event.fencing_token == self.fencing_token:
-                return
-        else:
-            return
-        self._lose_on_watch(event)
+        """Ends the session when a watch event shows its holding gone (see
+        :func:`lost_by`)."""
+        if event.name == self.name and lost_by(
+            event, self._acquired, self.slot, self.fencing_token
+        ):
+            self._lose_on_watch(event)
 
     def _lose_on_watch(self, event: Optional[LeaseEvent]) -> None:
         """Marks the session lost by the shared watch (cause WATCH)."""
@@ -356,6 +382,37 @@ class Session:
         """Stops renewing without releasing (the client is closing)."""
         await self._stop_renewing()
         self._lose(LossCause.CLOSED)
+
+
+#: Renewal times are moved earlier onto this grid (of the monotonic clock),
+#: so the renewals of sessions acquired close together come due at the same
+#: moment and share one KeepAlive request; not for intervals under
+#: _GRID_MIN.
+_GRID = 0.05
+_GRID_MIN = 4 * _GRID
+
+
+def _aligned(renew_at: float, sent: float) -> float:
+    """`renew_at`, moved earlier onto the grid when it is more than
+    _GRID_MIN after `sent`."""
+    if renew_at - sent <= _GRID_MIN:
+        return renew_at
+    return renew_at - renew_at % _GRID
+
+
+def lost_by(event: LeaseEvent, acquired: int, slot: int, token: int) -> bool:
+    """Whether `event` shows the holding (`slot`, `token`), acquired at
+    revision `acquired`, gone: its token REVOKED, EXPIRED or RELEASED, or
+    another token holding the name. Events older than the acquisition are
+    ignored, and so are events of another slot: a semaphore's holders come
+    and go without touching each other (a plain lease is slot 0)."""
+    if event.revision < acquired or event.slot != slot:
+        return False
+    if event.type in (EventType.REVOKED, EventType.EXPIRED, EventType.RELEASED):
+        return event.fencing_token in (0, token)
+    if event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
+        return event.fencing_token != token
+    return False
 
 
 def _cause_of(err: TenureError) -> LossCause:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Tuple, Union
 
 from google.protobuf import duration_pb2
 
@@ -70,6 +70,13 @@ class Lease:
         metadata: the key/value map given at acquire.
         acquire_time: when it was acquired (server clock, UTC).
         renew_time: when it was last written (server clock, UTC).
+        lock_delay: the holding's lock delay in seconds (``None`` when none):
+            after it expires or is revoked the name stays refused this long.
+        slot: the semaphore slot of the holding (1 to the limit); 0 for a
+            plain lease.
+        group: every name of the group this holding was acquired with
+            (:meth:`TenureClient.acquire_group`), in request order; empty for
+            a holding acquired alone.
     """
 
     name: str
@@ -80,6 +87,9 @@ class Lease:
     metadata: Mapping[str, str] = field(default_factory=dict)
     acquire_time: Optional[_dt.datetime] = None
     renew_time: Optional[_dt.datetime] = None
+    lock_delay: Optional[float] = None
+    slot: int = 0
+    group: Tuple[str, ...] = ()
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.Lease) -> "Lease":
@@ -93,6 +103,11 @@ class Lease:
             metadata=dict(msg.metadata),
             acquire_time=_time(msg.acquire_time, msg.HasField("acquire_time")),
             renew_time=_time(msg.renew_time, msg.HasField("renew_time")),
+            lock_delay=(
+                msg.lock_delay.ToNanoseconds() / 1e9 if msg.HasField("lock_delay") else None
+            ),
+            slot=msg.slot,
+            group=tuple(msg.group),
         )
 
 
@@ -115,6 +130,8 @@ class LeaseEvent:
             seen no revision yet: an empty snapshot and no change). Changes
             made while disconnected may be missing from the events: replace
             what you built from earlier events with this snapshot.
+        slot: the semaphore slot concerned (1 to the limit); 0 for a plain
+            lease. A semaphore's holders are told apart by it.
     """
 
     type: EventType
@@ -125,6 +142,7 @@ class LeaseEvent:
     lease: Optional[Lease] = None
     time: Optional[_dt.datetime] = None
     resync: bool = False
+    slot: int = 0
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.LeaseEvent) -> "LeaseEvent":
@@ -137,4 +155,37 @@ class LeaseEvent:
             fencing_token=msg.fencing_token,
             lease=Lease.from_proto(msg.lease) if msg.HasField("lease") else None,
             time=_time(msg.time, msg.HasField("time")),
+            slot=msg.slot,
+        )
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What :meth:`TenureClient.inspect` returns (a GetLease reply).
+
+    Attributes:
+        lease: the current holding (for a semaphore: the holder with the
+            lowest fencing token).
+        waiting: how many Acquires with a wait are queued for the name, in
+            every replica.
+        holders: a semaphore's live holders, by slot; empty for a lease.
+        limit: a semaphore's limit in force; 0 for a lease.
+        free_slots: how many more holders a semaphore admits now.
+    """
+
+    lease: Lease
+    waiting: int = 0
+    holders: Tuple[Lease, ...] = ()
+    limit: int = 0
+    free_slots: int = 0
+
+    @classmethod
+    def from_proto(cls, msg: lease_pb2.GetLeaseResponse) -> "LeaseInfo":
+        """The view of a `tenure.v1.GetLeaseResponse` message."""
+        return cls(
+            lease=Lease.from_proto(msg.lease),
+            waiting=msg.waiting,
+            holders=tuple(Lease.from_proto(h) for h in msg.holders),
+            limit=msg.limit,
+            free_slots=msg.free_slots,
         )
