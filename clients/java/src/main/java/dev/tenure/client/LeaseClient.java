@@ -7,6 +7,7 @@ import dev.tenure.v1.AcquireResponse;
 import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.EventType;
 import dev.tenure.v1.GetLeaseRequest;
+import dev.tenure.v1.GetLeaseResponse;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.LeaseEvent;
 import dev.tenure.v1.LeaseServiceGrpc;
@@ -201,6 +202,12 @@ public final class LeaseClient implements AutoCloseable {
     if (!options.getWait().isZero()) {
       request.setWait(toProto(options.getWait()));
     }
+    if (options.getLimit() > 0) {
+      request.setLimit(options.getLimit());
+    }
+    if (options.getLockDelay() != null) {
+      request.setLockDelay(toProto(options.getLockDelay()));
+    }
     Duration timeout = options.getRpcTimeout().plus(options.getWait());
     long send = System.nanoTime();
     AcquireResponse reply;
@@ -213,7 +220,7 @@ public final class LeaseClient implements AutoCloseable {
     Session session = new Session(this, options, reply.getLease(), reply.getLeaseKey(), send);
     sessions.add(session);
     session.start();
-    lossWatch.add(session);
+    lossWatch.add(session.watched());
     return session;
   }
 
@@ -230,6 +237,25 @@ public final class LeaseClient implements AutoCloseable {
           .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
           .getLease(GetLeaseRequest.newBuilder().setName(name).build())
           .getLease();
+    } catch (StatusRuntimeException e) {
+      throw error(e, "GetLease");
+    }
+  }
+
+  /**
+   * Everything the server says about a name: the holding ({@code getLease()}; for a semaphore the
+   * holder with the lowest token), how many waiting Acquires are queued for it ({@code
+   * getWaiting()}, in every replica), and for a semaphore its holders, limit and free slots.
+   *
+   * @param name the lease or semaphore name
+   * @return the server's reply
+   * @throws TenureException {@code LEASE_NOT_FOUND} when nobody holds it
+   */
+  public GetLeaseResponse inspect(String name) {
+    try {
+      return blockingStub
+          .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+          .getLease(GetLeaseRequest.newBuilder().setName(name).build());
     } catch (StatusRuntimeException e) {
       throw error(e, "GetLease");
     }
@@ -355,10 +381,30 @@ public final class LeaseClient implements AutoCloseable {
    *     PERMISSION_DENIED} without the grant, or a transport failure
    */
   public long revokeLease(String name, String reason) {
+    return revokeLease(name, 0, reason);
+  }
+
+  /**
+   * Ends the holding of slot {@code slot} of semaphore {@code name} at once (0: the plain lease
+   * {@code name}); that holder sees REVOKED, the other holders keep their slots.
+   *
+   * @param name the lease or semaphore name
+   * @param slot the semaphore slot ({@link Session#getSlot()}, {@code Lease.slot}); 0 for a plain
+   *     lease
+   * @param reason why, 1 to 256 printable bytes (logged by the server)
+   * @return the bucket revision of the removal
+   * @throws TenureException as {@link #revokeLease(String, String)}
+   */
+  public long revokeLease(String name, int slot, String reason) {
     try {
       return blockingStub
           .withDeadlineAfter(5, TimeUnit.SECONDS)
-          .revokeLease(RevokeLeaseRequest.newBuilder().setName(name).setReason(reason).build())
+          .revokeLease(
+              RevokeLeaseRequest.newBuilder()
+                  .setName(name)
+                  .setSlot(slot)
+                  .setReason(reason)
+                  .build())
           .getRevision();
     } catch (StatusRuntimeException e) {
       throw error(e, "RevokeLease");
@@ -416,7 +462,7 @@ public final class LeaseClient implements AutoCloseable {
 
   void forget(Session session) {
     sessions.remove(session);
-    lossWatch.remove(session);
+    lossWatch.remove(session.watched());
   }
 
   void callback(Runnable task) {

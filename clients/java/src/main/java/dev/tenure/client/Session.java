@@ -125,6 +125,8 @@ public final class Session implements AutoCloseable {
   private final String holder;
   private final String leaseKey;
   private final long fencingToken;
+  private final int slot;
+  private final LossWatch.Watched watched;
 
   // Everything below is guarded by `this`.
   private State state = State.HELD;
@@ -148,6 +150,8 @@ public final class Session implements AutoCloseable {
     this.holder = lease.getHolder();
     this.leaseKey = leaseKey;
     this.fencingToken = lease.getFencingToken();
+    this.slot = lease.getSlot();
+    this.watched = new LossWatch.Watched(name, slot, fencingToken, this::endedByWatch);
     this.revision = lease.getRevision();
     this.grantedTtl = ttlOf(lease);
     this.lastSendNanos = sendNanos;
@@ -232,6 +236,21 @@ public final class Session implements AutoCloseable {
    */
   public long getFencingToken() {
     return fencingToken;
+  }
+
+  /**
+   * The semaphore slot of this holding (1 to the semaphore's limit), sent with every renewal and
+   * the release; 0 for a plain lease.
+   *
+   * @return the slot, or 0
+   */
+  public int getSlot() {
+    return slot;
+  }
+
+  /** What the client's loss watch follows for this session. */
+  LossWatch.Watched watched() {
+    return watched;
   }
 
   /**
@@ -359,6 +378,7 @@ public final class Session implements AutoCloseable {
               .setName(name)
               .setExpectedRevision(revision)
               .setLeaseKey(leaseKey)
+              .setSlot(slot)
               .build();
     }
     client.forget(this);
@@ -408,6 +428,7 @@ public final class Session implements AutoCloseable {
   public synchronized String toString() {
     return "Session{name="
         + name
+        + (slot != 0 ? ", slot=" + slot : "")
         + ", holder="
         + holder
         + ", fencingToken="
@@ -452,6 +473,7 @@ public final class Session implements AutoCloseable {
         .setName(name)
         .setExpectedRevision(revision)
         .setLeaseKey(leaseKey)
+        .setSlot(slot)
         .build();
   }
 
