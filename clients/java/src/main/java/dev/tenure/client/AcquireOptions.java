@@ -3,6 +3,7 @@ package dev.tenure.client;
 import java.time.Duration;
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -36,8 +37,13 @@ public final class AcquireOptions {
   private final Duration rpcTimeout;
   private final int limit;
   private final Duration lockDelay;
+  private final List<String> names;
 
   private AcquireOptions(Builder b) {
+    if (b.names != null && b.limit > 0) {
+      throw new IllegalArgumentException("a group takes plain leases: limit does not apply");
+    }
+    this.names = b.names;
     if (b.limit > 0 && b.lockDelay != null) {
       throw new IllegalArgumentException(
           "limit and lockDelay do not combine: a semaphore has no lock delay");
@@ -56,6 +62,23 @@ public final class AcquireOptions {
   }
 
   /**
+   * Starts options for taking the leases {@code names} all at once, or none ({@link
+   * LeaseClient#acquireGroup(AcquireOptions)}): 2 to the server's {@code --max-group-size}
+   * (default 16) distinct plain lease names. The TTL, wait, lease key, metadata, lock delay and
+   * renewal settings apply to the whole group; {@link Builder#limit(int)} does not.
+   *
+   * @param names the lease names, in the order the group's leases are returned
+   * @param holder who takes them
+   * @return a builder
+   */
+  public static Builder groupBuilder(List<String> names, String holder) {
+    List<String> copy = List.copyOf(names);
+    Builder b = new Builder(String.join(",", copy), holder);
+    b.names = copy;
+    return b;
+  }
+
+  /**
    * Starts options for taking lease {@code name} as {@code holder}.
    *
    * @param name the lease name (1 to 255 characters from {@code [-/_=.a-zA-Z0-9]})
@@ -69,6 +92,11 @@ public final class AcquireOptions {
   /** @return the lease name */
   public String getName() {
     return name;
+  }
+
+  /** @return the names of a group ({@link #groupBuilder}), or null for one lease */
+  public List<String> getNames() {
+    return names;
   }
 
   /** @return the holder */
@@ -139,6 +167,7 @@ public final class AcquireOptions {
     private Duration rpcTimeout = DEFAULT_RPC_TIMEOUT;
     private int limit;
     private Duration lockDelay;
+    private List<String> names;
 
     private Builder(String name, String holder) {
       this.name = Objects.requireNonNull(name, "name");

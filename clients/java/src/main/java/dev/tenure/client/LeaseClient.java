@@ -2,6 +2,8 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import dev.tenure.v1.AcquireGroupRequest;
+import dev.tenure.v1.AcquireGroupResponse;
 import dev.tenure.v1.AcquireRequest;
 import dev.tenure.v1.AcquireResponse;
 import dev.tenure.v1.ErrorReason;
@@ -78,6 +80,7 @@ public final class LeaseClient implements AutoCloseable {
   private final boolean ownsScheduler;
   private final ExecutorService callbacks;
   private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
+  private final Set<GroupSession> groups = ConcurrentHashMap.newKeySet();
   private final LossWatch lossWatch;
 
   /**
@@ -222,6 +225,73 @@ public final class LeaseClient implements AutoCloseable {
     session.start();
     lossWatch.add(session.watched());
     return session;
+  }
+
+  /**
+   * Takes the leases {@code names} for {@code holder} all at once, or none, waiting up to {@code
+   * wait} until every one is free at once (never holding some while waiting for others).
+   *
+   * @param names 2 to the server's {@code --max-group-size} (default 16) distinct plain lease names
+   * @param holder who takes them
+   * @param ttl the TTL of every member
+   * @param wait how long to wait; zero fails at once with {@code LEASE_HELD} (metadata {@code name}:
+   *     a member that is held)
+   * @return the group, renewing in the background
+   * @throws TenureException when the server refuses ({@code UNIMPLEMENTED} from a server without
+   *     groups) or cannot be reached
+   */
+  public GroupSession acquireGroup(List<String> names, String holder, Duration ttl, Duration wait) {
+    return acquireGroup(AcquireOptions.groupBuilder(names, holder).ttl(ttl).wait(wait).build());
+  }
+
+  /**
+   * Takes a group as {@code options} (from {@link AcquireOptions#groupBuilder}) say:
+   * AcquireGroup, then renewals with RenewGroup on the session schedule; lost as a whole the
+   * moment any member is lost.
+   *
+   * @param options names, holder, TTL, wait, lease key, metadata, lock delay, renewal settings
+   * @return the group, renewing in the background
+   * @throws TenureException when the server refuses or cannot be reached
+   */
+  public GroupSession acquireGroup(AcquireOptions options) {
+    if (options.getNames() == null) {
+      throw new IllegalArgumentException("use AcquireOptions.groupBuilder(names, holder)");
+    }
+    String key = options.getLeaseKey() != null ? options.getLeaseKey() : mintKey();
+    AcquireGroupRequest.Builder request =
+        AcquireGroupRequest.newBuilder()
+            .addAllNames(options.getNames())
+            .setHolder(options.getHolder())
+            .setLeaseKey(key)
+            .putAllMetadata(options.getMetadata());
+    if (options.getTtl() != null) {
+      request.setTtl(toProto(options.getTtl()));
+    }
+    if (!options.getWait().isZero()) {
+      request.setWait(toProto(options.getWait()));
+    }
+    if (options.getLockDelay() != null) {
+      request.setLockDelay(toProto(options.getLockDelay()));
+    }
+    Duration timeout = options.getRpcTimeout().plus(options.getWait());
+    long send = System.nanoTime();
+    AcquireGroupResponse reply;
+    try {
+      reply =
+          blockingStub
+              .withDeadlineAfter(timeout.toNanos(), NANOSECONDS)
+              .acquireGroup(request.build());
+    } catch (StatusRuntimeException e) {
+      throw error(e, "AcquireGroup");
+    }
+    GroupSession group =
+        new GroupSession(this, options, reply.getLeasesList(), reply.getLeaseKey(), send);
+    groups.add(group);
+    group.start();
+    for (LossWatch.Watched member : group.watched()) {
+      lossWatch.add(member);
+    }
+    return group;
   }
 
   /**
@@ -438,6 +508,9 @@ public final class LeaseClient implements AutoCloseable {
     for (Session session : new ArrayList<>(sessions)) {
       session.close();
     }
+    for (GroupSession group : new ArrayList<>(groups)) {
+      group.close();
+    }
     lossWatch.close();
     if (ownsScheduler) {
       scheduler.shutdownNow();
@@ -463,6 +536,13 @@ public final class LeaseClient implements AutoCloseable {
   void forget(Session session) {
     sessions.remove(session);
     lossWatch.remove(session.watched());
+  }
+
+  void forget(GroupSession group) {
+    groups.remove(group);
+    for (LossWatch.Watched member : group.watched()) {
+      lossWatch.remove(member);
+    }
   }
 
   void callback(Runnable task) {
