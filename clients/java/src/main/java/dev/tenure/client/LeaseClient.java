@@ -82,6 +82,7 @@ public final class LeaseClient implements AutoCloseable {
   private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
   private final Set<GroupSession> groups = ConcurrentHashMap.newKeySet();
   private final LossWatch lossWatch;
+  private final KeepAliveStream keepAlive;
 
   /**
    * Connects to a Tenure server over plaintext gRPC. The client owns the channel and shuts it
@@ -105,7 +106,8 @@ public final class LeaseClient implements AutoCloseable {
    */
   public static LeaseClient connect(String target, ConnectOptions options) {
     ManagedChannel channel = options.channel(target);
-    return new LeaseClient(channel, channel, null, options.lossWatch());
+    return new LeaseClient(
+        channel, channel, null, options.lossWatch(), options.keepAliveStream());
   }
 
   /**
@@ -130,16 +132,18 @@ public final class LeaseClient implements AutoCloseable {
 
   private LeaseClient(
       Channel channel, ManagedChannel ownedChannel, ScheduledExecutorService scheduler) {
-    this(channel, ownedChannel, scheduler, true);
+    this(channel, ownedChannel, scheduler, true, true);
   }
 
   private LeaseClient(
       Channel channel,
       ManagedChannel ownedChannel,
       ScheduledExecutorService scheduler,
-      boolean followLosses) {
+      boolean followLosses,
+      boolean keepAliveStream) {
     Objects.requireNonNull(channel, "channel");
     this.lossWatch = new LossWatch(this, followLosses);
+    this.keepAlive = new KeepAliveStream(this, keepAliveStream);
     this.ownedChannel = ownedChannel;
     this.channel = channel;
     this.target = channel.authority();
@@ -512,6 +516,7 @@ public final class LeaseClient implements AutoCloseable {
       group.close();
     }
     lossWatch.close();
+    keepAlive.close();
     if (ownsScheduler) {
       scheduler.shutdownNow();
     }
@@ -536,6 +541,14 @@ public final class LeaseClient implements AutoCloseable {
   void forget(Session session) {
     sessions.remove(session);
     lossWatch.remove(session.watched());
+    if (sessions.isEmpty()) {
+      keepAlive.idle();
+    }
+  }
+
+  /** The KeepAlive stream the sessions' renewals go through. */
+  KeepAliveStream keepAlive() {
+    return keepAlive;
   }
 
   void forget(GroupSession group) {

@@ -9,7 +9,6 @@ import dev.tenure.v1.ReleaseResponse;
 import dev.tenure.v1.RenewRequest;
 import dev.tenure.v1.RenewResponse;
 import io.grpc.StatusRuntimeException;
-import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -566,23 +565,20 @@ public final class Session implements AutoCloseable {
       return;
     }
     client
-        .asyncStub()
-        .withDeadlineAfter(timeout, NANOSECONDS)
+        .keepAlive()
         .renew(
             request,
-            new StreamObserver<RenewResponse>() {
+            timeout,
+            new KeepAliveStream.Callback() {
               @Override
-              public void onNext(RenewResponse reply) {
-                renewed(send, reply.getLease());
+              public void renewed(Lease lease) {
+                Session.this.renewed(send, lease);
               }
 
               @Override
-              public void onError(Throwable t) {
-                renewFailed(client.error(t, "Renew"));
+              public void failed(TenureException error) {
+                renewFailed(error);
               }
-
-              @Override
-              public void onCompleted() {}
             });
   }
 
