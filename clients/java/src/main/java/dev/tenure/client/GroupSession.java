@@ -98,7 +98,10 @@ public final class GroupSession implements AutoCloseable {
     if (marginNanos() >= (long) (grantedTtl.toNanos() * (1 - options.getRenewFraction()))) {
       closeQuietly();
       throw new IllegalArgumentException(
-          "safety margin " + options.marginFor(grantedTtl) + " leaves no time to renew " + grantedTtl);
+          "safety margin "
+              + options.marginFor(grantedTtl)
+              + " leaves no time to renew a TTL of "
+              + grantedTtl);
     }
     boolean slow;
     synchronized (this) {
@@ -186,7 +189,7 @@ public final class GroupSession implements AutoCloseable {
     return Duration.ofNanos(Math.max(0, deadlineNanos - System.nanoTime()));
   }
 
-  /** @return true while every member is safely held (not lost, not released, before the deadline) */
+  /** @return true while every member is safely held: not lost, not released, before the deadline */
   public synchronized boolean isHeld() {
     return state == State.HELD && System.nanoTime() - deadlineNanos < 0;
   }

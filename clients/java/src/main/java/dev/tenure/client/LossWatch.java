@@ -103,7 +103,7 @@ final class LossWatch {
     return filter.endsWith(".>") && name.startsWith(filter.substring(0, filter.length() - 1));
   }
 
-  /** Whether {@code event} shows that the plain-lease holding with {@code token} of {@code name} ended. */
+  /** Whether {@code event} shows that the plain-lease holding {@code token} of {@code name} ended. */
   static boolean showsLoss(String name, long token, LeaseEvent event) {
     return showsLoss(name, 0, token, event);
   }

@@ -74,7 +74,8 @@ public final class Semaphore {
    * Takes a slot with every option of {@code options} (lease key, metadata, renewal settings);
    * its name and limit are set to this semaphore's.
    *
-   * @param options a builder made with this semaphore's name ({@code AcquireOptions.builder(name, holder)})
+   * @param options a builder made with this semaphore's name ({@code
+   *     AcquireOptions.builder(name, holder)})
    * @return the holding
    * @throws TenureException as {@link #acquire(String, Duration, Duration)}
    */

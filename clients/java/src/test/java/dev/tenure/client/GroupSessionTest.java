@@ -88,7 +88,9 @@ class GroupSessionTest {
         assertEquals(names, lease.getGroupList());
       }
       // A renewal of the group renews its last member too, with the same token.
-      LeaseEvent renewed = Await.event(watch, EventType.EVENT_TYPE_RENEWED, EventType.EVENT_TYPE_SNAPSHOT_COMPLETE);
+      LeaseEvent renewed =
+          Await.event(
+              watch, EventType.EVENT_TYPE_RENEWED, EventType.EVENT_TYPE_SNAPSHOT_COMPLETE);
       assertEquals(group.getFencingToken(names.get(2)), renewed.getFencingToken());
       assertTrue(group.isHeld());
       assertTrue(group.release());
@@ -125,7 +127,8 @@ class GroupSessionTest {
     GroupSession group = client.acquireGroup(names, "g", Duration.ofSeconds(30), Duration.ZERO);
     CompletableFuture<Session.Loss> lost = loss(group);
     client.revokeLease(names.get(1), "test: end one member");
-    assertEquals(Session.LossReason.LEASE_ENDED, lost.get(Await.BOUND.toSeconds(), TimeUnit.SECONDS).getReason());
+    Session.Loss loss = lost.get(Await.BOUND.toSeconds(), TimeUnit.SECONDS);
+    assertEquals(Session.LossReason.LEASE_ENDED, loss.getReason());
     assertFalse(group.isHeld());
     assertFalse(group.release(), "release after loss reports not held");
   }

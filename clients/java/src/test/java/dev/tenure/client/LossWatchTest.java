@@ -46,8 +46,12 @@ class LossWatchTest {
     LeaseEvent.Builder e =
         LeaseEvent.newBuilder().setName("s").setRevision(20).setFencingToken(7).setSlot(2);
     // Another holder (slot 1) releasing, expiring or acquiring does not end slot 2.
-    assertFalse(LossWatch.showsLoss("s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_RELEASED).build()));
-    assertFalse(LossWatch.showsLoss("s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_EXPIRED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_RELEASED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_EXPIRED).build()));
     assertFalse(
         LossWatch.showsLoss(
             "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_ACQUIRED).setFencingToken(19).build()));
@@ -62,7 +66,11 @@ class LossWatchTest {
         LossWatch.showsLoss(
             "s", 2, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_CURRENT).setFencingToken(7).build()));
     // A plain lease ignores semaphore events of its name, and a semaphore session plain ones.
-    assertFalse(LossWatch.showsLoss("s", 0, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_REVOKED).build()));
-    assertFalse(LossWatch.showsLoss("s", 2, 7, e.setSlot(0).setType(EventType.EVENT_TYPE_REVOKED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 0, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_REVOKED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(0).setType(EventType.EVENT_TYPE_REVOKED).build()));
   }
 }
