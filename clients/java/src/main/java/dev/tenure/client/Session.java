@@ -31,8 +31,9 @@ import java.util.logging.Logger;
  * thread is doing: a holder never believes it holds the lease past it.
  *
  * <p>Renewals run on the client's scheduler every {@link AcquireOptions#getRenewFraction()} of the
- * granted TTL (1/3 by default), each with the revision of the last reply, and move the safe
- * deadline forward from their own send time. A failed renewal that may succeed later (server or
+ * granted TTL (1/3 by default), each with the revision of the last reply (and the slot of a
+ * semaphore holder), over the client's one KeepAlive stream (unary Renew where the server has
+ * none), and move the safe deadline forward from their own send time. A failed renewal that may succeed later (server or
  * NATS unreachable) is retried until the safe deadline.
  *
  * <p>Loss is final and is signalled once to every {@link LossListener}:
