@@ -3,6 +3,7 @@ package dev.tenure.client;
 import java.time.Duration;
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -34,8 +35,21 @@ public final class AcquireOptions {
   private final double renewFraction;
   private final Duration safetyMargin;
   private final Duration rpcTimeout;
+  private final int limit;
+  private final Duration lockDelay;
+  private final List<String> names;
 
   private AcquireOptions(Builder b) {
+    if (b.names != null && b.limit > 0) {
+      throw new IllegalArgumentException("a group takes plain leases: limit does not apply");
+    }
+    this.names = b.names;
+    if (b.limit > 0 && b.lockDelay != null) {
+      throw new IllegalArgumentException(
+          "limit and lockDelay do not combine: a semaphore has no lock delay");
+    }
+    this.limit = b.limit;
+    this.lockDelay = b.lockDelay;
     this.name = b.name;
     this.holder = b.holder;
     this.ttl = b.ttl;
@@ -45,6 +59,23 @@ public final class AcquireOptions {
     this.renewFraction = b.renewFraction;
     this.safetyMargin = b.safetyMargin;
     this.rpcTimeout = b.rpcTimeout;
+  }
+
+  /**
+   * Starts options for taking the leases {@code names} all at once, or none ({@link
+   * LeaseClient#acquireGroup(AcquireOptions)}): 2 to the server's {@code --max-group-size}
+   * (default 16) distinct plain lease names. The TTL, wait, lease key, metadata, lock delay and
+   * renewal settings apply to the whole group; {@link Builder#limit(int)} does not.
+   *
+   * @param names the lease names, in the order the group's leases are returned
+   * @param holder who takes them
+   * @return a builder
+   */
+  public static Builder groupBuilder(List<String> names, String holder) {
+    List<String> copy = List.copyOf(names);
+    Builder b = new Builder(String.join(",", copy), holder);
+    b.names = copy;
+    return b;
   }
 
   /**
@@ -61,6 +92,11 @@ public final class AcquireOptions {
   /** @return the lease name */
   public String getName() {
     return name;
+  }
+
+  /** @return the names of a group ({@link #groupBuilder}), or null for one lease */
+  public List<String> getNames() {
+    return names;
   }
 
   /** @return the holder */
@@ -103,6 +139,16 @@ public final class AcquireOptions {
     return rpcTimeout;
   }
 
+  /** @return the semaphore limit; 0 for a plain lease */
+  public int getLimit() {
+    return limit;
+  }
+
+  /** @return the lock delay, or null for none */
+  public Duration getLockDelay() {
+    return lockDelay;
+  }
+
   /** The safety margin for a granted TTL: the configured one or a tenth of the TTL. */
   Duration marginFor(Duration grantedTtl) {
     return safetyMargin != null ? safetyMargin : grantedTtl.dividedBy(DEFAULT_MARGIN_DIVISOR);
@@ -119,6 +165,9 @@ public final class AcquireOptions {
     private double renewFraction = DEFAULT_RENEW_FRACTION;
     private Duration safetyMargin;
     private Duration rpcTimeout = DEFAULT_RPC_TIMEOUT;
+    private int limit;
+    private Duration lockDelay;
+    private List<String> names;
 
     private Builder(String name, String holder) {
       this.name = Objects.requireNonNull(name, "name");
@@ -223,6 +272,41 @@ public final class AcquireOptions {
         throw new IllegalArgumentException("rpcTimeout must be positive, got " + rpcTimeout);
       }
       this.rpcTimeout = rpcTimeout;
+      return this;
+    }
+
+    /**
+     * Makes the name a counting semaphore of {@code limit} slots: up to {@code limit} holders at
+     * once, each with its own slot ({@link Session#getSlot()}) and fencing token. The first
+     * holder's limit is in force while the semaphore has holders; another limit fails with {@code
+     * LIMIT_MISMATCH} (metadata {@code limit}). Not combinable with {@link #lockDelay(Duration)}.
+     * {@link Semaphore} is the helper for this.
+     *
+     * @param limit 1 to the server's {@code --max-semaphore-limit}; 0 for a plain lease
+     * @return this builder
+     */
+    public Builder limit(int limit) {
+      if (limit < 0) {
+        throw new IllegalArgumentException("limit must not be negative, got " + limit);
+      }
+      this.limit = limit;
+      return this;
+    }
+
+    /**
+     * After this holding <em>expires or is revoked</em> (never after a release), nobody may
+     * acquire the name for {@code lockDelay}: it protects downstream systems that cannot check
+     * fencing tokens from a stalled holder's in-flight writes. Whole seconds, at most the server's
+     * {@code --max-lock-delay}. Refused Acquires say when the name is free; waiting ones wait.
+     *
+     * @param lockDelay a positive duration, or null for none
+     * @return this builder
+     */
+    public Builder lockDelay(Duration lockDelay) {
+      if (lockDelay != null && (lockDelay.isNegative() || lockDelay.isZero())) {
+        throw new IllegalArgumentException("lockDelay must be positive, got " + lockDelay);
+      }
+      this.lockDelay = lockDelay;
       return this;
     }
 

@@ -45,9 +45,11 @@ public final class ConnectOptions {
   private final Supplier<String> token;
   private final Map<String, String> metadata;
   private final boolean lossWatch;
+  private final boolean keepAliveStream;
 
   private ConnectOptions(Builder b) {
     this.lossWatch = b.lossWatch;
+    this.keepAliveStream = b.keepAliveStream;
     this.tls = b.tls;
     this.caFile = b.caFile;
     this.certFile = b.certFile;
@@ -69,6 +71,11 @@ public final class ConnectOptions {
   /** Whether the client keeps its shared loss watch (default true). */
   boolean lossWatch() {
     return lossWatch;
+  }
+
+  /** Whether renewals go over one KeepAlive stream (default true) rather than unary Renews. */
+  boolean keepAliveStream() {
+    return keepAliveStream;
   }
 
   /** Builds the channel to {@code target} these options describe. */
@@ -138,8 +145,22 @@ public final class ConnectOptions {
     private Supplier<String> token;
     private final Map<String, String> metadata = new LinkedHashMap<>();
     private boolean lossWatch = true;
+    private boolean keepAliveStream = true;
 
     private Builder() {}
+
+    /**
+     * Whether the sessions' renewals go over one KeepAlive stream per client, the renewals due at
+     * the same moment batched into one message (default true). Off, or against a server that
+     * answers the stream {@code UNIMPLEMENTED}, each renewal is a unary Renew.
+     *
+     * @param enabled false for unary Renew calls
+     * @return this builder
+     */
+    public Builder keepAliveStream(boolean enabled) {
+      this.keepAliveStream = enabled;
+      return this;
+    }
 
     /**
      * Whether the client keeps one WatchLease stream following its sessions' names, so a revoke,

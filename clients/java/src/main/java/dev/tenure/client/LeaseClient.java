@@ -2,11 +2,14 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import dev.tenure.v1.AcquireGroupRequest;
+import dev.tenure.v1.AcquireGroupResponse;
 import dev.tenure.v1.AcquireRequest;
 import dev.tenure.v1.AcquireResponse;
 import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.EventType;
 import dev.tenure.v1.GetLeaseRequest;
+import dev.tenure.v1.GetLeaseResponse;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.LeaseEvent;
 import dev.tenure.v1.LeaseServiceGrpc;
@@ -77,7 +80,9 @@ public final class LeaseClient implements AutoCloseable {
   private final boolean ownsScheduler;
   private final ExecutorService callbacks;
   private final Set<Session> sessions = ConcurrentHashMap.newKeySet();
+  private final Set<GroupSession> groups = ConcurrentHashMap.newKeySet();
   private final LossWatch lossWatch;
+  private final KeepAliveStream keepAlive;
 
   /**
    * Connects to a Tenure server over plaintext gRPC. The client owns the channel and shuts it
@@ -101,7 +106,8 @@ public final class LeaseClient implements AutoCloseable {
    */
   public static LeaseClient connect(String target, ConnectOptions options) {
     ManagedChannel channel = options.channel(target);
-    return new LeaseClient(channel, channel, null, options.lossWatch());
+    return new LeaseClient(
+        channel, channel, null, options.lossWatch(), options.keepAliveStream());
   }
 
   /**
@@ -126,16 +132,18 @@ public final class LeaseClient implements AutoCloseable {
 
   private LeaseClient(
       Channel channel, ManagedChannel ownedChannel, ScheduledExecutorService scheduler) {
-    this(channel, ownedChannel, scheduler, true);
+    this(channel, ownedChannel, scheduler, true, true);
   }
 
   private LeaseClient(
       Channel channel,
       ManagedChannel ownedChannel,
       ScheduledExecutorService scheduler,
-      boolean followLosses) {
+      boolean followLosses,
+      boolean keepAliveStream) {
     Objects.requireNonNull(channel, "channel");
     this.lossWatch = new LossWatch(this, followLosses);
+    this.keepAlive = new KeepAliveStream(this, keepAliveStream);
     this.ownedChannel = ownedChannel;
     this.channel = channel;
     this.target = channel.authority();
@@ -201,6 +209,12 @@ public final class LeaseClient implements AutoCloseable {
     if (!options.getWait().isZero()) {
       request.setWait(toProto(options.getWait()));
     }
+    if (options.getLimit() > 0) {
+      request.setLimit(options.getLimit());
+    }
+    if (options.getLockDelay() != null) {
+      request.setLockDelay(toProto(options.getLockDelay()));
+    }
     Duration timeout = options.getRpcTimeout().plus(options.getWait());
     long send = System.nanoTime();
     AcquireResponse reply;
@@ -213,8 +227,75 @@ public final class LeaseClient implements AutoCloseable {
     Session session = new Session(this, options, reply.getLease(), reply.getLeaseKey(), send);
     sessions.add(session);
     session.start();
-    lossWatch.add(session);
+    lossWatch.add(session.watched());
     return session;
+  }
+
+  /**
+   * Takes the leases {@code names} for {@code holder} all at once, or none, waiting up to {@code
+   * wait} until every one is free at once (never holding some while waiting for others).
+   *
+   * @param names 2 to the server's {@code --max-group-size} (default 16) distinct plain lease names
+   * @param holder who takes them
+   * @param ttl the TTL of every member
+   * @param wait how long to wait; zero fails at once with {@code LEASE_HELD} (metadata {@code name}:
+   *     a member that is held)
+   * @return the group, renewing in the background
+   * @throws TenureException when the server refuses ({@code UNIMPLEMENTED} from a server without
+   *     groups) or cannot be reached
+   */
+  public GroupSession acquireGroup(List<String> names, String holder, Duration ttl, Duration wait) {
+    return acquireGroup(AcquireOptions.groupBuilder(names, holder).ttl(ttl).wait(wait).build());
+  }
+
+  /**
+   * Takes a group as {@code options} (from {@link AcquireOptions#groupBuilder}) say:
+   * AcquireGroup, then renewals with RenewGroup on the session schedule; lost as a whole the
+   * moment any member is lost.
+   *
+   * @param options names, holder, TTL, wait, lease key, metadata, lock delay, renewal settings
+   * @return the group, renewing in the background
+   * @throws TenureException when the server refuses or cannot be reached
+   */
+  public GroupSession acquireGroup(AcquireOptions options) {
+    if (options.getNames() == null) {
+      throw new IllegalArgumentException("use AcquireOptions.groupBuilder(names, holder)");
+    }
+    String key = options.getLeaseKey() != null ? options.getLeaseKey() : mintKey();
+    AcquireGroupRequest.Builder request =
+        AcquireGroupRequest.newBuilder()
+            .addAllNames(options.getNames())
+            .setHolder(options.getHolder())
+            .setLeaseKey(key)
+            .putAllMetadata(options.getMetadata());
+    if (options.getTtl() != null) {
+      request.setTtl(toProto(options.getTtl()));
+    }
+    if (!options.getWait().isZero()) {
+      request.setWait(toProto(options.getWait()));
+    }
+    if (options.getLockDelay() != null) {
+      request.setLockDelay(toProto(options.getLockDelay()));
+    }
+    Duration timeout = options.getRpcTimeout().plus(options.getWait());
+    long send = System.nanoTime();
+    AcquireGroupResponse reply;
+    try {
+      reply =
+          blockingStub
+              .withDeadlineAfter(timeout.toNanos(), NANOSECONDS)
+              .acquireGroup(request.build());
+    } catch (StatusRuntimeException e) {
+      throw error(e, "AcquireGroup");
+    }
+    GroupSession group =
+        new GroupSession(this, options, reply.getLeasesList(), reply.getLeaseKey(), send);
+    groups.add(group);
+    group.start();
+    for (LossWatch.Watched member : group.watched()) {
+      lossWatch.add(member);
+    }
+    return group;
   }
 
   /**
@@ -230,6 +311,25 @@ public final class LeaseClient implements AutoCloseable {
           .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
           .getLease(GetLeaseRequest.newBuilder().setName(name).build())
           .getLease();
+    } catch (StatusRuntimeException e) {
+      throw error(e, "GetLease");
+    }
+  }
+
+  /**
+   * Everything the server says about a name: the holding ({@code getLease()}; for a semaphore the
+   * holder with the lowest token), how many waiting Acquires are queued for it ({@code
+   * getWaiting()}, in every replica), and for a semaphore its holders, limit and free slots.
+   *
+   * @param name the lease or semaphore name
+   * @return the server's reply
+   * @throws TenureException {@code LEASE_NOT_FOUND} when nobody holds it
+   */
+  public GetLeaseResponse inspect(String name) {
+    try {
+      return blockingStub
+          .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+          .getLease(GetLeaseRequest.newBuilder().setName(name).build());
     } catch (StatusRuntimeException e) {
       throw error(e, "GetLease");
     }
@@ -355,10 +455,30 @@ public final class LeaseClient implements AutoCloseable {
    *     PERMISSION_DENIED} without the grant, or a transport failure
    */
   public long revokeLease(String name, String reason) {
+    return revokeLease(name, 0, reason);
+  }
+
+  /**
+   * Ends the holding of slot {@code slot} of semaphore {@code name} at once (0: the plain lease
+   * {@code name}); that holder sees REVOKED, the other holders keep their slots.
+   *
+   * @param name the lease or semaphore name
+   * @param slot the semaphore slot ({@link Session#getSlot()}, {@code Lease.slot}); 0 for a plain
+   *     lease
+   * @param reason why, 1 to 256 printable bytes (logged by the server)
+   * @return the bucket revision of the removal
+   * @throws TenureException as {@link #revokeLease(String, String)}
+   */
+  public long revokeLease(String name, int slot, String reason) {
     try {
       return blockingStub
           .withDeadlineAfter(5, TimeUnit.SECONDS)
-          .revokeLease(RevokeLeaseRequest.newBuilder().setName(name).setReason(reason).build())
+          .revokeLease(
+              RevokeLeaseRequest.newBuilder()
+                  .setName(name)
+                  .setSlot(slot)
+                  .setReason(reason)
+                  .build())
           .getRevision();
     } catch (StatusRuntimeException e) {
       throw error(e, "RevokeLease");
@@ -392,7 +512,11 @@ public final class LeaseClient implements AutoCloseable {
     for (Session session : new ArrayList<>(sessions)) {
       session.close();
     }
+    for (GroupSession group : new ArrayList<>(groups)) {
+      group.close();
+    }
     lossWatch.close();
+    keepAlive.close();
     if (ownsScheduler) {
       scheduler.shutdownNow();
     }
@@ -416,7 +540,22 @@ public final class LeaseClient implements AutoCloseable {
 
   void forget(Session session) {
     sessions.remove(session);
-    lossWatch.remove(session);
+    lossWatch.remove(session.watched());
+    if (sessions.isEmpty()) {
+      keepAlive.idle();
+    }
+  }
+
+  /** The KeepAlive stream the sessions' renewals go through. */
+  KeepAliveStream keepAlive() {
+    return keepAlive;
+  }
+
+  void forget(GroupSession group) {
+    groups.remove(group);
+    for (LossWatch.Watched member : group.watched()) {
+      lossWatch.remove(member);
+    }
   }
 
   void callback(Runnable task) {

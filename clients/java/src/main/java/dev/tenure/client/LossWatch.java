@@ -33,11 +33,30 @@ import java.util.concurrent.TimeUnit;
  * shows with another token, or not at all, is lost.
  */
 final class LossWatch {
+  /**
+   * One holding the watch follows: a lease session, a semaphore session (slot above 0) or one
+   * member of a group session. {@code ended} is called at most once, when an event or a fresh
+   * snapshot shows the holding ended.
+   *
+   * @param name the lease (or semaphore) name
+   * @param slot the semaphore slot; 0 for a plain lease
+   * @param token the holding's fencing token
+   * @param ended told the event that ended the holding
+   */
+  record Watched(String name, int slot, long token, java.util.function.Consumer<LeaseEvent> ended) {
+    /** Whether {@code event} (a CURRENT of a snapshot) shows this very holding. */
+    boolean shownBy(LeaseEvent event) {
+      return name.equals(event.getName())
+          && slot == event.getSlot()
+          && token == event.getFencingToken();
+    }
+  }
+
   private static final long MIN_BACKOFF_MS = 100;
   private static final long MAX_BACKOFF_MS = 5000;
 
   private final LeaseClient client;
-  private final Set<Session> sessions = new LinkedHashSet<>();
+  private final Set<Watched> sessions = new LinkedHashSet<>();
   private String filter;
   private ClientCallStreamObserver<WatchLeaseRequest> call;
   private ScheduledFuture<?> retry;
@@ -84,9 +103,20 @@ final class LossWatch {
     return filter.endsWith(".>") && name.startsWith(filter.substring(0, filter.length() - 1));
   }
 
-  /** Whether {@code event} shows that the holding with {@code token} of {@code name} ended. */
+  /** Whether {@code event} shows that the plain-lease holding {@code token} of {@code name} ended. */
   static boolean showsLoss(String name, long token, LeaseEvent event) {
-    if (!event.getName().equals(name) || Long.compareUnsigned(event.getRevision(), token) <= 0) {
+    return showsLoss(name, 0, token, event);
+  }
+
+  /**
+   * Whether {@code event} shows that the holding with {@code token} of slot {@code slot} of {@code
+   * name} ended. Events of other slots (other holders of the same semaphore acquiring, renewing or
+   * releasing) never do; a plain lease (slot 0) ignores semaphore events and vice versa.
+   */
+  static boolean showsLoss(String name, int slot, long token, LeaseEvent event) {
+    if (!event.getName().equals(name)
+        || event.getSlot() != slot
+        || Long.compareUnsigned(event.getRevision(), token) <= 0) {
       return false;
     }
     EventType type = event.getType();
@@ -97,17 +127,17 @@ final class LossWatch {
     };
   }
 
-  synchronized void add(Session session) {
+  synchronized void add(Watched session) {
     if (closed) {
       return;
     }
     sessions.add(session);
-    if (!refused && (filter == null || !covers(filter, session.getName()))) {
+    if (!refused && (filter == null || !covers(filter, session.name()))) {
       open(0);
     }
   }
 
-  synchronized void remove(Session session) {
+  synchronized void remove(Watched session) {
     sessions.remove(session);
     if (sessions.isEmpty()) {
       stop();
@@ -142,7 +172,7 @@ final class LossWatch {
     if (sessions.isEmpty() || closed || refused) {
       return;
     }
-    filter = coveringFilter(sessions.stream().map(Session::getName).toList());
+    filter = coveringFilter(sessions.stream().map(Watched::name).toList());
     lastRevision = startRevision;
     client
         .asyncStub()
@@ -152,7 +182,7 @@ final class LossWatch {
   }
 
   private void onEvent(Observer from, LeaseEvent event) {
-    List<Session> ended = new ArrayList<>();
+    List<Watched> ended = new ArrayList<>();
     List<LeaseEvent> why = new ArrayList<>();
     synchronized (this) {
       if (from.call != call) {
@@ -166,10 +196,10 @@ final class LossWatch {
         // A snapshot (fresh, or from a server that ignored start_revision) lists every holding:
         // a session it did not show ended while nobody watched.
         if (!from.complete && (from.startRevision == 0 || from.sawCurrent)) {
-          for (Session s : from.expected) {
+          for (Watched s : from.expected) {
             if (!from.shown.contains(s) && sessions.contains(s)) {
               ended.add(s);
-              why.add(event.toBuilder().setName(s.getName()).build());
+              why.add(event.toBuilder().setName(s.name()).setSlot(s.slot()).build());
             }
           }
         }
@@ -177,15 +207,14 @@ final class LossWatch {
       } else {
         if (event.getType() == EventType.EVENT_TYPE_CURRENT) {
           from.sawCurrent = true;
-          for (Session s : from.expected) {
-            if (s.getName().equals(event.getName())
-                && s.getFencingToken() == event.getFencingToken()) {
+          for (Watched s : from.expected) {
+            if (s.shownBy(event)) {
               from.shown.add(s);
             }
           }
         }
-        for (Session s : sessions) {
-          if (showsLoss(s.getName(), s.getFencingToken(), event)) {
+        for (Watched s : sessions) {
+          if (showsLoss(s.name(), s.slot(), s.token(), event)) {
             ended.add(s);
             why.add(event);
           }
@@ -195,7 +224,7 @@ final class LossWatch {
     }
     // Outside this lock: a session takes its own lock to end.
     for (int i = 0; i < ended.size(); i++) {
-      ended.get(i).endedByWatch(why.get(i));
+      ended.get(i).ended().accept(why.get(i));
     }
   }
 
@@ -249,15 +278,15 @@ final class LossWatch {
     /** The revision this stream started from (0: a snapshot). */
     private final long startRevision;
     /** The sessions followed when it opened: a snapshot must show each. */
-    private final Set<Session> expected;
+    private final Set<Watched> expected;
     /** The sessions the snapshot showed with their own token (under the LossWatch lock). */
-    private final Set<Session> shown = new java.util.HashSet<>();
+    private final Set<Watched> shown = new java.util.HashSet<>();
     /** Whether CURRENT events came (under the LossWatch lock). */
     private boolean sawCurrent;
     /** Whether SNAPSHOT_COMPLETE came (under the LossWatch lock). */
     private boolean complete;
 
-    Observer(long startRevision, Set<Session> expected) {
+    Observer(long startRevision, Set<Watched> expected) {
       this.startRevision = startRevision;
       this.expected = expected;
     }

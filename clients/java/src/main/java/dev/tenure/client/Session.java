@@ -9,7 +9,6 @@ import dev.tenure.v1.ReleaseResponse;
 import dev.tenure.v1.RenewRequest;
 import dev.tenure.v1.RenewResponse;
 import io.grpc.StatusRuntimeException;
-import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -32,8 +31,9 @@ import java.util.logging.Logger;
  * thread is doing: a holder never believes it holds the lease past it.
  *
  * <p>Renewals run on the client's scheduler every {@link AcquireOptions#getRenewFraction()} of the
- * granted TTL (1/3 by default), each with the revision of the last reply, and move the safe
- * deadline forward from their own send time. A failed renewal that may succeed later (server or
+ * granted TTL (1/3 by default), each with the revision of the last reply (and the slot of a
+ * semaphore holder), over the client's one KeepAlive stream (unary Renew where the server has
+ * none), and move the safe deadline forward from their own send time. A failed renewal that may succeed later (server or
  * NATS unreachable) is retried until the safe deadline.
  *
  * <p>Loss is final and is signalled once to every {@link LossListener}:
@@ -125,6 +125,8 @@ public final class Session implements AutoCloseable {
   private final String holder;
   private final String leaseKey;
   private final long fencingToken;
+  private final int slot;
+  private final LossWatch.Watched watched;
 
   // Everything below is guarded by `this`.
   private State state = State.HELD;
@@ -148,6 +150,8 @@ public final class Session implements AutoCloseable {
     this.holder = lease.getHolder();
     this.leaseKey = leaseKey;
     this.fencingToken = lease.getFencingToken();
+    this.slot = lease.getSlot();
+    this.watched = new LossWatch.Watched(name, slot, fencingToken, this::endedByWatch);
     this.revision = lease.getRevision();
     this.grantedTtl = ttlOf(lease);
     this.lastSendNanos = sendNanos;
@@ -232,6 +236,21 @@ public final class Session implements AutoCloseable {
    */
   public long getFencingToken() {
     return fencingToken;
+  }
+
+  /**
+   * The semaphore slot of this holding (1 to the semaphore's limit), sent with every renewal and
+   * the release; 0 for a plain lease.
+   *
+   * @return the slot, or 0
+   */
+  public int getSlot() {
+    return slot;
+  }
+
+  /** What the client's loss watch follows for this session. */
+  LossWatch.Watched watched() {
+    return watched;
   }
 
   /**
@@ -359,6 +378,7 @@ public final class Session implements AutoCloseable {
               .setName(name)
               .setExpectedRevision(revision)
               .setLeaseKey(leaseKey)
+              .setSlot(slot)
               .build();
     }
     client.forget(this);
@@ -408,6 +428,7 @@ public final class Session implements AutoCloseable {
   public synchronized String toString() {
     return "Session{name="
         + name
+        + (slot != 0 ? ", slot=" + slot : "")
         + ", holder="
         + holder
         + ", fencingToken="
@@ -452,6 +473,7 @@ public final class Session implements AutoCloseable {
         .setName(name)
         .setExpectedRevision(revision)
         .setLeaseKey(leaseKey)
+        .setSlot(slot)
         .build();
   }
 
@@ -544,23 +566,20 @@ public final class Session implements AutoCloseable {
       return;
     }
     client
-        .asyncStub()
-        .withDeadlineAfter(timeout, NANOSECONDS)
+        .keepAlive()
         .renew(
             request,
-            new StreamObserver<RenewResponse>() {
+            timeout,
+            new KeepAliveStream.Callback() {
               @Override
-              public void onNext(RenewResponse reply) {
-                renewed(send, reply.getLease());
+              public void renewed(Lease lease) {
+                Session.this.renewed(send, lease);
               }
 
               @Override
-              public void onError(Throwable t) {
-                renewFailed(client.error(t, "Renew"));
+              public void failed(TenureException error) {
+                renewFailed(error);
               }
-
-              @Override
-              public void onCompleted() {}
             });
   }
 

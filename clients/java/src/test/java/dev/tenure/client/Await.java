@@ -88,4 +88,19 @@ final class Await {
       }
     }
   }
+
+  /**
+   * Polls {@code condition} (a server-side state no event reports, e.g. a queue length) every 20
+   * ms until it holds, failing after {@link #BOUND}.
+   */
+  static void until(String what, java.util.function.BooleanSupplier condition)
+      throws InterruptedException {
+    long deadline = System.nanoTime() + BOUND.toNanos();
+    while (!condition.getAsBoolean()) {
+      if (System.nanoTime() - deadline > 0) {
+        fail("not within " + BOUND + ": " + what);
+      }
+      TimeUnit.MILLISECONDS.sleep(20);
+    }
+  }
 }

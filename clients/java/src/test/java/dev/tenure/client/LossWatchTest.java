@@ -40,4 +40,37 @@ class LossWatchTest {
     assertFalse(
         LossWatch.showsLoss("n", 5, e.setType(EventType.EVENT_TYPE_RELEASED).setRevision(4).build()));
   }
+
+  @Test
+  void aSemaphoreSessionIsEndedOnlyByEventsOfItsOwnSlot() {
+    LeaseEvent.Builder e =
+        LeaseEvent.newBuilder().setName("s").setRevision(20).setFencingToken(7).setSlot(2);
+    // Another holder (slot 1) releasing, expiring or acquiring does not end slot 2.
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_RELEASED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_EXPIRED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(1).setType(EventType.EVENT_TYPE_ACQUIRED).setFencingToken(19).build()));
+    // Its own slot revoked, or taken with another token, does.
+    assertTrue(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_REVOKED).setFencingToken(7).build()));
+    assertTrue(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_ACQUIRED).setFencingToken(19).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_CURRENT).setFencingToken(7).build()));
+    // A plain lease ignores semaphore events of its name, and a semaphore session plain ones.
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 0, 7, e.setSlot(2).setType(EventType.EVENT_TYPE_REVOKED).build()));
+    assertFalse(
+        LossWatch.showsLoss(
+            "s", 2, 7, e.setSlot(0).setType(EventType.EVENT_TYPE_REVOKED).build()));
+  }
 }

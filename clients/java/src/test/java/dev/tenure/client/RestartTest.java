@@ -232,6 +232,27 @@ class RestartTest {
     }
   }
 
+  @Test
+  void renewalsGoOnOverANewKeepAliveStreamAfterARestart() throws Exception {
+    try (LeaseClient client = LeaseClient.connect(tenure.target())) {
+      // Renewed every 3.3 s, safe deadline 9 s after each send: a restart fits in between.
+      Session session = client.acquire("restart.keepalive", "h", Duration.ofSeconds(10));
+      java.util.concurrent.BlockingQueue<dev.tenure.v1.Lease> renewals = Await.renewals(session);
+      Await.renewal(renewals);
+      KeepAliveStream stream = client.keepAlive();
+      assertEquals(1, stream.streamsOpened());
+      restart(replica -> {});
+      // The old stream broke with the connection; the next renewal opens one to the new Tenure.
+      while (stream.streamsOpened() < 2) {
+        assertEquals(session.getFencingToken(), Await.renewal(renewals).getFencingToken());
+      }
+      assertEquals(session.getFencingToken(), Await.renewal(renewals).getFencingToken());
+      assertTrue(session.isHeld());
+      assertTrue(session.getLoss().isEmpty());
+      assertTrue(session.release());
+    }
+  }
+
   /** Markers that last 1 s, below the server's 2 s clock margin: no resume can be proven. */
   private static final String[] SHORT_MARKERS = {"--marker-ttl", "1s", "--max-lock-delay", "1s"};
 
