@@ -55,6 +55,24 @@ pub struct Client {
     follower: Arc<Follower>,
 }
 
+/// What [`Client::inspect`] returns: `GetLease`'s whole answer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The current holding; for a semaphore, the holder with the lowest
+    /// fencing token.
+    pub lease: Lease,
+    /// How many Acquires with a wait are queued for the name (granted in
+    /// arrival order; 0 on a server without fair waiting).
+    pub waiting: u32,
+    /// The live holders of a semaphore, by slot; empty for a plain lease.
+    pub holders: Vec<Lease>,
+    /// The semaphore's limit in force; 0 for a plain lease.
+    pub limit: u32,
+    /// How many more holders the semaphore admits now; 0 for a plain lease.
+    pub free_slots: u32,
+}
+
 /// Options of [`Client::acquire`]; `AcquireOptions::default()` for none.
 ///
 /// ```
@@ -87,6 +105,12 @@ pub struct AcquireOptions {
     pub safety_margin: Option<Duration>,
     /// Deadline of the Acquire call; default `wait` + 10 s.
     pub timeout: Option<Duration>,
+    /// After this holding *expires or is revoked* (never after a release),
+    /// nobody may acquire the name for this long (rounded up to whole
+    /// seconds, at most the server's `--max-lock-delay`); `None` for none.
+    /// Protects downstream systems that cannot check fencing tokens. Not
+    /// combinable with a [`Semaphore`](crate::Semaphore) (the server refuses).
+    pub lock_delay: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -123,6 +147,12 @@ impl AcquireOptions {
     /// Sets [`AcquireOptions::timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`AcquireOptions::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
         self
     }
 }
@@ -223,6 +253,20 @@ impl Client {
         ttl: Duration,
         options: AcquireOptions,
     ) -> Result<Session, Error> {
+        self.acquire_slot(name.into(), holder.into(), ttl, 0, options)
+            .await
+    }
+
+    /// [`Client::acquire`] of a plain lease (`limit` 0) or of a slot of the
+    /// semaphore `name` (`limit` N > 0; see [`Semaphore`](crate::Semaphore)).
+    pub(crate) async fn acquire_slot(
+        &self,
+        name: String,
+        holder: String,
+        ttl: Duration,
+        limit: u32,
+        options: AcquireOptions,
+    ) -> Result<Session, Error> {
         let renew_fraction = options.renew_fraction.unwrap_or(DEFAULT_RENEW_FRACTION);
         check_renew_fraction(renew_fraction)?;
         if !ttl.is_zero() {
@@ -237,13 +281,14 @@ impl Client {
             .timeout
             .unwrap_or_else(|| options.wait.unwrap_or_default() + DEFAULT_CALL_TIMEOUT);
         let request = AcquireRequest {
-            name: name.into(),
-            holder: holder.into(),
+            name,
+            holder,
             ttl: (!ttl.is_zero()).then(|| to_proto(ttl)),
             lease_key: options.lease_key.unwrap_or_default(),
             wait: options.wait.map(to_proto),
             metadata: options.metadata,
-            ..Default::default()
+            lock_delay: options.lock_delay.map(to_proto),
+            limit,
         };
         let sent = Instant::now();
         let mut stub = self.stub.clone();
@@ -271,25 +316,43 @@ impl Client {
         .await
     }
 
-    /// The current holding of `name`.
+    /// The current state of `name`: its holding, how many Acquires wait
+    /// for it (fair FIFO queue, all replicas), and for a semaphore every
+    /// holder, the limit and the free slots.
     ///
     /// # Errors
     ///
     /// [`Reason::LeaseNotFound`] when nobody holds it.
-    pub async fn get(&self, name: impl Into<String>) -> Result<Lease, Error> {
+    pub async fn inspect(&self, name: impl Into<String>) -> Result<LeaseInfo, Error> {
         let mut stub = self.stub.clone();
         let request = GetLeaseRequest { name: name.into() };
         let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.get_lease(req))
             .await
             .map_err(|e| e.context(&self.target, "GetLease"))?;
-        reply.lease.ok_or_else(|| {
+        let lease = reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
                 Reason::Internal,
                 "GetLease reply without a lease",
             )
             .context(&self.target, "GetLease")
+        })?;
+        Ok(LeaseInfo {
+            lease,
+            waiting: reply.waiting,
+            holders: reply.holders,
+            limit: reply.limit,
+            free_slots: reply.free_slots,
         })
+    }
+
+    /// The current holding of `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseNotFound`] when nobody holds it.
+    pub async fn get(&self, name: impl Into<String>) -> Result<Lease, Error> {
+        Ok(self.inspect(name).await?.lease)
     }
 
     /// Every live holding whose name starts with `prefix` (plain string
@@ -355,12 +418,28 @@ impl Client {
         reason: impl Into<String>,
         fencing_token: Option<u64>,
     ) -> Result<Lease, Error> {
+        self.revoke_slot(name, 0, reason, fencing_token).await
+    }
+
+    /// [`Client::revoke`] of the holder of slot `slot` of the semaphore
+    /// `name` (0: the plain lease `name`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::revoke`].
+    pub async fn revoke_slot(
+        &self,
+        name: impl Into<String>,
+        slot: u32,
+        reason: impl Into<String>,
+        fencing_token: Option<u64>,
+    ) -> Result<Lease, Error> {
         let mut stub = self.stub.clone();
         let request = RevokeLeaseRequest {
             name: name.into(),
             reason: reason.into(),
             fencing_token: fencing_token.unwrap_or(0),
-            slot: 0,
+            slot,
         };
         let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.revoke_lease(req))
             .await

@@ -200,7 +200,9 @@ impl Error {
     }
 
     /// The `ErrorInfo` metadata: `holder`, `fencing_token` and `ttl_seconds`
-    /// for [`Reason::LeaseHeld`]; `state` for [`Reason::LeaseNotHeld`].
+    /// for [`Reason::LeaseHeld`] (`state` `LOCK_DELAY` and
+    /// `free_at_unix_ms` during a lock-delay); `state` for
+    /// [`Reason::LeaseNotHeld`]; `limit` for [`Reason::LimitMismatch`].
     pub fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
     }

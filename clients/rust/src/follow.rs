@@ -7,7 +7,9 @@
 //! name: the name itself for one name, else the longest common dotted prefix
 //! as a subtree (`jobs.>`), else `>`. A session whose name the open stream
 //! does not cover reopens it with a wider pattern. A session is lost when
-//! the stream shows, for its name, `REVOKED`, `EXPIRED` or `RELEASED` of its
+//! the stream shows, for its name and slot (0 for a plain lease, the slot
+//! of a semaphore holder: other holders of the semaphore acquiring or
+//! releasing do not concern it), `REVOKED`, `EXPIRED` or `RELEASED` of its
 //! holding, or any event of a holding with a greater fencing token; and when
 //! a (re)opened stream's snapshot does not show its holding (the holding
 //! ended while no stream was open). A stream that fails is reopened with
@@ -213,7 +215,7 @@ impl Follower {
         &self,
         pattern: &str,
         before: &[Arc<Inner>],
-        snapshot: &mut Option<HashSet<(String, u64)>>,
+        snapshot: &mut Option<HashSet<(String, u32, u64)>>,
         event: LeaseEvent,
     ) {
         let kind = EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified);
@@ -225,7 +227,8 @@ impl Follower {
         if kind == EventType::SnapshotComplete {
             if let Some(seen) = snapshot.take() {
                 for s in before {
-                    if !s.is_over() && !seen.contains(&(s.name().to_string(), s.token())) {
+                    let key = (s.name().to_string(), s.slot(), s.token());
+                    if !s.is_over() && !seen.contains(&key) {
                         s.lose_observed(format!(
                             "the lease {:?} (fencing token {}) is no longer held: the watch {pattern:?} at {} does not show it",
                             s.name(),
@@ -239,11 +242,14 @@ impl Follower {
         }
         if kind == EventType::Current {
             if let Some(seen) = snapshot.as_mut() {
-                seen.insert((event.name.clone(), token));
+                seen.insert((event.name.clone(), event.slot, token));
             }
         }
         for s in self.covered(pattern) {
-            if s.name() != event.name || s.is_over() {
+            // A semaphore's holders are told apart by their slot: other
+            // holders acquiring or releasing do not concern this one, and
+            // a plain lease's events (slot 0) do not concern a semaphore's.
+            if s.name() != event.name || s.slot() != event.slot || s.is_over() {
                 continue;
             }
             let ended = matches!(

@@ -12,6 +12,8 @@
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
 //!   release when dropped. The client's one watch stream follows every
 //!   session's lease, so a revoke or another holder is noticed at once.
+//! - [`Semaphore`]: up to N holders of a name at once, each a [`Session`]
+//!   with its own slot and fencing token.
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
 //! - [`Error`] with a typed [`Reason`] (the generated `ErrorReason`) read
 //!   from the `google.rpc.ErrorInfo`, and whether retrying can help.
@@ -47,6 +49,7 @@ mod election;
 mod error;
 pub mod fencing;
 mod follow;
+mod semaphore;
 mod session;
 mod watch;
 
@@ -58,11 +61,12 @@ pub mod proto {
     tonic::include_proto!("tenure.v1");
 }
 
-pub use client::{AcquireOptions, Client, Stub, DEFAULT_CALL_TIMEOUT};
+pub use client::{AcquireOptions, Client, LeaseInfo, Stub, DEFAULT_CALL_TIMEOUT};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
 pub use election::{Election, Leader, VALUE_KEY};
 pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use proto::{EventType, Lease};
+pub use semaphore::{limit_in_force, Semaphore};
 pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};
 pub use watch::{Event, Watch};

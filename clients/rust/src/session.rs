@@ -103,6 +103,8 @@ pub(crate) struct Inner {
     lease_key: String,
     /// The holding's fencing token.
     fencing_token: u64,
+    /// The semaphore slot (1..limit); 0 for a plain lease.
+    slot: u32,
     /// The client's stub.
     stub: Stub,
     /// The server, for errors.
@@ -168,6 +170,7 @@ impl Session {
                 holder: lease.holder.clone(),
                 lease_key,
                 fencing_token: lease.fencing_token,
+                slot: lease.slot,
                 stub,
                 target,
                 renew_fraction,
@@ -231,6 +234,12 @@ impl Session {
     /// greater for the next holder. Pass it with every downstream write.
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token
+    }
+
+    /// The semaphore slot this session holds (1 to the limit; see
+    /// [`Semaphore`](crate::Semaphore)); 0 for a plain lease.
+    pub fn slot(&self) -> u32 {
+        self.inner.slot
     }
 
     /// The revision from the last Acquire or Renew reply: the one the next
@@ -399,6 +408,7 @@ impl fmt::Debug for Session {
             .field("name", &self.inner.name)
             .field("holder", &self.inner.holder)
             .field("fencing_token", &self.inner.fencing_token)
+            .field("slot", &self.inner.slot)
             .field("revision", &state.revision)
             .field("ttl", &state.ttl)
             .field("safe_deadline", &state.safe_deadline)
@@ -420,6 +430,11 @@ impl Inner {
     /// The holding's fencing token.
     pub(crate) fn token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// The semaphore slot; 0 for a plain lease.
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
     }
 
     /// Whether the session was lost or released.
@@ -467,7 +482,7 @@ impl Inner {
             expected_revision: self.state().revision,
             lease_key: self.lease_key.clone(),
             ttl: None,
-            slot: 0,
+            slot: self.slot,
         });
         let sent = Instant::now();
         request.set_timeout(deadline.saturating_duration_since(sent));
@@ -542,7 +557,7 @@ impl Inner {
             name: self.name.clone(),
             expected_revision: revision,
             lease_key: self.lease_key.clone(),
-            slot: 0,
+            slot: self.slot,
         });
         request.set_timeout(RELEASE_TIMEOUT);
         let mut stub = self.stub.clone();
