@@ -15,11 +15,12 @@ use tonic::Code;
 use crate::config::{CallCredentials, ClientConfig};
 use crate::error::{Error, Reason};
 use crate::follow::Follower;
+use crate::group::GroupSession;
 use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
-    AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, RevokeLeaseRequest,
-    WatchLeaseRequest,
+    AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
+    RevokeLeaseRequest, WatchLeaseRequest,
 };
 use crate::session::{
     check_renew_fraction, check_timing, default_safety_margin, Session, DEFAULT_RENEW_FRACTION,
@@ -267,19 +268,7 @@ impl Client {
         limit: u32,
         options: AcquireOptions,
     ) -> Result<Session, Error> {
-        let renew_fraction = options.renew_fraction.unwrap_or(DEFAULT_RENEW_FRACTION);
-        check_renew_fraction(renew_fraction)?;
-        if !ttl.is_zero() {
-            // The granted TTL is at least `ttl`, so this holds for it too
-            // (with `ttl` zero, the session checks the granted TTL).
-            let margin = options
-                .safety_margin
-                .unwrap_or_else(|| default_safety_margin(ttl));
-            check_timing(ttl, renew_fraction, margin)?;
-        }
-        let timeout = options
-            .timeout
-            .unwrap_or_else(|| options.wait.unwrap_or_default() + DEFAULT_CALL_TIMEOUT);
+        let (renew_fraction, timeout) = checked(ttl, &options)?;
         let request = AcquireRequest {
             name,
             holder,
@@ -308,6 +297,67 @@ impl Client {
             self.target.clone(),
             self.follower.clone(),
             lease,
+            reply.lease_key,
+            sent,
+            renew_fraction,
+            options.safety_margin,
+        )
+        .await
+    }
+
+    /// Takes every lease of `names` (2 to the server's `--max-group-size`,
+    /// default 16, distinct plain lease names) for `holder`, all or none,
+    /// with one `AcquireGroup`, and renews them together in the background;
+    /// see [`GroupSession`]. With [`AcquireOptions::wait`] it waits until
+    /// every name is free at once (never holding some while waiting for
+    /// others, so groups cannot deadlock). The options apply to every
+    /// member (`lock_delay` included).
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseHeld`] when a member is held (metadata `name`), the
+    /// errors of [`Client::acquire`], `FAILED_PRECONDITION` from a server
+    /// whose NATS lacks atomic batches, `UNIMPLEMENTED` from a server
+    /// without groups.
+    pub async fn acquire_group(
+        &self,
+        names: &[&str],
+        holder: impl Into<String>,
+        ttl: Duration,
+        options: AcquireOptions,
+    ) -> Result<GroupSession, Error> {
+        let (renew_fraction, timeout) = checked(ttl, &options)?;
+        let request = AcquireGroupRequest {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            holder: holder.into(),
+            ttl: (!ttl.is_zero()).then(|| to_proto(ttl)),
+            lease_key: options.lease_key.unwrap_or_default(),
+            wait: options.wait.map(to_proto),
+            metadata: options.metadata,
+            lock_delay: options.lock_delay.map(to_proto),
+        };
+        let sent = Instant::now();
+        let mut stub = self.stub.clone();
+        let reply = unary(timeout, request, |req| stub.acquire_group(req))
+            .await
+            .map_err(|e| e.context(&self.target, "AcquireGroup"))?;
+        if reply.leases.len() != names.len() {
+            return Err(Error::local(
+                Code::Internal,
+                Reason::Internal,
+                format!(
+                    "AcquireGroup reply with {} leases for {} names",
+                    reply.leases.len(),
+                    names.len()
+                ),
+            )
+            .context(&self.target, "AcquireGroup"));
+        }
+        GroupSession::start(
+            self.stub.clone(),
+            self.target.clone(),
+            self.follower.clone(),
+            reply.leases,
             reply.lease_key,
             sent,
             renew_fraction,
@@ -514,6 +564,25 @@ impl Client {
             stream,
         ))
     }
+}
+
+/// Checks the session options against `ttl`; returns the renew fraction and
+/// the Acquire call's deadline.
+fn checked(ttl: Duration, options: &AcquireOptions) -> Result<(f64, Duration), Error> {
+    let renew_fraction = options.renew_fraction.unwrap_or(DEFAULT_RENEW_FRACTION);
+    check_renew_fraction(renew_fraction)?;
+    if !ttl.is_zero() {
+        // The granted TTL is at least `ttl`, so this holds for it too
+        // (with `ttl` zero, the session checks the granted TTL).
+        let margin = options
+            .safety_margin
+            .unwrap_or_else(|| default_safety_margin(ttl));
+        check_timing(ttl, renew_fraction, margin)?;
+    }
+    let timeout = options
+        .timeout
+        .unwrap_or_else(|| options.wait.unwrap_or_default() + DEFAULT_CALL_TIMEOUT);
+    Ok((renew_fraction, timeout))
 }
 
 /// Opens a `WatchLease` stream (the opening is bounded by

@@ -12,6 +12,8 @@
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
 //!   release when dropped. The client's one watch stream follows every
 //!   session's lease, so a revoke or another holder is noticed at once.
+//! - [`GroupSession`]: several leases taken all or none
+//!   ([`Client::acquire_group`]), renewed together, lost as a whole.
 //! - [`Semaphore`]: up to N holders of a name at once, each a [`Session`]
 //!   with its own slot and fencing token.
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
@@ -49,6 +51,8 @@ mod election;
 mod error;
 pub mod fencing;
 mod follow;
+mod group;
+mod renewal;
 mod semaphore;
 mod session;
 mod watch;
@@ -66,6 +70,7 @@ pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT
 pub use election::{Election, Leader, VALUE_KEY};
 pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
+pub use group::{GroupRelease, GroupSession};
 pub use proto::{EventType, Lease};
 pub use semaphore::{limit_in_force, Semaphore};
 pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};
