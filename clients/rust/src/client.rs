@@ -16,6 +16,7 @@ use crate::config::{CallCredentials, ClientConfig};
 use crate::error::{Error, Reason};
 use crate::follow::Follower;
 use crate::group::GroupSession;
+use crate::keepalive::KeepAlive;
 use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
@@ -54,6 +55,9 @@ pub struct Client {
     /// The one `WatchLease` stream that notices the loss of any of this
     /// connection's sessions at once.
     follower: Arc<Follower>,
+    /// The one `KeepAlive` stream that carries the renewals of all this
+    /// connection's lease and semaphore sessions.
+    keepalive: Arc<KeepAlive>,
 }
 
 /// What [`Client::inspect`] returns: `GetLease`'s whole answer.
@@ -210,6 +214,7 @@ impl Client {
         let target: Arc<str> = config.display_target().into();
         Client {
             follower: Follower::new(stub.clone(), target.clone()),
+            keepalive: KeepAlive::new(stub.clone()),
             stub,
             elections,
             target,
@@ -294,6 +299,7 @@ impl Client {
         })?;
         Session::start(
             self.stub.clone(),
+            self.keepalive.clone(),
             self.target.clone(),
             self.follower.clone(),
             lease,

@@ -7,7 +7,8 @@
 //!   metadata); [`Client::acquire`], [`Client::get`], [`Client::watch`], and
 //!   the admin helpers [`Client::list`] and [`Client::revoke`].
 //! - [`Session`]: one held lease, renewed in the background at a third of
-//!   its TTL. It knows its [safe deadline](Session::safe_deadline), signals
+//!   its TTL (the renewals of all a client's sessions share one `KeepAlive`
+//!   stream, with unary `Renew` as the fallback). It knows its [safe deadline](Session::safe_deadline), signals
 //!   loss through a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
 //!   release when dropped. The client's one watch stream follows every
@@ -52,6 +53,7 @@ mod error;
 pub mod fencing;
 mod follow;
 mod group;
+mod keepalive;
 mod renewal;
 mod semaphore;
 mod session;

@@ -12,7 +12,8 @@ use tonic::Code;
 use crate::client::Stub;
 use crate::error::{Error, Reason};
 use crate::follow::{Followed, Follower};
-use crate::proto::{Lease, ReleaseRequest, RenewRequest};
+use crate::keepalive::KeepAlive;
+use crate::proto::{KeepAliveEntry, Lease, ReleaseRequest};
 use crate::renewal::{cause_of, Renewable, Schedule};
 
 /// The default fraction of the granted TTL after which a session renews.
@@ -104,6 +105,8 @@ pub(crate) struct Inner {
     slot: u32,
     /// The client's stub.
     stub: Stub,
+    /// The client's renewal path (the KeepAlive stream, or unary Renew).
+    keepalive: Arc<KeepAlive>,
     /// The server, for errors.
     target: Arc<str>,
     /// Renew after `ttl × renew_fraction`.
@@ -151,6 +154,7 @@ impl Session {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         stub: Stub,
+        keepalive: Arc<KeepAlive>,
         target: Arc<str>,
         follower: Arc<Follower>,
         lease: Lease,
@@ -169,6 +173,7 @@ impl Session {
                 fencing_token: lease.fencing_token,
                 slot: lease.slot,
                 stub,
+                keepalive,
                 target,
                 renew_fraction,
                 margin_given,
@@ -459,17 +464,16 @@ impl Inner {
 
     /// [`Inner::renew_locked`] without the error context.
     async fn renew_call(&self, deadline: Instant) -> Result<Lease, Error> {
-        let mut request = tonic::Request::new(RenewRequest {
+        let entry = KeepAliveEntry {
+            id: 0,
             name: self.name.clone(),
             expected_revision: self.state().revision,
             lease_key: self.lease_key.clone(),
             ttl: None,
             slot: self.slot,
-        });
+        };
         let sent = Instant::now();
-        request.set_timeout(deadline.saturating_duration_since(sent));
-        let mut stub = self.stub.clone();
-        let reply = tokio::time::timeout_at(deadline, stub.renew(request))
+        let lease = tokio::time::timeout_at(deadline, self.keepalive.renew(entry, deadline))
             .await
             .map_err(|_| {
                 Error::local(
@@ -477,15 +481,7 @@ impl Inner {
                     Reason::Unspecified,
                     "no answer to the renewal before the safe deadline",
                 )
-            })??
-            .into_inner();
-        let lease = reply.lease.ok_or_else(|| {
-            Error::local(
-                Code::Internal,
-                Reason::Internal,
-                "Renew reply without a lease",
-            )
-        })?;
+            })??;
         if lease.fencing_token != self.fencing_token {
             // The server promises a constant token; never trust a reply
             // that says otherwise.
