@@ -79,8 +79,11 @@ async fn losing_one_member_loses_the_group_and_release_frees_the_rest() {
     let loss = group.loss().unwrap();
     assert_eq!(loss.cause, LossCause::NotHeld);
     let message = loss.error.unwrap().to_string();
+    // Seen live (REVOKED), or by a loss watch opened just after the revoke
+    // (its snapshot lacks the member).
     assert!(
-        message.contains("grp2.b") && message.contains("REVOKED"),
+        message.contains("grp2.b")
+            && (message.contains("REVOKED") || message.contains("does not show it")),
         "{message}"
     );
     let err = group.renew().await.unwrap_err();

@@ -9,37 +9,17 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{expect_event, within, Server};
+use common::{expect_event, metrics_text, server_with_metrics, within};
 use tenure_client::proto::{KeepAliveRequest, KeepAliveResponse};
 use tenure_client::{AcquireOptions, Client, EventType, Semaphore, Session};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-/// A server with its `/metrics` listener on a free port; returns it and
-/// the listener's address.
-async fn server_with_metrics(extra: &[&str]) -> (Server, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut args = vec!["--metrics-listen".to_string(), addr.clone()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    (Server::start_with(&args, None).await, addr)
-}
-
 /// `tenure_rpc_requests_total{code="OK"}` by method.
 async fn ok_calls(metrics: &str) -> HashMap<String, u64> {
-    let mut conn = tokio::net::TcpStream::connect(metrics).await.unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).await.unwrap();
+    let text = metrics_text(metrics).await;
     let mut calls = HashMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("tenure_rpc_requests_total{") else {

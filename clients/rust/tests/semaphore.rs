@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{within, Server};
+use common::{server_with_metrics, watch_streams_open, within, Server};
 use tenure_client::proto::ReleaseRequest;
 use tenure_client::{limit_in_force, AcquireOptions, LossCause, Reason, Semaphore};
 use tonic::Code;
@@ -85,13 +85,15 @@ async fn a_mismatched_limit_is_a_typed_error_with_the_limit_in_force() {
 
 #[tokio::test]
 async fn other_holders_coming_and_going_do_not_end_a_session_but_its_revoke_does() {
-    let server = Server::start().await;
+    let (server, metrics) = server_with_metrics(&[]).await;
     let client = server.client().await;
     let slots = Semaphore::new(&client, "sem.follow", 3);
     let mine = slots
         .acquire("mine", secs(10), AcquireOptions::default())
         .await
         .unwrap();
+    // The client's loss watch is open before the others come and go.
+    watch_streams_open(&metrics, 1).await;
     // Another holder on the same connection (so the same watch stream)
     // acquires and releases ...
     let other = slots
