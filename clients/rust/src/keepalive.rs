@@ -42,6 +42,16 @@ use crate::proto::{KeepAliveEntry, KeepAliveRequest, KeepAliveResponse, Lease, R
 /// with `REQUEST_TOO_LARGE`, after which batches are halved).
 pub(crate) const MAX_BATCH: usize = 1000;
 
+/// Most encoded bytes of one request: below the server's default
+/// `--max-request-bytes` (16 KiB), which a request of 1000 entries would
+/// exceed; halved, like [`MAX_BATCH`], after a `REQUEST_TOO_LARGE`. A
+/// single entry always goes, whatever its size.
+pub(crate) const MAX_BATCH_BYTES: usize = 12 * 1024;
+
+/// What an entry adds to a request besides its own encoding: its id (set
+/// when the request is built) and the field's tag and length.
+const ENTRY_OVERHEAD: usize = 8;
+
 /// One session's renewal waiting for the stream.
 struct Pending {
     /// The entry (its id is set by the stream task).
@@ -79,6 +89,8 @@ struct Shared {
     unary_only: AtomicBool,
     /// Most entries per request (halved after `REQUEST_TOO_LARGE`).
     max_batch: AtomicU64,
+    /// Most encoded bytes per request (halved after `REQUEST_TOO_LARGE`).
+    max_bytes: AtomicU64,
 }
 
 /// One stream's task.
@@ -87,6 +99,9 @@ struct Task {
     stub: Stub,
     /// Shared with the [`KeepAlive`].
     shared: Arc<Shared>,
+    /// An entry taken from the input that did not fit in the last batch:
+    /// the first of the next.
+    carry: Option<Pending>,
 }
 
 impl std::fmt::Debug for Pending {
@@ -106,6 +121,7 @@ impl KeepAlive {
             shared: Arc::new(Shared {
                 unary_only: AtomicBool::new(false),
                 max_batch: AtomicU64::new(MAX_BATCH as u64),
+                max_bytes: AtomicU64::new(MAX_BATCH_BYTES as u64),
             }),
         })
     }
@@ -152,6 +168,7 @@ impl KeepAlive {
         let task = Task {
             stub: self.stub.clone(),
             shared: self.shared.clone(),
+            carry: None,
         };
         tokio::spawn(task.run(rx));
     }
@@ -181,7 +198,7 @@ impl KeepAlive {
 impl Task {
     /// One stream: opened with the first entries, then batches out and
     /// responses in, until it breaks or every sender is gone.
-    async fn run(self, mut input: mpsc::UnboundedReceiver<Pending>) {
+    async fn run(mut self, mut input: mpsc::UnboundedReceiver<Pending>) {
         // Unbounded, so that sending never stops the reading of responses
         // (each session has at most one entry in flight: bounded by them).
         let (requests, outgoing) = mpsc::unbounded_channel::<KeepAliveRequest>();
@@ -242,16 +259,30 @@ impl Task {
     }
 
     /// The next batch: one entry (waiting for it), then every entry already
-    /// waiting, up to the batch size. `None` once every sender is gone.
-    async fn batch(&self, input: &mut mpsc::UnboundedReceiver<Pending>) -> Option<Vec<Pending>> {
-        let first = input.recv().await?;
+    /// waiting, up to the batch's entries and bytes. `None` once every
+    /// sender is gone.
+    async fn batch(
+        &mut self,
+        input: &mut mpsc::UnboundedReceiver<Pending>,
+    ) -> Option<Vec<Pending>> {
+        let first = match self.carry.take() {
+            Some(p) => p,
+            None => input.recv().await?,
+        };
         let max = self.shared.max_batch.load(Ordering::Relaxed) as usize;
+        let max_bytes = self.shared.max_bytes.load(Ordering::Relaxed) as usize;
+        let mut bytes = size_of_entry(&first);
         let mut batch = vec![first];
         while batch.len() < max {
-            match input.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
+            let Ok(p) = input.try_recv() else {
+                break;
+            };
+            bytes += size_of_entry(&p);
+            if bytes > max_bytes {
+                self.carry = Some(p);
+                break;
             }
+            batch.push(p);
         }
         Some(batch)
     }
@@ -260,7 +291,7 @@ impl Task {
     /// opened. Its entries, and those waiting, go out as unary Renews;
     /// `UNIMPLEMENTED` makes that permanent.
     fn refused(
-        &self,
+        &mut self,
         status: tonic::Status,
         sent: VecDeque<Vec<Pending>>,
         mut input: mpsc::UnboundedReceiver<Pending>,
@@ -271,20 +302,26 @@ impl Task {
         self.too_large(&status);
         input.close();
         let waiting = std::iter::from_fn(|| input.try_recv().ok());
-        for p in sent.into_iter().flatten().chain(waiting) {
+        let carried = self.carry.take();
+        for p in sent.into_iter().flatten().chain(carried).chain(waiting) {
             let _ = p.reply.send(Answer::Unary);
         }
     }
 
-    /// Halves the batch size after `REQUEST_TOO_LARGE`.
+    /// Halves the batch's entries and bytes after `REQUEST_TOO_LARGE`.
     fn too_large(&self, status: &tonic::Status) {
         if Error::from_status(status).reason() == Reason::RequestTooLarge {
-            let max = self.shared.max_batch.load(Ordering::Relaxed);
-            self.shared
-                .max_batch
-                .store((max / 2).max(1), Ordering::Relaxed);
+            for max in [&self.shared.max_batch, &self.shared.max_bytes] {
+                let now = max.load(Ordering::Relaxed);
+                max.store((now / 2).max(1), Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// What `p`'s entry adds to a request's encoding.
+fn size_of_entry(p: &Pending) -> usize {
+    prost::Message::encoded_len(&p.entry) + ENTRY_OVERHEAD
 }
 
 /// The request of a batch; each entry's id is its index.
@@ -339,5 +376,84 @@ impl Stream for Outgoing {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::lease_service_client::LeaseServiceClient;
+    use crate::ClientConfig;
+    use tonic_types::StatusExt;
+
+    /// A task over a channel that is never used (batching sends nothing).
+    fn task() -> Task {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let credentials = ClientConfig::new("127.0.0.1:9").credentials();
+        let keepalive = KeepAlive::new(LeaseServiceClient::with_interceptor(channel, credentials));
+        Task {
+            stub: keepalive.stub.clone(),
+            shared: keepalive.shared.clone(),
+            carry: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_stay_within_the_request_bound_and_keep_the_order() {
+        let mut task = task();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut answers = Vec::new();
+        for i in 0..1500u64 {
+            let (reply, answer) = oneshot::channel();
+            let entry = KeepAliveEntry {
+                name: format!("jobs.some-rather-long-lease-name.{i}"),
+                expected_revision: 1_000_000 + i,
+                lease_key: "k".repeat(32),
+                ..Default::default()
+            };
+            tx.send(Pending { entry, reply }).unwrap();
+            answers.push(answer);
+        }
+        drop(tx);
+        let mut names = Vec::new();
+        let mut batches = 0;
+        while let Some(batch) = task.batch(&mut rx).await {
+            let request = request_of(&batch);
+            assert!(
+                prost::Message::encoded_len(&request) <= MAX_BATCH_BYTES,
+                "a request of {} entries is too large",
+                batch.len()
+            );
+            assert!(batch.len() <= MAX_BATCH);
+            names.extend(batch.into_iter().map(|p| p.entry.name));
+            batches += 1;
+        }
+        assert_eq!(names.len(), 1500, "no entry is lost between batches");
+        for (i, name) in names.iter().enumerate() {
+            assert!(name.ends_with(&format!(".{i}")), "out of order at {i}");
+        }
+        assert!(
+            batches < 30,
+            "entries waiting together share requests: {batches}"
+        );
+
+        // After a REQUEST_TOO_LARGE, batches are halved.
+        task.too_large(&tonic::Status::with_error_details(
+            Code::ResourceExhausted,
+            "too large",
+            tonic_types::ErrorDetails::with_error_info(
+                "REQUEST_TOO_LARGE",
+                crate::DOMAIN,
+                std::collections::HashMap::<String, String>::new(),
+            ),
+        ));
+        assert_eq!(
+            task.shared.max_bytes.load(Ordering::Relaxed) as usize,
+            MAX_BATCH_BYTES / 2
+        );
+        assert_eq!(
+            task.shared.max_batch.load(Ordering::Relaxed) as usize,
+            MAX_BATCH / 2
+        );
     }
 }
