@@ -284,11 +284,19 @@ impl Client {
             lock_delay: options.lock_delay.map(to_proto),
             limit,
         };
-        let sent = Instant::now();
-        let mut stub = self.stub.clone();
-        let reply = unary(timeout, request, |req| stub.acquire(req))
-            .await
-            .map_err(|e| e.context(&self.target, "Acquire"))?;
+        let stub = self.stub.clone();
+        let (reply, sent) = queued(
+            options.wait,
+            timeout,
+            request,
+            |r, wait| r.wait = Some(to_proto(wait)),
+            |req| {
+                let mut stub = stub.clone();
+                async move { stub.acquire(req).await }
+            },
+        )
+        .await
+        .map_err(|e| e.context(&self.target, "Acquire"))?;
         let lease = reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
@@ -342,11 +350,19 @@ impl Client {
             metadata: options.metadata,
             lock_delay: options.lock_delay.map(to_proto),
         };
-        let sent = Instant::now();
-        let mut stub = self.stub.clone();
-        let reply = unary(timeout, request, |req| stub.acquire_group(req))
-            .await
-            .map_err(|e| e.context(&self.target, "AcquireGroup"))?;
+        let stub = self.stub.clone();
+        let (reply, sent) = queued(
+            options.wait,
+            timeout,
+            request,
+            |r, wait| r.wait = Some(to_proto(wait)),
+            |req| {
+                let mut stub = stub.clone();
+                async move { stub.acquire_group(req).await }
+            },
+        )
+        .await
+        .map_err(|e| e.context(&self.target, "AcquireGroup"))?;
         if reply.leases.len() != names.len() {
             return Err(Error::local(
                 Code::Internal,
@@ -569,6 +585,53 @@ impl Client {
             request,
             stream,
         ))
+    }
+}
+
+/// First pause before an Acquire refused with `TOO_MANY_WAITERS` is sent
+/// again; it doubles up to [`MAX_QUEUE_RETRY`].
+const FIRST_QUEUE_RETRY: Duration = Duration::from_millis(100);
+/// Longest pause between such retries.
+const MAX_QUEUE_RETRY: Duration = Duration::from_secs(2);
+
+/// Sends an Acquire (or AcquireGroup) with a wait, and sends it again,
+/// with the wait that is left, while the name's queue is full
+/// (`TOO_MANY_WAITERS`, retryable) and the wait has not run out. Returns the
+/// reply and the send time of the call that got it (the safe deadline
+/// counts from there). Without a wait, or once it has run out, the error is
+/// returned.
+async fn queued<Req, Resp, Fut>(
+    wait: Option<Duration>,
+    timeout: Duration,
+    mut request: Req,
+    set_wait: impl Fn(&mut Req, Duration),
+    call: impl Fn(tonic::Request<Req>) -> Fut,
+) -> Result<(Resp, Instant), Error>
+where
+    Req: Clone,
+    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    let start = Instant::now();
+    let mut pause = FIRST_QUEUE_RETRY;
+    loop {
+        let sent = Instant::now();
+        let left = timeout.saturating_sub(sent - start);
+        match unary(left, request.clone(), &call).await {
+            Ok(reply) => return Ok((reply, sent)),
+            Err(err) if err.reason() == Reason::TooManyWaiters => {
+                let Some(wait) = wait else {
+                    return Err(err);
+                };
+                let wait_left = wait.saturating_sub(start.elapsed());
+                if wait_left <= pause {
+                    return Err(err);
+                }
+                tokio::time::sleep(pause).await;
+                set_wait(&mut request, wait_left - pause);
+                pause = (pause * 2).min(MAX_QUEUE_RETRY);
+            }
+            Err(err) => return Err(err),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{within, Server};
+use common::{metrics_text, server_with_metrics, within, Server};
 use tenure_client::{AcquireOptions, Client, LeaseInfo, Reason};
 
 fn secs(s: u64) -> Duration {
@@ -53,6 +53,20 @@ async fn a_lock_delay_holds_the_name_after_a_revoke_but_not_after_a_release() {
         .unwrap()
         .as_millis() as u64;
     assert!(free_at > now_ms, "the name is free only later");
+}
+
+/// How many Acquires the server refused with RESOURCE_EXHAUSTED.
+async fn refusals(metrics: &str) -> u64 {
+    metrics_text(metrics)
+        .await
+        .lines()
+        .filter(|l| {
+            l.starts_with("tenure_rpc_requests_total{")
+                && l.contains("method=\"Acquire\"")
+                && l.contains("code=\"RESOURCE_EXHAUSTED\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Polls `inspect` until `check` holds for its answer (the queue has no
@@ -105,4 +119,60 @@ async fn waiters_are_counted_and_granted_in_arrival_order() {
     assert!(third.fencing_token() > second.fencing_token());
     assert_eq!(client.inspect(name).await.unwrap().waiting, 0);
     third.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_full_queue_is_retried_within_the_wait_and_reported_when_it_runs_out() {
+    let (server, metrics) = server_with_metrics(&["--max-waiters", "1"]).await;
+    let client = server.client().await;
+    let name = "fifo.full";
+    let holder = client
+        .acquire(name, "holder", secs(10), AcquireOptions::default())
+        .await
+        .unwrap();
+    let queued = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let wait = AcquireOptions::default().wait(secs(25));
+            client.acquire(name, "queued", secs(10), wait).await
+        })
+    };
+    until(&client, name, |i| i.waiting == 1).await;
+
+    // The queue is full: a short wait runs out retrying, and says why.
+    let err = client
+        .acquire(
+            name,
+            "late",
+            secs(10),
+            AcquireOptions::default().wait(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), Reason::TooManyWaiters, "{err}");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(err.is_retryable());
+
+    // A long wait keeps retrying until the queue has room, then waits its
+    // turn and gets the lease after the queued one.
+    let refused = refusals(&metrics).await;
+    let patient = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let wait = AcquireOptions::default().wait(secs(25));
+            client.acquire(name, "patient", secs(10), wait).await
+        })
+    };
+    within("patient's first refusal", async {
+        while refusals(&metrics).await == refused {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(holder.release().await.unwrap());
+    let queued = within("queued", queued).await.unwrap().unwrap();
+    assert!(queued.release().await.unwrap());
+    let patient = within("patient", patient).await.unwrap().unwrap();
+    assert!(patient.fencing_token() > queued.fencing_token());
+    patient.release().await.unwrap();
 }
