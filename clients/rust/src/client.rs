@@ -15,11 +15,13 @@ use tonic::Code;
 use crate::config::{CallCredentials, ClientConfig};
 use crate::error::{Error, Reason};
 use crate::follow::Follower;
+use crate::group::GroupSession;
+use crate::keepalive::KeepAlive;
 use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
-    AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest, RevokeLeaseRequest,
-    WatchLeaseRequest,
+    AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
+    RevokeLeaseRequest, WatchLeaseRequest,
 };
 use crate::session::{
     check_renew_fraction, check_timing, default_safety_margin, Session, DEFAULT_RENEW_FRACTION,
@@ -53,6 +55,27 @@ pub struct Client {
     /// The one `WatchLease` stream that notices the loss of any of this
     /// connection's sessions at once.
     follower: Arc<Follower>,
+    /// The one `KeepAlive` stream that carries the renewals of all this
+    /// connection's lease and semaphore sessions.
+    keepalive: Arc<KeepAlive>,
+}
+
+/// What [`Client::inspect`] returns: `GetLease`'s whole answer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The current holding; for a semaphore, the holder with the lowest
+    /// fencing token.
+    pub lease: Lease,
+    /// How many Acquires with a wait are queued for the name (granted in
+    /// arrival order; 0 on a server without fair waiting).
+    pub waiting: u32,
+    /// The live holders of a semaphore, by slot; empty for a plain lease.
+    pub holders: Vec<Lease>,
+    /// The semaphore's limit in force; 0 for a plain lease.
+    pub limit: u32,
+    /// How many more holders the semaphore admits now; 0 for a plain lease.
+    pub free_slots: u32,
 }
 
 /// Options of [`Client::acquire`]; `AcquireOptions::default()` for none.
@@ -87,6 +110,12 @@ pub struct AcquireOptions {
     pub safety_margin: Option<Duration>,
     /// Deadline of the Acquire call; default `wait` + 10 s.
     pub timeout: Option<Duration>,
+    /// After this holding *expires or is revoked* (never after a release),
+    /// nobody may acquire the name for this long (rounded up to whole
+    /// seconds, at most the server's `--max-lock-delay`); `None` for none.
+    /// Protects downstream systems that cannot check fencing tokens. Not
+    /// combinable with a [`Semaphore`](crate::Semaphore) (the server refuses).
+    pub lock_delay: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -123,6 +152,12 @@ impl AcquireOptions {
     /// Sets [`AcquireOptions::timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`AcquireOptions::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
         self
     }
 }
@@ -179,6 +214,7 @@ impl Client {
         let target: Arc<str> = config.display_target().into();
         Client {
             follower: Follower::new(stub.clone(), target.clone()),
+            keepalive: KeepAlive::new(stub.clone()),
             stub,
             elections,
             target,
@@ -223,33 +259,44 @@ impl Client {
         ttl: Duration,
         options: AcquireOptions,
     ) -> Result<Session, Error> {
-        let renew_fraction = options.renew_fraction.unwrap_or(DEFAULT_RENEW_FRACTION);
-        check_renew_fraction(renew_fraction)?;
-        if !ttl.is_zero() {
-            // The granted TTL is at least `ttl`, so this holds for it too
-            // (with `ttl` zero, the session checks the granted TTL).
-            let margin = options
-                .safety_margin
-                .unwrap_or_else(|| default_safety_margin(ttl));
-            check_timing(ttl, renew_fraction, margin)?;
-        }
-        let timeout = options
-            .timeout
-            .unwrap_or_else(|| options.wait.unwrap_or_default() + DEFAULT_CALL_TIMEOUT);
+        self.acquire_slot(name.into(), holder.into(), ttl, 0, options)
+            .await
+    }
+
+    /// [`Client::acquire`] of a plain lease (`limit` 0) or of a slot of the
+    /// semaphore `name` (`limit` N > 0; see [`Semaphore`](crate::Semaphore)).
+    pub(crate) async fn acquire_slot(
+        &self,
+        name: String,
+        holder: String,
+        ttl: Duration,
+        limit: u32,
+        options: AcquireOptions,
+    ) -> Result<Session, Error> {
+        let (renew_fraction, timeout) = checked(ttl, &options)?;
         let request = AcquireRequest {
-            name: name.into(),
-            holder: holder.into(),
+            name,
+            holder,
             ttl: (!ttl.is_zero()).then(|| to_proto(ttl)),
             lease_key: options.lease_key.unwrap_or_default(),
             wait: options.wait.map(to_proto),
             metadata: options.metadata,
-            ..Default::default()
+            lock_delay: options.lock_delay.map(to_proto),
+            limit,
         };
-        let sent = Instant::now();
-        let mut stub = self.stub.clone();
-        let reply = unary(timeout, request, |req| stub.acquire(req))
-            .await
-            .map_err(|e| e.context(&self.target, "Acquire"))?;
+        let stub = self.stub.clone();
+        let (reply, sent) = queued(
+            options.wait,
+            timeout,
+            request,
+            |r, wait| r.wait = Some(to_proto(wait)),
+            |req| {
+                let mut stub = stub.clone();
+                async move { stub.acquire(req).await }
+            },
+        )
+        .await
+        .map_err(|e| e.context(&self.target, "Acquire"))?;
         let lease = reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
@@ -260,6 +307,7 @@ impl Client {
         })?;
         Session::start(
             self.stub.clone(),
+            self.keepalive.clone(),
             self.target.clone(),
             self.follower.clone(),
             lease,
@@ -271,25 +319,112 @@ impl Client {
         .await
     }
 
-    /// The current holding of `name`.
+    /// Takes every lease of `names` (2 to the server's `--max-group-size`,
+    /// default 16, distinct plain lease names) for `holder`, all or none,
+    /// with one `AcquireGroup`, and renews them together in the background;
+    /// see [`GroupSession`]. With [`AcquireOptions::wait`] it waits until
+    /// every name is free at once (never holding some while waiting for
+    /// others, so groups cannot deadlock). The options apply to every
+    /// member (`lock_delay` included).
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseHeld`] when a member is held (metadata `name`), the
+    /// errors of [`Client::acquire`], `FAILED_PRECONDITION` from a server
+    /// whose NATS lacks atomic batches, `UNIMPLEMENTED` from a server
+    /// without groups.
+    pub async fn acquire_group(
+        &self,
+        names: &[&str],
+        holder: impl Into<String>,
+        ttl: Duration,
+        options: AcquireOptions,
+    ) -> Result<GroupSession, Error> {
+        let (renew_fraction, timeout) = checked(ttl, &options)?;
+        let request = AcquireGroupRequest {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            holder: holder.into(),
+            ttl: (!ttl.is_zero()).then(|| to_proto(ttl)),
+            lease_key: options.lease_key.unwrap_or_default(),
+            wait: options.wait.map(to_proto),
+            metadata: options.metadata,
+            lock_delay: options.lock_delay.map(to_proto),
+        };
+        let stub = self.stub.clone();
+        let (reply, sent) = queued(
+            options.wait,
+            timeout,
+            request,
+            |r, wait| r.wait = Some(to_proto(wait)),
+            |req| {
+                let mut stub = stub.clone();
+                async move { stub.acquire_group(req).await }
+            },
+        )
+        .await
+        .map_err(|e| e.context(&self.target, "AcquireGroup"))?;
+        if reply.leases.len() != names.len() {
+            return Err(Error::local(
+                Code::Internal,
+                Reason::Internal,
+                format!(
+                    "AcquireGroup reply with {} leases for {} names",
+                    reply.leases.len(),
+                    names.len()
+                ),
+            )
+            .context(&self.target, "AcquireGroup"));
+        }
+        GroupSession::start(
+            self.stub.clone(),
+            self.target.clone(),
+            self.follower.clone(),
+            reply.leases,
+            reply.lease_key,
+            sent,
+            renew_fraction,
+            options.safety_margin,
+        )
+        .await
+    }
+
+    /// The current state of `name`: its holding, how many Acquires wait
+    /// for it (fair FIFO queue, all replicas), and for a semaphore every
+    /// holder, the limit and the free slots.
     ///
     /// # Errors
     ///
     /// [`Reason::LeaseNotFound`] when nobody holds it.
-    pub async fn get(&self, name: impl Into<String>) -> Result<Lease, Error> {
+    pub async fn inspect(&self, name: impl Into<String>) -> Result<LeaseInfo, Error> {
         let mut stub = self.stub.clone();
         let request = GetLeaseRequest { name: name.into() };
         let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.get_lease(req))
             .await
             .map_err(|e| e.context(&self.target, "GetLease"))?;
-        reply.lease.ok_or_else(|| {
+        let lease = reply.lease.ok_or_else(|| {
             Error::local(
                 Code::Internal,
                 Reason::Internal,
                 "GetLease reply without a lease",
             )
             .context(&self.target, "GetLease")
+        })?;
+        Ok(LeaseInfo {
+            lease,
+            waiting: reply.waiting,
+            holders: reply.holders,
+            limit: reply.limit,
+            free_slots: reply.free_slots,
         })
+    }
+
+    /// The current holding of `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::LeaseNotFound`] when nobody holds it.
+    pub async fn get(&self, name: impl Into<String>) -> Result<Lease, Error> {
+        Ok(self.inspect(name).await?.lease)
     }
 
     /// Every live holding whose name starts with `prefix` (plain string
@@ -355,12 +490,28 @@ impl Client {
         reason: impl Into<String>,
         fencing_token: Option<u64>,
     ) -> Result<Lease, Error> {
+        self.revoke_slot(name, 0, reason, fencing_token).await
+    }
+
+    /// [`Client::revoke`] of the holder of slot `slot` of the semaphore
+    /// `name` (0: the plain lease `name`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::revoke`].
+    pub async fn revoke_slot(
+        &self,
+        name: impl Into<String>,
+        slot: u32,
+        reason: impl Into<String>,
+        fencing_token: Option<u64>,
+    ) -> Result<Lease, Error> {
         let mut stub = self.stub.clone();
         let request = RevokeLeaseRequest {
             name: name.into(),
             reason: reason.into(),
             fencing_token: fencing_token.unwrap_or(0),
-            slot: 0,
+            slot,
         };
         let reply = unary(DEFAULT_CALL_TIMEOUT, request, |req| stub.revoke_lease(req))
             .await
@@ -435,6 +586,72 @@ impl Client {
             stream,
         ))
     }
+}
+
+/// First pause before an Acquire refused with `TOO_MANY_WAITERS` is sent
+/// again; it doubles up to [`MAX_QUEUE_RETRY`].
+const FIRST_QUEUE_RETRY: Duration = Duration::from_millis(100);
+/// Longest pause between such retries.
+const MAX_QUEUE_RETRY: Duration = Duration::from_secs(2);
+
+/// Sends an Acquire (or AcquireGroup) with a wait, and sends it again,
+/// with the wait that is left, while the name's queue is full
+/// (`TOO_MANY_WAITERS`, retryable) and the wait has not run out. Returns the
+/// reply and the send time of the call that got it (the safe deadline
+/// counts from there). Without a wait, or once it has run out, the error is
+/// returned.
+async fn queued<Req, Resp, Fut>(
+    wait: Option<Duration>,
+    timeout: Duration,
+    mut request: Req,
+    set_wait: impl Fn(&mut Req, Duration),
+    call: impl Fn(tonic::Request<Req>) -> Fut,
+) -> Result<(Resp, Instant), Error>
+where
+    Req: Clone,
+    Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    let start = Instant::now();
+    let mut pause = FIRST_QUEUE_RETRY;
+    loop {
+        let sent = Instant::now();
+        let left = timeout.saturating_sub(sent - start);
+        match unary(left, request.clone(), &call).await {
+            Ok(reply) => return Ok((reply, sent)),
+            Err(err) if err.reason() == Reason::TooManyWaiters => {
+                let Some(wait) = wait else {
+                    return Err(err);
+                };
+                let wait_left = wait.saturating_sub(start.elapsed());
+                if wait_left <= pause {
+                    return Err(err);
+                }
+                tokio::time::sleep(pause).await;
+                set_wait(&mut request, wait_left - pause);
+                pause = (pause * 2).min(MAX_QUEUE_RETRY);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Checks the session options against `ttl`; returns the renew fraction and
+/// the Acquire call's deadline.
+fn checked(ttl: Duration, options: &AcquireOptions) -> Result<(f64, Duration), Error> {
+    let renew_fraction = options.renew_fraction.unwrap_or(DEFAULT_RENEW_FRACTION);
+    check_renew_fraction(renew_fraction)?;
+    if !ttl.is_zero() {
+        // The granted TTL is at least `ttl`, so this holds for it too
+        // (with `ttl` zero, the session checks the granted TTL).
+        let margin = options
+            .safety_margin
+            .unwrap_or_else(|| default_safety_margin(ttl));
+        check_timing(ttl, renew_fraction, margin)?;
+    }
+    let timeout = options
+        .timeout
+        .unwrap_or_else(|| options.wait.unwrap_or_default() + DEFAULT_CALL_TIMEOUT);
+    Ok((renew_fraction, timeout))
 }
 
 /// Opens a `WatchLease` stream (the opening is bounded by

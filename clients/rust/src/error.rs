@@ -163,6 +163,19 @@ impl Error {
         }
     }
 
+    /// The error of one failed `KeepAlive` entry: exactly what a unary
+    /// Renew's status with that code and `ErrorInfo` would give.
+    pub(crate) fn from_keepalive(e: crate::proto::KeepAliveError) -> Error {
+        Error {
+            code: Code::from_i32(e.code),
+            reason: Reason::parse(&e.reason),
+            raw_reason: e.reason,
+            message: e.message,
+            metadata: e.metadata,
+            context: None,
+        }
+    }
+
     /// The server the failed call went to (`host:port`; empty if unknown).
     pub fn target(&self) -> &str {
         self.context.as_ref().map_or("", |c| c.0.as_str())
@@ -200,7 +213,9 @@ impl Error {
     }
 
     /// The `ErrorInfo` metadata: `holder`, `fencing_token` and `ttl_seconds`
-    /// for [`Reason::LeaseHeld`]; `state` for [`Reason::LeaseNotHeld`].
+    /// for [`Reason::LeaseHeld`] (`state` `LOCK_DELAY` and
+    /// `free_at_unix_ms` during a lock-delay); `state` for
+    /// [`Reason::LeaseNotHeld`]; `limit` for [`Reason::LimitMismatch`].
     pub fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
     }
@@ -331,6 +346,28 @@ mod tests {
         assert!(!status(Code::Internal, "INTERNAL").is_retryable());
         assert!(status(Code::ResourceExhausted, "TOO_MANY_REQUESTS").is_retryable());
         assert!(status(Code::Unavailable, "SHUTTING_DOWN").is_retryable());
+    }
+
+    #[test]
+    fn a_keepalive_entry_error_reads_like_the_unary_status() {
+        let err = Error::from_keepalive(crate::proto::KeepAliveError {
+            code: Code::FailedPrecondition as i32,
+            reason: "LEASE_NOT_HELD".into(),
+            message: "held by b".into(),
+            metadata: [("state".to_string(), "HELD_BY_OTHER".to_string())].into(),
+            retry_delay: None,
+        });
+        assert_eq!(err.code(), Code::FailedPrecondition);
+        assert_eq!(err.reason(), Reason::LeaseNotHeld);
+        assert_eq!(err.metadata()["state"], "HELD_BY_OTHER");
+        assert_eq!(err.message(), "held by b");
+        assert!(!err.is_retryable());
+        let busy = Error::from_keepalive(crate::proto::KeepAliveError {
+            code: Code::Unavailable as i32,
+            reason: "NATS_UNAVAILABLE".into(),
+            ..Default::default()
+        });
+        assert!(busy.is_retryable());
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! name: the name itself for one name, else the longest common dotted prefix
 //! as a subtree (`jobs.>`), else `>`. A session whose name the open stream
 //! does not cover reopens it with a wider pattern. A session is lost when
-//! the stream shows, for its name, `REVOKED`, `EXPIRED` or `RELEASED` of its
+//! the stream shows, for its name and slot (0 for a plain lease, the slot
+//! of a semaphore holder: other holders of the semaphore acquiring or
+//! releasing do not concern it), `REVOKED`, `EXPIRED` or `RELEASED` of its
 //! holding, or any event of a holding with a greater fencing token; and when
 //! a (re)opened stream's snapshot does not show its holding (the holding
 //! ended while no stream was open). A stream that fails is reopened with
@@ -25,7 +27,6 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{open_watch, Stub};
 use crate::error::Reason;
 use crate::proto::{EventType, LeaseEvent, WatchLeaseRequest};
-use crate::session::Inner;
 use crate::watch::{next, FIRST_BACKOFF, MAX_BACKOFF};
 
 /// The event types the stream asks for: RENEWED is not needed (a new
@@ -37,6 +38,19 @@ const TYPES: [EventType; 5] = [
     EventType::Expired,
     EventType::Revoked,
 ];
+
+/// What the follower needs of a session (a lease [`Session`](crate::Session)
+/// or a [`GroupSession`](crate::GroupSession)): the holdings it follows, and
+/// how to end it.
+pub(crate) trait Followed: Send + Sync {
+    /// Its holdings: (name, slot, fencing token); slot 0 for a plain lease.
+    fn members(&self) -> Vec<(&str, u32, u64)>;
+    /// Whether it was lost or released.
+    fn is_over(&self) -> bool;
+    /// The watch saw one of its holdings end (`what`): it is lost as a
+    /// whole ([`LossCause::NotHeld`](crate::LossCause::NotHeld)).
+    fn lose_observed(&self, what: String);
+}
 
 /// Follows the leases of one client's sessions with one watch stream.
 #[derive(Debug)]
@@ -53,7 +67,7 @@ pub(crate) struct Follower {
 #[derive(Debug, Default)]
 struct FollowState {
     /// The live sessions (pruned as they end).
-    sessions: Vec<Weak<Inner>>,
+    sessions: Vec<Weak<dyn Followed>>,
     /// The pattern the open stream watches, if one is open.
     pattern: Option<String>,
     /// Cancels the task of the open stream.
@@ -79,15 +93,15 @@ impl Follower {
     /// Starts following `session`'s lease, (re)opening the stream with a
     /// wider pattern if the open one does not cover its name. Needs a Tokio
     /// runtime.
-    pub(crate) fn follow(self: &Arc<Self>, session: &Arc<Inner>) {
+    pub(crate) fn follow(self: &Arc<Self>, session: Arc<dyn Followed>) {
         let mut state = self.state();
         state.sessions.retain(|s| live(s).is_some());
-        state.sessions.push(Arc::downgrade(session));
+        state.sessions.push(Arc::downgrade(&session));
         if state.refused {
             return;
         }
         if let Some(pattern) = &state.pattern {
-            if covers(pattern, session.name()) {
+            if session.members().iter().all(|m| covers(pattern, m.0)) {
                 return;
             }
         }
@@ -95,7 +109,12 @@ impl Follower {
             .sessions
             .iter()
             .filter_map(live)
-            .map(|s| s.name().to_string())
+            .flat_map(|s| {
+                s.members()
+                    .iter()
+                    .map(|m| m.0.to_string())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let pattern = pattern_for(&names);
         if let Some(old) = state.task.take() {
@@ -108,15 +127,15 @@ impl Follower {
         tokio::spawn(self.clone().run(pattern, cancel));
     }
 
-    /// The live sessions whose names `pattern` covers.
-    fn covered(&self, pattern: &str) -> Vec<Arc<Inner>> {
+    /// The live sessions with a name that `pattern` covers.
+    fn covered(&self, pattern: &str) -> Vec<Arc<dyn Followed>> {
         let mut state = self.state();
         state.sessions.retain(|s| live(s).is_some());
         state
             .sessions
             .iter()
             .filter_map(live)
-            .filter(|s| covers(pattern, s.name()))
+            .filter(|s| s.members().iter().any(|m| covers(pattern, m.0)))
             .collect()
     }
 
@@ -212,8 +231,8 @@ impl Follower {
     fn on_event(
         &self,
         pattern: &str,
-        before: &[Arc<Inner>],
-        snapshot: &mut Option<HashSet<(String, u64)>>,
+        before: &[Arc<dyn Followed>],
+        snapshot: &mut Option<HashSet<(String, u32, u64)>>,
         event: LeaseEvent,
     ) {
         let kind = EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified);
@@ -225,11 +244,20 @@ impl Follower {
         if kind == EventType::SnapshotComplete {
             if let Some(seen) = snapshot.take() {
                 for s in before {
-                    if !s.is_over() && !seen.contains(&(s.name().to_string(), s.token())) {
+                    if s.is_over() {
+                        continue;
+                    }
+                    let missing = s
+                        .members()
+                        .into_iter()
+                        .find(|&(name, slot, token)| {
+                            covers(pattern, name)
+                                && !seen.contains(&(name.to_string(), slot, token))
+                        })
+                        .map(|(name, _, token)| (name.to_string(), token));
+                    if let Some((name, token)) = missing {
                         s.lose_observed(format!(
-                            "the lease {:?} (fencing token {}) is no longer held: the watch {pattern:?} at {} does not show it",
-                            s.name(),
-                            s.token(),
+                            "the lease {name:?} (fencing token {token}) is no longer held: the watch {pattern:?} at {} does not show it",
                             self.target
                         ));
                     }
@@ -239,18 +267,29 @@ impl Follower {
         }
         if kind == EventType::Current {
             if let Some(seen) = snapshot.as_mut() {
-                seen.insert((event.name.clone(), token));
+                seen.insert((event.name.clone(), event.slot, token));
             }
         }
         for s in self.covered(pattern) {
-            if s.name() != event.name || s.is_over() {
+            if s.is_over() {
                 continue;
             }
+            // A semaphore's holders are told apart by their slot: other
+            // holders acquiring or releasing do not concern this one, and
+            // a plain lease's events (slot 0) do not concern a semaphore's.
+            let Some(mine) = s
+                .members()
+                .into_iter()
+                .find(|&(name, slot, _)| name == event.name && slot == event.slot)
+                .map(|m| m.2)
+            else {
+                continue;
+            };
             let ended = matches!(
                 kind,
                 EventType::Released | EventType::Expired | EventType::Revoked
-            ) && (token == s.token() || token == 0);
-            let taken = token > s.token();
+            ) && (token == mine || token == 0);
+            let taken = token > mine;
             if ended || taken {
                 let what = if taken && !ended {
                     format!("held by {:?} with fencing token {token}", event.holder)
@@ -258,10 +297,8 @@ impl Follower {
                     kind.as_str_name().to_string()
                 };
                 s.lose_observed(format!(
-                    "the lease {:?} (fencing token {}) was lost: the watch saw {what} at revision {}",
-                    s.name(),
-                    s.token(),
-                    event.revision
+                    "the lease {:?} (fencing token {mine}) was lost: the watch saw {what} at revision {}",
+                    event.name, event.revision
                 ));
             }
         }
@@ -269,7 +306,7 @@ impl Follower {
 }
 
 /// The session if it is alive and not over.
-fn live(session: &Weak<Inner>) -> Option<Arc<Inner>> {
+fn live(session: &Weak<dyn Followed>) -> Option<Arc<dyn Followed>> {
     session.upgrade().filter(|s| !s.is_over())
 }
 

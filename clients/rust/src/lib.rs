@@ -7,11 +7,16 @@
 //!   metadata); [`Client::acquire`], [`Client::get`], [`Client::watch`], and
 //!   the admin helpers [`Client::list`] and [`Client::revoke`].
 //! - [`Session`]: one held lease, renewed in the background at a third of
-//!   its TTL. It knows its [safe deadline](Session::safe_deadline), signals
+//!   its TTL (the renewals of all a client's sessions share one `KeepAlive`
+//!   stream, with unary `Renew` as the fallback). It knows its [safe deadline](Session::safe_deadline), signals
 //!   loss through a [`CancellationToken`](tokio_util::sync::CancellationToken)
 //!   ([`Session::lost`]), releases with [`Session::release`] and schedules a
 //!   release when dropped. The client's one watch stream follows every
 //!   session's lease, so a revoke or another holder is noticed at once.
+//! - [`GroupSession`]: several leases taken all or none
+//!   ([`Client::acquire_group`]), renewed together, lost as a whole.
+//! - [`Semaphore`]: up to N holders of a name at once, each a [`Session`]
+//!   with its own slot and fencing token.
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
 //! - [`Error`] with a typed [`Reason`] (the generated `ErrorReason`) read
 //!   from the `google.rpc.ErrorInfo`, and whether retrying can help.
@@ -47,6 +52,10 @@ mod election;
 mod error;
 pub mod fencing;
 mod follow;
+mod group;
+mod keepalive;
+mod renewal;
+mod semaphore;
 mod session;
 mod watch;
 
@@ -58,11 +67,13 @@ pub mod proto {
     tonic::include_proto!("tenure.v1");
 }
 
-pub use client::{AcquireOptions, Client, Stub, DEFAULT_CALL_TIMEOUT};
+pub use client::{AcquireOptions, Client, LeaseInfo, Stub, DEFAULT_CALL_TIMEOUT};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
 pub use election::{Election, Leader, VALUE_KEY};
 pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
+pub use group::{GroupRelease, GroupSession};
 pub use proto::{EventType, Lease};
+pub use semaphore::{limit_in_force, Semaphore};
 pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};
 pub use watch::{Event, Watch};

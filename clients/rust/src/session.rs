@@ -11,18 +11,16 @@ use tonic::Code;
 
 use crate::client::Stub;
 use crate::error::{Error, Reason};
-use crate::follow::Follower;
-use crate::proto::{Lease, ReleaseRequest, RenewRequest};
+use crate::follow::{Followed, Follower};
+use crate::keepalive::KeepAlive;
+use crate::proto::{KeepAliveEntry, Lease, ReleaseRequest};
+use crate::renewal::{cause_of, Renewable, Schedule};
 
 /// The default fraction of the granted TTL after which a session renews.
 pub const DEFAULT_RENEW_FRACTION: f64 = 1.0 / 3.0;
 
 /// The longest default safety margin (see [`default_safety_margin`]).
 const MAX_DEFAULT_MARGIN: Duration = Duration::from_secs(1);
-
-/// First pause before retrying a renewal that failed with a retryable error;
-/// it doubles up to the renew interval and never runs past the safe deadline.
-const FIRST_RETRY: Duration = Duration::from_millis(50);
 
 /// Deadline of a Release call.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -103,8 +101,12 @@ pub(crate) struct Inner {
     lease_key: String,
     /// The holding's fencing token.
     fencing_token: u64,
+    /// The semaphore slot (1..limit); 0 for a plain lease.
+    slot: u32,
     /// The client's stub.
     stub: Stub,
+    /// The client's renewal path (the KeepAlive stream, or unary Renew).
+    keepalive: Arc<KeepAlive>,
     /// The server, for errors.
     target: Arc<str>,
     /// Renew after `ttl × renew_fraction`.
@@ -152,6 +154,7 @@ impl Session {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         stub: Stub,
+        keepalive: Arc<KeepAlive>,
         target: Arc<str>,
         follower: Arc<Follower>,
         lease: Lease,
@@ -168,7 +171,9 @@ impl Session {
                 holder: lease.holder.clone(),
                 lease_key,
                 fencing_token: lease.fencing_token,
+                slot: lease.slot,
                 stub,
+                keepalive,
                 target,
                 renew_fraction,
                 margin_given,
@@ -210,10 +215,10 @@ impl Session {
                 session.inner.state().last_error = Some(err);
             }
         }
-        tokio::spawn(run(session.inner.clone()));
+        tokio::spawn(crate::renewal::run(session.inner.clone()));
         // From now on the client's one watch notices a revoke, an expiry or
         // another holder at once.
-        follower.follow(&session.inner);
+        follower.follow(session.inner.clone());
         Ok(session)
     }
 
@@ -231,6 +236,12 @@ impl Session {
     /// greater for the next holder. Pass it with every downstream write.
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token
+    }
+
+    /// The semaphore slot this session holds (1 to the limit; see
+    /// [`Semaphore`](crate::Semaphore)); 0 for a plain lease.
+    pub fn slot(&self) -> u32 {
+        self.inner.slot
     }
 
     /// The revision from the last Acquire or Renew reply: the one the next
@@ -399,6 +410,7 @@ impl fmt::Debug for Session {
             .field("name", &self.inner.name)
             .field("holder", &self.inner.holder)
             .field("fencing_token", &self.inner.fencing_token)
+            .field("slot", &self.inner.slot)
             .field("revision", &state.revision)
             .field("ttl", &state.ttl)
             .field("safe_deadline", &state.safe_deadline)
@@ -410,16 +422,6 @@ impl fmt::Debug for Session {
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The lease name.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The holding's fencing token.
-    pub(crate) fn token(&self) -> u64 {
-        self.fencing_token
     }
 
     /// Whether the session was lost or released.
@@ -462,17 +464,16 @@ impl Inner {
 
     /// [`Inner::renew_locked`] without the error context.
     async fn renew_call(&self, deadline: Instant) -> Result<Lease, Error> {
-        let mut request = tonic::Request::new(RenewRequest {
+        let entry = KeepAliveEntry {
+            id: 0,
             name: self.name.clone(),
             expected_revision: self.state().revision,
             lease_key: self.lease_key.clone(),
             ttl: None,
-            slot: 0,
-        });
+            slot: self.slot,
+        };
         let sent = Instant::now();
-        request.set_timeout(deadline.saturating_duration_since(sent));
-        let mut stub = self.stub.clone();
-        let reply = tokio::time::timeout_at(deadline, stub.renew(request))
+        let lease = tokio::time::timeout_at(deadline, self.keepalive.renew(entry, deadline))
             .await
             .map_err(|_| {
                 Error::local(
@@ -480,15 +481,7 @@ impl Inner {
                     Reason::Unspecified,
                     "no answer to the renewal before the safe deadline",
                 )
-            })??
-            .into_inner();
-        let lease = reply.lease.ok_or_else(|| {
-            Error::local(
-                Code::Internal,
-                Reason::Internal,
-                "Renew reply without a lease",
-            )
-        })?;
+            })??;
         if lease.fencing_token != self.fencing_token {
             // The server promises a constant token; never trust a reply
             // that says otherwise.
@@ -542,7 +535,7 @@ impl Inner {
             name: self.name.clone(),
             expected_revision: revision,
             lease_key: self.lease_key.clone(),
-            slot: 0,
+            slot: self.slot,
         });
         request.set_timeout(RELEASE_TIMEOUT);
         let mut stub = self.stub.clone();
@@ -568,76 +561,67 @@ impl Inner {
     }
 }
 
-/// The renewal task: renew every `ttl × renew_fraction`, retry retryable
-/// failures with backoff, give up at the safe deadline.
-async fn run(inner: Arc<Inner>) {
-    let mut paused = inner.paused.subscribe();
-    let mut retry = FIRST_RETRY;
-    loop {
-        let (deadline, next) = {
-            let state = inner.state();
-            if state.loss.is_some() {
-                return;
-            }
-            (state.safe_deadline, state.next_renew_at)
-        };
-        let is_paused = *paused.borrow_and_update();
-        tokio::select! {
-            biased;
-            _ = inner.stop.cancelled() => return,
-            _ = inner.lost.cancelled() => return,
-            _ = tokio::time::sleep_until(deadline) => {
-                // A manual renewal may have moved the deadline meanwhile.
-                if Instant::now() >= inner.state().safe_deadline {
-                    let last_error = inner.state().last_error.take();
-                    inner.lose(LossCause::Deadline, last_error);
-                    return;
-                }
-                continue;
-            }
-            _ = paused.changed() => continue,
-            _ = tokio::time::sleep_until(next), if !is_paused => {}
-        }
-        let _calls = tokio::select! {
-            biased;
-            _ = inner.stop.cancelled() => return,
-            calls = inner.calls.lock() => calls,
-        };
-        let (deadline, next) = {
-            let state = inner.state();
-            (state.safe_deadline, state.next_renew_at)
-        };
-        let now = Instant::now();
-        if inner.stop.is_cancelled() || *paused.borrow() || now < next || now >= deadline {
-            continue; // stopped, paused or renewed meanwhile, or too late: see above
-        }
-        match inner.renew_locked(deadline).await {
-            Ok(_) => retry = FIRST_RETRY,
-            Err(err) if err.is_retryable() => {
-                let mut state = inner.state();
-                state.last_error = Some(err);
-                state.next_renew_at = Instant::now() + retry;
-                let interval = state.ttl.mul_f64(inner.renew_fraction);
-                retry = (retry * 2).min(interval.max(FIRST_RETRY));
-            }
-            Err(err) => {
-                inner.lose(cause_of(&err), Some(err));
-                return;
-            }
-        }
+impl Renewable for Inner {
+    fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    fn paused(&self) -> &watch::Sender<bool> {
+        &self.paused
+    }
+
+    fn calls(&self) -> &tokio::sync::Mutex<()> {
+        &self.calls
+    }
+
+    fn schedule(&self) -> Option<Schedule> {
+        let state = self.state();
+        state.loss.is_none().then(|| Schedule {
+            safe_deadline: state.safe_deadline,
+            next_renew_at: state.next_renew_at,
+            interval: state.ttl.mul_f64(self.renew_fraction),
+        })
+    }
+
+    fn failed(&self, err: Error, at: Instant) {
+        let mut state = self.state();
+        state.last_error = Some(err);
+        state.next_renew_at = at;
+    }
+
+    fn take_last_error(&self) -> Option<Error> {
+        self.state().last_error.take()
+    }
+
+    fn lose(&self, cause: LossCause, error: Option<Error>) {
+        Inner::lose(self, cause, error);
+    }
+
+    async fn renew_once(&self, deadline: Instant) -> Result<(), Error> {
+        self.renew_locked(deadline).await.map(|_| ())
     }
 }
 
-/// The loss cause of a renewal refused with a final error.
-fn cause_of(err: &Error) -> LossCause {
-    match err.reason() {
-        Reason::LeaseNotHeld | Reason::LeaseNotFound => LossCause::NotHeld,
-        _ => LossCause::RenewFailed,
+impl Followed for Inner {
+    fn members(&self) -> Vec<(&str, u32, u64)> {
+        vec![(&self.name, self.slot, self.fencing_token)]
+    }
+
+    fn is_over(&self) -> bool {
+        Inner::is_over(self)
+    }
+
+    fn lose_observed(&self, what: String) {
+        Inner::lose_observed(self, what);
     }
 }
 
 /// The granted TTL of a holding.
-fn ttl_of(lease: &Lease) -> Duration {
+pub(crate) fn ttl_of(lease: &Lease) -> Duration {
     lease
         .ttl
         .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))

@@ -46,6 +46,8 @@ pub struct Event {
     pub lease: Option<Lease>,
     /// When the change was written (server clock).
     pub time: Option<SystemTime>,
+    /// The semaphore slot concerned (1 to the limit); 0 for a plain lease.
+    pub slot: u32,
 }
 
 impl Event {
@@ -64,6 +66,7 @@ impl Event {
             fencing_token: event.fencing_token,
             lease: event.lease,
             time: event.time.and_then(|t| SystemTime::try_from(t).ok()),
+            slot: event.slot,
         })
     }
 }

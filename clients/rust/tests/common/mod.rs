@@ -264,3 +264,49 @@ pub async fn expect_event(watch: &mut Watch, kind: EventType) -> Event {
         return event;
     }
 }
+
+/// A server with its `/metrics` listener on a free port; returns it and
+/// the listener's address.
+pub async fn server_with_metrics(extra: &[&str]) -> (Server, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = vec!["--metrics-listen".to_string(), addr.clone()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (Server::start_with(&args, None).await, addr)
+}
+
+/// The text of the server's `/metrics` page at `addr`.
+pub async fn metrics_text(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    text
+}
+
+/// Waits until the server has `n` watch streams open (its
+/// `tenure_watch_streams_active` gauge), e.g. a client's loss watch.
+pub async fn watch_streams_open(metrics: &str, n: u64) {
+    within("the watch streams", async {
+        loop {
+            let text = metrics_text(metrics).await;
+            let open = text
+                .lines()
+                .find_map(|l| l.strip_prefix("tenure_watch_streams_active "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if open as u64 >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
