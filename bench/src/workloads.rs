@@ -28,6 +28,10 @@ use crate::systems::{Held, Session, Sys, Tenure};
 /// TTL of holdings that must not expire during a measurement.
 const LONG_TTL: u64 = 60;
 
+/// TTL of workload 9's Tenure leases: long enough for all 10,000 to be
+/// taken before the first is renewed.
+const SWEEP_TTL: u64 = 900;
+
 /// Throughput and latency of one run.
 pub struct Throughput {
     /// Operations per second over the run.
@@ -68,16 +72,27 @@ impl CpuMeter {
 }
 
 /// Takes one holding per task: `c` names `<tag>.<i>`, each with its own
-/// session, 64 at a time.
-async fn hold_many(sys: &Arc<Sys>, tag: &str, c: usize) -> R<Vec<(Held, Session)>> {
+/// session of `ttl_s`, 64 at a time. This is setup, not measured: an
+/// Acquire refused as unavailable (Tenure under load: JetStream's bound on
+/// open atomic batches) is asked again, up to 5 times, as a client would.
+async fn hold_many(sys: &Arc<Sys>, tag: &str, c: usize, ttl_s: u64) -> R<Vec<(Held, Session)>> {
     futures::stream::iter(0..c)
         .map(|i| {
             let sys = sys.clone();
             let name = format!("{tag}.{i}");
             async move {
-                let s = sys.session(LONG_TTL).await?;
-                let h = sys.acquire(&name, &s, false).await?;
-                Ok((h, s))
+                let s = sys.session(ttl_s).await?;
+                let mut tries = 0;
+                loop {
+                    match sys.acquire(&name, &s, false).await {
+                        Ok(h) => return Ok((h, s)),
+                        Err(e) if e.contains("Unavailable") && tries < 5 => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         })
         .buffer_unordered(64)
@@ -143,7 +158,7 @@ pub async fn renew(
     dur: Duration,
     pids: &[u32],
 ) -> R<Throughput> {
-    let held = hold_many(sys, tag, c).await?;
+    let held = hold_many(sys, tag, c, LONG_TTL).await?;
     let cpu = CpuMeter::start(pids);
     let start = Instant::now();
     let end = start + dur;
@@ -195,7 +210,7 @@ pub async fn keepalive(
     dur: Duration,
     pids: &[u32],
 ) -> R<Throughput> {
-    let mut held = hold_many(sys, tag, c * per).await?;
+    let mut held = hold_many(sys, tag, c * per, LONG_TTL).await?;
     let mut groups = Vec::new();
     while !held.is_empty() {
         let rest = held.split_off(per.min(held.len()));
@@ -321,7 +336,9 @@ pub async fn keepalive_sweeps(
     dur: Duration,
     pids: &[u32],
 ) -> R<Sweeps> {
-    let mut held = hold_many(sys, tag, leases).await?;
+    // Taking 10,000 leases can take longer than a minute on a loaded
+    // machine: the first must not expire before the clock starts.
+    let mut held = hold_many(sys, tag, leases, SWEEP_TTL).await?;
     let messages = leases.div_ceil(per.max(1));
     let (tx, rx) = tokio::sync::mpsc::channel::<KeepAliveRequest>(messages.max(1));
     let requests =
