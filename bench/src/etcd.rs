@@ -92,6 +92,7 @@ impl Etcd {
             deadline: s.granted_at + Duration::from_secs(s.ttl_s),
             keeper: None,
             lease: s.lease,
+            slot: 0,
         })
     }
 

@@ -5,7 +5,9 @@
 //! production) and, when `etcd` is found, two single-node etcd servers (one
 //! default, one `--unsafe-no-fsync`); optionally pins them to the servers'
 //! CPUs with `taskset` while the load runs on other CPUs. Then it runs
-//! workloads 1 to 6 of issue 5 and 7 (the KeepAlive stream, issue 14) against each system, alternating systems
+//! workloads 1 to 6 of issue 5 (3: fair handoff, issue 12), 7 and 9 (the
+//! KeepAlive stream, issue 14) and 8 (semaphores, issue 13) against each
+//! system, alternating systems
 //! within every run (the order rotates each run), each figure over several
 //! runs, and prints one Markdown table: the median and spread of each
 //! figure, and Tenure's ratio to raw NATS and to etcd.
@@ -130,6 +132,9 @@ struct Env {
     nats_idx: usize,
     /// Index of tenure in `servers`.
     tenure_idx: usize,
+    /// The server processes of each system (Tenure: tenure, then
+    /// nats-server), for CPU figures.
+    pids: std::collections::HashMap<Kind, Vec<u32>>,
 }
 
 /// Starts the servers and connects a client to each system.
@@ -180,6 +185,9 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
         }
     }
     let tenure_bg = Raw::open(&nats_url, "tenure", false).await?;
+    let mut pids = std::collections::HashMap::new();
+    pids.insert(Kind::Raw, vec![servers[0].pid()]);
+    pids.insert(Kind::Tenure, vec![servers[1].pid(), servers[0].pid()]);
     let mut systems = vec![
         Arc::new(Sys::Raw(raw)),
         Arc::new(Sys::Tenure(client, tenure_bg)),
@@ -196,6 +204,7 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
             for (kind, no_fsync) in [(Kind::Etcd, false), (Kind::EtcdNoFsync, true)] {
                 let server = launcher.etcd(&bin, dir, no_fsync).await?;
                 let addr = format!("127.0.0.1:{}", server.port);
+                pids.insert(kind, vec![server.pid()]);
                 servers.push(server);
                 let e = crate::etcd::Etcd::connect(kind, &addr, args.conns).await?;
                 systems.push(Arc::new(Sys::Etcd(e)));
@@ -211,6 +220,7 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
         tenure_addr,
         nats_idx: 0,
         tenure_idx: 1,
+        pids,
     })
 }
 
@@ -253,7 +263,7 @@ async fn run(args: Args) -> R<()> {
                 for sys in rotation(&env.systems, run) {
                     let k = sys.kind();
                     let tag = format!("w1.{}.c{c}.r{run}", k.name());
-                    match workloads::renew(&sys, &tag, c, dur).await {
+                    match workloads::renew(&sys, &tag, c, dur, &[]).await {
                         Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
@@ -279,7 +289,7 @@ async fn run(args: Args) -> R<()> {
     }
 
     if want(3) {
-        let w = "3. handoff, 16 waiters";
+        let w = "3. fair handoff, 16 waiters";
         for run in 0..runs {
             for sys in rotation(&env.systems, run) {
                 let k = sys.kind();
@@ -290,10 +300,17 @@ async fn run(args: Args) -> R<()> {
                         rep.add(w, "p50 ms", k, p50);
                         rep.add(w, "p99 ms", k, p99);
                         rep.add(w, "handoffs/s", k, h.per_s);
+                        rep.add(w, "overtakes", k, h.overtakes as f64);
+                        rep.add(w, "taken back by releaser", k, h.same_holder as f64);
                         eprintln!(
-                            "{w} {}: {} handoffs, p50 {p50:.3} ms p99 {p99:.3} ms",
+                            "{w} {}: {} handoffs ({:.0}/s), p50 {p50:.3} ms p99 {p99:.3} ms, {} overtakes ({} with no margin, the largest by {:?}), {} taken back",
                             k.name(),
-                            h.lat.len()
+                            h.lat.len(),
+                            h.per_s,
+                            h.overtakes,
+                            h.strict_overtakes,
+                            h.max_overtake,
+                            h.same_holder
                         );
                     }
                     Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
@@ -481,14 +498,73 @@ async fn run(args: Args) -> R<()> {
                 for sys in rotation(&env.systems, run) {
                     let k = sys.kind();
                     let tag = format!("w7.{}.c{c}.p{per}.r{run}", k.name());
+                    let pids = env.pids.get(&k).cloned().unwrap_or_default();
                     let result = match sys.as_ref() {
-                        Sys::Tenure(t, _) => workloads::keepalive(&sys, t, &tag, c, per, dur).await,
-                        _ => workloads::renew(&sys, &tag, c * per, dur).await,
+                        Sys::Tenure(t, _) => {
+                            workloads::keepalive(&sys, t, &tag, (c, per), dur, &pids).await
+                        }
+                        _ => workloads::renew(&sys, &tag, c * per, dur, &pids).await,
                     };
                     match result {
-                        Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
+                        Ok(t) => {
+                            add_throughput(&mut rep, &w, "ops/s", k, &t);
+                            add_cpu(&mut rep, &w, k, &t);
+                        }
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
+                }
+            }
+        }
+    }
+
+    if want(8) {
+        // A semaphore of 8 slots shared by 64 clients (Tenure: limit 8;
+        // etcd and raw: 8 lock names, client i on name i % 8).
+        let (clients, slots) = (64, 8);
+        let w = format!("8. semaphore, {slots} slots, {clients} clients");
+        for run in 0..runs {
+            for sys in rotation(&env.systems, run) {
+                let k = sys.kind();
+                let tag = format!("w8.{}.r{run}", k.name());
+                match workloads::semaphore(&sys, &tag, clients, slots, dur).await {
+                    Ok(t) => add_throughput(&mut rep, &w, "cycles/s", k, &t),
+                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+                }
+            }
+        }
+    }
+
+    if want(9) {
+        // One client holding many leases: Tenure renews them all over one
+        // KeepAlive stream, 100 entries a message; raw renews each with its
+        // own task. etcd is not run: its client would attach every lock to
+        // one session lease and renew that one lease.
+        let (leases, per) = if quick { (1_000, 100) } else { (10_000, 100) };
+        let w = format!("9. renew {leases} leases, 1 client");
+        for run in 0..runs {
+            for sys in rotation(&env.systems, run) {
+                let k = sys.kind();
+                let tag = format!("w9.{}.r{run}", k.name());
+                let pids = env.pids.get(&k).cloned().unwrap_or_default();
+                let result = match sys.as_ref() {
+                    Sys::Tenure(t, _) => {
+                        workloads::keepalive_sweeps(&sys, t, &tag, (leases, per), dur, &pids)
+                            .await
+                            .map(|s| {
+                                rep.add(&w, "sweep ms", k, s.sweep_ms);
+                                s.t
+                            })
+                    }
+                    Sys::Raw(_) => workloads::renew(&sys, &tag, leases, dur, &pids).await,
+                    #[cfg(feature = "etcd")]
+                    Sys::Etcd(_) => continue,
+                };
+                match result {
+                    Ok(t) => {
+                        add_throughput(&mut rep, &w, "ops/s", k, &t);
+                        add_cpu(&mut rep, &w, k, &t);
+                    }
+                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                 }
             }
         }
@@ -541,6 +617,24 @@ async fn run(args: Args) -> R<()> {
         return Err(format!("{} workload run(s) failed", rep.notes.len()));
     }
     Ok(())
+}
+
+/// Records the CPU figures of a renewal run: Tenure's own process, and
+/// every server process of the system together (Tenure: tenure +
+/// nats-server; raw: nats-server; etcd: etcd).
+fn add_cpu(rep: &mut report::Report, w: &str, k: Kind, t: &workloads::Throughput) {
+    if t.cpu_ms_per_1k.is_empty() {
+        return;
+    }
+    if k == Kind::Tenure {
+        rep.add(w, "tenure CPU ms/1k renewals", k, t.cpu_ms_per_1k[0]);
+    }
+    let total: f64 = t.cpu_ms_per_1k.iter().sum();
+    rep.add(w, "server CPU ms/1k renewals", k, total);
+    eprintln!(
+        "{w} {}: server CPU {total:.1} ms per 1,000 renewals",
+        k.name()
+    );
 }
 
 /// Records one throughput run (rate in `unit`, p50, p99) and prints it.

@@ -106,6 +106,8 @@ pub struct Held {
     pub keeper: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
     /// etcd: the session lease.
     pub lease: i64,
+    /// Tenure: the semaphore slot of this holding (0 for a plain lease).
+    pub slot: u32,
 }
 
 impl Held {
@@ -121,6 +123,7 @@ impl Held {
             #[cfg(feature = "etcd")]
             keeper: None,
             lease: 0,
+            slot: 0,
         }
     }
 }
@@ -171,9 +174,20 @@ impl Sys {
     pub async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
         match self {
             Sys::Raw(r) => r.acquire(name, session, wait).await,
-            Sys::Tenure(t, _) => t.acquire(name, session.ttl_s, wait).await,
+            Sys::Tenure(t, _) => t.acquire(name, session.ttl_s, wait, 0).await,
             #[cfg(feature = "etcd")]
             Sys::Etcd(e) => e.acquire(name, session).await,
+        }
+    }
+
+    /// Takes one of the `limit` slots of semaphore `name`, waiting for a
+    /// free one (up to [`WAIT`]). Only Tenure has server-side semaphores:
+    /// the other systems return `None` (the semaphore workload gives each
+    /// of their clients one of `limit` lock names instead).
+    pub async fn acquire_slot(&self, name: &str, session: &Session, limit: u32) -> Option<R<Held>> {
+        match self {
+            Sys::Tenure(t, _) => Some(t.acquire(name, session.ttl_s, true, limit).await),
+            _ => None,
         }
     }
 
@@ -502,8 +516,9 @@ impl Tenure {
         LeaseServiceClient::new(self.channels[i].clone())
     }
 
-    /// Acquire, optionally waiting.
-    async fn acquire(&self, name: &str, ttl_s: u64, wait: bool) -> R<Held> {
+    /// Acquire, optionally waiting; `limit` > 0 takes a slot of a semaphore
+    /// with that limit.
+    async fn acquire(&self, name: &str, ttl_s: u64, wait: bool, limit: u32) -> R<Held> {
         let resp = self
             .client()
             .acquire(AcquireRequest {
@@ -511,6 +526,7 @@ impl Tenure {
                 holder: "bench".into(),
                 ttl: Some(pd(ttl_s)),
                 wait: wait.then(|| pd(WAIT.as_secs())),
+                limit,
                 ..Default::default()
             })
             .await
@@ -526,6 +542,7 @@ impl Tenure {
             now + Duration::from_secs(granted),
         );
         h.key = resp.lease_key;
+        h.slot = lease.slot;
         Ok(h)
     }
 
@@ -538,7 +555,7 @@ impl Tenure {
                 expected_revision: h.rev,
                 lease_key: h.key.clone(),
                 ttl: None,
-                slot: 0,
+                slot: h.slot,
             })
             .await
             .map_err(|s| format!("Renew {}: {:?} {}", h.name, s.code(), s.message()))?
@@ -556,7 +573,7 @@ impl Tenure {
                 name: h.name.clone(),
                 expected_revision: h.rev,
                 lease_key: h.key.clone(),
-                slot: 0,
+                slot: h.slot,
             })
             .await
             .map_err(|s| format!("Release {}: {:?} {}", h.name, s.code(), s.message()))?;

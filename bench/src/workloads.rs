@@ -1,7 +1,8 @@
-//! Workloads 1 to 5 of issue 5, and 7 (renewals over the KeepAlive
-//! stream, issue 14). Each function does one run against one
-//! system and returns its figures; `main` runs them alternating between
-//! systems and over several runs.
+//! Workloads 1 to 5 of issue 5 (3 made fair-aware for issue 12), 7 and 9
+//! (renewals over the KeepAlive stream, issue 14) and 8 (semaphores, issue
+//! 13). Each function does one run against one system and returns its
+//! figures; `main` runs them alternating between systems and over several
+//! runs.
 //!
 //! Latency is measured on this process's monotonic clock around each call.
 //! Where two events happen in different tasks (a release and the next
@@ -27,6 +28,10 @@ use crate::systems::{Held, Session, Sys, Tenure};
 /// TTL of holdings that must not expire during a measurement.
 const LONG_TTL: u64 = 60;
 
+/// TTL of workload 9's Tenure leases: long enough for all 10,000 to be
+/// taken before the first is renewed.
+const SWEEP_TTL: u64 = 900;
+
 /// Throughput and latency of one run.
 pub struct Throughput {
     /// Operations per second over the run.
@@ -35,19 +40,59 @@ pub struct Throughput {
     pub p50: f64,
     /// 99th percentile latency, ms.
     pub p99: f64,
+    /// CPU time per 1,000 operations, ms, of each process the caller
+    /// named (same order); empty when it named none.
+    pub cpu_ms_per_1k: Vec<f64>,
+}
+
+/// CPU time of some processes (from `/proc/<pid>/stat`) since it started.
+struct CpuMeter {
+    /// The processes and their CPU time at the start.
+    start: Vec<(u32, Duration)>,
+}
+
+impl CpuMeter {
+    /// Starts measuring `pids`.
+    fn start(pids: &[u32]) -> CpuMeter {
+        CpuMeter {
+            start: pids.iter().map(|&p| (p, cpu_time(p))).collect(),
+        }
+    }
+
+    /// Each process's CPU time since the start per 1,000 of `ops`, in ms.
+    fn per_1k(&self, ops: usize) -> Vec<f64> {
+        self.start
+            .iter()
+            .map(|&(pid, t0)| {
+                let used = cpu_time(pid).saturating_sub(t0).as_secs_f64() * 1000.0;
+                used * 1000.0 / ops.max(1) as f64
+            })
+            .collect()
+    }
 }
 
 /// Takes one holding per task: `c` names `<tag>.<i>`, each with its own
-/// session, 64 at a time.
-async fn hold_many(sys: &Arc<Sys>, tag: &str, c: usize) -> R<Vec<(Held, Session)>> {
+/// session of `ttl_s`, 64 at a time. This is setup, not measured: an
+/// Acquire refused as unavailable (Tenure under load: JetStream's bound on
+/// open atomic batches) is asked again, up to 5 times, as a client would.
+async fn hold_many(sys: &Arc<Sys>, tag: &str, c: usize, ttl_s: u64) -> R<Vec<(Held, Session)>> {
     futures::stream::iter(0..c)
         .map(|i| {
             let sys = sys.clone();
             let name = format!("{tag}.{i}");
             async move {
-                let s = sys.session(LONG_TTL).await?;
-                let h = sys.acquire(&name, &s, false).await?;
-                Ok((h, s))
+                let s = sys.session(ttl_s).await?;
+                let mut tries = 0;
+                loop {
+                    match sys.acquire(&name, &s, false).await {
+                        Ok(h) => return Ok((h, s)),
+                        Err(e) if e.contains("Unavailable") && tries < 5 => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         })
         .buffer_unordered(64)
@@ -78,6 +123,7 @@ fn throughput(mut lat: Vec<Duration>, elapsed: Duration) -> Throughput {
         per_s: lat.len() as f64 / elapsed.as_secs_f64(),
         p50: pct_ms(&mut lat, 50.0),
         p99: pct_ms(&mut lat, 99.0),
+        cpu_ms_per_1k: Vec::new(),
     }
 }
 
@@ -103,8 +149,17 @@ async fn join<T>(tasks: Vec<tokio::task::JoinHandle<R<T>>>) -> R<Vec<T>> {
 }
 
 /// Workload 1: `c` tasks, one lease each, renewing back to back for `dur`.
-pub async fn renew(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
-    let held = hold_many(sys, tag, c).await?;
+/// The CPU time of `pids` (the system's server processes) is measured
+/// over the timed phase.
+pub async fn renew(
+    sys: &Arc<Sys>,
+    tag: &str,
+    c: usize,
+    dur: Duration,
+    pids: &[u32],
+) -> R<Throughput> {
+    let held = hold_many(sys, tag, c, LONG_TTL).await?;
+    let cpu = CpuMeter::start(pids);
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = held
@@ -133,8 +188,12 @@ pub async fn renew(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Thro
         lat.extend(l);
         held.push((h, s));
     }
+    let cpu_ms_per_1k = cpu.per_1k(lat.len());
     let_go(sys, held).await;
-    Ok(throughput(lat, elapsed))
+    Ok(Throughput {
+        cpu_ms_per_1k,
+        ..throughput(lat, elapsed)
+    })
 }
 
 /// Workload 7 (Tenure): `c` clients, each with its own KeepAlive stream
@@ -142,15 +201,16 @@ pub async fn renew(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Thro
 /// renewing all of its leases and awaiting its response, back to back for
 /// `dur`. The rate counts renewals; the latency is one message's round
 /// trip. (The other systems run [`renew`] with `c * per` tasks instead.)
+/// The CPU time of `pids` is measured over the timed phase.
 pub async fn keepalive(
     sys: &Arc<Sys>,
     t: &Tenure,
     tag: &str,
-    c: usize,
-    per: usize,
+    (c, per): (usize, usize),
     dur: Duration,
+    pids: &[u32],
 ) -> R<Throughput> {
-    let mut held = hold_many(sys, tag, c * per).await?;
+    let mut held = hold_many(sys, tag, c * per, LONG_TTL).await?;
     let mut groups = Vec::new();
     while !held.is_empty() {
         let rest = held.split_off(per.min(held.len()));
@@ -169,6 +229,7 @@ pub async fn keepalive(
             .into_inner();
         streams.push((tx, responses));
     }
+    let cpu = CpuMeter::start(pids);
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = groups
@@ -238,6 +299,7 @@ pub async fn keepalive(
         held.extend(group);
         failure = failure.or(f);
     }
+    let cpu_ms_per_1k = cpu.per_1k(renewed);
     let_go(sys, held).await;
     if let Some(f) = failure {
         return Err(f);
@@ -246,6 +308,123 @@ pub async fn keepalive(
         per_s: renewed as f64 / elapsed.as_secs_f64(),
         p50: pct_ms(&mut lat, 50.0),
         p99: pct_ms(&mut lat, 99.0),
+        cpu_ms_per_1k,
+    })
+}
+
+/// Figures of one run of workload 9.
+pub struct Sweeps {
+    /// Renewals per second, latency of one message's round trip, and CPU
+    /// per 1,000 renewals of each named process.
+    pub t: Throughput,
+    /// Median time to renew every lease once (one sweep), ms.
+    pub sweep_ms: f64,
+}
+
+/// Workload 9 (Tenure): ONE client holds `leases` leases and renews all of
+/// them over one KeepAlive stream, `per` entries a message, back to back
+/// for `dur`: a sweep sends every message of the round at once (pipelined;
+/// the server reads while its in-flight bound allows) and then reads the
+/// responses, which come in order. The latency is one message's send ->
+/// its response (queueing behind the earlier messages of the sweep
+/// included); the sweep time is the first send -> the last response.
+pub async fn keepalive_sweeps(
+    sys: &Arc<Sys>,
+    t: &Tenure,
+    tag: &str,
+    (leases, per): (usize, usize),
+    dur: Duration,
+    pids: &[u32],
+) -> R<Sweeps> {
+    // Taking 10,000 leases can take longer than a minute on a loaded
+    // machine: the first must not expire before the clock starts.
+    let mut held = hold_many(sys, tag, leases, SWEEP_TTL).await?;
+    let messages = leases.div_ceil(per.max(1));
+    let (tx, rx) = tokio::sync::mpsc::channel::<KeepAliveRequest>(messages.max(1));
+    let requests =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let opened = t.client().keep_alive(requests).await;
+    let mut responses = match opened {
+        Ok(r) => r.into_inner(),
+        Err(s) => {
+            let_go(sys, held).await;
+            return Err(format!("KeepAlive: {:?} {}", s.code(), s.message()));
+        }
+    };
+    let cpu = CpuMeter::start(pids);
+    let start = Instant::now();
+    let end = start + dur;
+    let (mut lat, mut sweeps) = (Vec::new(), Vec::new());
+    let mut renewed = 0usize;
+    let mut failure = None;
+    'run: while Instant::now() < end {
+        let sweep = Instant::now();
+        let mut sent = Vec::with_capacity(messages);
+        for chunk in held.chunks(per.max(1)).enumerate() {
+            let (k, chunk) = chunk;
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, (h, _))| KeepAliveEntry {
+                    id: (k * per + i) as u64,
+                    name: h.name.clone(),
+                    expected_revision: h.rev,
+                    lease_key: h.key.clone(),
+                    ttl: None,
+                    slot: 0,
+                })
+                .collect();
+            sent.push(Instant::now());
+            if tx.send(KeepAliveRequest { entries }).await.is_err() {
+                failure = Some("KeepAlive: the stream closed".to_string());
+                break 'run;
+            }
+        }
+        for at in sent {
+            let response = match responses.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    failure = Some("KeepAlive: the stream ended".into());
+                    break 'run;
+                }
+                Err(s) => {
+                    failure = Some(format!("KeepAlive: {:?} {}", s.code(), s.message()));
+                    break 'run;
+                }
+            };
+            lat.push(at.elapsed());
+            for r in response.results {
+                match (r.outcome, held.get_mut(r.id as usize)) {
+                    (Some(Outcome::Lease(l)), Some((h, _))) => {
+                        h.rev = l.revision;
+                        renewed += 1;
+                    }
+                    (other, _) => {
+                        failure.get_or_insert(format!("KeepAlive entry {}: {other:?}", r.id));
+                    }
+                }
+            }
+        }
+        sweeps.push(sweep.elapsed());
+        if failure.is_some() {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    let cpu_ms_per_1k = cpu.per_1k(renewed);
+    drop(tx);
+    let_go(sys, held).await;
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    Ok(Sweeps {
+        t: Throughput {
+            per_s: renewed as f64 / elapsed.as_secs_f64(),
+            p50: pct_ms(&mut lat, 50.0),
+            p99: pct_ms(&mut lat, 99.0),
+            cpu_ms_per_1k,
+        },
+        sweep_ms: pct_ms(&mut sweeps, 50.0),
     })
 }
 
@@ -287,34 +466,73 @@ pub async fn cycles(sys: &Arc<Sys>, tag: &str, c: usize, dur: Duration) -> R<Thr
 
 /// Handoff figures of one run.
 pub struct Handoff {
-    /// Release reply -> next holder's acquire reply, per handoff.
+    /// Release reply -> next holder's acquire reply, per handoff to a
+    /// different holder.
     pub lat: Vec<Duration>,
-    /// Handoffs per second.
+    /// Handoffs to a different holder per second.
     pub per_s: f64,
+    /// Holdings granted while a waiter that had sent its request more than
+    /// [`OVERTAKE_MARGIN`] earlier was still waiting (0 for a
+    /// first-come-first-served lock).
+    pub overtakes: usize,
+    /// The same with no margin (requests sent any time earlier).
+    pub strict_overtakes: usize,
+    /// The largest overtake: how much earlier than the overtaking request
+    /// the overtaken waiter had sent its own (zero when none).
+    pub max_overtake: Duration,
+    /// Holdings taken straight back by the holder that had just released
+    /// (not handoffs).
+    pub same_holder: usize,
 }
 
-/// Workload 3: 16 tasks contend for one name with waiting acquires; each
-/// releases as soon as it holds. A handoff's latency runs from the
-/// holder's release reply to the next holder's acquire reply; holdings are
-/// ordered by fencing token, so each release pairs with the next acquire.
+/// One holding in the handoff workload.
+#[derive(Clone, Copy, Debug)]
+struct Holding {
+    /// Which task held it.
+    holder: usize,
+    /// Its fencing token (grant order).
+    token: u64,
+    /// When its acquire request was sent.
+    asked: Instant,
+    /// Its acquire reply.
+    acquired: Instant,
+    /// Its release reply.
+    released: Instant,
+}
+
+/// Workload 3: `waiters` tasks contend for one name with waiting acquires;
+/// each releases as soon as it holds and asks again at once. Holdings are
+/// ordered by fencing token (grant order). A handoff is a holding followed
+/// by one of a DIFFERENT holder; its latency runs from the holder's release
+/// reply to the next holder's acquire reply. A holding taken by a task
+/// while another task that had sent its acquire earlier was still waiting
+/// is an overtake. The tasks start 2 ms apart, so their first requests do
+/// not race each other.
 pub async fn handoff(sys: &Arc<Sys>, tag: &str, waiters: usize, dur: Duration) -> R<Handoff> {
     let name = format!("{tag}.lock");
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = (0..waiters)
-        .map(|_| {
+        .map(|holder| {
             let sys = sys.clone();
             let name = name.clone();
             tokio::spawn(async move {
                 let s = sys.session(LONG_TTL).await?;
-                // (token, acquire reply, release reply)
+                tokio::time::sleep(Duration::from_millis(2 * holder as u64)).await;
                 let mut holdings = Vec::new();
                 let result = async {
                     while Instant::now() < end {
+                        let asked = Instant::now();
                         let h = sys.acquire(&name, &s, true).await?;
                         let acquired = Instant::now();
                         sys.release(&h).await?;
-                        holdings.push((h.token, acquired, Instant::now()));
+                        holdings.push(Holding {
+                            holder,
+                            token: h.token,
+                            asked,
+                            acquired,
+                            released: Instant::now(),
+                        });
                     }
                     Ok::<_, String>(())
                 }
@@ -324,18 +542,115 @@ pub async fn handoff(sys: &Arc<Sys>, tag: &str, waiters: usize, dur: Duration) -
             })
         })
         .collect();
-    let mut holdings: Vec<(u64, Instant, Instant)> =
-        join(tasks).await?.into_iter().flatten().collect();
+    let holdings: Vec<Holding> = join(tasks).await?.into_iter().flatten().collect();
     let elapsed = start.elapsed();
-    holdings.sort_by_key(|h| h.0);
-    let lat: Vec<Duration> = holdings
-        .windows(2)
-        .map(|w| w[1].1.saturating_duration_since(w[0].2))
-        .collect();
-    Ok(Handoff {
+    Ok(handoff_figures(holdings, elapsed))
+}
+
+/// The figures of workload 3 from its holdings, in any order.
+fn handoff_figures(mut holdings: Vec<Holding>, elapsed: Duration) -> Handoff {
+    holdings.sort_by_key(|h| h.token);
+    let mut lat = Vec::new();
+    let mut same_holder = 0;
+    for w in holdings.windows(2) {
+        if w[0].holder == w[1].holder {
+            same_holder += 1;
+        } else {
+            lat.push(w[1].acquired.saturating_duration_since(w[0].released));
+        }
+    }
+    let strict_overtakes = count_overtakes(&holdings, Duration::ZERO);
+    let overtakes = count_overtakes(&holdings, OVERTAKE_MARGIN);
+    let mut max_overtake = Duration::ZERO;
+    let mut earliest_later: Option<Instant> = None;
+    for h in holdings.iter().rev() {
+        if let Some(e) = earliest_later {
+            max_overtake = max_overtake.max(h.asked.saturating_duration_since(e));
+        }
+        earliest_later = Some(earliest_later.map_or(h.asked, |e| e.min(h.asked)));
+    }
+    Handoff {
         per_s: lat.len() as f64 / elapsed.as_secs_f64(),
         lat,
-    })
+        overtakes,
+        strict_overtakes,
+        max_overtake,
+        same_holder,
+    }
+}
+
+/// How much earlier a waiter must have sent its request for a grant to
+/// another waiter to count as overtaking it. The bench sees only send
+/// times; FIFO order is the order the server stored the requests in, and
+/// two requests sent within this margin over different connections may
+/// reach it either way round without anyone being overtaken.
+pub const OVERTAKE_MARGIN: Duration = Duration::from_millis(1);
+
+/// Holdings (in grant order) granted while a waiter that had asked more
+/// than `margin` earlier was still waiting: i.e. a holding granted later
+/// was asked for more than `margin` before this one.
+fn count_overtakes(holdings: &[Holding], margin: Duration) -> usize {
+    let mut count = 0;
+    let mut earliest_later: Option<Instant> = None;
+    for h in holdings.iter().rev() {
+        if earliest_later.is_some_and(|e| e + margin < h.asked) {
+            count += 1;
+        }
+        earliest_later = Some(earliest_later.map_or(h.asked, |e| e.min(h.asked)));
+    }
+    count
+}
+
+/// Workload 8: `clients` tasks share a semaphore of `slots`, each taking a
+/// slot (waiting while all are taken) and releasing it, back to back for
+/// `dur`; latency is one whole cycle, wait included. Tenure: `Acquire` with
+/// `limit` = `slots` and a wait, `Release` with the granted slot. The
+/// others have no server-side semaphore; the closest is `slots` lock names,
+/// client `i` always on name `i % slots` (etcd: v3lock; raw: its lock),
+/// which bounds holders the same way but cannot hand a free slot to a
+/// waiter of another name.
+pub async fn semaphore(
+    sys: &Arc<Sys>,
+    tag: &str,
+    clients: usize,
+    slots: u32,
+    dur: Duration,
+) -> R<Throughput> {
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        sessions.push(sys.session(LONG_TTL).await?);
+    }
+    let start = Instant::now();
+    let end = start + dur;
+    let tasks: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let sys = sys.clone();
+            let s = s.clone();
+            let sem = format!("{tag}.sem");
+            let lock = format!("{tag}.sem.{}", i % slots.max(1) as usize);
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    let h = match sys.acquire_slot(&sem, &s, slots).await {
+                        Some(h) => h?,
+                        None => sys.acquire(&lock, &s, true).await?,
+                    };
+                    sys.release(&h).await?;
+                    lat.push(t.elapsed());
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let done = join(tasks).await;
+    let elapsed = start.elapsed();
+    for s in sessions {
+        let _ = sys.end_session(s).await;
+    }
+    Ok(throughput(done?.into_iter().flatten().collect(), elapsed))
 }
 
 /// Workload 4: holders take a name and stop (as if killed); a waiter blocks
@@ -675,4 +990,55 @@ pub async fn watch(
         cpu_pct: cpu.as_secs_f64() * 100.0 / wall.as_secs_f64(),
         nats_rss_mb: nats_rss as f64 / 1048576.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handoffs count only grants to a different holder; an overtake is a
+    /// grant while an earlier request was still waiting.
+    #[test]
+    fn handoff_counts_fair_and_unfair_grants() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let h = |holder, token, asked, acquired, released| Holding {
+            holder,
+            token,
+            asked: ms(asked),
+            acquired: ms(acquired),
+            released: ms(released),
+        };
+        // FIFO: 0 holds, 1 and 2 wait (asked at 1, 2); 0 asks again at 11
+        // and is served after them.
+        let fair = vec![
+            h(2, 30, 2, 20, 21),
+            h(0, 10, 0, 0, 10),
+            h(1, 20, 1, 12, 13),
+            h(0, 40, 11, 23, 24),
+        ];
+        let f = handoff_figures(fair, Duration::from_secs(1));
+        assert_eq!(f.overtakes, 0);
+        assert_eq!(f.same_holder, 0);
+        assert_eq!(f.lat.len(), 3);
+        assert_eq!(f.lat[0], Duration::from_millis(2));
+        // Unfair: 0 takes the name straight back (not a handoff) while 1,
+        // waiting since 1 ms, is overtaken twice (by 0 and then by 2).
+        let unfair = vec![
+            h(0, 10, 0, 0, 10),
+            h(0, 20, 10, 11, 12),
+            h(2, 30, 5, 14, 15),
+            h(1, 40, 1, 17, 18),
+        ];
+        let u = handoff_figures(unfair, Duration::from_secs(1));
+        assert_eq!(u.overtakes, 2);
+        assert_eq!(u.same_holder, 1);
+        assert_eq!(u.lat.len(), 2);
+        assert_eq!(u.per_s, 2.0);
+        assert_eq!(u.max_overtake, Duration::from_millis(9));
+        // Requests sent within the margin may be served either way round.
+        let close = vec![h(1, 10, 1, 2, 3), h(0, 20, 0, 4, 5)];
+        let c = handoff_figures(close, Duration::from_secs(1));
+        assert_eq!((c.overtakes, c.strict_overtakes), (0, 1));
+    }
 }
