@@ -124,6 +124,22 @@ async fn after_release_the_name_is_free_at_once() {
     acquire(&mut c, acquire_req("ld.rel", "third", 5)).await;
 }
 
+/// After a delayed holding is released, a new holding with a delay of its
+/// own takes the name at once (its fence is written over the tombstone the
+/// release left on the fence key).
+#[tokio::test]
+async fn a_delayed_holding_follows_a_released_one() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (lease, key) = acquire(&mut c, delayed_req("ld.again", "first", 60, 30)).await;
+    c.release(release_req("ld.again", lease.revision, key))
+        .await
+        .unwrap();
+    let (next, _) = acquire(&mut c, delayed_req("ld.again", "second", 60, 30)).await;
+    assert!(next.fencing_token > lease.fencing_token);
+    assert_eq!(next.lock_delay.unwrap().seconds, 30);
+}
+
 /// A delay replaced by a holding without one is gone: its expiry frees the
 /// name at once.
 #[tokio::test]

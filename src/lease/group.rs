@@ -224,7 +224,7 @@ impl Leases {
                     return Ok(None);
                 };
                 let queue = fifo::Queue::read(&self.store, name, self.max_waiters).await?;
-                let fence = if rules::needs_fence(last.as_ref()) {
+                let fence = if rules::needs_fence(last.as_ref(), args.lock_delay_s) {
                     self.fence(name).await?
                 } else {
                     (0, None)

@@ -505,7 +505,7 @@ impl Leases {
         };
         // The lock delay of the holding the last message ended, and the
         // fence the new holding replaces.
-        let fence = if rules::needs_fence(last.as_ref()) {
+        let fence = if rules::needs_fence(last.as_ref(), args.lock_delay_s) {
             self.fence(&args.name).await?
         } else {
             (0, None)

@@ -74,12 +74,15 @@ pub fn fence_key(name: &str) -> String {
 /// Whether an Acquire over `last` must read the name's fence: after an
 /// expiry or a revoke (the delay may still run), or with no message at all
 /// (a fence may outlive the marker; the new holding must replace it).
-/// After a release there is none: the release removed it.
-pub fn needs_fence(last: Option<&Entry>) -> bool {
-    matches!(
-        last.map(|e| &e.kind),
-        None | Some(Kind::Expired) | Some(Kind::Revoked(_))
-    )
+/// After a release there is none in force (the release left a tombstone),
+/// but a new holding with a delay of its own (`lock_delay_s` > 0) still
+/// reads it: its fence is written over the fence key's last revision.
+pub fn needs_fence(last: Option<&Entry>, lock_delay_s: u64) -> bool {
+    lock_delay_s > 0
+        || matches!(
+            last.map(|e| &e.kind),
+            None | Some(Kind::Expired) | Some(Kind::Revoked(_))
+        )
 }
 
 /// Until when (Unix ms) a name is refused by the lock delay of the holding
@@ -198,9 +201,10 @@ mod tests {
         assert_eq!(delayed_until(Some(&at(Kind::Revoked(0))), 5), None);
         assert_eq!(delayed_until(Some(&at(Kind::Released(None))), 5), None);
         assert_eq!(delayed_until(None, 5), None);
-        assert!(needs_fence(None));
-        assert!(needs_fence(Some(&at(Kind::Expired))));
-        assert!(!needs_fence(Some(&at(Kind::Released(None)))));
+        assert!(needs_fence(None, 0));
+        assert!(needs_fence(Some(&at(Kind::Expired)), 0));
+        assert!(!needs_fence(Some(&at(Kind::Released(None))), 0));
+        assert!(needs_fence(Some(&at(Kind::Released(None))), 5));
     }
 
     /// Tenure's own keys live under one reserved first level.
