@@ -649,7 +649,7 @@ fn fifo(input: &Input, r: &mut Report) {
         o.op == OpKind::Acquire
             && matches!(o.phase, Phase::Ok | Phase::Fail)
             && attempts.get(o.holding.as_str()) == Some(&1)
-            && (o.phase == Phase::Ok || o.detail == "LEASE_HELD")
+            && (o.phase == Phase::Ok || o.detail.starts_with("LEASE_HELD"))
     }) {
         // The tickets this holder wrote for this name while the call was
         // in flight (same machine, one wall clock; a few ms of slack for

@@ -196,8 +196,16 @@ fn definite(status: &tonic::Status) -> bool {
 }
 
 /// A short description of a failure: the ErrorInfo reason, else the code.
+///
+/// A `LEASE_HELD` that names no holder (the name may be free, but queued
+/// waiters or a lock delay come first) is `LEASE_HELD (queued)`: it is not
+/// evidence that a holding still stood (the checker's P4 reads only a plain
+/// `LEASE_HELD` as that).
 fn describe(status: &tonic::Status) -> String {
     match status.get_details_error_info() {
+        Some(info) if info.reason == "LEASE_HELD" && !info.metadata.contains_key("holder") => {
+            "LEASE_HELD (queued)".to_string()
+        }
         Some(info) => info.reason,
         None => format!("{:?}: {}", status.code(), status.message()),
     }
@@ -639,18 +647,36 @@ impl Client {
                     return Some(held);
                 }
                 res => {
+                    // A group's LEASE_HELD proves only the member it names
+                    // (metadata `name`, with its `holder`) held; the others
+                    // may be free (or only queued for), so their refusal
+                    // is recorded under another detail, which the checker
+                    // does not take as evidence that they were held.
+                    let mut held_member = None;
                     let (phase, detail) = match res {
                         Ok(resp) => (
                             Phase::Info,
                             format!("{} leases for {} names", resp.leases.len(), names.len()),
                         ),
-                        Err(status) if definite(&status) => (Phase::Fail, describe(&status)),
+                        Err(status) if definite(&status) => {
+                            if let Some(info) = status.get_details_error_info() {
+                                if info.metadata.contains_key("holder") {
+                                    held_member = info.metadata.get("name").cloned();
+                                }
+                            }
+                            (Phase::Fail, describe(&status))
+                        }
                         Err(status) => (Phase::Info, describe(&status)),
                     };
                     for op in &mut ops {
                         op.t1 = t1;
                         op.phase = phase;
-                        op.detail = detail.clone();
+                        op.detail = match detail.as_str() {
+                            "LEASE_HELD" if held_member.as_deref() != Some(op.name.as_str()) => {
+                                "LEASE_HELD (for another member, or queued)".to_string()
+                            }
+                            _ => detail.clone(),
+                        };
                         self.rec.record(op);
                     }
                     if phase == Phase::Fail {
