@@ -73,23 +73,28 @@ export class TenureServer {
     for (const [what, path] of [["TENURE_BIN", bin], ["NATS_SERVER", nats]]) {
       if (!existsSync(path)) throw new Error(`${what} ${path} does not exist (cargo build; scripts/tools.sh)`);
     }
-    const dataDir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
-    const address = where.address ?? `127.0.0.1:${await freePort()}`;
-    // With `where.nats`, a shared nats-server that outlives this Tenure (restart tests).
-    const natsArgs = where.nats ? ["--nats-url", where.nats.url] : ["--data-dir", dataDir, "--nats-server", nats];
-    const child = spawn(
-      bin,
-      ["serve", "--listen", address, ...natsArgs, "--log-format", "json", "--shutdown-grace", "1s", ...extraArgs],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    const server = new TenureServer(address, child, dataDir);
-    try {
-      await server.#waitReady(30_000, probe);
-    } catch (err) {
-      await server.stop();
-      throw err;
+    // A free port can be taken before Tenure binds it (by the nats-server it
+    // starts, which picks its own free port): then start again on another.
+    for (let attempt = 1; ; attempt++) {
+      const dataDir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
+      const address = where.address ?? `127.0.0.1:${await freePort()}`;
+      // With `where.nats`, a shared nats-server that outlives this Tenure (restart tests).
+      const natsArgs = where.nats ? ["--nats-url", where.nats.url] : ["--data-dir", dataDir, "--nats-server", nats];
+      const child = spawn(
+        bin,
+        ["serve", "--listen", address, ...natsArgs, "--log-format", "json", "--shutdown-grace", "1s", ...extraArgs],
+        { stdio: ["ignore", "pipe", "pipe"] },
+      );
+      const server = new TenureServer(address, child, dataDir);
+      try {
+        await server.#waitReady(30_000, probe);
+        return server;
+      } catch (err) {
+        await server.stop();
+        const taken = server.logs().includes("Address already in use");
+        if (!taken || where.address !== undefined || attempt >= 3) throw err;
+      }
     }
-    return server;
   }
 
   /**
