@@ -89,11 +89,18 @@ func startServer() (*server, error) {
 // with creds (TLS when the flags turn it on).
 func startServerWith(creds credentials.TransportCredentials, extra ...string) (*server, error) {
 	nats := toolPath("NATS_SERVER", ".tools/bin/nats-server")
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	// A free port can be taken before Tenure binds it (by the nats-server it
+	// starts, which picks its own free port): then start again on another.
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err := startServerAt(fmt.Sprintf("127.0.0.1:%d", port), creds, append([]string{"--nats-server", nats}, extra...)...)
+		if err == nil || attempt >= 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return s, err
+		}
 	}
-	return startServerAt(fmt.Sprintf("127.0.0.1:%d", port), creds, append([]string{"--nats-server", nats}, extra...)...)
 }
 
 // startServerAt starts Tenure listening on addr with these `serve` flags
