@@ -403,22 +403,14 @@ pub fn prefix(prefix: &str) -> Result<&str> {
 
 /// Checks a listing page token: empty, or a lease name.
 pub fn page_token(token: &str) -> Result<&str> {
-    // `name`, or `name#slot` for a semaphore holder.
-    let named = match token.rsplit_once('#') {
-        Some((n, slot)) if !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) => n,
-        Some(_) => return Err(Error::new(
+    // `name`, or `name#slot` for a semaphore holder (the listing's format).
+    match crate::lease::parse_page_token(token) {
+        Some((named, _)) if token.is_empty() || name(named).is_ok() => Ok(token),
+        _ => Err(Error::new(
             Reason::InvalidArgument,
             "page_token is not one this server issued for this prefix; start again with an empty page_token",
         )),
-        None => token,
-    };
-    if token.is_empty() || name(named).is_ok() {
-        return Ok(token);
     }
-    Err(Error::new(
-        Reason::InvalidArgument,
-        "page_token is not one this server issued for this prefix; start again with an empty page_token",
-    ))
 }
 
 /// Checks a revoke reason: 1 to 256 bytes of printable text.

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use election::{ttl_left, value_of, CampaignArgs, Change, ChangeKind, Elections, VALUE_KEY};
 pub use event::{Event, EventKind, Filter};
 pub use group::{GroupArgs, GroupMember, MAX_GROUP_SIZE};
-pub use list::Page;
+pub use list::{parse_token as parse_page_token, Page};
 pub use queue::Budget;
 pub use record::{Holding, KeyHash, Record, Released};
 pub use watch::{Hub, Subscription, WATCH_BUFFER_EVENTS};
