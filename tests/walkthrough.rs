@@ -31,16 +31,16 @@ const EXPECTED: &[&[&str]] = &[
     &["tenure.v1.LeaseService", "grpc.health.v1.Health"],
     &["rpc Acquire", "rpc WatchLease"],
     &[
-        "\"fencingToken\": \"2\"",
-        "\"revision\": \"2\"",
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"1\"",
         "\"leaseKey\": \"my-secret-lease-key-1\"",
     ],
-    &["\"fencingToken\": \"2\"", "\"revision\": \"3\""],
+    &["\"fencingToken\": \"1\"", "\"revision\": \"2\""],
     &["\"code\": 9", "LEASE_HELD", "\"holder\": \"worker-1\""],
-    &["\"holder\": \"worker-1\"", "\"revision\": \"3\""],
+    &["\"holder\": \"worker-1\"", "\"revision\": \"2\""],
     &["EVENT_TYPE_CURRENT", "EVENT_TYPE_SNAPSHOT_COMPLETE"],
-    &["\"revision\": \"4\""],
-    &["\"holder\": \"worker-2\"", "\"fencingToken\": \"6\""],
+    &["\"revision\": \"3\""],
+    &["\"holder\": \"worker-2\"", "\"fencingToken\": \"4\""],
 ];
 
 /// What each election walkthrough command must print, in order.
@@ -48,20 +48,20 @@ const ELECTION_EXPECTED: &[&[&str]] = &[
     &[
         "\"holder\": \"node-1\"",
         "\"value\": \"10.0.0.1:5432\"",
-        "\"fencingToken\": \"2\"",
-        "\"revision\": \"2\"",
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"1\"",
     ],
     &["\"code\": 9", "LEASE_HELD", "led by \\\"node-1\\\""],
     &["\"holder\": \"node-1\"", "\"ttlLeft\""],
     &[
         "\"value\": \"10.0.0.1:6432\"",
-        "\"fencingToken\": \"2\"",
-        "\"revision\": \"3\"",
+        "\"fencingToken\": \"1\"",
+        "\"revision\": \"2\"",
     ],
-    &["\"fencingToken\": \"2\"", "\"revision\": \"4\""],
+    &["\"fencingToken\": \"1\"", "\"revision\": \"3\""],
     &["CHANGE_TYPE_CURRENT", "\"value\": \"10.0.0.1:6432\""],
-    &["\"revision\": \"5\""],
-    &["\"holder\": \"node-2\"", "\"fencingToken\": \"7\""],
+    &["\"revision\": \"4\""],
+    &["\"holder\": \"node-2\"", "\"fencingToken\": \"5\""],
 ];
 
 /// What each semaphore walkthrough command must print, in order.

@@ -45,6 +45,8 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         EventKind::Released => proto::EventType::Released,
         EventKind::Expired => proto::EventType::Expired,
         EventKind::Revoked => proto::EventType::Revoked,
+        // Only waiting Acquires subscribe to it; no watch receives it.
+        EventKind::Turn => proto::EventType::Unspecified,
     };
     proto::LeaseEvent {
         r#type: kind as i32,

@@ -47,6 +47,51 @@ impl KeyCache {
     }
 }
 
+/// Names this replica took through an Acquire without a wait and then
+/// released, with the revision of the release: the next Acquire of such a
+/// name takes that tombstone as the name's last message and skips the
+/// lease read. As with [`KeyCache`], a message at a revision never changes,
+/// so a hint is either still the truth or fails the write's condition.
+#[derive(Default)]
+pub struct FreeHints {
+    /// name → the revision of this replica's release of it (`None`: taken,
+    /// not released yet).
+    entries: Mutex<HashMap<String, Option<u64>>>,
+}
+
+impl FreeHints {
+    /// Most names remembered; the map is cleared when it grows past this.
+    const CAPACITY: usize = 100_000;
+
+    /// The revision of this replica's release of `name`, if that is the
+    /// last thing it knows of it.
+    pub fn released_at(&self, name: &str) -> Option<u64> {
+        *self.entries.lock().expect("hints lock").get(name)?
+    }
+
+    /// This replica took `name`.
+    pub fn acquired(&self, name: &str) {
+        let mut entries = self.entries.lock().expect("hints lock");
+        if entries.len() >= Self::CAPACITY && !entries.contains_key(name) {
+            entries.clear();
+        }
+        entries.insert(name.to_string(), None);
+    }
+
+    /// This replica released `name` at `revision`.
+    pub fn released(&self, name: &str, revision: u64) {
+        let mut entries = self.entries.lock().expect("hints lock");
+        if let Some(entry) = entries.get_mut(name) {
+            *entry = Some(revision);
+        }
+    }
+
+    /// Forgets `name` (a hint failed its condition, or someone else wrote).
+    pub fn forget(&self, name: &str) {
+        self.entries.lock().expect("hints lock").remove(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +114,24 @@ mod tests {
         assert!(cache.get("a", 5).is_none(), "a newer write replaces it");
         cache.remove("a");
         assert!(cache.get("a", 6).is_none());
+    }
+
+    /// A hint exists only between this replica's Acquire and its release,
+    /// and is gone once forgotten.
+    #[test]
+    fn free_hints_follow_acquire_then_release() {
+        let hints = FreeHints::default();
+        hints.released("a", 9);
+        assert_eq!(
+            hints.released_at("a"),
+            None,
+            "released without an acquire seen"
+        );
+        hints.acquired("a");
+        assert_eq!(hints.released_at("a"), None, "held, not free");
+        hints.released("a", 9);
+        assert_eq!(hints.released_at("a"), Some(9));
+        hints.forget("a");
+        assert_eq!(hints.released_at("a"), None);
     }
 }

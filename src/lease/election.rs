@@ -274,6 +274,8 @@ impl Tracker {
             ended_token: 0,
         };
         match event.kind {
+            // Never delivered to an observer (it does not ask for turns).
+            EventKind::Turn => None,
             EventKind::Current => {
                 self.initial = event.holding.clone();
                 None

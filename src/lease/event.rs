@@ -22,6 +22,11 @@ pub enum EventKind {
     Expired,
     /// An operator removed the holding.
     Revoked,
+    /// Internal, never sent to a watch: the name is free and its queue lost
+    /// a live ticket (a waiter left or its ticket expired), so the next
+    /// waiter may now be the head. Delivered only to subscribers that ask
+    /// for it by name (waiting Acquires).
+    Turn,
 }
 
 /// One lease event.

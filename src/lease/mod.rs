@@ -43,7 +43,7 @@ pub use queue::Budget;
 pub use record::{Holding, KeyHash, Record, Released};
 pub use watch::{Hub, Subscription, WATCH_BUFFER_EVENTS};
 
-use cache::KeyCache;
+use cache::{FreeHints, KeyCache};
 use record::{Entry, Fence, Kind, Revoked};
 use rules::AcquirePlan;
 
@@ -121,6 +121,8 @@ pub struct Leases {
     max_waiters: usize,
     /// Queue reads shared by waiters that queue at the same time.
     queue_reads: Arc<fifo::SharedReads>,
+    /// Names this replica released, for Acquires in one round trip.
+    free: Arc<FreeHints>,
 }
 
 /// Where an attempt to take a lease stands towards the name's queue.
@@ -130,6 +132,27 @@ enum Place<'a> {
     /// A queued waiter: only as the head, and its ticket leaves in the
     /// grant's batch.
     Queued(&'a fifo::Ticket),
+}
+
+/// What an attempt takes as known instead of reading it from the stream
+/// leader. The write's conditions re-check all of it: a stale hint costs a
+/// failed compare-and-set and a read, never a wrong grant.
+#[derive(Default)]
+struct Known {
+    /// The lease's last message (`None`: read it).
+    last: Option<Entry>,
+    /// A queued waiter: the shared watcher's view says it is the head.
+    head: bool,
+}
+
+/// What woke a waiting Acquire.
+enum Wake {
+    /// It has just queued: try at once (the lease may be free already).
+    Queued,
+    /// The poll tick (or the end of a lock delay).
+    Poll,
+    /// An event of its name: an end of a holding, or a turn.
+    Event(Arc<Event>),
 }
 
 impl Leases {
@@ -143,6 +166,7 @@ impl Leases {
             shutdown,
             max_waiters: DEFAULT_MAX_WAITERS,
             queue_reads: Arc::default(),
+            free: Arc::default(),
         }
     }
 
@@ -179,15 +203,33 @@ impl Leases {
             return self.acquire_slot(args, wait).await;
         }
         let deadline = Instant::now() + wait;
-        let mut held = match self.try_acquire(args).await {
-            Err(err) if err.reason == Reason::LeaseHeld => err,
-            other => return other,
+        // Waiters are queued already (as this replica's watcher sees them):
+        // an Acquire without a ticket would be refused, so queue at once.
+        let seen = self.hub.waiting(&args.name);
+        let mut held = if self.fair() && seen > 0 {
+            queued(&args.name, seen)
+        } else {
+            match self.try_acquire(args).await {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                other => return other,
+            }
         };
         // Only now is there something to wait for: follow the name's ends
         // (which may start the shared watcher), then try again before
         // sleeping, so a release between the first try and the subscription
-        // is not missed (a fair waiter's first queued attempt is that try).
-        let mut follow = self.follow_ends(&args.name).await;
+        // is not missed (a fair waiter's first queued attempt is that try,
+        // made once both its subscription and its ticket are in place; the
+        // two are made at once, so that its place does not wait for the
+        // watcher).
+        let (mut follow, mut first) = if self.fair() {
+            let (follow, queued) = tokio::join!(
+                self.follow_ends(&args.name, true),
+                tokio::time::timeout_at(deadline, self.enqueue(args))
+            );
+            (follow, Some(queued))
+        } else {
+            (self.follow_ends(&args.name, false).await, None)
+        };
         if !self.fair() {
             held = match self.try_acquire(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
@@ -205,7 +247,11 @@ impl Leases {
                 // Queueing counts against the wait too. Should the deadline
                 // cut a ticket write short after NATS stored it, that
                 // ticket expires like a dead waiter's.
-                match tokio::time::timeout_at(deadline, self.enqueue(args)).await {
+                let queued = match first.take() {
+                    Some(queued) => queued,
+                    None => tokio::time::timeout_at(deadline, self.enqueue(args)).await,
+                };
+                match queued {
                     Ok(queued) => ticket = Some(queued?),
                     Err(_) => {
                         let message = format!("{} (gave up after waiting {wait:?})", held.message);
@@ -229,7 +275,7 @@ impl Leases {
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            let wake = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => {
                     return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
@@ -254,16 +300,22 @@ impl Leases {
                     }
                     continue;
                 }
-                _ = std::future::ready(()), if queued_now => {}
-                _ = tokio::time::sleep(tick) => {}
-                event = freed => {
-                    if event.is_err() {
+                _ = std::future::ready(()), if queued_now => Wake::Queued,
+                _ = tokio::time::sleep(tick) => Wake::Poll,
+                event = freed => match event {
+                    Ok(event) => Wake::Event(event),
+                    Err(_) => {
                         follow = None;
+                        Wake::Poll
                     }
                 }
-            }
+            };
             let attempt = match &ticket {
-                Some(t) => self.attempt_as(args, Place::Queued(t)).await,
+                Some(t) => match self.on_wake(args, t, wake) {
+                    // Not its turn: no read, no write; sleep again.
+                    None => continue,
+                    Some(known) => self.attempt_queued(args, t, known).await,
+                },
                 None => self.try_acquire(args).await,
             };
             held = match attempt {
@@ -304,8 +356,13 @@ impl Leases {
     /// waiter then polls).
     /// The shared watcher may be starting (its initial load): waiting for
     /// it is bounded by [`FOLLOW_PATIENCE`].
-    async fn follow_ends(&self, name: &str) -> Option<Subscription> {
-        let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+    /// With `turns`, it also hears when the name's queue lost a ticket
+    /// while the name is free ([`EventKind::Turn`]).
+    async fn follow_ends(&self, name: &str, turns: bool) -> Option<Subscription> {
+        let mut ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        if turns {
+            ends.push(EventKind::Turn);
+        }
         let follow = self.hub.follow(Filter::Name(name.to_string()), ends);
         tokio::time::timeout(FOLLOW_PATIENCE, follow)
             .await
@@ -330,7 +387,7 @@ impl Leases {
                 // again at once (a release between the try and the
                 // subscription would otherwise be missed).
                 following = true;
-                follow = self.follow_ends(&args.name).await;
+                follow = self.follow_ends(&args.name, false).await;
                 continue;
             }
             let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
@@ -365,6 +422,17 @@ impl Leases {
     /// burst of waiters costs a few queue reads, not one per waiter and
     /// lost race.
     async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
+        let payload = fifo::TicketRecord {
+            place: 0,
+            holder: args.holder.clone(),
+        }
+        .encode();
+        // First the slots the watcher saw emptied (no read), then scans.
+        let start = rand::random_range(0..self.max_waiters);
+        let seen = self.hub.free_slots(&args.name, self.max_waiters, start);
+        if let Some(ticket) = self.take_slot(args, &payload, seen).await? {
+            return Ok(ticket);
+        }
         for _ in 0..MAX_CAS_ATTEMPTS {
             let queue = self
                 .queue_reads
@@ -379,35 +447,45 @@ impl Leases {
                     self.max_waiters,
                 ));
             }
-            let payload = fifo::TicketRecord {
-                place: 0,
-                holder: args.holder.clone(),
-            }
-            .encode();
-            for (slot, expected) in free {
-                let key = fifo::slot_key(&args.name, slot);
-                match self
-                    .store
-                    .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
-                    .await
-                {
-                    Ok(revision) => {
-                        tracing::debug!(name = %args.name, slot, place = revision, "queued");
-                        return Ok(fifo::Ticket {
-                            store: self.store.clone(),
-                            key,
-                            slot,
-                            revision,
-                            place: revision,
-                            armed: true,
-                        });
-                    }
-                    Err(CasError::Conflict) => continue,
-                    Err(CasError::Failed(err)) => return Err(err),
-                }
+            if let Some(ticket) = self.take_slot(args, &payload, free).await? {
+                return Ok(ticket);
             }
         }
         Err(contended(&args.name))
+    }
+
+    /// Writes the ticket `payload` into the first of `free` (slot, expected
+    /// revision) that is still as expected; `None` when every one was
+    /// taken meanwhile.
+    async fn take_slot(
+        &self,
+        args: &AcquireArgs,
+        payload: &bytes::Bytes,
+        free: Vec<(usize, u64)>,
+    ) -> Result<Option<fifo::Ticket>> {
+        for (slot, expected) in free {
+            let key = fifo::slot_key(&args.name, slot);
+            match self
+                .store
+                .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
+                .await
+            {
+                Ok(revision) => {
+                    tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                    return Ok(Some(fifo::Ticket {
+                        store: self.store.clone(),
+                        key,
+                        slot,
+                        revision,
+                        place: revision,
+                        armed: true,
+                    }));
+                }
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Ok(None)
     }
 
     /// Rewrites a ticket so that it does not expire, keeping its place.
@@ -433,30 +511,106 @@ impl Leases {
     }
 
     /// One Acquire without a ticket: read, then CAS, retried on lost races.
+    /// A name this replica released last is written at once, conditional
+    /// on its release and on the queue it saw empty (one round trip); any
+    /// change since fails that write, and the next try reads.
     async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        // A name this replica released last is taken over its release
+        // (the queue is still read), unless its watcher sees waiters.
+        let hint = args.lock_delay_s == 0 && !self.hub.queued(&args.name);
+        let mut known = match self.free.released_at(&args.name).filter(|_| hint) {
+            Some(revision) => Known {
+                last: Some(Entry {
+                    name: args.name.clone(),
+                    revision,
+                    time_ms: 0,
+                    kind: Kind::Released(None),
+                }),
+                head: false,
+            },
+            None => Known::default(),
+        };
         for _ in 0..MAX_CAS_ATTEMPTS {
-            if let Some(holding) = self.attempt(args, Place::Plain).await? {
+            let hinted = known.last.is_some();
+            if let Some(holding) = self.attempt(args, Place::Plain, known).await? {
+                return Ok(holding);
+            }
+            if hinted {
+                METRICS.acquire_hint_misses.inc();
+                self.free.forget(&args.name);
+            }
+            known = Known::default();
+        }
+        Err(contended(&args.name))
+    }
+
+    /// What a queued waiter does when `wake` wakes it: nothing (`None`)
+    /// when the shared watcher's view of the queue shows a waiter ahead of
+    /// it; otherwise an attempt, which skips the queue read when the view
+    /// says it is the head and the lease read when `wake` is the release
+    /// of the name (its revision is the lease's last message, unless
+    /// something was written since, which fails the grant).
+    fn on_wake(&self, args: &AcquireArgs, ticket: &fifo::Ticket, wake: Wake) -> Option<Known> {
+        match self.hub.turn(&args.name, ticket.place, ticket.revision) {
+            fifo::Turn::NotMine => None,
+            fifo::Turn::Unknown => Some(Known::default()),
+            fifo::Turn::Mine => {
+                let last = match wake {
+                    Wake::Event(e) if e.kind == EventKind::Released && args.lock_delay_s == 0 => {
+                        Some(Entry {
+                            name: args.name.clone(),
+                            revision: e.revision,
+                            time_ms: e.time_ms,
+                            kind: Kind::Released(None),
+                        })
+                    }
+                    _ => None,
+                };
+                Some(Known { last, head: true })
+            }
+        }
+    }
+
+    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
+    /// waiter waits for the next event rather than retrying at once),
+    /// except that an attempt on hints that lost its race reads everything
+    /// and tries again at once.
+    async fn attempt_queued(
+        &self,
+        args: &AcquireArgs,
+        ticket: &fifo::Ticket,
+        known: Known,
+    ) -> Result<Holding> {
+        let hinted = known.last.is_some() || known.head;
+        if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
+            return Ok(holding);
+        }
+        if hinted {
+            METRICS.acquire_hint_misses.inc();
+            if let Some(holding) = self
+                .attempt(args, Place::Queued(ticket), Known::default())
+                .await?
+            {
                 return Ok(holding);
             }
         }
         Err(contended(&args.name))
     }
 
-    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
-    /// waiter waits for the next event rather than retrying at once).
-    async fn attempt_as(&self, args: &AcquireArgs, place: Place<'_>) -> Result<Holding> {
-        match self.attempt(args, place).await? {
-            Some(holding) => Ok(holding),
-            None => Err(contended(&args.name)),
-        }
-    }
-
-    /// One attempt to take a lease: read the last message, then CAS over it
-    /// (`None`: a lost race). A plain attempt writes only when no waiter is
-    /// queued; a queued one only as the head of the queue.
-    async fn attempt(&self, args: &AcquireArgs, place: Place<'_>) -> Result<Option<Holding>> {
+    /// One attempt to take a lease: read the last message (unless `known`),
+    /// then CAS over it (`None`: a lost race). A plain attempt writes only
+    /// when no waiter is queued; a queued one only as the head of the queue.
+    async fn attempt(
+        &self,
+        args: &AcquireArgs,
+        place: Place<'_>,
+        known: Known,
+    ) -> Result<Option<Holding>> {
         let hash = KeyHash::of(&args.key);
-        let last = self.store.last(&args.name).await?.map(Entry::from);
+        let last = match known.last {
+            Some(last) => Some(last),
+            None => self.store.last(&args.name).await?.map(Entry::from),
+        };
         let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
             AcquirePlan::Take { expected } => expected,
             AcquirePlan::Retry { revision, record } => {
@@ -487,9 +641,10 @@ impl Leases {
                 if queue.waiting() > 0 {
                     return Err(queued(&args.name, queue.waiting()));
                 }
-                Some(queue.guard(&args.name))
+                None
             }
             Place::Plain => None,
+            Place::Queued(ticket) if known.head => Some(ticket.grant_write()),
             Place::Queued(ticket) => {
                 let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
                 if !queue.holds(ticket.slot, ticket.revision) {
@@ -532,48 +687,67 @@ impl Leases {
         };
         let ttl = Duration::from_secs(args.ttl_s);
         let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
-        // The queue's write, the fence (a holding with a delay always has
-        // its fence, and one without never inherits an older holding's) and
-        // the record (last: the batch's revision is the token): one atomic
-        // batch when there is more than the record.
-        let mut writes: Vec<Write> = queue_write.into_iter().collect();
-        if args.lock_delay_s > 0 || fence_live {
-            writes.push(Write {
-                name: rules::fence_key(&args.name),
-                op: if args.lock_delay_s > 0 {
-                    WriteOp::Put
-                } else {
-                    WriteOp::Delete
-                },
-                payload: Fence {
-                    lock_delay_s: args.lock_delay_s,
+        // The fence (a holding with a delay always has its fence, and one
+        // without never inherits an older holding's) goes in one atomic
+        // batch with the record (last: the batch's revision is the token)
+        // and the head's ticket delete.
+        let fence_write = (args.lock_delay_s > 0 || fence_live).then(|| Write {
+            name: rules::fence_key(&args.name),
+            op: if args.lock_delay_s > 0 {
+                WriteOp::Put
+            } else {
+                WriteOp::Delete
+            },
+            payload: Fence {
+                lock_delay_s: args.lock_delay_s,
+            }
+            .encode(),
+            expected: Some(fence_revision),
+            expected_of: None,
+            ttl: Duration::ZERO,
+        });
+        let written = match fence_write {
+            Some(fence) => {
+                let mut writes: Vec<Write> = queue_write.into_iter().collect();
+                writes.push(fence);
+                writes.push(Write {
+                    name: args.name.clone(),
+                    op: WriteOp::Put,
+                    payload: record.encode(),
+                    expected: Some(expected),
+                    expected_of: None,
+                    ttl,
+                });
+                self.store.batch(&writes).await
+            }
+            // Otherwise one conditional write: the lease first, then the
+            // head's ticket (a batch costs the stream a sync of its file
+            // store). The waiters behind it see its ticket until then,
+            // and the lease is held meanwhile: nobody can take it between
+            // the two writes (design section 16).
+            None => {
+                let put = self
+                    .store
+                    .put(&args.name, record.encode(), expected, ttl)
+                    .await;
+                if let (Ok(_), Place::Queued(ticket)) = (&put, &place) {
+                    if let Err(CasError::Failed(err)) = self
+                        .store
+                        .delete(&ticket.key, bytes::Bytes::new(), ticket.revision)
+                        .await
+                    {
+                        tracing::warn!(name = %args.name, %err, "a granted waiter's ticket was not deleted; it expires within the ticket TTL");
+                    }
                 }
-                .encode(),
-                expected: Some(fence_revision),
-                expected_of: None,
-                ttl: Duration::ZERO,
-            });
-        }
-        let written = if writes.is_empty() {
-            self.store
-                .put(&args.name, record.encode(), expected, ttl)
-                .await
-        } else {
-            writes.push(Write {
-                name: args.name.clone(),
-                op: WriteOp::Put,
-                payload: record.encode(),
-                expected: Some(expected),
-                expected_of: None,
-                ttl,
-            });
-            self.store.batch(&writes).await
+                put
+            }
         };
         match written {
             Ok(revision) => {
                 tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
                 METRICS.acquired.inc();
                 self.cache.insert(&args.name, revision, &record);
+                self.free.acquired(&args.name);
                 Ok(Some(Holding::at(&args.name, revision, record)))
             }
             Err(CasError::Conflict) => Ok(None),
@@ -695,10 +869,12 @@ impl Leases {
                     self.cache.remove(name);
                     match &ending {
                         Ending::Release { .. } => {
+                            self.free.released(name, at);
                             METRICS.released.inc();
                             tracing::debug!(name, holder = %rec.holder, token, "released");
                         }
                         Ending::Revoke { why, by, .. } => {
+                            self.free.forget(name);
                             METRICS.revoked.inc();
                             tracing::warn!(name, holder = %rec.holder, token, revoked_by = by, reason = why, revision = at, "lease revoked");
                         }

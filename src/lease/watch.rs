@@ -23,7 +23,7 @@
 //! at registration from a short-lived consumer ([`super::resume`]), so the
 //! replay and the live feed meet without a gap or an overlap.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,12 +35,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, Filter};
+use super::fifo::{QueueView, Turn};
 use super::mirror::Mirror;
 use super::queue::{Budget, Queue, Refused};
 use super::record::{Entry, Holding, Kind};
 use super::resume::{self, Checkpoints, End, Proof, Replay};
 use crate::error::{Error, Reason, Result};
-use crate::nats::{Follow, Start, Store};
+use crate::nats::{Follow, Message, Start, Store};
 use crate::observe::METRICS;
 
 /// Events buffered per watch before it counts as too slow and is ended.
@@ -274,6 +275,8 @@ pub struct Hub {
     store: Store,
     /// Whether the hub is following the bucket right now.
     healthy: watch::Receiver<bool>,
+    /// The queues as the hub has seen them.
+    view: Arc<QueueView>,
 }
 
 impl Hub {
@@ -297,6 +300,7 @@ impl Hub {
         let (healthy_tx, healthy) = watch::channel(true);
         let mut state = State::new(Arc::new(budget));
         state.marker_ttl = store.marker_ttl();
+        let view = state.view.clone();
         let task = Task {
             store: store.clone(),
             commands: rx,
@@ -309,7 +313,33 @@ impl Hub {
             commands,
             store,
             healthy,
+            view,
         })
+    }
+
+    /// Whether the waiter of `name` whose ticket has `place` and was last
+    /// written at `revision` is the head of its queue, as far as this
+    /// hub has seen ([`QueueView`]).
+    pub fn turn(&self, name: &str, place: u64, revision: u64) -> Turn {
+        self.view.turn(name, place, revision)
+    }
+
+    /// Whether this hub has seen a live ticket in `name`'s queue (false
+    /// also when it does not follow the bucket).
+    pub fn queued(&self, name: &str) -> bool {
+        self.view.waiting(name) > 0
+    }
+
+    /// How many waiters this hub has seen queued for `name` (0 also when
+    /// it does not follow the bucket).
+    pub fn waiting(&self, name: &str) -> usize {
+        self.view.waiting(name)
+    }
+
+    /// Free slots of `name`'s queue as this hub has seen them
+    /// ([`QueueView::free_slots`]).
+    pub fn free_slots(&self, name: &str, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
+        self.view.free_slots(name, max_waiters, start)
     }
 
     /// Whether the hub follows the bucket (false while it resubscribes
@@ -451,7 +481,7 @@ struct Subscriber {
 impl Subscriber {
     /// Whether it wants events of `kind`.
     fn wants(&self, kind: EventKind) -> bool {
-        self.kinds.is_empty() || self.kinds.contains(&kind)
+        (self.kinds.is_empty() && kind != EventKind::Turn) || self.kinds.contains(&kind)
     }
 
     /// Whether its stream is gone (only the hub holds the queue).
@@ -499,6 +529,13 @@ struct State {
     /// How long markers stay in the bucket (what `checkpoints` and `ends`
     /// must cover).
     marker_ttl: Duration,
+    /// The live tickets of every queue, shared with waiting Acquires.
+    view: Arc<QueueView>,
+    /// Names whose queue lost a live ticket since the hub last caught up:
+    /// their waiters are told ([`EventKind::Turn`]) once it has, if the
+    /// name is still free (a grant's batch removes the head's ticket just
+    /// before it writes the lease: no turn then).
+    turns: HashSet<String>,
 }
 
 /// What the hub task runs with.
@@ -580,7 +617,7 @@ async fn run(task: Task, follow: Option<Follow>, mut state: State) {
                 None => break,
             },
             message = message => match message {
-                Some(Ok((message, pending))) => state.apply(Entry::from(message), pending),
+                Some(Ok((message, pending))) => state.apply_message(message, pending),
                 failed => {
                     let why = match failed {
                         Some(Err(err)) => err.message,
@@ -674,6 +711,8 @@ impl State {
             ends: imbl::OrdMap::new(),
             newest_ms: 0,
             marker_ttl: Duration::ZERO,
+            view: Arc::default(),
+            turns: HashSet::new(),
         }
     }
 
@@ -684,6 +723,8 @@ impl State {
         self.checkpoints = Checkpoints::default();
         self.ends = imbl::OrdMap::new();
         self.newest_ms = 0;
+        self.view.clear();
+        self.turns.clear();
     }
 
     /// Refuses every pending snapshot, resume and follow: the hub could not
@@ -843,6 +884,18 @@ impl State {
         }
     }
 
+    /// Applies one bucket message: to the queue view, then as a lease
+    /// message.
+    fn apply_message(&mut self, message: Message, pending: u64) {
+        if let Some(name) = self
+            .view
+            .apply(&message.name, message.revision, &message.op)
+        {
+            self.turns.insert(name);
+        }
+        self.apply(Entry::from(message), pending);
+    }
+
     /// Applies one bucket message and delivers its event.
     fn apply(&mut self, entry: Entry, pending: u64) {
         self.checkpoints.note(entry.revision, entry.time_ms);
@@ -856,14 +909,46 @@ impl State {
                 "shared bucket watch caught up"
             );
         }
+        if self.mirror.live {
+            self.view.set_position(self.mirror.position);
+        }
         if let Some(event) = event {
             let event = Arc::new(event);
             for id in self.interested(&event.name) {
                 self.deliver(id, &event);
             }
         }
+        if pending == 0 && !self.turns.is_empty() {
+            self.give_turns();
+        }
         if !self.pending.is_empty() {
             self.serve_pending(false);
+        }
+    }
+
+    /// Tells the waiters of each name whose queue lost a ticket, and that
+    /// is free now, that the next waiter may be the head.
+    fn give_turns(&mut self) {
+        for name in std::mem::take(&mut self.turns) {
+            if !self.mirror.live
+                || self.mirror.names.contains_key(&name)
+                || !self.view.has_waiters(&name)
+            {
+                continue;
+            }
+            let event = Arc::new(Event {
+                kind: EventKind::Turn,
+                name: name.clone(),
+                revision: self.mirror.position,
+                holder: String::new(),
+                token: 0,
+                holding: None,
+                time_ms: self.newest_ms,
+                slot: 0,
+            });
+            for id in self.by_name.get(&name).cloned().unwrap_or_default() {
+                self.deliver(id, &event);
+            }
         }
     }
 

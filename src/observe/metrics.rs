@@ -47,6 +47,10 @@ pub struct Metrics {
     pub rpc_duration: HistogramVec,
     /// `tenure_cas_conflicts_total`: conditional writes that lost a race.
     pub cas_conflicts: IntCounter,
+    /// `tenure_acquire_hint_misses_total`: Acquire writes made on what this
+    /// replica knew (its own release, the watcher's view of the queue)
+    /// that failed their condition and were made again after a read.
+    pub acquire_hint_misses: IntCounter,
     /// `tenure_leases_acquired_total`: new holdings taken through this replica.
     pub acquired: IntCounter,
     /// `tenure_groups_acquired_total`: AcquireGroup batches that took (or,
@@ -144,6 +148,10 @@ impl Metrics {
             cas_conflicts: counter(
                 "tenure_cas_conflicts_total",
                 "conditional writes that lost a race and were re-read",
+            ),
+            acquire_hint_misses: counter(
+                "tenure_acquire_hint_misses_total",
+                "Acquire writes made on what the replica knew without a read that failed their condition",
             ),
             acquired: counter(
                 "tenure_leases_acquired_total",
