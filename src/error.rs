@@ -33,9 +33,10 @@ impl Reason {
             | Reason::InvalidMetadata
             | Reason::InvalidWait
             | Reason::InvalidArgument => Code::InvalidArgument,
-            Reason::LeaseHeld | Reason::LeaseNotHeld | Reason::LimitMismatch => {
-                Code::FailedPrecondition
-            }
+            Reason::LeaseHeld
+            | Reason::LeaseNotHeld
+            | Reason::LimitMismatch
+            | Reason::AtomicBatchUnsupported => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
             Reason::WatchLagged => Code::ResourceExhausted,

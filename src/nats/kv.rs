@@ -876,16 +876,21 @@ async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> bool
 }
 
 /// The refusal of a feature that needs atomic batches on a stream without
-/// them.
+/// them: a precondition of the deployment, not a failure of Tenure, so
+/// [`Reason::AtomicBatchUnsupported`] (FAILED_PRECONDITION) naming the
+/// nats-server version, the bucket and its stream.
 fn no_atomic_batches(bucket: &str) -> Error {
+    let stream = format!("KV_{bucket}");
     Error::new(
-        Reason::Internal,
+        Reason::AtomicBatchUnsupported,
         format!(
             "bucket {bucket:?} cannot take atomic batch writes, which this request needs; \
-             run nats-server {ATOMIC_BATCH_VERSION} or newer and let Tenure enable allow_atomic on stream KV_{bucket}"
+             run nats-server {ATOMIC_BATCH_VERSION} or newer and let Tenure enable allow_atomic on stream {stream}"
         ),
     )
     .with("required_nats_server", ATOMIC_BATCH_VERSION)
+    .with("bucket", bucket)
+    .with("stream", stream)
 }
 
 /// Reads a reply to a batch message: empty (accepted, not the last), a
@@ -979,5 +984,26 @@ mod tests {
             classify(None, Bytes::from_static(b"x")),
             Op::Put(Bytes::from_static(b"x"))
         );
+    }
+
+    /// A stream that refuses a batch (JetStream error 10174, what a stream
+    /// without allow_atomic answers) becomes the precondition failure that
+    /// names the nats-server version, the bucket and its stream, sent as
+    /// FAILED_PRECONDITION; a batch is never reported as an internal error.
+    #[test]
+    fn batch_refused_by_the_stream_is_a_precondition_failure() {
+        let reply = br#"{"error":{"code":400,"err_code":10174,"description":"atomic publish is disabled"}}"#;
+        let Err(BatchError::Cas(CasError::Failed(err))) = batch_reply(reply, "locks") else {
+            panic!("a disabled batch must fail the write");
+        };
+        assert_eq!(err.reason, Reason::AtomicBatchUnsupported);
+        let meta: std::collections::HashMap<_, _> = err.metadata.iter().cloned().collect();
+        assert_eq!(meta["required_nats_server"], ATOMIC_BATCH_VERSION);
+        assert_eq!(meta["bucket"], "locks");
+        assert_eq!(meta["stream"], "KV_locks");
+        assert!(!err.message.contains('\n'), "{}", err.message);
+        assert!(err.message.contains("2.12 or newer"), "{}", err.message);
+        let status = tonic::Status::from(err);
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     }
 }

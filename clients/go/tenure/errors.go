@@ -170,6 +170,19 @@ func ReasonOf(err error) Reason {
 	return tenurev1.ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
+// RequiredNatsServer returns the nats-server version named by an
+// ATOMIC_BATCH_UNSUPPORTED error (the server's NATS has no atomic batches,
+// which lock-delay, semaphores and groups need; metadata
+// "required_nats_server") and true, or "" and false for any other error.
+func RequiredNatsServer(err error) (string, bool) {
+	var te *Error
+	if !errors.As(err, &te) || te.Reason != tenurev1.ErrorReason_ATOMIC_BATCH_UNSUPPORTED {
+		return "", false
+	}
+	v, ok := te.Metadata["required_nats_server"]
+	return v, ok && v != ""
+}
+
 // parseReason maps an ErrorInfo reason string to the generated enum; an
 // unknown one (a newer server) is ERROR_REASON_UNSPECIFIED.
 func parseReason(raw string) Reason {

@@ -155,3 +155,28 @@ func TestReasonParsingAndClassification(t *testing.T) {
 		t.Errorf("ERROR_REASON_UNSPECIFIED is retryable")
 	}
 }
+
+// ATOMIC_BATCH_UNSUPPORTED is a permanent FAILED_PRECONDITION whose
+// metadata names the nats-server version the feature needs.
+func TestRequiredNatsServer(t *testing.T) {
+	st, err := status.New(codes.FailedPrecondition, "bucket cannot take atomic batch writes").WithDetails(&errdetails.ErrorInfo{
+		Domain: tenure.Domain, Reason: "ATOMIC_BATCH_UNSUPPORTED",
+		Metadata: map[string]string{"required_nats_server": "2.12", "bucket": "tenure", "stream": "KV_tenure"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := tenure.FromError(st.Err())
+	if tenure.ReasonOf(e) != tenurev1.ErrorReason_ATOMIC_BATCH_UNSUPPORTED || tenure.IsRetryable(e) {
+		t.Errorf("ATOMIC_BATCH_UNSUPPORTED: reason %v, retryable %v; want permanent", tenure.ReasonOf(e), tenure.IsRetryable(e))
+	}
+	if v, ok := tenure.RequiredNatsServer(e); !ok || v != "2.12" {
+		t.Errorf("RequiredNatsServer = %q, %v; want 2.12, true", v, ok)
+	}
+	if _, ok := tenure.RequiredNatsServer(statusError(t, codes.FailedPrecondition, "LEASE_HELD")); ok {
+		t.Error("RequiredNatsServer of another reason")
+	}
+	if _, ok := tenure.RequiredNatsServer(errors.New("other")); ok {
+		t.Error("RequiredNatsServer of an unrelated error")
+	}
+}

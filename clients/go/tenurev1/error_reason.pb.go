@@ -152,6 +152,14 @@ const (
 	// OUT_OF_RANGE; permanent for that start_revision: start a fresh watch
 	// (start_revision 0).
 	ErrorReason_WATCH_HISTORY_COMPACTED ErrorReason = 30
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// ATOMIC_BATCH_UNSUPPORTED: the request needs JetStream atomic batch
+	// publish (an Acquire with a lock_delay or one that defines a semaphore,
+	// the group RPCs) and the bucket's stream does not have it: nats-server is
+	// older than the version named, or Tenure could not turn allow_atomic on
+	// (metadata: required_nats_server, bucket, stream). FAILED_PRECONDITION;
+	// permanent until nats-server is upgraded or allow_atomic is enabled.
+	ErrorReason_ATOMIC_BATCH_UNSUPPORTED ErrorReason = 31
 )
 
 // Enum value maps for ErrorReason.
@@ -183,6 +191,7 @@ var (
 		25: "TOO_MANY_WAITERS",
 		27: "LIMIT_MISMATCH",
 		30: "WATCH_HISTORY_COMPACTED",
+		31: "ATOMIC_BATCH_UNSUPPORTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -211,6 +220,7 @@ var (
 		"TOO_MANY_WAITERS":         25,
 		"LIMIT_MISMATCH":           27,
 		"WATCH_HISTORY_COMPACTED":  30,
+		"ATOMIC_BATCH_UNSUPPORTED": 31,
 	}
 )
 
@@ -245,7 +255,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xb5\x04\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xd3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -274,7 +284,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\bINTERNAL\x10\x16\x12\x14\n" +
 	"\x10TOO_MANY_WAITERS\x10\x19\x12\x12\n" +
 	"\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n" +
-	"\x17WATCH_HISTORY_COMPACTED\x10\x1eB^\n" +
+	"\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n" +
+	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1fB^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

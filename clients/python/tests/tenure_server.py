@@ -23,6 +23,8 @@ from tenure_client._errors import Reason, TenureError
 
 REPO = Path(__file__).resolve().parents[3]
 READY_TIMEOUT = 30.0
+#: Starts of Tenure on a fresh free port when the last one was taken first.
+_START_ATTEMPTS = 3
 STOP_GRACE = 8.0
 
 
@@ -75,34 +77,49 @@ class TenureServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "TenureServer":
-        """Starts the server and waits until it answers (bounded)."""
-        for _ in range(3):  # another process may take the port first
+        """Starts the server and waits until it answers (bounded).
+
+        A free port can be taken before Tenure binds it (by the nats-server
+        it starts, which picks its own free port): Tenure then exits with
+        "Address already in use" and is started again on another free port,
+        at most three times. Any other failure, or a taken fixed port, is
+        raised at once with the log."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
             self.port = self.fixed_port or _free_port()
             store = tempfile.mkdtemp(dir=self.data_dir, prefix="data-")
-            log = open(self.log_path, "ab")
-            self.proc = subprocess.Popen(
-                [
-                    self.tenure, "serve",
-                    "--listen", self.target,
-                    "--data-dir", store,
-                    *(
-                        ("--nats-url", self.nats_url)
-                        if self.nats_url
-                        else ("--nats-server", self.nats)
-                    ),
-                    "--log-format", "json",
-                    *self.extra_args,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own group: tenure and its nats-server
-            )
-            log.close()
+            # Each attempt appends to the one log: remember where it starts.
+            start_of_attempt = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        self.tenure, "serve",
+                        "--listen", self.target,
+                        "--data-dir", store,
+                        *(
+                            ("--nats-url", self.nats_url)
+                            if self.nats_url
+                            else ("--nats-server", self.nats)
+                        ),
+                        "--log-format", "json",
+                        *self.extra_args,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own group: tenure and its nats-server
+                )
             if self._wait_ready():
                 return self
-        self.stop()
-        raise RuntimeError(f"tenure did not become ready; log:\n{self.log_tail()}")
+            self.stop()
+            with open(self.log_path, "rb") as log:
+                log.seek(start_of_attempt)
+                port_taken = b"Address already in use" in log.read()
+            if not port_taken or self.fixed_port:
+                break
+        raise RuntimeError(
+            f"tenure did not become ready (attempt {attempt} of {_START_ATTEMPTS}); "
+            f"log:\n{self.log_tail()}"
+        )
 
     def _wait_ready(self) -> bool:
         """Retries GetLease on an unused name until the server answers

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tenure_client import RETRYABLE_REASONS, Reason
+from tenure_client import RETRYABLE_REASONS, Reason, TenureError
 from tenure_client._errors import parse_reason
 from tenure_client._gen import error_reason_pb2
 
@@ -73,3 +73,16 @@ def test_unknown_reasons_are_unspecified() -> None:
     assert parse_reason("SOMETHING_NEW") is Reason.ERROR_REASON_UNSPECIFIED
     assert parse_reason("") is Reason.ERROR_REASON_UNSPECIFIED
     assert not Reason.ERROR_REASON_UNSPECIFIED.retryable
+
+
+def test_atomic_batch_unsupported_names_the_nats_server_version() -> None:
+    err = TenureError(
+        Reason.ATOMIC_BATCH_UNSUPPORTED,
+        "bucket cannot take atomic batch writes",
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        metadata={"required_nats_server": "2.12", "bucket": "tenure", "stream": "KV_tenure"},
+    )
+    assert err.required_nats_server == "2.12"
+    assert not err.retryable
+    other = TenureError(Reason.LEASE_HELD, "held", metadata={"required_nats_server": "2.12"})
+    assert other.required_nats_server is None

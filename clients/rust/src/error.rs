@@ -215,7 +215,9 @@ impl Error {
     /// The `ErrorInfo` metadata: `holder`, `fencing_token` and `ttl_seconds`
     /// for [`Reason::LeaseHeld`] (`state` `LOCK_DELAY` and
     /// `free_at_unix_ms` during a lock-delay); `state` for
-    /// [`Reason::LeaseNotHeld`]; `limit` for [`Reason::LimitMismatch`].
+    /// [`Reason::LeaseNotHeld`]; `limit` for [`Reason::LimitMismatch`];
+    /// `required_nats_server`, `bucket` and `stream` for
+    /// [`Reason::AtomicBatchUnsupported`].
     pub fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
     }
@@ -267,6 +269,20 @@ impl fmt::Display for Error {
             write!(f, "{}: {}", code_name(self.code), self.message)
         }
     }
+}
+
+/// The nats-server version that an `ATOMIC_BATCH_UNSUPPORTED` error names
+/// (its `required_nats_server` metadata): the server's NATS has no atomic
+/// batches, which lock-delay, semaphores and groups need. `None` for any
+/// other error.
+pub fn required_nats_server(err: &Error) -> Option<&str> {
+    if err.reason() != Reason::AtomicBatchUnsupported {
+        return None;
+    }
+    err.metadata()
+        .get("required_nats_server")
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
 }
 
 /// The gRPC code's canonical name (`UNAVAILABLE`, …).
@@ -328,6 +344,37 @@ mod tests {
         assert_eq!(err.metadata()["holder"], "a");
         assert_eq!(err.message(), "held by a");
         assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn atomic_batch_unsupported_names_the_nats_server_version() {
+        let status = tonic::Status::with_error_details(
+            Code::FailedPrecondition,
+            "bucket cannot take atomic batch writes",
+            ErrorDetails::with_error_info(
+                "ATOMIC_BATCH_UNSUPPORTED",
+                DOMAIN,
+                [
+                    ("required_nats_server".to_string(), "2.12".to_string()),
+                    ("bucket".to_string(), "tenure".to_string()),
+                    ("stream".to_string(), "KV_tenure".to_string()),
+                ],
+            ),
+        );
+        let err = Error::from(status);
+        assert_eq!(err.reason(), Reason::AtomicBatchUnsupported);
+        assert!(!err.is_retryable());
+        assert_eq!(required_nats_server(&err), Some("2.12"));
+        let held = Error::from(tonic::Status::with_error_details(
+            Code::FailedPrecondition,
+            "held",
+            ErrorDetails::with_error_info(
+                "LEASE_HELD",
+                DOMAIN,
+                [("required_nats_server".to_string(), "2.12".to_string())],
+            ),
+        ));
+        assert_eq!(required_nats_server(&held), None);
     }
 
     #[test]

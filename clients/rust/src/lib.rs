@@ -70,7 +70,7 @@ pub mod proto {
 pub use client::{AcquireOptions, Client, LeaseInfo, Stub, DEFAULT_CALL_TIMEOUT};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
 pub use election::{Election, Leader, VALUE_KEY};
-pub use error::{code_name, Error, Reason, DOMAIN, RETRYABLE_REASONS};
+pub use error::{code_name, required_nats_server, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use group::{GroupRelease, GroupSession};
 pub use proto::{EventType, Lease};

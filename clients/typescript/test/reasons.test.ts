@@ -10,7 +10,7 @@ import { dirname, join } from "node:path";
 import { describe, it } from "node:test";
 import { status as GrpcStatus } from "@grpc/grpc-js";
 
-import { ErrorReason, errorReasonToJSON, isRetryable, parseReason, RETRYABLE_REASONS } from "../src";
+import { ErrorReason, errorReasonToJSON, isRetryable, parseReason, RETRYABLE_REASONS, TenureError } from "../src";
 
 const HEADER = "| reason | gRPC code | retryable | what to do |";
 
@@ -81,5 +81,18 @@ describe("error reasons", () => {
     assert.equal(parseReason(undefined), ErrorReason.UNSPECIFIED);
     assert.equal(parseReason("UNRECOGNIZED"), ErrorReason.UNSPECIFIED);
     assert.equal(isRetryable(ErrorReason.UNSPECIFIED), false);
+  });
+});
+
+describe("ATOMIC_BATCH_UNSUPPORTED", () => {
+  it("is a permanent FAILED_PRECONDITION whose metadata names the nats-server version", () => {
+    const err = new TenureError(GrpcStatus.FAILED_PRECONDITION, "ATOMIC_BATCH_UNSUPPORTED", "bucket cannot take atomic batch writes", {
+      required_nats_server: "2.12",
+      bucket: "tenure",
+      stream: "KV_tenure",
+    });
+    assert.equal(err.reason, ErrorReason.ATOMIC_BATCH_UNSUPPORTED);
+    assert.equal(err.retryable, false);
+    assert.equal(err.metadata.required_nats_server, "2.12");
   });
 });

@@ -159,6 +159,16 @@ class TenureError(Exception):
             return None
 
     @property
+    def required_nats_server(self) -> Optional[str]:
+        """For ATOMIC_BATCH_UNSUPPORTED (the server's NATS has no atomic
+        batches, which lock-delay, semaphores and groups need), the
+        nats-server version needed (from the ``required_nats_server``
+        metadata); ``None`` for any other error."""
+        if self.reason is not Reason.ATOMIC_BATCH_UNSUPPORTED:
+            return None
+        return self.metadata.get("required_nats_server") or None
+
+    @property
     def retryable(self) -> bool:
         """Whether sending the same call again may succeed. With a reason
         this client knows, that is :attr:`Reason.retryable` (the table of

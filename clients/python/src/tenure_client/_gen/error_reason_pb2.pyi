@@ -32,6 +32,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOO_MANY_WAITERS: _ClassVar[ErrorReason]
     LIMIT_MISMATCH: _ClassVar[ErrorReason]
     WATCH_HISTORY_COMPACTED: _ClassVar[ErrorReason]
+    ATOMIC_BATCH_UNSUPPORTED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -58,3 +59,4 @@ INTERNAL: ErrorReason
 TOO_MANY_WAITERS: ErrorReason
 LIMIT_MISMATCH: ErrorReason
 WATCH_HISTORY_COMPACTED: ErrorReason
+ATOMIC_BATCH_UNSUPPORTED: ErrorReason

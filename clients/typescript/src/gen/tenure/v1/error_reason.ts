@@ -193,6 +193,16 @@ export enum ErrorReason {
    * (start_revision 0).
    */
   WATCH_HISTORY_COMPACTED = "WATCH_HISTORY_COMPACTED",
+  /**
+   * ATOMIC_BATCH_UNSUPPORTED - buf:lint:ignore ENUM_VALUE_PREFIX
+   * ATOMIC_BATCH_UNSUPPORTED: the request needs JetStream atomic batch
+   * publish (an Acquire with a lock_delay or one that defines a semaphore,
+   * the group RPCs) and the bucket's stream does not have it: nats-server is
+   * older than the version named, or Tenure could not turn allow_atomic on
+   * (metadata: required_nats_server, bucket, stream). FAILED_PRECONDITION;
+   * permanent until nats-server is upgraded or allow_atomic is enabled.
+   */
+  ATOMIC_BATCH_UNSUPPORTED = "ATOMIC_BATCH_UNSUPPORTED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -276,6 +286,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 30:
     case "WATCH_HISTORY_COMPACTED":
       return ErrorReason.WATCH_HISTORY_COMPACTED;
+    case 31:
+    case "ATOMIC_BATCH_UNSUPPORTED":
+      return ErrorReason.ATOMIC_BATCH_UNSUPPORTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -337,6 +350,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "LIMIT_MISMATCH";
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return "WATCH_HISTORY_COMPACTED";
+    case ErrorReason.ATOMIC_BATCH_UNSUPPORTED:
+      return "ATOMIC_BATCH_UNSUPPORTED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -397,6 +412,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 27;
     case ErrorReason.WATCH_HISTORY_COMPACTED:
       return 30;
+    case ErrorReason.ATOMIC_BATCH_UNSUPPORTED:
+      return 31;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

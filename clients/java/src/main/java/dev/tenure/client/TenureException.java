@@ -238,6 +238,19 @@ public final class TenureException extends RuntimeException {
   }
 
   /**
+   * For {@code ATOMIC_BATCH_UNSUPPORTED} (the server's NATS has no atomic batches, which lock-delay,
+   * semaphores and groups need): the nats-server version needed.
+   *
+   * @return the version, for that reason only
+   */
+  public Optional<String> getRequiredNatsServer() {
+    if (reason != ErrorReason.ATOMIC_BATCH_UNSUPPORTED) {
+      return Optional.empty();
+    }
+    return Optional.ofNullable(metadata.get("required_nats_server"));
+  }
+
+  /**
    * For {@code LEASE_HELD}: the fencing token of the current holding.
    *
    * @return the token, when the server said

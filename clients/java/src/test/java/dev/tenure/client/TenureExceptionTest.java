@@ -65,6 +65,34 @@ class TenureExceptionTest {
   }
 
   @Test
+  void atomicBatchUnsupportedNamesTheNatsServerVersion() {
+    ErrorInfo info =
+        ErrorInfo.newBuilder()
+            .setDomain("tenure.v1")
+            .setReason("ATOMIC_BATCH_UNSUPPORTED")
+            .putMetadata("required_nats_server", "2.12")
+            .putMetadata("bucket", "tenure")
+            .putMetadata("stream", "KV_tenure")
+            .build();
+    TenureException e =
+        TenureException.from(
+            StatusProto.toStatusRuntimeException(
+                com.google.rpc.Status.newBuilder()
+                    .setCode(Code.FAILED_PRECONDITION.getNumber())
+                    .setMessage("bucket cannot take atomic batch writes")
+                    .addDetails(Any.pack(info))
+                    .build()));
+    assertEquals(ErrorReason.ATOMIC_BATCH_UNSUPPORTED, e.getReason());
+    assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatusCode());
+    assertEquals("2.12", e.getRequiredNatsServer().orElseThrow());
+    assertFalse(e.isRetryable());
+    assertTrue(
+        TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "LEASE_HELD"))
+            .getRequiredNatsServer()
+            .isEmpty());
+  }
+
+  @Test
   void transportFailuresAreRetryable() {
     TenureException down =
         TenureException.from(Status.UNAVAILABLE.withDescription("refused").asRuntimeException());

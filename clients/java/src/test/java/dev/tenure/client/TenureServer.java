@@ -28,6 +28,9 @@ import java.util.stream.Stream;
 final class TenureServer implements AutoCloseable {
   private static final long READY_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(30);
 
+  /** Starts of Tenure on a fresh free port when the last one was taken before Tenure bound it. */
+  private static final int START_ATTEMPTS = 3;
+
   private final Process process;
   private final Path dataDir;
   private final Path log;
@@ -77,8 +80,10 @@ final class TenureServer implements AutoCloseable {
     Path root = root();
     Path tenure = binary(root, "TENURE_BIN", "target/debug/tenure");
     Path nats = binary(root, "NATS_SERVER", ".tools/bin/nats-server");
-    IllegalStateException failure = null;
-    for (int attempt = 0; attempt < 3; attempt++) {
+    // A free port can be taken before Tenure binds it (by the nats-server it starts, which picks
+    // its own free port): Tenure then exits with "Address already in use" and is started again on
+    // another free port. Any other failure, or a taken fixed port, is thrown at once.
+    for (int attempt = 1; ; attempt++) {
       int port = fixedPort != 0 ? fixedPort : freePort();
       Path dataDir = Files.createTempDirectory("tenure-java-");
       Path log = dataDir.resolve("tenure.log");
@@ -107,12 +112,13 @@ final class TenureServer implements AutoCloseable {
         server.awaitReady(probe);
         return server;
       } catch (IllegalStateException e) {
-        // Most likely another process took the port between our probe and the bind: retry.
-        failure = e;
+        boolean portTaken = server.logText().contains("Address already in use");
         server.close();
+        if (!portTaken || fixedPort != 0 || attempt >= START_ATTEMPTS) {
+          throw e;
+        }
       }
     }
-    throw failure;
   }
 
   /** The gRPC target, {@code 127.0.0.1:PORT}. */
