@@ -218,6 +218,7 @@ async fn racing_observers_never_see_a_partial_group() {
     // Replay the watch stream up to the sentinel.
     let mut held: HashMap<String, (String, Vec<String>)> = HashMap::new();
     let mut blocks = 0;
+    let mut coalesced = 0;
     loop {
         let e = next_event(&mut w).await;
         if e.name == "race.end" {
@@ -258,7 +259,14 @@ async fn racing_observers_never_see_a_partial_group() {
                 blocks += 1;
             }
             EventType::Released => {
-                let (_, group) = held.remove(&e.name).expect("released what was held");
+                // A holding acquired and released before the watcher read
+                // its record shows only as its release (the bucket keeps
+                // one message per name: design section 9): a single, or a
+                // whole group, each member's release then also unseen.
+                let Some((_, group)) = held.remove(&e.name) else {
+                    coalesced += 1;
+                    continue;
+                };
                 for member in group.iter().filter(|m| **m != e.name) {
                     let next = next_event(&mut w).await;
                     assert_eq!(
@@ -289,7 +297,14 @@ async fn racing_observers_never_see_a_partial_group() {
         checked.load(Ordering::Relaxed) > 0,
         "the poller checked nothing"
     );
-    assert_eq!(blocks, granted, "every granted group shows as one block");
+    // Every granted group shows as one block, unless its whole holding
+    // coalesced into its releases (counted among `coalesced`).
+    assert!(blocks <= granted, "{blocks} blocks for {granted} groups");
+    assert!(
+        blocks + coalesced >= granted,
+        "{granted} groups granted, {blocks} seen as blocks, {coalesced} releases without their acquisition"
+    );
+    assert!(blocks > 0, "no group seen as a block");
 }
 
 /// A waiting AcquireGroup takes nothing while any member is held: after one
