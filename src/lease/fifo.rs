@@ -244,6 +244,9 @@ struct Seen {
     /// tombstone, a marker), for slots seen since the queue last had a live
     /// ticket: where a new ticket can go without a scan.
     slots: HashMap<usize, u64>,
+    /// The revision of the lease's last message when the view saw it
+    /// released (and nothing written to the lease since); `None` otherwise.
+    released_at: Option<u64>,
 }
 
 impl QueueView {
@@ -275,6 +278,26 @@ impl QueueView {
             tickets.remove(name);
         }
         (removed && place.is_none()).then(|| name.to_string())
+    }
+
+    /// Applies the lease message at `revision` of `name`: whether it is a
+    /// release (the head may write over it without reading it). Kept only
+    /// for names with a live ticket.
+    pub fn apply_lease(&self, name: &str, revision: u64, released: bool) {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(seen) = tickets.get_mut(name) {
+            seen.released_at = released.then_some(revision);
+        }
+    }
+
+    /// The revision of `name`'s release, if that is the last lease message
+    /// the view saw (and it is live).
+    pub fn released_at(&self, name: &str) -> Option<u64> {
+        if self.position.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        tickets.get(name)?.released_at
     }
 
     /// How many live tickets the view shows for `name` (0 also when it is
@@ -559,6 +582,13 @@ mod tests {
         assert!(view.has_waiters("n"));
         assert_eq!(view.turn("n", 10, 10), Turn::Unknown, "gone");
         assert_eq!(view.free_slots("n", 64, 0), vec![(4, 13)]);
+        assert_eq!(view.released_at("n"), None);
+        view.apply_lease("n", 14, true);
+        assert_eq!(view.released_at("n"), Some(14));
+        view.apply_lease("n", 15, false);
+        assert_eq!(view.released_at("n"), None, "written since");
+        view.apply_lease("other", 16, true);
+        assert_eq!(view.released_at("other"), None, "no queue: not kept");
         assert!(
             view.free_slots("n", 4, 0).is_empty(),
             "slot 4 is past 4 slots"

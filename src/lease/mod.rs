@@ -145,16 +145,6 @@ struct Known {
     head: bool,
 }
 
-/// What woke a waiting Acquire.
-enum Wake {
-    /// It has just queued: try at once (the lease may be free already).
-    Queued,
-    /// The poll tick (or the end of a lock delay).
-    Poll,
-    /// An event of its name: an end of a holding, or a turn.
-    Event(Arc<Event>),
-}
-
 impl Leases {
     /// Lease operations over `store`; waits and watches follow `hub` and end
     /// when `shutdown` is cancelled.
@@ -275,7 +265,7 @@ impl Leases {
                     None => std::future::pending().await,
                 }
             };
-            let wake = tokio::select! {
+            tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => {
                     return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; Acquire again on another replica"));
@@ -300,18 +290,16 @@ impl Leases {
                     }
                     continue;
                 }
-                _ = std::future::ready(()), if queued_now => Wake::Queued,
-                _ = tokio::time::sleep(tick) => Wake::Poll,
-                event = freed => match event {
-                    Ok(event) => Wake::Event(event),
-                    Err(_) => {
+                _ = std::future::ready(()), if queued_now => {}
+                _ = tokio::time::sleep(tick) => {}
+                event = freed => {
+                    if event.is_err() {
                         follow = None;
-                        Wake::Poll
                     }
                 }
-            };
+            }
             let attempt = match &ticket {
-                Some(t) => match self.on_wake(args, t, wake) {
+                Some(t) => match self.on_wake(args, t) {
                     // Not its turn: no read, no write; sleep again.
                     None => continue,
                     Some(known) => self.attempt_queued(args, t, known).await,
@@ -544,26 +532,27 @@ impl Leases {
         Err(contended(&args.name))
     }
 
-    /// What a queued waiter does when `wake` wakes it: nothing (`None`)
+    /// What a queued waiter does when it wakes (it queued, an event of its
+    /// name, a turn, the poll): nothing (`None`)
     /// when the shared watcher's view of the queue shows a waiter ahead of
     /// it; otherwise an attempt, which skips the queue read when the view
-    /// says it is the head and the lease read when `wake` is the release
-    /// of the name (its revision is the lease's last message, unless
-    /// something was written since, which fails the grant).
-    fn on_wake(&self, args: &AcquireArgs, ticket: &fifo::Ticket, wake: Wake) -> Option<Known> {
+    /// says it is the head, and the lease read when the last lease message
+    /// the watcher saw is a release (unless something was written since,
+    /// which fails the grant).
+    fn on_wake(&self, args: &AcquireArgs, ticket: &fifo::Ticket) -> Option<Known> {
         match self.hub.turn(&args.name, ticket.place, ticket.revision) {
             fifo::Turn::NotMine => None,
             fifo::Turn::Unknown => Some(Known::default()),
             fifo::Turn::Mine => {
-                let last = match wake {
-                    Wake::Event(e) if e.kind == EventKind::Released && args.lock_delay_s == 0 => {
-                        Some(Entry {
-                            name: args.name.clone(),
-                            revision: e.revision,
-                            time_ms: e.time_ms,
-                            kind: Kind::Released(None),
-                        })
-                    }
+                // The release the watcher saw last, not the event's: a
+                // waiter slow to read its events may hold an older one.
+                let last = match args.lock_delay_s {
+                    0 => self.hub.released_at(&args.name).map(|revision| Entry {
+                        name: args.name.clone(),
+                        revision,
+                        time_ms: 0,
+                        kind: Kind::Released(None),
+                    }),
                     _ => None,
                 };
                 Some(Known { last, head: true })

@@ -324,6 +324,12 @@ impl Hub {
         self.view.turn(name, place, revision)
     }
 
+    /// The revision of `name`'s release, when that is the last lease
+    /// message this hub saw and the name has waiters.
+    pub fn released_at(&self, name: &str) -> Option<u64> {
+        self.view.released_at(name)
+    }
+
     /// Whether this hub has seen a live ticket in `name`'s queue (false
     /// also when it does not follow the bucket).
     pub fn queued(&self, name: &str) -> bool {
@@ -898,6 +904,10 @@ impl State {
 
     /// Applies one bucket message and delivers its event.
     fn apply(&mut self, entry: Entry, pending: u64) {
+        if !super::rules::is_reserved(&entry.name) {
+            let released = matches!(entry.kind, Kind::Released(_));
+            self.view.apply_lease(&entry.name, entry.revision, released);
+        }
         self.checkpoints.note(entry.revision, entry.time_ms);
         self.newest_ms = self.newest_ms.max(entry.time_ms);
         self.note_end(&entry);
