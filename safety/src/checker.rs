@@ -556,7 +556,9 @@ pub fn check(input: &Input) -> Report {
                 continue;
             }
             // No event seen: was anyone refused the name after the bound,
-            // before the next holder took it?
+            // before the next holder took it? The refusal's read happened
+            // somewhere between its send and its reply: only one *sent*
+            // after the bound proves the holding still stood then.
             let refused = ops.iter().find(|o| {
                 o.op == OpKind::Acquire
                     && o.phase == Phase::Fail
@@ -564,16 +566,16 @@ pub fn check(input: &Input) -> Report {
                     && o.detail == "LEASE_HELD"
                     && {
                         let w1 = o.w0 + (o.t1.saturating_sub(o.t0)) / 1_000_000;
-                        w1 > bound + 50 && next_acquire.is_none_or(|n| w1 < n)
+                        o.w0 > bound + 50 && next_acquire.is_none_or(|n| w1 < n)
                     }
             });
             if let Some(o) = refused {
                 r.p4_expiry += 1;
                 r.example(format!(
-                    "P4 {name}: {} (token {}) still held {} ms after due: {} was refused",
+                    "P4 {name}: {} (token {}) still held {} ms after due: {} was refused (sent then)",
                     h.id,
                     h.token,
-                    o.w0 + (o.t1 - o.t0) / 1_000_000 - due,
+                    o.w0 - due,
                     o.client
                 ));
             } else if next_acquire.is_some_and(|n| n <= bound) {

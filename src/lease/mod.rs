@@ -300,8 +300,12 @@ impl Leases {
             }
             let attempt = match &ticket {
                 Some(t) => match self.on_wake(args, t) {
-                    // Not its turn: no read, no write; sleep again.
-                    None => continue,
+                    // Not its turn: no read, no write; sleep again (should
+                    // the wait run out, it says so, not an older holder).
+                    None => {
+                        held = behind(&args.name, self.hub.waiting(&args.name));
+                        continue;
+                    }
                     Some(known) => self.attempt_queued(args, t, known).await,
                 },
                 None => self.try_acquire(args).await,
@@ -1092,6 +1096,19 @@ fn queued(name: &str, waiters: usize) -> Error {
         Reason::LeaseHeld,
         format!(
             "lease {name:?} has {waiters} waiter(s) queued, who take it first; Acquire with a wait to queue behind them"
+        ),
+    )
+    .with("waiters", waiters)
+    .with("state", "QUEUED")
+}
+
+/// `LEASE_HELD` for a waiter still behind earlier waiters of `name` (the
+/// watcher's view counts `waiters` in all) when its wait runs out.
+fn behind(name: &str, waiters: usize) -> Error {
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "lease {name:?} goes to the waiters queued ahead of this one first ({waiters} queued)"
         ),
     )
     .with("waiters", waiters)
