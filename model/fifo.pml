@@ -3,49 +3,66 @@
  * exhaustively by spin: the design src/lease/fifo.rs implements (see
  * model/README.md and docs/design.md section 16).
  *
- * The queue of a name is NS slots q.<name>.<slot> plus a guard key
- * q.<name>.plain. A waiter reads the queue, picks a free slot (its last
- * message is not a ticket: none, a delete tombstone or an expiry marker) and
- * writes its ticket there, expected = that slot's last revision; a lost race
- * (another waiter took the slot) reads again; with every slot live it is
- * refused (TOO_MANY_WAITERS). The ticket's place is the revision of its
- * first write: the ticket stores it (0 in that write, "this revision", like
- * a lease's token), so a refresh (a conditional rewrite that keeps it alive)
- * keeps the place. A waiter knows its ticket by slot and revision.
+ * The queue of a name is NS slots q.<name>.<slot>. A waiter reads the queue,
+ * picks a free slot (its last message is not a ticket: none, a delete
+ * tombstone or an expiry marker) and writes its ticket there, expected =
+ * that slot's last revision; a lost race (another waiter took the slot)
+ * reads again; with every slot live it is refused (TOO_MANY_WAITERS). The
+ * ticket's place is the revision of its first write: the ticket stores it (0
+ * in that write, "this revision", like a lease's token), so a refresh (a
+ * conditional rewrite that keeps it alive) keeps the place. A waiter knows
+ * its ticket by slot and revision.
  *
- * The head (no live ticket with a lower place) acquires with one atomic
- * batch (ADR-50): delete its ticket, expected = its last revision, and write
- * the lease, expected = the lease's revision as read. The queue is read from
- * the stream leader, after the waiter's own ticket was written. Waiters may
- * give up; a given-up waiter's ticket expires (MaxAge marker) only after it
- * stopped waiting (its own deadline, as for leases). The holder releases
- * with a conditional tombstone. Tombstones and markers age out (the subject
- * is empty again, expected 0), lease, slot and guard alike.
+ * A try reads the lease (the name's last message), then, only if it is
+ * free, the queue from the stream leader (after the waiter's own ticket was
+ * written; the model reads all slots at once). The head (own ticket live at
+ * its known revision, no live ticket with a lower place) grants itself in
+ * two plain conditional writes, no batch: first the LEASE, expected = the
+ * lease's revision as read; only if that succeeded, the TICKET delete,
+ * expected = the ticket's last revision the waiter knows. In between the
+ * waiter holds the lease while its ticket is still live: nobody can take
+ * the lease (it is held) and the waiters behind still see its ticket ahead
+ * of theirs. The grantee releases only after the delete. The delete may
+ * fail (a NATS error, FAILED_DELETES of them): the ticket then stays live
+ * until it expires, like a given-up waiter's. (With a lock-delay fence the
+ * code keeps one atomic batch, ticket delete + fence + lease; the model has
+ * no fences. -DBATCH_GRANT lets every grant be either kind.)
  *
- * A plain Acquire (client P, no ticket) must not barge past the queue: it
- * reads the lease and the queue, and only with no live ticket writes one
- * atomic batch: a guard tombstone on q.<name>.plain with
- * Nats-Expected-Last-Subject-Sequence-Subject: q.<name>.* and expected = the
- * queue's last sequence read (no ticket written or removed since), then the
- * lease, expected = the lease revision read.
+ * Waiters may give up; a ticket expires (MaxAge marker) only after its
+ * waiter stopped waiting (gave up or was granted: its own deadline, as for
+ * leases). The holder releases with a conditional tombstone. Tombstones and
+ * markers age out (the subject is empty again, expected 0), lease and slot
+ * alike.
+ *
+ * A plain Acquire (client P, no ticket) reads the lease and then the queue
+ * (fresh, from the leader); with the lease free and no live ticket it writes
+ * the lease alone, expected = the lease revision read. No guard key, no
+ * batch. P's arrival is its queue read: a waiter that queues after it
+ * arrived after P and may be served after P.
  *
  * Properties:
  *   F1 no overtaking: a queued waiter is granted only if no waiter that
  *      arrived before it (an earlier first ticket) still waits; a plain
- *      Acquire is granted only if no waiter waits at all
+ *      Acquire is granted only if no waiter whose ticket was written at or
+ *      before P's queue read still waits
  *   F2 mutual exclusion: at most one client holds the lease
  *
  * Design mutations (negative controls: each must yield a counterexample):
  *   NO_HEAD_CHECK            any waiter may acquire when the lease is free
  *   ORDER_BY_LAST_REVISION   the queue is ordered by the ticket's last revision
- *   NON_ATOMIC_GRANT         delete the ticket, then write the lease: two writes
- *   NO_QUEUE_CONDITION       the plain Acquire writes the lease alone, not
- *                            conditional on the queue (no guard)
+ *   NON_ATOMIC_GRANT         the wrong order: delete the ticket, then write
+ *                            the lease
+ *   NO_QUEUE_CHECK           the plain Acquire does not read the queue
  *   STALE_QUEUE_READ         the head check reads a snapshot that may predate
  *                            the waiter's own ticket (a lagging replica)
  *   NO_SLOT_CONDITION        a ticket is written into a slot unconditionally,
  *                            so two waiters that read the same free slot both
  *                            write it and the first one's ticket is lost
+ *   NO_LEASE_CONDITION       the head's lease write is unconditional
+ *   DELETE_ON_LOST_GRANT     the head deletes its ticket even when its lease
+ *                            write failed
+ * A variant that is NOT a violation (checked by hand, see model/README.md):
+ *   RELEASE_BEFORE_DELETE    the grantee may release before its ticket delete
  */
 
 #define NW 3            /* waiters W0, W1, W2 */
@@ -59,36 +76,60 @@
 #ifndef GIVEUPS
 #define GIVEUPS 1       /* waiters that give up, all together */
 #endif
+#ifndef FAILED_DELETES
+#define FAILED_DELETES 1        /* grantees whose ticket delete fails, all together */
+#endif
 
 /* slot and lease subjects: what the last message is */
 #define S_NONE 0        /* no message (expected 0) */
 #define S_LIVE 1        /* a ticket, or a lease record */
-#define S_DEL  2        /* deleted (ticket removed in a grant; lease released) */
-#define S_MARK 3        /* expiry marker */
+#define S_DEL  2        /* deleted (ticket removed after a grant; lease released), or a
+                           ticket's expiry marker (for the queue the same) */
 
 /* waiter states */
-#define W_NEW     0
-#define W_PICKED  1     /* it read the queue and picked a free slot; the ticket write is next */
-#define W_QUEUED  2     /* its ticket is written: it waits */
-#define W_TRYING  3     /* it read the queue and the lease; the batch is next */
-#define W_HALF    4     /* NON_ATOMIC_GRANT: ticket deleted, lease write next */
-#define W_HOLDING 5
-#define W_DONE    6     /* released */
-#define W_LEFT    7     /* gave up */
-#define W_REFUSED 8     /* every slot was live: TOO_MANY_WAITERS */
+#define W_NEW      0
+#define W_PICKED   1    /* it read the queue and picked a free slot; the ticket write is next */
+#define W_QUEUED   2    /* its ticket is written: it waits */
+#define W_READ     3    /* it read the lease free; the queue read is next */
+#define W_TRYING   4    /* head, lease read free: the grant is next */
+#define W_HALF     5    /* NON_ATOMIC_GRANT: ticket deleted, lease write next */
+#define W_GRANTED  6    /* lease written, its ticket still live: the ticket delete is next */
+#define W_HOLDING  7
+#define W_DONE     8    /* released */
+#define W_LEFT     9    /* gave up */
+#define W_RELEASED 10   /* RELEASE_BEFORE_DELETE: released, the ticket delete is next */
+#define W_REFUSED  11   /* every slot was live: TOO_MANY_WAITERS */
+
+/* the plain client P */
+#define P_NEW     0
+#define P_READ    1     /* it read the lease free; the queue read is next */
+#define P_TRYING  2     /* it read the queue with no live ticket; the lease write is next */
+#define P_HOLDING 3
+#define P_DONE    4
 
 byte seq;
 byte lk_kind, lk_rev, lk_holder;                /* the lease subject */
 byte sl_kind[NS], sl_rev[NS], sl_place[NS];     /* each slot's last message; a ticket's place */
 byte sl_owner[NS];      /* ghost: the waiter (w + 1) whose ticket the slot holds or last held */
-byte g_rev;             /* the guard key's last revision (0: no message) */
 byte st[NW];                                    /* waiter states */
 byte my_slot[NW], my_rev[NW];                   /* a waiter's ticket as it knows it */
 byte arrival[NW];       /* ghost: revision of the waiter's first ticket (its arrival) */
 byte created[NW];       /* ghost: revision of the waiter's current ticket's first write */
 byte gone[NW];          /* ghost: revision that ended that ticket (0: live) */
-byte refreshes = REFRESHES, giveups = GIVEUPS;
-byte pst;               /* the plain client P: W_NEW, W_TRYING, W_HOLDING, W_DONE */
+/*
+ * created and gone are only read by STALE_QUEUE_READ's snapshot; elsewhere
+ * created stays 0 and gone is 1 once the ticket ended: states that differ
+ * only in these dead revisions are one state.
+ */
+#ifdef STALE_QUEUE_READ
+#define GONE_AT seq
+#else
+#define GONE_AT 1
+#endif
+byte refreshes = REFRESHES, giveups = GIVEUPS, failed_deletes = FAILED_DELETES;
+byte pst;               /* the plain client P: P_NEW ... P_DONE */
+byte p_arr;             /* ghost: the stream position of P's queue read (its arrival) */
+byte undeleted;         /* ghost, probes only: the grantee (w + 1) whose ticket delete failed */
 
 #define CH(w) ('0' + (w))
 
@@ -97,16 +138,13 @@ byte pst;               /* the plain client P: W_NEW, W_TRYING, W_HOLDING, W_DON
 
 /* the lease write of a grant: expected = the lease revision as read */
 #define LEASE_COND (lk_rev == el)
-
-/* the last sequence of any message under q.<name>.* (0: none) */
-#define MAX2(a, b) ((a) > (b) -> (a) : (b))
-#define QLAST MAX2(g_rev, MAX2(sl_rev[0], sl_rev[1]))
-#define ANY_TICKET (sl_kind[0] == S_LIVE || sl_kind[1] == S_LIVE)
-#ifdef NO_QUEUE_CONDITION
-#define QUEUE_COND (1)
+#ifdef NO_LEASE_CONDITION
+#define GRANT_LEASE_COND (1)
 #else
-#define QUEUE_COND (QLAST == eq)
+#define GRANT_LEASE_COND LEASE_COND
 #endif
+
+#define ANY_TICKET (sl_kind[0] == S_LIVE || sl_kind[1] == S_LIVE)
 
 /* the place of the ticket in slot s, as the queue orders it */
 #ifdef ORDER_BY_LAST_REVISION
@@ -119,8 +157,11 @@ byte pst;               /* the plain client P: W_NEW, W_TRYING, W_HOLDING, W_DON
 #define HOLDS(w) (sl_kind[my_slot[w]] == S_LIVE && sl_rev[my_slot[w]] == my_rev[w])
 
 /* still waiting: arrived, and neither granted, done nor gone */
-#define WAITS(v) (st[v] == W_QUEUED || st[v] == W_TRYING || st[v] == W_HALF || \
+#define WAITS(v) (st[v] == W_QUEUED || st[v] == W_READ || st[v] == W_TRYING || st[v] == W_HALF || \
                   ((st[v] == W_NEW || st[v] == W_PICKED) && arrival[v] != 0))
+
+/* holds the lease (a grantee whose ticket is still live, or not) */
+#define HOLDER(v) (st[v] == W_GRANTED || st[v] == W_HOLDING)
 
 /* Reachability probes (-DPROBE=n), as in lease.pml. */
 #ifdef PROBE
@@ -141,30 +182,40 @@ inline check_grant(w) {
   :: v < NW ->
      CHECK(v == w || !(WAITS(v) && arrival[v] < arrival[w]),
            "VIOLATED F1: a waiter is granted while an earlier waiter still waits (overtaking)\n");
-     CHECK(v == w || st[v] != W_HOLDING,
+     CHECK(v == w || !HOLDER(v),
            "VIOLATED F2: two clients hold the lease\n");
      v++
   :: else -> break
   od;
-  CHECK(pst != W_HOLDING, "VIOLATED F2: two clients hold the lease\n");
+  CHECK(pst != P_HOLDING, "VIOLATED F2: two clients hold the lease\n");
   /* probe 1: granted past an earlier waiter that gave up and whose ticket expired */
   REACH(1, (arrival[0] != 0 && arrival[0] < arrival[w] && st[0] == W_LEFT && gone[0] != 0) ||
            (arrival[1] != 0 && arrival[1] < arrival[w] && st[1] == W_LEFT && gone[1] != 0) ||
            (arrival[2] != 0 && arrival[2] < arrival[w] && st[2] == W_LEFT && gone[2] != 0));
+  /* probe 7: granted after the ticket a failed delete left live expired */
+  REACH(7, undeleted != 0 && undeleted != w + 1 && gone[undeleted - 1] != 0);
   v = 0
 }
 
-/* The lease write of a grant to w (after its ticket was deleted). */
-inline write_lease(w) {
+/* The lease write of a grant to w; next: its state afterwards. */
+inline write_lease(w, next) {
   printf("W%c: lease written rev %d (expected %d): granted, place %d\n", CH(w), seq + 1, el, arrival[w]);
   check_grant(w);
   seq++;
   lk_kind = S_LIVE; lk_rev = seq; lk_holder = w + 1;
-  st[w] = W_HOLDING
+  st[w] = next
+}
+
+/* The ticket delete of w (its condition checked by the caller). */
+inline delete_ticket(w) {
+  s = my_slot[w];
+  seq++;
+  sl_kind[s] = S_DEL; sl_rev[s] = seq; gone[w] = GONE_AT;
+  s = 0
 }
 
 proctype Waiter(byte w) {
-  byte ex, et, el, v, s, snap;
+  byte ex, el, v, s, snap;
   bool head;
 end:
   do
@@ -205,11 +256,14 @@ end:
           if
           :: sl_kind[s] == S_LIVE && sl_owner[s] != 0 ->
              /* only without the slot condition: another waiter's ticket is overwritten */
-             gone[sl_owner[s] - 1] = seq
+             gone[sl_owner[s] - 1] = GONE_AT
           :: else -> skip
           fi;
           sl_kind[s] = S_LIVE; sl_rev[s] = seq; sl_place[s] = seq; sl_owner[s] = w + 1;
-          my_rev[w] = seq; created[w] = seq; gone[w] = 0;
+          my_rev[w] = seq; gone[w] = 0;
+#ifdef STALE_QUEUE_READ
+          created[w] = seq;
+#endif
           if :: arrival[w] == 0 -> arrival[w] = seq :: else -> skip fi;
           printf("W%c: ticket written in slot %d rev %d\n", CH(w), s, seq);
           st[w] = W_QUEUED
@@ -236,19 +290,33 @@ end:
      }
   /* give up waiting */
   :: d_step {
-       (st[w] == W_QUEUED || st[w] == W_TRYING) && giveups > 0 ->
+       (st[w] == W_QUEUED || st[w] == W_READ || st[w] == W_TRYING) && giveups > 0 ->
        giveups--;
        printf("W%c: gives up\n", CH(w));
-       st[w] = W_LEFT; et = 0; el = 0
+       st[w] = W_LEFT; el = 0
      }
+#ifdef SPLIT_READ
+  /* a try: read the lease (the name's last message) from the leader; go on only if it is free */
+  :: d_step {
+       st[w] == W_QUEUED && lk_kind != S_LIVE ->
+       el = lk_rev; st[w] = W_READ;
+       printf("W%c: reads lease rev %d: free\n", CH(w), el)
+     }
+#endif
   /*
-   * Read the lease and the queue from the leader: own ticket live at its
-   * revision, head, lease free? The scan reads each slot at some moment
-   * after the waiter's own ticket was written (see model/README.md); the
-   * model reads them all at once.
+   * Then read the queue from the leader: own ticket live at its revision,
+   * and head? The scan reads each slot at some moment after the waiter's
+   * own ticket was written (see model/README.md); the model reads them all
+   * at once.
    */
   :: atomic {
-       st[w] == W_QUEUED && lk_kind != S_LIVE && HOLDS(w) ->
+#ifdef SPLIT_READ
+       st[w] == W_READ ->
+#else
+       /* the lease read and the queue read in one step (see model/README.md) */
+       st[w] == W_QUEUED && lk_kind != S_LIVE ->
+       el = lk_rev;
+#endif
 #ifdef STALE_QUEUE_READ
        /* a snapshot as of any earlier sequence, even before the own ticket */
        snap = seq; do :: snap > 0 -> snap-- :: break od;
@@ -256,7 +324,10 @@ end:
        snap = seq;
 #endif
        d_step {
-         head = 1;
+         /* probe 6: another waiter holds the lease with its ticket still live */
+         REACH(6, (w != 0 && st[0] == W_GRANTED) || (w != 1 && st[1] == W_GRANTED) ||
+                  (w != 2 && st[2] == W_GRANTED));
+         head = HOLDS(w);
 #ifndef NO_HEAD_CHECK
 #ifdef STALE_QUEUE_READ
          v = 0;
@@ -284,9 +355,17 @@ end:
 #endif
          if
          :: head ->
-            printf("W%c: reads the queue as of rev %d: head; lease rev %d\n", CH(w), snap, lk_rev);
-            et = my_rev[w]; el = lk_rev; st[w] = W_TRYING
-         :: else -> skip
+#ifdef SPLIT_READ
+            printf("W%c: reads the queue as of rev %d: head\n", CH(w), snap);
+#else
+            printf("W%c: reads lease rev %d free and the queue as of rev %d: head\n", CH(w), el, snap);
+#endif
+            st[w] = W_TRYING
+         :: else ->
+#ifdef SPLIT_READ
+            printf("W%c: reads the queue as of rev %d: not head (or own ticket gone)\n", CH(w), snap);
+#endif
+            st[w] = W_QUEUED; el = 0
          fi;
          v = 0; s = 0; snap = 0; head = 0
        }
@@ -294,39 +373,57 @@ end:
   /* the grant */
   :: d_step {
        st[w] == W_TRYING ->
-       s = my_slot[w];
 #ifdef NON_ATOMIC_GRANT
-       /* first write: delete the ticket */
+       /* the wrong order: first delete the ticket, then write the lease */
        if
-       :: seq < MAXSEQ && sl_kind[s] == S_LIVE && sl_rev[s] == et ->
-          seq++;
-          printf("W%c: ticket deleted rev %d\n", CH(w), seq);
-          sl_kind[s] = S_DEL; sl_rev[s] = seq; gone[w] = seq; st[w] = W_HALF
+       :: seq < MAXSEQ && HOLDS(w) ->
+          printf("W%c: ticket deleted rev %d (expected %d)\n", CH(w), seq + 1, my_rev[w]);
+          delete_ticket(w);
+          st[w] = W_HALF
        :: else -> st[w] = W_QUEUED; el = 0
-       fi;
-       et = 0
+       fi
 #else
-       /* one atomic batch; both expectations are checked at commit */
+       /* first write: the lease, expected = its revision as read */
        if
-       :: seq + 2 <= MAXSEQ && sl_kind[s] == S_LIVE && sl_rev[s] == et && LEASE_COND ->
-          seq++;
-          printf("W%c: batch: ticket deleted rev %d\n", CH(w), seq);
-          sl_kind[s] = S_DEL; sl_rev[s] = seq; gone[w] = seq;
-          write_lease(w)
+       :: seq < MAXSEQ && GRANT_LEASE_COND ->
+          write_lease(w, W_GRANTED)
+       :: else ->
+          printf("W%c: lease write refused (expected %d, now %d)\n", CH(w), el, lk_rev);
+#ifdef DELETE_ON_LOST_GRANT
+          if
+          :: seq < MAXSEQ && HOLDS(w) ->
+             printf("W%c: ticket deleted rev %d all the same\n", CH(w), seq + 1);
+             delete_ticket(w)
+          :: else -> skip
+          fi;
+#endif
+          st[w] = W_QUEUED
+       fi
+#endif
+       ; el = 0
+     }
+#ifdef BATCH_GRANT
+  /* or (with a lock-delay fence): one atomic batch, ticket delete + lease */
+  :: d_step {
+       st[w] == W_TRYING ->
+       if
+       :: seq + 2 <= MAXSEQ && HOLDS(w) && LEASE_COND ->
+          printf("W%c: batch: ticket deleted rev %d\n", CH(w), seq + 1);
+          delete_ticket(w);
+          write_lease(w, W_HOLDING)
        :: else ->
           printf("W%c: batch refused (ticket or lease moved on)\n", CH(w));
           st[w] = W_QUEUED
        fi;
-       et = 0; el = 0
-#endif
-       ; s = 0
+       el = 0
      }
+#endif
 #ifdef NON_ATOMIC_GRANT
   /* second write: the lease, expected = its revision as read */
   :: d_step {
        st[w] == W_HALF ->
        if
-       :: seq < MAXSEQ && LEASE_COND -> write_lease(w)
+       :: seq < MAXSEQ && LEASE_COND -> write_lease(w, W_HOLDING)
        :: else ->
           printf("W%c: lease write refused (expected %d, now %d): queues again\n", CH(w), el, lk_rev);
           st[w] = W_NEW
@@ -334,86 +431,137 @@ end:
        el = 0
      }
 #endif
+  /* second write of a grant: the ticket delete, expected = its last known revision */
+  :: d_step {
+       (st[w] == W_GRANTED || st[w] == W_RELEASED) ->
+       if
+       :: seq < MAXSEQ && HOLDS(w) ->
+          printf("W%c: ticket deleted rev %d (expected %d)\n", CH(w), seq + 1, my_rev[w]);
+          delete_ticket(w)
+       :: else ->
+          printf("W%c: ticket delete refused (the ticket expired meanwhile)\n", CH(w))
+       fi;
+       if :: st[w] == W_GRANTED -> st[w] = W_HOLDING :: else -> st[w] = W_DONE fi
+     }
+  /* or the delete fails (a NATS error): the ticket stays live until it expires */
+  :: d_step {
+       (st[w] == W_GRANTED || st[w] == W_RELEASED) && failed_deletes > 0 ->
+       failed_deletes--;
+#ifdef PROBE
+       undeleted = w + 1;
+#endif
+       printf("W%c: ticket delete fails (NATS error): the ticket stays until it expires\n", CH(w));
+       if :: st[w] == W_GRANTED -> st[w] = W_HOLDING :: else -> st[w] = W_DONE fi
+     }
   /* release: tombstone, expected = the lease's revision */
   :: d_step {
-       st[w] == W_HOLDING && seq < MAXSEQ && lk_holder == w + 1 && lk_kind == S_LIVE ->
+#ifdef RELEASE_BEFORE_DELETE
+       (st[w] == W_HOLDING || st[w] == W_GRANTED) &&
+#else
+       st[w] == W_HOLDING &&
+#endif
+       seq < MAXSEQ && lk_holder == w + 1 && lk_kind == S_LIVE ->
        seq++;
        printf("W%c: released rev %d\n", CH(w), seq);
        lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
-       st[w] = W_DONE
+       if :: st[w] == W_HOLDING -> st[w] = W_DONE :: else -> st[w] = W_RELEASED fi
      }
   :: st[w] == W_DONE || st[w] == W_LEFT || st[w] == W_REFUSED -> break
   od
 }
 
+/* P's queue read (its arrival): no live ticket, or LEASE_HELD */
+inline p_queue_read() {
+#ifdef NO_QUEUE_CHECK
+  p_arr = seq; pst = P_TRYING;
+  printf("P: does not read the queue (stream at rev %d)\n", seq)
+#else
+  if
+  :: !ANY_TICKET ->
+     p_arr = seq; pst = P_TRYING;
+     printf("P: reads the queue as of rev %d: no live ticket\n", seq)
+  :: else ->
+     printf("P: reads the queue: waiters queued: LEASE_HELD\n");
+     pst = P_NEW; el = 0
+  fi
+#endif
+}
+
 /*
  * Client P: one plain Acquire (tried at most twice), then a release. It
- * reads the lease and the queue; with the lease free and no live ticket it
- * writes the guard and the lease in one batch, conditional on both.
+ * reads the lease, then (the lease free) the queue; with no live ticket it
+ * writes the lease alone, expected = the lease revision read.
  */
 proctype Plain() {
-  byte el, eq, v, tries = 2;
+  byte el, v, tries = 2;
 end:
   do
   :: d_step {
-       pst == W_NEW && tries > 0 ->
+       pst == P_NEW && tries > 0 ->
        tries--;
        if
-       :: lk_kind != S_LIVE && !ANY_TICKET ->
-          el = lk_rev; eq = QLAST; pst = W_TRYING;
-          printf("P: reads lease rev %d free, queue empty (last seq %d)\n", el, eq)
-       :: else -> printf("P: Acquire -> LEASE_HELD (held or waiters queued)\n")
-       fi
-     }
-  :: d_step {
-       pst == W_TRYING ->
-       if
-#ifdef NO_QUEUE_CONDITION
-       :: seq < MAXSEQ && LEASE_COND ->
-          printf("P: lease written rev %d (expected %d, no guard): granted\n", seq + 1, el);
-#else
-       :: seq + 2 <= MAXSEQ && LEASE_COND && QUEUE_COND ->
-          seq++;
-          g_rev = seq;
-          printf("P: batch: guard rev %d (queue expected %d), lease written rev %d (expected %d): granted\n", seq, eq, seq + 1, el);
+       :: lk_kind != S_LIVE ->
+          el = lk_rev; pst = P_READ;
+          printf("P: reads lease rev %d: free\n", el)
+       :: else -> printf("P: Acquire -> LEASE_HELD (held)\n")
+       fi;
+#ifndef SPLIT_READ
+       /* the lease read and the queue read in one step (see model/README.md) */
+       if :: pst == P_READ -> p_queue_read() :: else -> skip fi
 #endif
+     }
+#ifdef SPLIT_READ
+  :: d_step { pst == P_READ -> p_queue_read() }
+#endif
+  :: d_step {
+       pst == P_TRYING ->
+       if
+       :: seq < MAXSEQ && LEASE_COND ->
+          printf("P: lease written rev %d (expected %d): granted, arrived at rev %d\n", seq + 1, el, p_arr);
           v = 0;
           do
           :: v < NW ->
-             CHECK(!WAITS(v), "VIOLATED F1: a plain Acquire is granted while a waiter waits (barging)\n");
-             CHECK(st[v] != W_HOLDING, "VIOLATED F2: two clients hold the lease\n");
+             CHECK(!(WAITS(v) && arrival[v] != 0 && arrival[v] <= p_arr),
+                   "VIOLATED F1: a plain Acquire is granted while a waiter that queued before its queue read still waits (barging)\n");
+             CHECK(!HOLDER(v), "VIOLATED F2: two clients hold the lease\n");
              v++
           :: else -> break
           od;
           v = 0;
+          /* probe 2: a waiter queued between P's queue read and P's write, and P is granted */
+          REACH(2, (WAITS(0) && arrival[0] > p_arr) || (WAITS(1) && arrival[1] > p_arr) ||
+                   (WAITS(2) && arrival[2] > p_arr));
           seq++;
           lk_kind = S_LIVE; lk_rev = seq; lk_holder = NW + 1;
-          pst = W_HOLDING
+          pst = P_HOLDING
        :: else ->
-          REACH(2, LEASE_COND && !QUEUE_COND);   /* the queue condition stopped a barging write */
-          printf("P: batch refused (lease or queue moved on)\n");
-          pst = W_NEW
+          printf("P: lease write refused (expected %d, now %d)\n", el, lk_rev);
+          pst = P_NEW
        fi;
-       el = 0; eq = 0
+       el = 0; p_arr = 0
      }
   :: d_step {
-       pst == W_HOLDING && seq < MAXSEQ ->
+       pst == P_HOLDING && seq < MAXSEQ ->
        seq++;
        printf("P: released rev %d\n", seq);
        REACH(3, st[0] == W_DONE && st[1] == W_DONE && st[2] == W_DONE);   /* everyone was served */
        lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
-       pst = W_DONE
+       pst = P_DONE
      }
-  :: pst == W_DONE || (pst == W_NEW && tries == 0) -> break
+  :: pst == P_DONE || (pst == P_NEW && tries == 0) -> break
   od
 }
 
-/* slot s holds the live ticket of a waiter that gave up */
-#define EXPIRES(s) (sl_kind[s] == S_LIVE && sl_owner[s] != 0 && st[sl_owner[s] - 1] == W_LEFT)
+/*
+ * slot s holds the live ticket of a waiter that no longer waits: it gave
+ * up, or it was granted (the ticket delete failed, or is still to come)
+ */
+#define EXPIRES(s) (sl_kind[s] == S_LIVE && sl_owner[s] != 0 && \
+                    st[sl_owner[s] - 1] >= W_GRANTED && st[sl_owner[s] - 1] != W_REFUSED)
 
 /*
- * NATS: a given-up waiter's ticket expires (only after the waiter stopped
- * waiting: the timing assumption); tombstones and markers age out.
+ * NATS: a ticket expires only after its waiter stopped waiting (the timing
+ * assumption); tombstones and markers age out.
  */
 proctype Nature() {
   byte s;
@@ -424,7 +572,8 @@ end:
        if :: EXPIRES(0) -> s = 0 :: else -> s = 1 fi;
        seq++;
        printf("nats: W%c's ticket in slot %d expires: marker rev %d\n", CH(sl_owner[s] - 1), s, seq);
-       sl_kind[s] = S_MARK; sl_rev[s] = seq; gone[sl_owner[s] - 1] = seq;
+       /* a marker: for the queue the same as a tombstone (one kind: fewer states) */
+       sl_kind[s] = S_DEL; sl_rev[s] = seq; gone[sl_owner[s] - 1] = GONE_AT;
        s = 0
      }
   :: d_step {
@@ -433,19 +582,14 @@ end:
        lk_kind = S_NONE; lk_rev = 0
      }
   :: d_step {
-       (sl_kind[0] == S_DEL || sl_kind[0] == S_MARK) ->
+       sl_kind[0] == S_DEL ->
        printf("nats: slot 0 rev %d ages out\n", sl_rev[0]);
        sl_kind[0] = S_NONE; sl_rev[0] = 0
      }
   :: d_step {
-       (sl_kind[1] == S_DEL || sl_kind[1] == S_MARK) ->
+       sl_kind[1] == S_DEL ->
        printf("nats: slot 1 rev %d ages out\n", sl_rev[1]);
        sl_kind[1] = S_NONE; sl_rev[1] = 0
-     }
-  :: d_step {
-       g_rev != 0 ->
-       printf("nats: guard rev %d ages out\n", g_rev);
-       g_rev = 0
      }
   od
 }
