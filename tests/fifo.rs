@@ -352,6 +352,48 @@ async fn a_cancelled_waiter_leaves_and_the_next_is_granted() {
     stayer.await.unwrap();
 }
 
+/// A waiter whose wait runs out while another waiter is ahead of it is
+/// told it was behind the queue (LEASE_HELD, state=QUEUED, the queue
+/// length), not a holder read when it arrived: only the head reads the
+/// lease, so that read could be long stale.
+#[tokio::test]
+async fn a_waiter_that_gives_up_behind_others_says_so() {
+    let _serial = SERIAL.lock().await;
+    let t = Tenure::start().await;
+    let (_other, mut b) = t.replica().await;
+    let mut a = t.client().await;
+    let name = "fifo.behind";
+    let mut queue = kv(&t)
+        .await
+        .watch(format!("_tenure.q.{name}.*"))
+        .await
+        .unwrap();
+    let (_lease, _key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let first = spawn_waiter(a.clone(), name, "first", tx);
+    next_ticket_change(&mut queue).await;
+    let refused = b
+        .acquire(AcquireRequest {
+            wait: Some(secs(3)),
+            ..acquire_req(name, "second", 30)
+        })
+        .await
+        .expect_err("the holder keeps the lease and the first waiter is ahead");
+    assert_eq!(reason(&refused), "LEASE_HELD", "{refused:?}");
+    let info = refused.get_details_error_info().unwrap();
+    assert_eq!(
+        info.metadata.get("state").map(String::as_str),
+        Some("QUEUED"),
+        "{refused:?}"
+    );
+    assert!(!info.metadata.contains_key("holder"), "{refused:?}");
+    assert!(
+        refused.message().contains("gave up after waiting"),
+        "{refused:?}"
+    );
+    first.abort();
+}
+
 /// The queue of a name is bounded: past --max-waiters an Acquire with a
 /// wait is refused with TOO_MANY_WAITERS, at once.
 #[tokio::test]
