@@ -25,11 +25,11 @@ use futures::future::{join_all, try_join_all};
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::record::{Entry, Fence, KeyHash, Record, Released};
+use super::record::{Entry, KeyHash, Record, Released};
 use super::rules::{self, AcquirePlan};
 use super::{
-    contended, delayed, fifo, held, now_ms, queued, unreadable, EventKind, Filter, Holding, Leases,
-    FOLLOW_PATIENCE, MAX_CAS_ATTEMPTS, WAIT_POLL,
+    contended, delayed, fence_write, fifo, held, now_ms, queued, unreadable, EventKind, Filter,
+    Holding, Leases, FOLLOW_PATIENCE, MAX_CAS_ATTEMPTS, WAIT_POLL,
 };
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Write, WriteOp};
@@ -255,21 +255,7 @@ impl Leases {
             }
             writes.push(queue.guard(name));
             if args.lock_delay_s > 0 || fence.1.is_some() {
-                writes.push(Write {
-                    name: rules::fence_key(name),
-                    op: if args.lock_delay_s > 0 {
-                        WriteOp::Put
-                    } else {
-                        WriteOp::Delete
-                    },
-                    payload: Fence {
-                        lock_delay_s: args.lock_delay_s,
-                    }
-                    .encode(),
-                    expected: Some(fence.0),
-                    expected_of: None,
-                    ttl: Duration::ZERO,
-                });
+                writes.push(fence_write(name, args.lock_delay_s, fence.0));
             }
         }
         // The records last, in request order, so member i is at revision

@@ -684,21 +684,8 @@ impl Leases {
         // without never inherits an older holding's) goes in one atomic
         // batch with the record (last: the batch's revision is the token)
         // and the head's ticket delete.
-        let fence_write = (args.lock_delay_s > 0 || fence_live).then(|| Write {
-            name: rules::fence_key(&args.name),
-            op: if args.lock_delay_s > 0 {
-                WriteOp::Put
-            } else {
-                WriteOp::Delete
-            },
-            payload: Fence {
-                lock_delay_s: args.lock_delay_s,
-            }
-            .encode(),
-            expected: Some(fence_revision),
-            expected_of: None,
-            ttl: Duration::ZERO,
-        });
+        let fence_write = (args.lock_delay_s > 0 || fence_live)
+            .then(|| fence_write(&args.name, args.lock_delay_s, fence_revision));
         let written = match fence_write {
             Some(fence) => {
                 let mut writes: Vec<Write> = queue_write.into_iter().collect();
@@ -1100,6 +1087,24 @@ fn queued(name: &str, waiters: usize) -> Error {
     )
     .with("waiters", waiters)
     .with("state", "QUEUED")
+}
+
+/// The write that makes `name`'s fence say `lock_delay_s` (0: deletes it),
+/// over the fence's last revision `expected`, in the batch that writes the
+/// holding it describes (design section 15).
+fn fence_write(name: &str, lock_delay_s: u64, expected: u64) -> Write {
+    Write {
+        name: rules::fence_key(name),
+        op: if lock_delay_s > 0 {
+            WriteOp::Put
+        } else {
+            WriteOp::Delete
+        },
+        payload: Fence { lock_delay_s }.encode(),
+        expected: Some(expected),
+        expected_of: None,
+        ttl: Duration::ZERO,
+    }
 }
 
 /// `LEASE_HELD` for a waiter still behind earlier waiters of `name` (the
