@@ -1277,15 +1277,27 @@ mod tests {
         assert_eq!(r.expiry_excused, 1);
     }
 
+    /// Due 2000, bound 3000: a refusal sent after the bound proves the
+    /// holding outlived it; one sent before and answered after does not
+    /// (its read may have come before the bound).
     #[test]
     fn a_refusal_long_after_due_is_a_lease_that_outlived_its_ttl() {
-        let refused = Op {
+        let refused = |t0, t1| Op {
             detail: "LEASE_HELD".into(),
-            ..op("b#1", OpKind::Acquire, Phase::Fail, 3000, 3500)
+            ..op("b#1", OpKind::Acquire, Phase::Fail, t0, t1)
         };
-        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50), refused];
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            refused(3100, 3500),
+        ];
         let r = check_ops(&ops, &[], &[], &[]);
         assert_eq!(r.p4_expiry, 1, "{:?}", r.examples);
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            refused(2900, 3500),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p4_expiry, 0, "{:?}", r.examples);
     }
 
     #[test]
