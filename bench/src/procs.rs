@@ -128,6 +128,10 @@ impl Launcher {
     }
 
     /// Starts the `tenure` binary against `nats_url`, logging warnings only.
+    /// Default settings, but one: every bench client is the same
+    /// (anonymous) identity, so the per-identity watch-stream limit (10,000
+    /// by default) is raised to the replica's (20,000); workload 5 opens
+    /// 10,000 streams while the writer and earlier runs' streams close.
     pub async fn tenure(&self, bin: &Path, dir: &Path, nats_url: &str) -> R<Server> {
         let port = free_port()?;
         let log = dir.join("tenure.log");
@@ -137,6 +141,7 @@ impl Launcher {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--nats-url")
             .arg(nats_url)
+            .args(["--max-watch-streams-per-identity", "20000"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(file);
