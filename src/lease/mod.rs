@@ -503,9 +503,9 @@ impl Leases {
     }
 
     /// One Acquire without a ticket: read, then CAS, retried on lost races.
-    /// A name this replica released last is written at once, conditional
-    /// on its release and on the queue it saw empty (one round trip); any
-    /// change since fails that write, and the next try reads.
+    /// A name this replica released last is written over its release
+    /// without reading the lease (the queue is still read); any write since
+    /// fails that CAS, and the next try reads.
     async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
         // A name this replica released last is taken over its release
         // (the queue is still read), unless its watcher sees waiters.
