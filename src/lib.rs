@@ -48,7 +48,7 @@ mod server;
 
 pub use config::{Action, Config, Grant, LogFormat};
 pub use error::{Reason, StartError};
-pub use lease::{KeyHash, Record, Released};
+pub use lease::{shard_of, KeyHash, Record, Released};
 pub use nats::embedded::{find_binary, NatsProcess, PINNED_VERSION};
 pub use observe::{init as init_telemetry, log_filter, Telemetry};
 pub use server::{check_config, run, shutdown_signal, start, Running, SERVICE_NAME};

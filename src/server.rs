@@ -19,7 +19,7 @@ use tonic_health::ServingStatus;
 use crate::api::{Auth, CallLimits, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
 use crate::error::StartError;
-use crate::lease::{Budget, Hub, Leases, WATCH_BUFFER_EVENTS};
+use crate::lease::{Budget, Hub, Leases, Shards, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
 use crate::nats::Store;
 use crate::observe::METRICS;
@@ -102,7 +102,7 @@ pub async fn start(
         };
     let (events_tx, events) = mpsc::unbounded_channel();
     let client = crate::nats::connect(config, nats_url, events_tx).await?;
-    let store = Store::open_when_ready(client, &config.bucket_config())
+    let stores = Store::open_shards(client, &config.bucket_config())
         .await
         .map_err(StartError::Nats)?;
     let addr = listener
@@ -123,19 +123,29 @@ pub async fn start(
     let reflection_error = |e| StartError::Internal(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-    let budget = Budget::new(
+    let budget = Arc::new(Budget::new(
         WATCH_BUFFER_EVENTS,
         config.max_watch_buffer_bytes,
         config.max_watch_buffer_total_bytes,
-    );
+    ));
     let idle = (!config.watcher_idle_timeout.is_zero()).then_some(config.watcher_idle_timeout);
-    let hub = Hub::start(store.clone(), budget, idle, shutdown.clone())
-        .await
-        .map_err(StartError::Nats)?;
+    // One shared watcher per shard: each follows its own stream.
+    let mut shards = Vec::with_capacity(stores.len());
+    for store in &stores {
+        let hub = Hub::start(store.clone(), budget.clone(), idle, shutdown.clone())
+            .await
+            .map_err(StartError::Nats)?;
+        let leases = Leases::new(store.clone(), hub, shutdown.clone());
+        shards.push(leases.with_max_waiters(config.max_waiters.into()));
+    }
+    let shards = Shards::new(shards);
     tokio::spawn(follow_connection(
         events,
-        hub.healthy(),
-        store.clone(),
+        all_healthy(
+            shards.all().iter().map(Leases::healthy).collect(),
+            &shutdown,
+        ),
+        stores.clone(),
         health.clone(),
         shutdown.clone(),
     ));
@@ -150,7 +160,7 @@ pub async fn start(
     warn_if_open(&auth, tls.is_some(), addr);
     let calls = CallLimits::new(config, auth.enabled());
     let api = Arc::new(LeaseApi::new(
-        Leases::new(store, hub, shutdown.clone()).with_max_waiters(config.max_waiters.into()),
+        shards,
         config.limits(),
         auth,
         WatchLimits::new(config),
@@ -192,7 +202,7 @@ pub async fn start(
         .add_service(elections)
         .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
     let task = tokio::spawn(server);
-    tracing::info!(%addr, bucket = %config.bucket, "serving tenure.v1.LeaseService and tenure.v1.ElectionService");
+    tracing::info!(%addr, bucket = %config.bucket, shards = stores.len(), "serving tenure.v1.LeaseService and tenure.v1.ElectionService");
     Ok(Running {
         addr,
         metrics_addr,
@@ -284,7 +294,7 @@ pub async fn shutdown_signal() {
 async fn follow_connection(
     mut events: mpsc::UnboundedReceiver<Event>,
     mut watcher: tokio::sync::watch::Receiver<bool>,
-    store: Store,
+    stores: Vec<Store>,
     health: HealthReporter,
     shutdown: CancellationToken,
 ) {
@@ -316,8 +326,10 @@ async fn follow_connection(
                     tracing::warn!("NATS connection lost; reconnecting");
                 }
                 Some(Event::Connected) => {
-                    verify_after_reconnect(&store).await;
-                    if store.is_connected() {
+                    for store in &stores {
+                        verify_after_reconnect(store).await;
+                    }
+                    if stores.iter().all(Store::is_connected) {
                         connected = true;
                         METRICS.nats_connected.set(1);
                         if std::mem::take(&mut lost) {
@@ -342,6 +354,35 @@ async fn follow_connection(
             set_health(&health, status).await;
         }
     }
+}
+
+/// Whether every shard's shared watcher is following its stream: one
+/// receiver for the health status, changing when that answer does.
+fn all_healthy(
+    mut hubs: Vec<tokio::sync::watch::Receiver<bool>>,
+    shutdown: &CancellationToken,
+) -> tokio::sync::watch::Receiver<bool> {
+    if hubs.len() == 1 {
+        return hubs.remove(0);
+    }
+    let all = |hubs: &[tokio::sync::watch::Receiver<bool>]| hubs.iter().all(|h| *h.borrow());
+    let (tx, rx) = tokio::sync::watch::channel(all(&hubs));
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            let changed =
+                futures::future::select_all(hubs.iter_mut().map(|h| Box::pin(h.changed())));
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                (result, _, _) = changed => if result.is_err() {
+                    return;
+                },
+            }
+            let now = all(&hubs);
+            tx.send_if_modified(|v| std::mem::replace(v, now) != now);
+        }
+    });
+    rx
 }
 
 /// Verifies the bucket again after a reconnect, retrying while connected.

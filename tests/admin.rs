@@ -79,6 +79,7 @@ async fn revoke_is_seen_by_watcher_and_holder() {
             name: "jobs.stuck".into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()

@@ -141,6 +141,7 @@ async fn lock_gives_the_command_its_token_and_releases() {
             name: "jobs.env".into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()

@@ -19,6 +19,7 @@ async fn unrenewed_lease_expires_and_is_free() {
             name: "exp.a".into(),
             event_types: vec![EventType::Expired as i32],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()
@@ -75,6 +76,7 @@ async fn lease_over_marker_or_tombstone_still_expires() {
             name: "exp.over".into(),
             event_types: vec![EventType::Expired as i32],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()

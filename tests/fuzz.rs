@@ -101,7 +101,7 @@ fn request() -> impl Strategy<Value = Req> {
             if name.starts_with("fz.") && name.len() % 2 == 0 {
                 name.push_str(".>");
             }
-            Req::Watch(WatchLeaseRequest { name, event_types, start_revision: 0 })
+            Req::Watch(WatchLeaseRequest { name, event_types, start_revision: 0, shard_revisions: Vec::new() })
         }),
         1 => (prop_oneof![Just(String::new()), name()], any::<u32>(), prop_oneof![Just(String::new()), name()])
             .prop_map(|(prefix, page_size, page_token)| Req::List(ListLeasesRequest {

@@ -286,6 +286,7 @@ async fn open_unread(
         name: "heavy.>".into(),
         event_types: vec![],
         start_revision: 0,
+        shard_revisions: Vec::new(),
     });
     // A client-side bound: a grpc-timeout would also end the stream.
     match tokio::time::timeout(Duration::from_secs(2), open).await {

@@ -377,6 +377,7 @@ async fn refusals_quote_little_of_the_input() {
                 name: format!("{huge}.>"),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             },
         ))
         .await

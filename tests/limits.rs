@@ -78,6 +78,7 @@ async fn open_watch(
             name: ">".into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await?
         .into_inner();

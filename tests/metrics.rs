@@ -86,6 +86,7 @@ async fn metrics_move_with_the_traffic() {
             name: "m.>".into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()

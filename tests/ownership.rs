@@ -131,6 +131,7 @@ async fn after_expiry_is_not_held() {
             name: "own.exp".into(),
             event_types: vec![EventType::Expired as i32],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()

@@ -200,6 +200,7 @@ async fn identities_stay_inside_their_grants() {
             name: "billing.>".into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()
@@ -250,6 +251,7 @@ async fn identities_stay_inside_their_grants() {
                     name: target.into(),
                     event_types: vec![],
                     start_revision: 0,
+                    shard_revisions: Vec::new(),
                 })
                 .await
                 .unwrap_err()),

@@ -116,6 +116,7 @@ async fn empty_snapshot_and_filters() {
             name: "f.>".into(),
             event_types: vec![EventType::Released as i32],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .unwrap()
@@ -165,6 +166,7 @@ async fn watchers_share_one_nats_consumer() {
                 name: target.clone(),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             })
             .await
             .unwrap()

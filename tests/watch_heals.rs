@@ -77,6 +77,7 @@ async fn a_deleted_consumer_is_replaced_and_watches_continue() {
                     name: "heal.>".into(),
                     event_types: vec![],
                     start_revision: 0,
+                    shard_revisions: Vec::new(),
                 })
                 .await
             {

@@ -59,6 +59,7 @@ async fn unread_watches_are_bounded_and_freed() {
                 name: "mem.>".into(),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             })
             .await
             .unwrap()

@@ -63,6 +63,7 @@ async fn resume(
             name: target.into(),
             event_types: vec![],
             start_revision: from,
+            shard_revisions: Vec::new(),
         })
         .await?
         .into_inner();

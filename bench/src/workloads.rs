@@ -845,6 +845,7 @@ pub async fn watch(
                         name: target.clone(),
                         event_types: vec![],
                         start_revision: 0,
+                        shard_revisions: Vec::new(),
                     })
                     .await
                     .map_err(|s| {

@@ -834,6 +834,7 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
                 name: ">".into(),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             };
             if let Ok(resp) = client.watch_lease(req).await {
                 let mut stream = resp.into_inner();

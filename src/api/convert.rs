@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::lease::{Event, EventKind, Holding};
+use crate::lease::{Event, EventKind, Holding, ShardEvent};
 use crate::proto;
 
 /// A holding as a proto `Lease`.
@@ -57,6 +57,18 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         lease: e.holding.as_deref().map(lease),
         time: (e.time_ms > 0).then(|| timestamp(e.time_ms)),
         slot: e.slot,
+        shard: 0,
+        shard_revisions: Vec::new(),
+    }
+}
+
+/// A watch event as the proto message, with its shard and, on a merged
+/// `SnapshotComplete`, every shard's position.
+pub fn shard_event(e: &ShardEvent) -> proto::LeaseEvent {
+    proto::LeaseEvent {
+        shard: e.shard,
+        shard_revisions: e.positions.clone(),
+        ..event(&e.event)
     }
 }
 

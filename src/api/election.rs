@@ -34,15 +34,26 @@ pub struct ElectionApi {
     /// The lease service whose wrapper, limits and watch slots every
     /// election RPC shares.
     api: Arc<LeaseApi>,
-    /// Elections over the same lease protocol.
-    elections: Elections,
+    /// Elections over the same lease protocol, one per shard.
+    elections: Vec<Elections>,
 }
 
 impl ElectionApi {
     /// The election service beside `api`, on the same leases.
     pub fn new(api: Arc<LeaseApi>) -> ElectionApi {
-        let elections = Elections::new(api.leases.clone());
+        let elections = api
+            .shards
+            .all()
+            .iter()
+            .cloned()
+            .map(Elections::new)
+            .collect();
         ElectionApi { api, elections }
+    }
+
+    /// The elections of the shard that holds `name`.
+    fn of(&self, name: &str) -> &Elections {
+        &self.elections[self.api.shards.index_of(name) as usize]
     }
 }
 
@@ -131,7 +142,7 @@ impl ElectionService for ElectionApi {
                     key: key.map_or_else(validate::mint_key, str::to_string),
                     wait,
                 };
-                let holding = self.elections.campaign(&args).await?;
+                let holding = self.of(&args.name).campaign(&args).await?;
                 Ok(proto::CampaignResponse {
                     leadership: Some(leadership(&holding, false)),
                     lease_key: args.key,
@@ -150,7 +161,7 @@ impl ElectionService for ElectionApi {
                 let expected = validate::revision(req.expected_revision)?;
                 let key = validate::presented_key(&req.lease_key)?;
                 let value = value(&req.value)?;
-                let holding = self.elections.proclaim(name, expected, key, &value).await?;
+                let holding = self.of(name).proclaim(name, expected, key, &value).await?;
                 Ok(proto::ProclaimResponse {
                     leadership: Some(leadership(&holding, false)),
                 })
@@ -167,7 +178,7 @@ impl ElectionService for ElectionApi {
                 let name = validate::name(&req.name)?;
                 let expected = validate::revision(req.expected_revision)?;
                 let key = validate::presented_key(&req.lease_key)?;
-                let revision = self.elections.resign(name, expected, key).await?;
+                let revision = self.of(name).resign(name, expected, key).await?;
                 Ok(proto::ResignResponse { revision })
             })
             .await
@@ -179,7 +190,8 @@ impl ElectionService for ElectionApi {
     ) -> Result<Response<proto::LeaderResponse>, Status> {
         self.api
             .rpc(request, |req, _| async move {
-                let holding = self.elections.leader(validate::name(&req.name)?).await?;
+                let name = validate::name(&req.name)?;
+                let holding = self.of(name).leader(name).await?;
                 Ok(proto::LeaderResponse {
                     leadership: Some(leadership(&holding, true)),
                 })
@@ -197,7 +209,7 @@ impl ElectionService for ElectionApi {
             .rpc(request, |req, cx| async move {
                 let name = validate::name(&req.name)?;
                 let permit = self.api.watches.acquire(&cx.caller.identity)?;
-                let observation = self.elections.observe(name).await?;
+                let observation = self.of(name).observe(name).await?;
                 // The slot is held until the stream ends, as for WatchLease.
                 observation.hold(permit);
                 let stream = observation

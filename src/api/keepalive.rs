@@ -46,7 +46,7 @@ use super::limits::{CallLimits, CallPermit, Class};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
-use crate::lease::{Holding, Leases};
+use crate::lease::{Holding, Shards};
 use crate::observe::METRICS;
 use crate::proto;
 
@@ -62,8 +62,8 @@ pub type KeepAliveStream =
 
 /// What one stream's work needs, shared by its messages.
 struct Renewer {
-    /// The lease protocol.
-    leases: Leases,
+    /// The lease protocol over each shard.
+    shards: Shards,
     /// TTL bounds.
     limits: Limits,
     /// Per-entry authorization.
@@ -80,7 +80,7 @@ struct Renewer {
 /// answered), goes away, breaks a bound, or the server shuts down.
 pub(super) fn open(
     request: Request<Streaming<proto::KeepAliveRequest>>,
-    leases: &Leases,
+    shards: &Shards,
     limits: &Limits,
     auth: &Arc<Auth>,
     calls: &Arc<CallLimits>,
@@ -93,7 +93,7 @@ pub(super) fn open(
     }
     let slot = calls.admit(Class::KeepAliveStream, &caller.identity)?;
     let renewer = Arc::new(Renewer {
-        leases: leases.clone(),
+        shards: shards.clone(),
         limits: *limits,
         auth: auth.clone(),
         calls: calls.clone(),
@@ -111,7 +111,7 @@ pub(super) fn open(
 /// validated (the name was checked before authorization), then the holding
 /// is renewed through the lease protocol.
 pub(super) async fn renew(
-    leases: &Leases,
+    shards: &Shards,
     limits: &Limits,
     name: &str,
     expected_revision: u64,
@@ -126,6 +126,7 @@ pub(super) async fn renew(
         Some(ttl) => Some(validate::ttl(Some(ttl), limits, limits.default_ttl_s)?),
         None => None,
     };
+    let leases = shards.of(name);
     match validate::slot(slot, limits)? {
         0 => leases.renew(name, expected, key, ttl_s).await,
         slot => leases.renew_slot(name, slot, expected, key, ttl_s).await,
@@ -272,7 +273,7 @@ impl Renewer {
             self.auth
                 .authorize(&self.caller, Action::Renew, Target::Name(name))?;
             renew(
-                &self.leases,
+                &self.shards,
                 &self.limits,
                 name,
                 e.expected_revision,

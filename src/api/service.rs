@@ -35,7 +35,7 @@ use super::limits::{CallLimits, Class, WatchLimits};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
-use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Leases, MAX_GROUP_SIZE};
+use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Shards, MAX_GROUP_SIZE};
 use crate::observe::{self, METRICS};
 use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
@@ -45,8 +45,8 @@ pub(super) const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// The `tenure.v1.LeaseService` implementation.
 pub struct LeaseApi {
-    /// The lease protocol over the bucket.
-    pub(super) leases: Leases,
+    /// The lease protocol over each shard of the bucket.
+    pub(super) shards: Shards,
     /// TTL and wait bounds for requests.
     pub(super) limits: Limits,
     /// Who may do what.
@@ -108,11 +108,11 @@ pub(super) trait Reply {
 }
 
 impl LeaseApi {
-    /// The service over `leases`, checking requests against `limits`,
+    /// The service over `shards`, checking requests against `limits`,
     /// callers against `auth`, watch streams against `watches` and calls in
     /// flight against `calls`, KeepAlive streams against `keepalive`.
     pub fn new(
-        leases: Leases,
+        shards: Shards,
         limits: Limits,
         auth: Arc<Auth>,
         watches: Arc<WatchLimits>,
@@ -121,7 +121,7 @@ impl LeaseApi {
         keepalive: KeepAliveBounds,
     ) -> LeaseApi {
         LeaseApi {
-            leases,
+            shards,
             limits,
             auth,
             watches,
@@ -215,7 +215,10 @@ impl LeaseService for LeaseApi {
                 metadata: validate::metadata(&req.metadata)?,
                 lock_delay_s: validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?,
             };
-            let holdings = self.leases.acquire_group(&args).await?;
+            let leases = self
+                .shards
+                .of_group(args.names.iter().map(String::as_str))?;
+            let holdings = leases.acquire_group(&args).await?;
             Ok(proto::AcquireGroupResponse {
                 leases: holdings.iter().map(lease).collect(),
                 lease_key: args.key,
@@ -239,7 +242,10 @@ impl LeaseService for LeaseApi {
                 )?),
                 None => None,
             };
-            let holdings = self.leases.renew_group(&members, key, ttl_s).await?;
+            let leases = self
+                .shards
+                .of_group(members.iter().map(|m| m.name.as_str()))?;
+            let holdings = leases.renew_group(&members, key, ttl_s).await?;
             Ok(proto::RenewGroupResponse {
                 leases: holdings.iter().map(lease).collect(),
             })
@@ -254,7 +260,10 @@ impl LeaseService for LeaseApi {
         self.rpc(request, |req, _| async move {
             let members = members(&req.members, &self.limits)?;
             let key = validate::presented_key(&req.lease_key)?;
-            let done = self.leases.release_group(&members, key).await?;
+            let leases = self
+                .shards
+                .of_group(members.iter().map(|m| m.name.as_str()))?;
+            let done = leases.release_group(&members, key).await?;
             Ok(proto::ReleaseGroupResponse {
                 released: done.released,
                 not_held: done.not_held,
@@ -288,7 +297,7 @@ impl LeaseService for LeaseApi {
                 metadata: validate::metadata(&req.metadata)?,
                 lock_delay_s,
             };
-            let holding = self.leases.acquire(&args).await?;
+            let holding = self.shards.of(&args.name).acquire(&args).await?;
             Ok(proto::AcquireResponse {
                 lease: Some(lease(&holding)),
                 lease_key: args.key,
@@ -303,7 +312,7 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<proto::RenewResponse>, Status> {
         self.rpc(request, |req, _| async move {
             let holding = renew(
-                &self.leases,
+                &self.shards,
                 &self.limits,
                 &req.name,
                 req.expected_revision,
@@ -327,9 +336,10 @@ impl LeaseService for LeaseApi {
             let name = validate::name(&req.name)?;
             let expected = validate::revision(req.expected_revision)?;
             let key = validate::presented_key(&req.lease_key)?;
+            let leases = self.shards.of(name);
             let revision = match validate::slot(req.slot, &self.limits)? {
-                0 => self.leases.release(name, expected, key).await?,
-                slot => self.leases.release_slot(name, slot, expected, key).await?,
+                0 => leases.release(name, expected, key).await?,
+                slot => leases.release_slot(name, slot, expected, key).await?,
             };
             Ok(proto::ReleaseResponse { revision })
         })
@@ -342,8 +352,9 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<proto::GetLeaseResponse>, Status> {
         self.rpc(request, |req, _| async move {
             let name = validate::name(&req.name)?;
-            let waiting = self.leases.waiting(name).await? as u32;
-            let not_found = match self.leases.get(name).await {
+            let leases = self.shards.of(name);
+            let waiting = leases.waiting(name).await? as u32;
+            let not_found = match leases.get(name).await {
                 Err(err) if err.reason == Reason::LeaseNotFound => err,
                 other => {
                     return other.map(|holding| proto::GetLeaseResponse {
@@ -354,7 +365,7 @@ impl LeaseService for LeaseApi {
                 }
             };
             // Not a held lease: a semaphore with live holders, or nothing.
-            let Some(sem) = self.leases.semaphore(name).await? else {
+            let Some(sem) = leases.semaphore(name).await? else {
                 return Err(not_found);
             };
             let first = sem.holders.iter().min_by_key(|h| h.token).map(lease);
@@ -383,21 +394,18 @@ impl LeaseService for LeaseApi {
                 .filter_map(convert::event_kind)
                 .collect();
             let permit = self.watches.acquire(&cx.caller.identity)?;
-            let subscription = match req.start_revision {
-                0 => self.leases.watch(Filter::parse(filter), kinds).await?,
-                from => {
-                    self.leases
-                        .resume(Filter::parse(filter), kinds, from)
-                        .await?
-                }
-            };
+            let from = validate::watch_start(req.start_revision, &req.shard_revisions)?;
+            let watch = self
+                .shards
+                .watch(Filter::parse(filter), kinds, from)
+                .await?;
             // The slot is held until the stream ends: the client goes away,
             // the server shuts down, or the watch falls behind (then at
             // once, even if the client never reads the end).
-            subscription.hold(permit);
-            let stream = subscription.into_stream().map(move |item| {
+            watch.hold(permit);
+            let stream = watch.into_stream().map(move |item| {
                 item.map(|e| proto::WatchLeaseResponse {
-                    event: Some(convert::event(&e)),
+                    event: Some(convert::shard_event(&e)),
                 })
                 .map_err(Status::from)
             });
@@ -413,7 +421,7 @@ impl LeaseService for LeaseApi {
         self.rpc(request, |req, _| async move {
             let prefix = validate::prefix(&req.prefix)?;
             let token = validate::page_token(&req.page_token)?;
-            let page = self.leases.list(prefix, req.page_size, token).await?;
+            let page = self.shards.list(prefix, req.page_size, token).await?;
             Ok(proto::ListLeasesResponse {
                 leases: page.leases.iter().map(lease).collect(),
                 next_page_token: page.next_page_token,
@@ -430,11 +438,12 @@ impl LeaseService for LeaseApi {
             let name = validate::name(&req.name)?;
             let why = validate::revoke_reason(&req.reason)?;
             let by = &cx.caller.identity;
+            let leases = self.shards.of(name);
             let (revision, holding) = match validate::slot(req.slot, &self.limits)? {
-                0 => self.leases.revoke(name, req.fencing_token, why, by).await?,
+                0 => leases.revoke(name, req.fencing_token, why, by).await?,
                 slot => {
                     let token = req.fencing_token;
-                    self.leases.revoke_slot(name, slot, token, why, by).await?
+                    leases.revoke_slot(name, slot, token, why, by).await?
                 }
             };
             Ok(proto::RevokeLeaseResponse {
@@ -453,7 +462,7 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<KeepAliveStream>, Status> {
         keepalive::open(
             request,
-            &self.leases,
+            &self.shards,
             &self.limits,
             &self.auth,
             &self.calls,

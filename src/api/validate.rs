@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::config::Limits;
+use crate::config::{Limits, MAX_SHARDS};
 use crate::error::{Error, Reason, Result};
+use crate::lease::WatchFrom;
 
 /// Longest lease name, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
@@ -245,6 +246,23 @@ pub fn revision(revision: u64) -> Result<u64> {
         ));
     }
     Ok(revision)
+}
+
+/// Where a watch starts: `start_revision` or `shard_revisions`, not both.
+pub fn watch_start(start_revision: u64, shard_revisions: &[u64]) -> Result<WatchFrom> {
+    match (start_revision, shard_revisions.len()) {
+        (0, 0) => Ok(WatchFrom::Now),
+        (from, 0) => Ok(WatchFrom::Revision(from)),
+        (0, n) if n <= MAX_SHARDS as usize => Ok(WatchFrom::PerShard(shard_revisions.to_vec())),
+        (0, n) => Err(Error::new(
+            Reason::InvalidRevision,
+            format!("shard_revisions has {n} entries; a bucket has at most {MAX_SHARDS} shards"),
+        )),
+        _ => Err(Error::new(
+            Reason::InvalidRevision,
+            "give start_revision or shard_revisions, not both",
+        )),
+    }
 }
 
 /// Checks metadata size.

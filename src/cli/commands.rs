@@ -141,6 +141,7 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
             name: a.name.clone(),
             event_types: vec![],
             start_revision: a.from_revision,
+            shard_revisions: Vec::new(),
         })
         .await
         .map_err(|s| CliError::from_status(&s))?

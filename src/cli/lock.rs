@@ -503,6 +503,7 @@ async fn follow(
                 name: name.clone(),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             })
             .await;
         let mut stream = match opened {

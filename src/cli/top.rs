@@ -594,6 +594,7 @@ async fn watch_loop(mut client: Client, subject: String, tx: mpsc::Sender<Msg>) 
                 name: subject.clone(),
                 event_types: vec![],
                 start_revision: 0,
+                shard_revisions: Vec::new(),
             })
             .await
         {
@@ -725,6 +726,7 @@ mod tests {
             .then(|| l.clone()),
             time: l.renew_time,
             slot: l.slot,
+            ..Default::default()
         }
     }
 

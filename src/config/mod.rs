@@ -18,6 +18,9 @@ mod file;
 
 pub use file::{resolve, ResolveError};
 
+/// Most shards a bucket can be split into.
+pub const MAX_SHARDS: u32 = 64;
+
 /// Everything `tenure serve` needs. Precedence: flag, then `TENURE_*`
 /// variable, then the `--config` file, then the default.
 #[derive(Debug, Clone, Args)]
@@ -248,6 +251,14 @@ pub struct Config {
     #[arg(long, env = "TENURE_REPLICAS", default_value_t = 1)]
     pub replicas: usize,
 
+    /// Streams the bucket is split into, fixed when Tenure creates it: a
+    /// name always lives in the same shard, and shards are separate streams
+    /// whose leaders can sit on different cluster nodes. 0 adopts the
+    /// bucket's count (1 for a new bucket); a count the bucket disagrees
+    /// with stops the server.
+    #[arg(long, env = "TENURE_SHARDS", default_value_t = 0)]
+    pub shards: u32,
+
     /// Shortest TTL granted (whole seconds, at least 1s).
     #[arg(long, env = "TENURE_MIN_TTL", default_value = "1s", value_parser = parse_duration)]
     pub min_ttl: Duration,
@@ -324,6 +335,12 @@ impl Config {
             return Err(format!(
                 "--replicas {} is invalid: use 1 to 5 (3 on a 3-node cluster)",
                 self.replicas
+            ));
+        }
+        if self.shards > MAX_SHARDS {
+            return Err(format!(
+                "--shards {} is invalid: use 1 to {MAX_SHARDS} (0 adopts the bucket's count)",
+                self.shards
             ));
         }
         for (flag, d) in [
@@ -459,6 +476,7 @@ impl Config {
             bucket: self.bucket.clone(),
             replicas: self.replicas,
             marker_ttl: self.marker_ttl,
+            shards: self.shards,
         }
     }
 
@@ -530,6 +548,8 @@ pub struct BucketConfig {
     pub replicas: usize,
     /// How long NATS keeps an expiry marker (and Tenure a release tombstone).
     pub marker_ttl: Duration,
+    /// Shards asked for (0: whatever the bucket has, 1 for a new one).
+    pub shards: u32,
 }
 
 /// What a call does, for authorization.
@@ -646,6 +666,17 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert!(Config { replicas: 0, ..c }.validate().is_err());
+        assert!(Config {
+            replicas: 0,
+            ..c.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(Config {
+            shards: MAX_SHARDS + 1,
+            ..c
+        }
+        .validate()
+        .is_err());
     }
 }

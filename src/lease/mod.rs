@@ -26,6 +26,7 @@ mod record;
 mod resume;
 mod rules;
 mod semaphore;
+mod shards;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -41,6 +42,7 @@ pub use group::{GroupArgs, GroupMember, MAX_GROUP_SIZE};
 pub use list::{parse_token as parse_page_token, Page};
 pub use queue::Budget;
 pub use record::{Holding, KeyHash, Record, Released};
+pub use shards::{shard_of, From as WatchFrom, ShardEvent, Shards};
 pub use watch::{Hub, Subscription, WATCH_BUFFER_EVENTS};
 
 use cache::{FreeHints, KeyCache};
@@ -170,6 +172,11 @@ impl Leases {
     /// grants and guarded Acquires need.
     fn fair(&self) -> bool {
         self.store.atomic()
+    }
+
+    /// Whether the shared watcher is following the bucket, as it changes.
+    pub fn healthy(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.hub.healthy()
     }
 
     /// How many waiters are queued for `name` (0 without fair waiting).

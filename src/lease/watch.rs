@@ -287,7 +287,7 @@ impl Hub {
     /// follows the bucket from now on.
     pub async fn start(
         store: Store,
-        budget: Budget,
+        budget: Arc<Budget>,
         idle_after: Option<Duration>,
         shutdown: CancellationToken,
     ) -> Result<Hub> {
@@ -298,7 +298,7 @@ impl Hub {
         METRICS.watcher_following.set(i64::from(follow.is_some()));
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
-        let mut state = State::new(Arc::new(budget));
+        let mut state = State::new(budget);
         state.marker_ttl = store.marker_ttl();
         let view = state.view.clone();
         let task = Task {

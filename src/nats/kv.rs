@@ -74,6 +74,32 @@ const BATCH_INFLIGHT_PATIENCE: Duration = Duration::from_secs(2);
 /// batches can still fill the stream's limit: that is what the retry is for).
 const BATCHES_IN_FLIGHT: usize = 40;
 
+/// The bucket of shard `i` of `bucket`: shard 0 is `bucket` itself.
+pub fn shard_bucket(bucket: &str, i: u32) -> String {
+    match i {
+        0 => bucket.to_string(),
+        i => format!("{bucket}-shard{i}"),
+    }
+}
+
+/// The description of a bucket's stream made as shard `index` of `count`:
+/// where the shard count is kept.
+fn shard_description(index: u32, count: u32) -> String {
+    format!("Tenure leases: shard {index} of {count}")
+}
+
+/// The shard count in a stream's description ([`shard_description`]); 1
+/// for any other description (a bucket made before shards existed).
+fn parse_shard_description(description: &Option<String>) -> u32 {
+    description
+        .as_deref()
+        .and_then(|d| d.strip_prefix("Tenure leases: shard "))
+        .and_then(|d| d.split_once(" of "))
+        .and_then(|(_, count)| count.parse().ok())
+        .filter(|count| *count >= 1)
+        .unwrap_or(1)
+}
+
 /// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -165,40 +191,94 @@ pub struct Store {
 }
 
 impl Store {
-    /// Creates the bucket if it does not exist, or verifies the one that does,
-    /// then reads the stream info back and refuses a server that did not
-    /// really enable per-message TTL.
-    pub async fn open(client: async_nats::Client, cfg: &BucketConfig) -> Result<Store> {
+    /// Opens every shard of the bucket: shard 0 is the bucket itself, shard
+    /// `i` the bucket `<bucket>-shard<i>` ([`shard_bucket`]). The count is
+    /// the one shard 0's stream was made with (in its description, set
+    /// when the stream is created, so two replicas racing to create it with
+    /// different counts cannot both win); a bucket made before shards
+    /// existed is one shard. A `cfg.shards` the bucket disagrees with is an
+    /// error: moving names between shards would break their fencing tokens.
+    pub async fn open_shards(client: async_nats::Client, cfg: &BucketConfig) -> Result<Vec<Store>> {
+        let asked = cfg.shards.max(1);
+        let (first, count) = Store::open_when_ready(client.clone(), cfg, 0, asked).await?;
+        if cfg.shards != 0 && cfg.shards != count {
+            return Err(Error::new(
+                Reason::Internal,
+                format!(
+                    "--shards {} disagrees with bucket {:?}, made with {count} shard(s): a name's \
+                     shard is fixed; use --shards {count} (or 0), or a new bucket",
+                    cfg.shards, cfg.bucket
+                ),
+            ));
+        }
+        let mut shards = vec![first];
+        for i in 1..count {
+            let shard = BucketConfig {
+                bucket: shard_bucket(&cfg.bucket, i),
+                ..cfg.clone()
+            };
+            let (store, made_with) =
+                Store::open_when_ready(client.clone(), &shard, i, count).await?;
+            if made_with != count {
+                return Err(Error::new(
+                    Reason::Internal,
+                    format!(
+                        "bucket {:?} was made as a shard of a {made_with}-shard bucket, but {:?} \
+                         has {count}: remove the stale shard bucket or use a new bucket name",
+                        shard.bucket, cfg.bucket
+                    ),
+                ));
+            }
+            shards.push(store);
+        }
+        Ok(shards)
+    }
+
+    /// Creates the bucket as shard `index` of `count` if it does not exist,
+    /// or verifies the one that does, then reads the stream info back and
+    /// refuses a server that did not really enable per-message TTL. Returns
+    /// the store and the shard count the stream was made with.
+    async fn open(
+        client: async_nats::Client,
+        cfg: &BucketConfig,
+        index: u32,
+        count: u32,
+    ) -> Result<(Store, u32)> {
         let js = jetstream::new(client.clone());
         let stream_name = format!("KV_{}", cfg.bucket);
         let stream = match js.get_stream(&stream_name).await {
             Ok(stream) => stream,
             Err(err) if is_stream_not_found(&err) => {
-                js.create_key_value(kv::Config {
-                    bucket: cfg.bucket.clone(),
-                    description: "Tenure leases".into(),
-                    history: 1,
-                    storage: stream::StorageType::File,
-                    num_replicas: cfg.replicas,
-                    limit_markers: Some(cfg.marker_ttl),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| {
-                    Error::new(
-                        Reason::Internal,
-                        format!(
-                            "cannot create KV bucket {:?}: {e}; per-lease TTL needs nats-server 2.11 or newer",
-                            cfg.bucket
-                        ),
-                    )
-                })?;
-                js.get_stream(&stream_name)
-                    .await
-                    .map_err(|e| Error::nats("reading the new bucket back", e))?
+                let created = js
+                    .create_key_value(kv::Config {
+                        bucket: cfg.bucket.clone(),
+                        description: shard_description(index, count),
+                        history: 1,
+                        storage: stream::StorageType::File,
+                        num_replicas: cfg.replicas,
+                        limit_markers: Some(cfg.marker_ttl),
+                        ..Default::default()
+                    })
+                    .await;
+                // Another replica may have created it first, with another
+                // shard count: the description read below says which.
+                match (created, js.get_stream(&stream_name).await) {
+                    (_, Ok(stream)) => stream,
+                    (Err(e), Err(_)) => {
+                        return Err(Error::new(
+                            Reason::Internal,
+                            format!(
+                                "cannot create KV bucket {:?}: {e}; per-lease TTL needs nats-server 2.11 or newer",
+                                cfg.bucket
+                            ),
+                        ))
+                    }
+                    (Ok(_), Err(e)) => return Err(Error::nats("reading the new bucket back", e)),
+                }
             }
             Err(err) => return Err(Error::nats("looking up the bucket", err)),
         };
+        let made_with = parse_shard_description(&stream.cached_info().config.description);
         let atomic = enable_atomic(&js, &stream).await;
         let store = Store {
             client,
@@ -211,15 +291,20 @@ impl Store {
             batches: Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT)),
         };
         store.verify().await?;
-        Ok(store)
+        Ok((store, made_with))
     }
 
     /// [`Store::open`], retried for a few seconds while JetStream comes up
     /// (a local nats-server that has just started, a cluster electing).
-    pub async fn open_when_ready(client: async_nats::Client, cfg: &BucketConfig) -> Result<Store> {
+    async fn open_when_ready(
+        client: async_nats::Client,
+        cfg: &BucketConfig,
+        index: u32,
+        count: u32,
+    ) -> Result<(Store, u32)> {
         let mut attempts = 0;
         loop {
-            match Store::open(client.clone(), cfg).await {
+            match Store::open(client.clone(), cfg, index, count).await {
                 Err(err) if err.reason == Reason::NatsUnavailable && attempts < 20 => {
                     attempts += 1;
                     tracing::debug!(%err, "bucket not ready yet");

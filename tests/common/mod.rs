@@ -240,6 +240,7 @@ pub async fn watch(
             name: target.into(),
             event_types: vec![],
             start_revision: 0,
+            shard_revisions: Vec::new(),
         })
         .await
         .expect("watch opens")

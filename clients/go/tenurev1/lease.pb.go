@@ -44,7 +44,9 @@ const (
 	// resume's replay); every event after it is a live change. Its revision is
 	// the bucket revision the snapshot or replay is complete up to: a watch
 	// resumed later with that start_revision misses and repeats nothing, even
-	// when the snapshot was empty.
+	// when the snapshot was empty. A subtree watch over several shards sends
+	// one SNAPSHOT_COMPLETE, after every shard's snapshot, with revision 0
+	// and the per-shard positions in shard_revisions.
 	EventType_EVENT_TYPE_SNAPSHOT_COMPLETE EventType = 2
 	// EVENT_TYPE_ACQUIRED is a new holding (a new fencing token).
 	EventType_EVENT_TYPE_ACQUIRED EventType = 3
@@ -849,9 +851,23 @@ type WatchLeaseRequest struct {
 	// refuses with OUT_OF_RANGE, reason WATCH_HISTORY_COMPACTED, and the
 	// client starts a fresh watch (start_revision 0). N above the bucket's
 	// last revision is INVALID_ARGUMENT.
+	//
+	// Revisions are per shard. On a bucket made with several shards, a watch
+	// of one name resumes with start_revision as above (a name lives in one
+	// shard), and a subtree watch resumes with shard_revisions instead: a
+	// subtree watch given a start_revision there is refused with
+	// WATCH_HISTORY_COMPACTED, so a client that only knows start_revision
+	// starts afresh.
 	StartRevision uint64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// shard_revisions resumes a subtree watch on a bucket with several
+	// shards: entry i is the revision of the last event the client processed
+	// from shard i (LeaseEvent.shard), or the shard's entry in the
+	// SNAPSHOT_COMPLETE it last saw; 0 sends that shard's CURRENT snapshot
+	// instead of a replay. Give one entry per shard (a count that does not
+	// match the bucket is INVALID_ARGUMENT), and leave start_revision 0.
+	ShardRevisions []uint64 `protobuf:"varint,4,rep,packed,name=shard_revisions,json=shardRevisions,proto3" json:"shard_revisions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchLeaseRequest) Reset() {
@@ -903,6 +919,13 @@ func (x *WatchLeaseRequest) GetStartRevision() uint64 {
 		return x.StartRevision
 	}
 	return 0
+}
+
+func (x *WatchLeaseRequest) GetShardRevisions() []uint64 {
+	if x != nil {
+		return x.ShardRevisions
+	}
+	return nil
 }
 
 // WatchLeaseResponse carries one event.
@@ -972,9 +995,19 @@ type LeaseEvent struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
 	// slot is the semaphore slot concerned (1 to the limit); 0 for a plain
 	// lease. A semaphore's holders are told apart by it.
-	Slot          uint32 `protobuf:"varint,8,opt,name=slot,proto3" json:"slot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Slot uint32 `protobuf:"varint,8,opt,name=slot,proto3" json:"slot,omitempty"`
+	// shard is the shard of the bucket the change was written to (0 on a
+	// bucket with one shard). Revisions are per shard: compare revisions of
+	// events from the same shard only (one name always has the same shard).
+	Shard uint32 `protobuf:"varint,9,opt,name=shard,proto3" json:"shard,omitempty"`
+	// shard_revisions, on the SNAPSHOT_COMPLETE of a subtree watch over a
+	// bucket with several shards, is where each shard's snapshot or replay
+	// ended (entry i for shard i): what to resume from with
+	// WatchLeaseRequest.shard_revisions when no later event arrived. Empty
+	// otherwise.
+	ShardRevisions []uint64 `protobuf:"varint,10,rep,packed,name=shard_revisions,json=shardRevisions,proto3" json:"shard_revisions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaseEvent) Reset() {
@@ -1061,6 +1094,20 @@ func (x *LeaseEvent) GetSlot() uint32 {
 		return x.Slot
 	}
 	return 0
+}
+
+func (x *LeaseEvent) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LeaseEvent) GetShardRevisions() []uint64 {
+	if x != nil {
+		return x.ShardRevisions
+	}
+	return nil
 }
 
 // ListLeasesRequest selects the holdings to list.
@@ -2202,14 +2249,15 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\aholders\x18\x03 \x03(\v2\x10.tenure.v1.LeaseR\aholders\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x05 \x01(\rR\tfreeSlots\"\x85\x01\n" +
+	"free_slots\x18\x05 \x01(\rR\tfreeSlots\"\xae\x01\n" +
 	"\x11WatchLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x14.tenure.v1.EventTypeR\n" +
 	"eventTypes\x12%\n" +
-	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"A\n" +
+	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\x12'\n" +
+	"\x0fshard_revisions\x18\x04 \x03(\x04R\x0eshardRevisions\"A\n" +
 	"\x12WatchLeaseResponse\x12+\n" +
-	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\x8f\x02\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\xce\x02\n" +
 	"\n" +
 	"LeaseEvent\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.tenure.v1.EventTypeR\x04type\x12\x12\n" +
@@ -2219,7 +2267,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\x12&\n" +
 	"\x05lease\x18\x06 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12.\n" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
-	"\x04slot\x18\b \x01(\rR\x04slot\"g\n" +
+	"\x04slot\x18\b \x01(\rR\x04slot\x12\x14\n" +
+	"\x05shard\x18\t \x01(\rR\x05shard\x12'\n" +
+	"\x0fshard_revisions\x18\n" +
+	" \x03(\x04R\x0eshardRevisions\"g\n" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +

@@ -67,7 +67,8 @@ type LeaseServiceClient interface {
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error)
 	// WatchLease streams the current state of one name or of a subtree
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-	// happens.
+	// happens. Changes of one name arrive in order; on a bucket with several
+	// shards, changes of names in different shards have no order between them.
 	WatchLease(ctx context.Context, in *WatchLeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchLeaseResponse], error)
 	// ListLeases returns the current holdings whose names start with a prefix,
 	// sorted by name, one page at a time. Admin only (PERMISSION_DENIED
@@ -260,7 +261,8 @@ type LeaseServiceServer interface {
 	GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error)
 	// WatchLease streams the current state of one name or of a subtree
 	// ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-	// happens.
+	// happens. Changes of one name arrive in order; on a bucket with several
+	// shards, changes of names in different shards have no order between them.
 	WatchLease(*WatchLeaseRequest, grpc.ServerStreamingServer[WatchLeaseResponse]) error
 	// ListLeases returns the current holdings whose names start with a prefix,
 	// sorted by name, one page at a time. Admin only (PERMISSION_DENIED

@@ -575,6 +575,7 @@ impl Client {
             name: name_or_prefix.into(),
             event_types: event_types.iter().map(|t| *t as i32).collect(),
             start_revision,
+            shard_revisions: Vec::new(),
         };
         let stream = open_watch(&self.stub, request.clone())
             .await

@@ -162,6 +162,7 @@ impl Follower {
                 name: pattern.clone(),
                 event_types: TYPES.iter().map(|t| *t as i32).collect(),
                 start_revision: last,
+                shard_revisions: Vec::new(),
             };
             let opened = tokio::select! {
                 _ = cancel.cancelled() => return,

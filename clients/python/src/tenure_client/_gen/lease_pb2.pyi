@@ -157,14 +157,16 @@ class GetLeaseResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waiting: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., limit: _Optional[int] = ..., free_slots: _Optional[int] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
-    __slots__ = ("name", "event_types", "start_revision")
+    __slots__ = ("name", "event_types", "start_revision", "shard_revisions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
     START_REVISION_FIELD_NUMBER: _ClassVar[int]
+    SHARD_REVISIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     event_types: _containers.RepeatedScalarFieldContainer[EventType]
     start_revision: int
-    def __init__(self, name: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., start_revision: _Optional[int] = ...) -> None: ...
+    shard_revisions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., start_revision: _Optional[int] = ..., shard_revisions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WatchLeaseResponse(_message.Message):
     __slots__ = ("event",)
@@ -173,7 +175,7 @@ class WatchLeaseResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[LeaseEvent, _Mapping]] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time", "slot")
+    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time", "slot", "shard", "shard_revisions")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +184,8 @@ class LeaseEvent(_message.Message):
     LEASE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SHARD_REVISIONS_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     name: str
     revision: int
@@ -190,7 +194,9 @@ class LeaseEvent(_message.Message):
     lease: Lease
     time: _timestamp_pb2.Timestamp
     slot: int
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot: _Optional[int] = ...) -> None: ...
+    shard: int
+    shard_revisions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot: _Optional[int] = ..., shard: _Optional[int] = ..., shard_revisions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("prefix", "page_size", "page_token")

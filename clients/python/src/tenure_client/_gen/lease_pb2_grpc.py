@@ -141,7 +141,8 @@ class LeaseServiceServicer:
     def WatchLease(self, request, context):
         """WatchLease streams the current state of one name or of a subtree
         ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-        happens.
+        happens. Changes of one name arrive in order; on a bucket with several
+        shards, changes of names in different shards have no order between them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,7 +51,9 @@ export enum EventType {
    * resume's replay); every event after it is a live change. Its revision is
    * the bucket revision the snapshot or replay is complete up to: a watch
    * resumed later with that start_revision misses and repeats nothing, even
-   * when the snapshot was empty.
+   * when the snapshot was empty. A subtree watch over several shards sends
+   * one SNAPSHOT_COMPLETE, after every shard's snapshot, with revision 0
+   * and the per-shard positions in shard_revisions.
    */
   SNAPSHOT_COMPLETE = "EVENT_TYPE_SNAPSHOT_COMPLETE",
   /** ACQUIRED - EVENT_TYPE_ACQUIRED is a new holding (a new fencing token). */
@@ -397,8 +399,24 @@ export interface WatchLeaseRequest {
    * refuses with OUT_OF_RANGE, reason WATCH_HISTORY_COMPACTED, and the
    * client starts a fresh watch (start_revision 0). N above the bucket's
    * last revision is INVALID_ARGUMENT.
+   *
+   * Revisions are per shard. On a bucket made with several shards, a watch
+   * of one name resumes with start_revision as above (a name lives in one
+   * shard), and a subtree watch resumes with shard_revisions instead: a
+   * subtree watch given a start_revision there is refused with
+   * WATCH_HISTORY_COMPACTED, so a client that only knows start_revision
+   * starts afresh.
    */
   startRevision: bigint;
+  /**
+   * shard_revisions resumes a subtree watch on a bucket with several
+   * shards: entry i is the revision of the last event the client processed
+   * from shard i (LeaseEvent.shard), or the shard's entry in the
+   * SNAPSHOT_COMPLETE it last saw; 0 sends that shard's CURRENT snapshot
+   * instead of a replay. Give one entry per shard (a count that does not
+   * match the bucket is INVALID_ARGUMENT), and leave start_revision 0.
+   */
+  shardRevisions: bigint[];
 }
 
 /** WatchLeaseResponse carries one event. */
@@ -436,6 +454,20 @@ export interface LeaseEvent {
    * lease. A semaphore's holders are told apart by it.
    */
   slot: number;
+  /**
+   * shard is the shard of the bucket the change was written to (0 on a
+   * bucket with one shard). Revisions are per shard: compare revisions of
+   * events from the same shard only (one name always has the same shard).
+   */
+  shard: number;
+  /**
+   * shard_revisions, on the SNAPSHOT_COMPLETE of a subtree watch over a
+   * bucket with several shards, is where each shard's snapshot or replay
+   * ended (entry i for shard i): what to resume from with
+   * WatchLeaseRequest.shard_revisions when no later event arrived. Empty
+   * otherwise.
+   */
+  shardRevisions: bigint[];
 }
 
 /** ListLeasesRequest selects the holdings to list. */
@@ -2102,7 +2134,7 @@ export const GetLeaseResponse: MessageFns<GetLeaseResponse> = {
 };
 
 function createBaseWatchLeaseRequest(): WatchLeaseRequest {
-  return { name: "", eventTypes: [], startRevision: 0n };
+  return { name: "", eventTypes: [], startRevision: 0n, shardRevisions: [] };
 }
 
 export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
@@ -2122,6 +2154,16 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
         throw new globalThis.Error("value provided for field message.startRevision of type uint64 too large");
       }
       writer.uint32(24).uint64(message.startRevision);
+    }
+    if (message.shardRevisions.length !== 0) {
+      writer.uint32(34).fork();
+      for (const v of message.shardRevisions) {
+        if (BigInt.asUintN(64, v) !== v) {
+          throw new globalThis.Error("a value provided in array field shardRevisions of type uint64 is too large");
+        }
+        writer.uint64(v);
+      }
+      writer.join();
     }
     return writer;
   },
@@ -2173,6 +2215,24 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
             message.startRevision = reader.uint64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag === 32) {
+              message.shardRevisions.push(reader.uint64() as bigint);
+
+              continue;
+            }
+
+            if (tag === 34) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.shardRevisions.push(reader.uint64() as bigint);
+              }
+
+              continue;
+            }
+
+            break;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2198,6 +2258,11 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
         : isSet(object.start_revision)
         ? BigInt(object.start_revision)
         : 0n,
+      shardRevisions: globalThis.Array.isArray(object?.shardRevisions)
+        ? object.shardRevisions.map((e: any) => BigInt(e))
+        : globalThis.Array.isArray(object?.shard_revisions)
+        ? object.shard_revisions.map((e: any) => BigInt(e))
+        : [],
     };
   },
 
@@ -2212,6 +2277,9 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
     if (message.startRevision !== 0n) {
       obj.startRevision = message.startRevision.toString();
     }
+    if (message.shardRevisions?.length) {
+      obj.shardRevisions = message.shardRevisions.map((e) => e.toString());
+    }
     return obj;
   },
 
@@ -2225,6 +2293,7 @@ export const WatchLeaseRequest: MessageFns<WatchLeaseRequest> = {
     message.startRevision = (object.startRevision !== undefined && object.startRevision !== null)
       ? BigInt(object.startRevision)
       : 0n;
+    message.shardRevisions = object.shardRevisions?.map((e) => BigInt(e)) || [];
     return message;
   },
 };
@@ -2308,6 +2377,8 @@ function createBaseLeaseEvent(): LeaseEvent {
     lease: undefined,
     time: undefined,
     slot: 0,
+    shard: 0,
+    shardRevisions: [],
   };
 }
 
@@ -2342,6 +2413,19 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     }
     if (message.slot !== 0) {
       writer.uint32(64).uint32(message.slot);
+    }
+    if (message.shard !== 0) {
+      writer.uint32(72).uint32(message.shard);
+    }
+    if (message.shardRevisions.length !== 0) {
+      writer.uint32(82).fork();
+      for (const v of message.shardRevisions) {
+        if (BigInt.asUintN(64, v) !== v) {
+          throw new globalThis.Error("a value provided in array field shardRevisions of type uint64 is too large");
+        }
+        writer.uint64(v);
+      }
+      writer.join();
     }
     return writer;
   },
@@ -2423,6 +2507,32 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
             message.slot = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.shard = reader.uint32();
+            continue;
+          }
+          case 10: {
+            if (tag === 80) {
+              message.shardRevisions.push(reader.uint64() as bigint);
+
+              continue;
+            }
+
+            if (tag === 82) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.shardRevisions.push(reader.uint64() as bigint);
+              }
+
+              continue;
+            }
+
+            break;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2449,6 +2559,12 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
       lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
       time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
       slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+      shard: isSet(object.shard) ? globalThis.Number(object.shard) : 0,
+      shardRevisions: globalThis.Array.isArray(object?.shardRevisions)
+        ? object.shardRevisions.map((e: any) => BigInt(e))
+        : globalThis.Array.isArray(object?.shard_revisions)
+        ? object.shard_revisions.map((e: any) => BigInt(e))
+        : [],
     };
   },
 
@@ -2478,6 +2594,12 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     if (message.slot !== 0) {
       obj.slot = Math.round(message.slot);
     }
+    if (message.shard !== 0) {
+      obj.shard = Math.round(message.shard);
+    }
+    if (message.shardRevisions?.length) {
+      obj.shardRevisions = message.shardRevisions.map((e) => e.toString());
+    }
     return obj;
   },
 
@@ -2496,6 +2618,8 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
     message.time = object.time ?? undefined;
     message.slot = object.slot ?? 0;
+    message.shard = object.shard ?? 0;
+    message.shardRevisions = object.shardRevisions?.map((e) => BigInt(e)) || [];
     return message;
   },
 };
@@ -4491,7 +4615,8 @@ export const LeaseServiceService = {
   /**
    * WatchLease streams the current state of one name or of a subtree
    * ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-   * happens.
+   * happens. Changes of one name arrive in order; on a bucket with several
+   * shards, changes of names in different shards have no order between them.
    */
   watchLease: {
     path: "/tenure.v1.LeaseService/WatchLease" as const,
@@ -4623,7 +4748,8 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
   /**
    * WatchLease streams the current state of one name or of a subtree
    * ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-   * happens.
+   * happens. Changes of one name arrive in order; on a bucket with several
+   * shards, changes of names in different shards have no order between them.
    */
   watchLease: handleServerStreamingCall<WatchLeaseRequest, WatchLeaseResponse>;
   /**
@@ -4753,7 +4879,8 @@ export interface LeaseServiceClient extends Client {
   /**
    * WatchLease streams the current state of one name or of a subtree
    * ("jobs.>"), then a SNAPSHOT_COMPLETE marker, then every change as it
-   * happens.
+   * happens. Changes of one name arrive in order; on a bucket with several
+   * shards, changes of names in different shards have no order between them.
    */
   watchLease(request: WatchLeaseRequest, options?: Partial<CallOptions>): ClientReadableStream<WatchLeaseResponse>;
   watchLease(
