@@ -295,7 +295,9 @@ impl Hub {
             None => Some(store.follow(">", Start::Snapshot).await?),
             Some(_) => None,
         };
-        METRICS.watcher_following.set(i64::from(follow.is_some()));
+        if follow.is_some() {
+            METRICS.watcher_following.inc();
+        }
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
         let mut state = State::new(budget);
@@ -614,7 +616,7 @@ async fn run(task: Task, follow: Option<Follow>, mut state: State) {
                         state.reset();
                         retry = Instant::now();
                         backoff = RESUBSCRIBE_MIN;
-                        METRICS.watcher_following.set(1);
+                        METRICS.watcher_following.inc();
                         tracing::debug!("shared bucket watch starting: it has a subscriber");
                     }
                     idle_since = None;
@@ -687,7 +689,7 @@ async fn run(task: Task, follow: Option<Follow>, mut state: State) {
                     idle_since = None;
                     state.reset();
                     healthy.send_replace(true);
-                    METRICS.watcher_following.set(0);
+                    METRICS.watcher_following.dec();
                     tracing::debug!(?after, "shared bucket watch stopped: no subscriber");
                 }
             }

@@ -73,8 +73,8 @@ pub struct Metrics {
     /// `tenure_watch_buffer_bytes`: bytes of events waiting in watch
     /// buffers for their clients to read (sampled every 5 s).
     pub watch_buffer_bytes: IntGauge,
-    /// `tenure_watcher_following`: 1 while the shared bucket watcher
-    /// follows the bucket (it idles without subscribers).
+    /// `tenure_watcher_following`: how many shards' shared watchers follow
+    /// their stream (each idles without subscribers): 1 or 0 on one shard.
     pub watcher_following: IntGauge,
     /// `tenure_nats_connected`: 1 while the NATS connection is up.
     pub nats_connected: IntGauge,
@@ -191,7 +191,7 @@ impl Metrics {
             ),
             watcher_following: gauge(
                 "tenure_watcher_following",
-                "1 while the shared bucket watcher follows the bucket (it idles without watches, waiting Acquires or elections), else 0",
+                "shards whose shared watcher follows the stream (it idles without watches, waiting Acquires or elections): 1 or 0 on a bucket of one shard",
             ),
             nats_connected: gauge(
                 "tenure_nats_connected",
