@@ -105,6 +105,7 @@ pub async fn start(
     let stores = Store::open_shards(client, &config.bucket_config())
         .await
         .map_err(StartError::Nats)?;
+    crate::nats::balance_leaders(&stores).await;
     let addr = listener
         .local_addr()
         .map_err(|e| StartError::Internal(format!("listener has no address: {e}")))?;

@@ -9,4 +9,4 @@ pub mod embedded;
 mod kv;
 
 pub use connection::connect;
-pub use kv::{CasError, Follow, Message, Op, Start, Store, Write, WriteOp};
+pub use kv::{balance_leaders, CasError, Follow, Message, Op, Start, Store, Write, WriteOp};
