@@ -231,7 +231,8 @@ impl Renewer {
     /// concurrently. Without a permit (the replica is at its limits) every
     /// entry fails with TOO_MANY_REQUESTS and its RetryInfo delay.
     async fn batch(&self, request: proto::KeepAliveRequest) -> proto::KeepAliveResponse {
-        let span = tracing::info_span!(
+        // Debug, like the RPC spans: traces export it, info logs skip it.
+        let span = tracing::debug_span!(
             "keepalive",
             otel.name = METHOD,
             otel.kind = "server",
