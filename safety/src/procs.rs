@@ -429,17 +429,18 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// Starts `tenure serve` on a free port over `nats_urls`, and waits
-    /// until it answers.
+    /// Starts `tenure serve` on a free port over `nats_urls` (bucket
+    /// `replicas`, `shards` when not 0), and waits until it answers.
     pub async fn start(
         bin: &Path,
         dir: &Path,
         index: usize,
         nats_urls: &str,
         replicas: usize,
+        shards: u32,
     ) -> Result<Replica, String> {
         let addr = format!("127.0.0.1:{}", free_port()?);
-        let args = vec![
+        let mut args = vec![
             "serve".to_string(),
             "--listen".into(),
             addr.clone(),
@@ -452,6 +453,9 @@ impl Replica {
             "--shutdown-grace".into(),
             "1s".into(),
         ];
+        if shards > 0 {
+            args.extend(["--shards".to_string(), shards.to_string()]);
+        }
         let mut replica = Replica {
             addr,
             args,

@@ -105,6 +105,8 @@ pub struct Scenario {
     pub nats_nodes: usize,
     /// Tenure replicas the clients fail over between.
     pub replicas: usize,
+    /// Shards of the bucket (`--shards`; 0: Tenure's default, one).
+    pub shards: u32,
     /// The clients' deadline margin, ms (negative: act after the deadline).
     pub margin_ms: i64,
     /// Whether store writes skip the fence check.
@@ -150,6 +152,7 @@ pub fn all() -> Vec<Scenario> {
         name,
         nats_nodes,
         replicas,
+        shards: 0,
         margin_ms: 50,
         unfenced: false,
         election: false,
@@ -206,6 +209,13 @@ pub fn all() -> Vec<Scenario> {
         fifo(s("tenure-sigkill", 1, 2, Fault::KillTenure)),
         s("nats-sigkill", 1, 1, Fault::KillNats),
         s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
+        // Three shards, their leaders spread over the nodes by Tenure; the
+        // leader of the first name's shard is killed while names in other
+        // shards are served on.
+        Scenario {
+            shards: 3,
+            ..s("r3-shards-leader-sigkill", 3, 2, Fault::KillStreamLeader)
+        },
         s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
         s("r3-netns-partition", 3, 2, Fault::IsolateLeaderThenFollower),
         stale(Scenario {
@@ -418,13 +428,13 @@ fn queued_name(key: &str) -> Option<&str> {
     slot.parse::<usize>().ok().map(|_| name)
 }
 
-/// Records every queue ticket written in the bucket, resuming after the
+/// Records every queue ticket written in `bucket`, resuming after the
 /// last revision seen whenever the watch breaks (NATS restarted).
-async fn watch_tickets(client: async_nats::Client, log: Arc<Mutex<TicketLog>>) {
+async fn watch_tickets(client: async_nats::Client, bucket: String, log: Arc<Mutex<TicketLog>>) {
     let js = async_nats::jetstream::new(client);
     let mut next = 1;
     loop {
-        let kv = match js.get_key_value("tenure").await {
+        let kv = match js.get_key_value(&bucket).await {
             Ok(kv) => kv,
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -502,7 +512,8 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         } else {
             nats.urls()
         };
-        replicas.push(Replica::start(&set.tenure_bin, &dir, i, &urls, sc.nats_nodes).await?);
+        replicas
+            .push(Replica::start(&set.tenure_bin, &dir, i, &urls, sc.nats_nodes, sc.shards).await?);
     }
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
 
@@ -513,7 +524,17 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         .connect()
         .await
         .ok_or("cannot connect to NATS to watch the queues")?;
-    let ticket_watcher = tokio::spawn(watch_tickets(nats_client.clone(), tickets.clone()));
+    // One watch per shard bucket: a name's tickets are in its shard, and
+    // places (revisions) are compared only within a name.
+    let ticket_watchers: Vec<_> = (0..sc.shards.max(1))
+        .map(|i| {
+            let bucket = match i {
+                0 => "tenure".to_string(),
+                i => format!("tenure-shard{i}"),
+            };
+            tokio::spawn(watch_tickets(nats_client.clone(), bucket, tickets.clone()))
+        })
+        .collect();
     // Let the watcher's snapshot complete before load starts.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -633,7 +654,9 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     watcher.abort();
-    ticket_watcher.abort();
+    for w in &ticket_watchers {
+        w.abort();
+    }
     for r in &mut replicas {
         r.stop().await;
     }
@@ -872,10 +895,20 @@ async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
 
 /// Waits (at most `within_ms`) until the bucket's stream has a leader
 /// again: until then expiries wait, so the fault is still in force.
-async fn until_led(nats: &Nats, within_ms: u64) {
+async fn until_led(nats: &Nats, stream: &str, within_ms: u64) {
     let until = mono_ns() + within_ms * 1_000_000;
-    while mono_ns() < until && nats.leader(STREAM).await.is_none() {
+    while mono_ns() < until && nats.leader(stream).await.is_none() {
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The stream whose leader the NATS faults target: the bucket's, or on a
+/// sharded bucket the stream of the first name's shard (so the fault hits
+/// names in use, and names in other shards show what it does not hit).
+fn fault_stream(sc: &Scenario, set: &Settings) -> String {
+    match tenure::shard_of(&set.names[0], sc.shards.max(1)) {
+        0 => STREAM.to_string(),
+        i => format!("{STREAM}-shard{i}"),
     }
 }
 
@@ -916,6 +949,7 @@ async fn inject(
     (nats_client, tickets): (&async_nats::Client, &Arc<Mutex<TicketLog>>),
 ) -> Result<usize, String> {
     let mut rng = StdRng::from_os_rng();
+    let stream = fault_stream(sc, set);
     let stop_at = until_ns.saturating_sub(FAULT_QUIET.as_nanos() as u64);
     let mut count = 0;
     let sleep = |ms: u64| tokio::time::sleep(Duration::from_millis(ms));
@@ -1039,7 +1073,7 @@ async fn inject(
         }
         Fault::KillStreamLeader => {
             while time_left(4000) {
-                let Some(leader) = nats.leader(STREAM).await else {
+                let Some(leader) = nats.leader(&stream).await else {
                     sleep(500).await;
                     continue;
                 };
@@ -1049,7 +1083,7 @@ async fn inject(
                 sleep(3000).await;
                 nats.restart(leader).await?;
                 // The fault lasts until the stream has a leader again.
-                until_led(nats, 20_000).await;
+                until_led(nats, &stream, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),
@@ -1062,7 +1096,7 @@ async fn inject(
         Fault::PauseFollowerThenLeader => {
             let mut pause_leader = false;
             while time_left(4500) {
-                let Some(leader) = nats.leader(STREAM).await else {
+                let Some(leader) = nats.leader(&stream).await else {
                     sleep(500).await;
                     continue;
                 };
@@ -1082,7 +1116,7 @@ async fn inject(
                 signal(pid, libc::SIGSTOP);
                 sleep(4000).await;
                 signal(pid, libc::SIGCONT);
-                until_led(nats, 20_000).await;
+                until_led(nats, &stream, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),
@@ -1098,7 +1132,7 @@ async fn inject(
             // seed, n1), then the stream leader, then a follower, and again.
             let mut round = 0;
             while time_left(set.partition.as_millis() as u64 + 500) {
-                let Some(leader) = nats.leader(STREAM).await else {
+                let Some(leader) = nats.leader(&stream).await else {
                     sleep(500).await;
                     continue;
                 };
@@ -1113,7 +1147,7 @@ async fn inject(
                 ns.isolate(victim)?;
                 sleep(set.partition.as_millis() as u64).await;
                 ns.heal(victim)?;
-                until_led(nats, 20_000).await;
+                until_led(nats, &stream, 20_000).await;
                 windows.push(Window {
                     start_ms,
                     end_ms: real_ms(),
