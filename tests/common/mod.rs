@@ -4,6 +4,10 @@
 //! helpers for what no gRPC client would send.
 #![allow(dead_code)]
 
+mod cluster;
+#[allow(unused_imports)] // only the cluster tests use it
+pub use cluster::NatsCluster;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

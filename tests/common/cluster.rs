@@ -1,0 +1,285 @@
+//! A JetStream cluster of nats-server processes on loopback, for the tests
+//! that need stream leaders on different nodes (sharded buckets) or a node
+//! to die under a replicated bucket.
+//!
+//! Every node binds its client, route and monitoring ports to free ports on
+//! 127.0.0.1, keeps its store in its own temporary folder, is named `n1`..
+//! `nN` (the names stream cluster info reports as leaders) and tagged
+//! `node:n1`.. (so a stream's `placement.tags` can pin it), and routes to
+//! every other node. Start and restart wait for events, not for time: each
+//! node's `/healthz` answering 200 (it is current with the JetStream meta
+//! group) and `$JS.API.INFO` answering (a meta leader exists). Nodes are
+//! stopped by PID on drop, and die with the test process (PDEATHSIG).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tenure::find_binary;
+use tokio::process::{Child, Command};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::within;
+
+/// One nats-server node of a [`NatsCluster`].
+struct ClusterNode {
+    /// Server name (`n1`...).
+    name: String,
+    /// Client port on 127.0.0.1.
+    port: u16,
+    /// Monitoring (HTTP) port on 127.0.0.1, for `/healthz`.
+    http_port: u16,
+    /// Its configuration file.
+    conf: PathBuf,
+    /// Its log file.
+    log: PathBuf,
+    /// The running process (None while killed).
+    child: Option<Child>,
+}
+
+/// `n` nats-server processes forming one JetStream cluster on 127.0.0.1.
+pub struct NatsCluster {
+    /// The nats-server binary.
+    bin: PathBuf,
+    /// The nodes, `n1` first.
+    nodes: Vec<ClusterNode>,
+    /// Stores, configs and logs (deleted on drop, after the nodes stop).
+    dir: tempfile::TempDir,
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Whether the monitoring listener at `addr` answers `GET /healthz` with 200
+/// (HTTP/1.0, so the server closes the connection after its answer).
+async fn healthz_ok(addr: SocketAddr) -> bool {
+    let Ok(mut conn) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    if conn
+        .write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_string(&mut text)).await;
+    text.lines().next().is_some_and(|l| l.contains(" 200 "))
+}
+
+impl NatsCluster {
+    /// Starts an `n`-node cluster with default JetStream settings and waits
+    /// until every node is current with the meta group.
+    pub async fn start(n: usize) -> NatsCluster {
+        NatsCluster::start_with(n, "").await
+    }
+
+    /// [`NatsCluster::start`] with `jetstream_extra` added inside every
+    /// node's `jetstream { }` block (e.g. `max_file_store: 1G`).
+    pub async fn start_with(n: usize, jetstream_extra: &str) -> NatsCluster {
+        assert!(n >= 1, "a cluster has at least one node");
+        let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, (port, cport, http_port)) in ports.iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let store = dir.path().join(&name);
+            std::fs::create_dir_all(&store).unwrap();
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, c, _))| format!("nats-route://127.0.0.1:{c}"))
+                .collect();
+            let conf = format!(
+                "server_name: {name}\n\
+                 listen: 127.0.0.1:{port}\n\
+                 http: 127.0.0.1:{http_port}\n\
+                 server_tags: [\"node:{name}\"]\n\
+                 jetstream {{ store_dir: {store:?}\n{jetstream_extra}\n}}\n\
+                 cluster {{ name: tenure-test, listen: 127.0.0.1:{cport}, routes: [{}] }}\n",
+                routes.join(", "),
+                store = store.display().to_string(),
+            );
+            let conf_path = dir.path().join(format!("{name}.conf"));
+            std::fs::write(&conf_path, conf).unwrap();
+            nodes.push(ClusterNode {
+                log: dir.path().join(format!("{name}.log")),
+                name,
+                port: *port,
+                http_port: *http_port,
+                conf: conf_path,
+                child: None,
+            });
+        }
+        let mut cluster = NatsCluster { bin, nodes, dir };
+        for i in 0..n {
+            cluster.spawn(i);
+        }
+        for i in 0..n {
+            cluster.wait_healthy(i).await;
+        }
+        cluster.wait_meta_leader().await;
+        cluster
+    }
+
+    /// Spawns node `i` from its configuration file.
+    fn spawn(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("-c")
+            .arg(&node.conf)
+            .arg("-l")
+            .arg(&node.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        // If the test process dies without unwinding, take the node with it.
+        // SAFETY: prctl is async-signal-safe and touches only the child.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        node.child = Some(command.spawn().expect("start nats-server"));
+    }
+
+    /// Waits until node `i` answers `/healthz` with 200: it listens, and
+    /// JetStream on it is current with the meta leader.
+    async fn wait_healthy(&self, i: usize) {
+        let node = &self.nodes[i];
+        let addr: SocketAddr = format!("127.0.0.1:{}", node.http_port).parse().unwrap();
+        let what = format!(
+            "nats-server {} to be healthy (log: {})",
+            node.name,
+            node.log.display()
+        );
+        within(&what, async {
+            loop {
+                if healthz_ok(addr).await {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    }
+
+    /// Waits until `$JS.API.INFO` answers: only the meta leader replies in
+    /// a cluster, so an answer means JetStream can create streams.
+    async fn wait_meta_leader(&self) {
+        let client = self.client().await;
+        let js = jetstream::new(client);
+        within("a JetStream meta leader", async {
+            while !matches!(
+                tokio::time::timeout(Duration::from_secs(2), js.query_account()).await,
+                Ok(Ok(_))
+            ) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    }
+
+    /// Client URLs of every node, comma-separated (for `--nats-url`).
+    pub fn urls(&self) -> String {
+        (0..self.nodes.len())
+            .map(|i| self.url(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The client URL of node `i` alone.
+    pub fn url(&self, i: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[i].port)
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The server name of node `i` (`n1`...).
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
+    /// The index of the node called `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// The folder holding the nodes' stores, configs and logs.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// A NATS client that knows every node (and fails over between them).
+    pub async fn client(&self) -> async_nats::Client {
+        let addrs: Vec<async_nats::ServerAddr> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].child.is_some())
+            .map(|i| self.url(i).parse().unwrap())
+            .collect();
+        async_nats::connect(addrs)
+            .await
+            .expect("connect to the cluster")
+    }
+
+    /// A JetStream context over [`NatsCluster::client`].
+    pub async fn jetstream(&self) -> jetstream::Context {
+        jetstream::new(self.client().await)
+    }
+
+    /// The server name of the node leading `stream` now, if it has one.
+    pub async fn leader(&self, js: &jetstream::Context, stream: &str) -> Option<String> {
+        let mut s = js.get_stream(stream).await.ok()?;
+        s.info().await.ok()?.cluster.clone()?.leader
+    }
+
+    /// The pid of node `i`, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().and_then(|c| c.id())
+    }
+
+    /// SIGKILLs node `i` (by its PID) and reaps it.
+    pub async fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts node `i` again with the same ports and store, and waits until
+    /// it is current with the meta group again.
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].child.is_none(), "node {i} still runs");
+        self.spawn(i);
+        self.wait_healthy(i).await;
+        self.wait_meta_leader().await;
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut() {
+                // SIGKILL by PID; the tokio runtime reaps it.
+                let _ = child.start_kill();
+            }
+        }
+    }
+}
