@@ -159,25 +159,34 @@ impl NatsCluster {
         node.child = Some(command.spawn().expect("start nats-server"));
     }
 
-    /// Waits until node `i` answers `/healthz` with 200: it listens, and
-    /// JetStream on it is current with the meta leader.
-    async fn wait_healthy(&self, i: usize) {
-        let node = &self.nodes[i];
-        let addr: SocketAddr = format!("127.0.0.1:{}", node.http_port).parse().unwrap();
-        let what = format!(
-            "nats-server {} to be healthy (log: {})",
-            node.name,
-            node.log.display()
-        );
-        within(&what, async {
-            loop {
-                if healthz_ok(addr).await {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+    /// Waits (at most 30 s) until node `i` answers `/healthz` with 200: it
+    /// listens, and JetStream on it is current with the meta leader. Fails
+    /// with the end of the node's log if it exits or never gets there.
+    async fn wait_healthy(&mut self, i: usize) {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.nodes[i].http_port)
+            .parse()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if healthz_ok(addr).await {
+                return;
             }
-        })
-        .await
+            let node = &mut self.nodes[i];
+            let exited = node
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || tokio::time::Instant::now() > deadline {
+                let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                panic!(
+                    "nats-server {} not healthy within 30s (exit: {exited:?}); its log ends:\n{}",
+                    node.name,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until `$JS.API.INFO` answers: only the meta leader replies in
