@@ -295,10 +295,9 @@ async fn race(s: &Setup) -> Vec<String> {
 /// Racing replicas: the loser is told LEASE_HELD. On a replicated stream
 /// the leader refuses a conditional write while another write of the same
 /// subject is still being replicated with JetStream error 10164 ("wrong
-/// last sequence", no sequence), which Tenure does not yet take for a lost
-/// race: the loser gets UNAVAILABLE / NATS_UNAVAILABLE instead.
+/// last sequence", no sequence); Tenure takes it for a lost race (before,
+/// the loser got UNAVAILABLE / NATS_UNAVAILABLE in ~13% of races).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until src/nats/kv.rs maps JetStream error 10164 to CasError::Conflict"]
 async fn racing_replicas_loser_is_told_lease_held() {
     let s = Setup::start().await;
     for r in race(&s).await {

@@ -60,6 +60,12 @@ pub const NATS_BATCH_COMMIT_FINAL: &str = "1";
 pub const ATOMIC_BATCH_VERSION: &str = "2.12";
 /// JetStream error: the expected last subject sequence did not match.
 const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
+/// JetStream error: a replicated stream's leader refused a conditional
+/// write because another write of the same subject is still being
+/// replicated ("wrong last sequence", without a sequence). Nothing was
+/// stored: a lost race, like [`ERR_WRONG_LAST_SEQUENCE`]. Found by the
+/// 3-node cluster test, in ~13% of two replicas racing for one name.
+const ERR_WRONG_LAST_SEQUENCE_IN_PROCESS: u64 = 10164;
 /// JetStream error: atomic batch publish is not enabled on the stream.
 const ERR_BATCH_DISABLED: u64 = 10174;
 /// JetStream error code: the stream (or server) has too many atomic batches
@@ -594,6 +600,10 @@ impl Store {
                     METRICS.cas_conflicts.inc();
                     Err(CasError::Conflict)
                 }
+                _ if jetstream_code(&err) == Some(ERR_WRONG_LAST_SEQUENCE_IN_PROCESS) => {
+                    METRICS.cas_conflicts.inc();
+                    Err(CasError::Conflict)
+                }
                 _ => Err(CasError::Failed(Error::nats("the write", err))),
             },
         }
@@ -960,6 +970,9 @@ async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> bool
     }
 }
 
+/// How long [`balance_leaders`] waits for one answer about a moving stream.
+const LEADER_ASK: Duration = Duration::from_millis(500);
+
 /// Spreads the stream leaders of a sharded bucket over the cluster's nodes:
 /// NATS picks a replicated stream's leader at random, so three shards on
 /// three nodes often share a node, which then serializes their writes.
@@ -1021,7 +1034,10 @@ pub async fn balance_leaders(stores: &[Store]) {
         let mut stream = stores[shard].stream.clone();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while tokio::time::Instant::now() < deadline {
-            let led = matches!(stream.info().await, Ok(info) if info.cluster.as_ref().is_some_and(|c| c.leader.is_some()));
+            // A stream without a leader does not answer at all: without the
+            // timeout each ask would wait out the 10 s request timeout.
+            let info = tokio::time::timeout(LEADER_ASK, stream.info()).await;
+            let led = matches!(info, Ok(Ok(info)) if info.cluster.as_ref().is_some_and(|c| c.leader.is_some()));
             if led {
                 break;
             }
@@ -1109,7 +1125,7 @@ fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, BatchError> 
             )
         };
         return Err(match code {
-            ERR_WRONG_LAST_SEQUENCE => {
+            ERR_WRONG_LAST_SEQUENCE | ERR_WRONG_LAST_SEQUENCE_IN_PROCESS => {
                 METRICS.cas_conflicts.inc();
                 BatchError::Cas(CasError::Conflict)
             }
@@ -1119,6 +1135,14 @@ fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, BatchError> 
         });
     }
     Ok(reply.get("seq").and_then(|s| s.as_u64()))
+}
+
+/// The JetStream error code a publish was refused with, if it was (async-nats
+/// names only some codes; the others come as the error's source).
+fn jetstream_code(err: &jetstream::context::PublishError) -> Option<u64> {
+    std::error::Error::source(err)
+        .and_then(|s| s.downcast_ref::<jetstream::Error>())
+        .map(|e| e.error_code().0)
 }
 
 /// Why one attempt of an atomic batch failed.
