@@ -7,7 +7,8 @@
 //! CPUs with `taskset` while the load runs on other CPUs. Then it runs
 //! workloads 1 to 6 of issue 5 (3: fair handoff, issue 12), 7 and 9 (the
 //! KeepAlive stream, issue 14) and 8 (semaphores, issue 13) against each
-//! system, alternating systems
+//! system, and 10 (shards, issue 14: one stream vs three on a 3-node
+//! cluster it starts for that workload alone), alternating systems
 //! within every run (the order rotates each run), each figure over several
 //! runs, and prints one Markdown table: the median and spread of each
 //! figure, and Tenure's ratio to raw NATS and to etcd.
@@ -18,6 +19,7 @@
 mod ghz;
 mod procs;
 mod report;
+mod shards;
 mod stats;
 mod systems;
 mod workloads;
@@ -137,6 +139,21 @@ struct Env {
     pids: std::collections::HashMap<Kind, Vec<u32>>,
 }
 
+/// The tenure binary: `--tenure-bin`, or target/release/tenure.
+fn tenure_bin(args: &Args) -> R<PathBuf> {
+    let bin = args
+        .tenure_bin
+        .clone()
+        .unwrap_or_else(|| repo_root().join("target/release/tenure"));
+    if !bin.is_file() {
+        return Err(format!(
+            "{} not found: run `cargo build --release` at the repository root or pass --tenure-bin",
+            bin.display()
+        ));
+    }
+    Ok(bin)
+}
+
 /// Starts the servers and connects a client to each system.
 async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env> {
     let root = repo_root();
@@ -146,16 +163,7 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
         &[root.join(".tools/bin/nats-server")],
     )
     .ok_or("nats-server not found: run scripts/tools.sh or pass --nats-server")?;
-    let tenure_bin = args
-        .tenure_bin
-        .clone()
-        .unwrap_or_else(|| root.join("target/release/tenure"));
-    if !tenure_bin.is_file() {
-        return Err(format!(
-            "{} not found: run `cargo build --release` at the repository root or pass --tenure-bin",
-            tenure_bin.display()
-        ));
-    }
+    let tenure_bin = tenure_bin(args)?;
     let mut servers = Vec::new();
     let nats = launcher.nats(&nats_bin, dir, args.nats_sync_always).await?;
     let nats_url = format!("nats://127.0.0.1:{}", nats.port);
@@ -167,23 +175,7 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
     let raw = Raw::open(&nats_url, "raw", true).await?;
     let client = Tenure::connect(&tenure_addr, args.conns).await?;
     // Tenure creates its bucket at start; wait until it answers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let probe = client
-            .client()
-            .get_lease(tenure::proto::GetLeaseRequest {
-                name: "bench.probe".into(),
-            })
-            .await;
-        match probe {
-            Err(s) if s.code() == tonic::Code::NotFound => break,
-            Ok(_) => break,
-            Err(s) if Instant::now() > deadline => {
-                return Err(format!("tenure is not ready: {}", s.message()))
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    client.ready().await?;
     let tenure_bg = Raw::open(&nats_url, "tenure", false).await?;
     let mut pids = std::collections::HashMap::new();
     pids.insert(Kind::Raw, vec![servers[0].pid()]);
@@ -248,262 +240,323 @@ async fn run(args: Args) -> R<()> {
     let launcher = Launcher {
         cpus: args.server_cpus.clone(),
     };
-    let mut env = start(&args, dir.path(), &launcher).await?;
+    // The single-node setup (workloads 1 to 9) starts only when one of
+    // them runs; workload 10 starts its own servers.
+    let mut env = if (1..=9).any(want) {
+        Some(start(&args, dir.path(), &launcher).await?)
+    } else {
+        None
+    };
     let mut rep = Report::default();
     let concurrencies: &[usize] = if quick { &[1, 8] } else { &[1, 64, 256] };
     eprintln!(
         "tenure-bench: {} system(s), {runs} run(s) per figure, {dur:?} per throughput run",
-        env.systems.len()
+        env.as_ref().map_or(0, |e| e.systems.len())
     );
 
-    if want(1) {
-        for &c in concurrencies {
-            let w = format!("1. renew, c={c}");
+    if let Some(env) = env.as_mut() {
+        if want(1) {
+            for &c in concurrencies {
+                let w = format!("1. renew, c={c}");
+                for run in 0..runs {
+                    for sys in rotation(&env.systems, run) {
+                        let k = sys.kind();
+                        let tag = format!("w1.{}.c{c}.r{run}", k.name());
+                        match workloads::renew(&sys, &tag, c, dur, &[]).await {
+                            Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
+                            Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+                        }
+                    }
+                }
+            }
+        }
+
+        if want(2) {
+            for &c in concurrencies {
+                let w = format!("2. acquire+release, c={c}");
+                for run in 0..runs {
+                    for sys in rotation(&env.systems, run) {
+                        let k = sys.kind();
+                        let tag = format!("w2.{}.c{c}.r{run}", k.name());
+                        match workloads::cycles(&sys, &tag, c, dur).await {
+                            Ok(t) => add_throughput(&mut rep, &w, "cycles/s", k, &t),
+                            Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+                        }
+                    }
+                }
+            }
+        }
+
+        if want(3) {
+            let w = "3. fair handoff, 16 waiters";
             for run in 0..runs {
                 for sys in rotation(&env.systems, run) {
                     let k = sys.kind();
-                    let tag = format!("w1.{}.c{c}.r{run}", k.name());
-                    match workloads::renew(&sys, &tag, c, dur, &[]).await {
-                        Ok(t) => add_throughput(&mut rep, &w, "ops/s", k, &t),
+                    let tag = format!("w3.{}.r{run}", k.name());
+                    match workloads::handoff(&sys, &tag, 16, dur).await {
+                        Ok(mut h) => {
+                            let (p50, p99) = (pct_ms(&mut h.lat, 50.0), pct_ms(&mut h.lat, 99.0));
+                            rep.add(w, "p50 ms", k, p50);
+                            rep.add(w, "p99 ms", k, p99);
+                            rep.add(w, "handoffs/s", k, h.per_s);
+                            rep.add(w, "overtakes", k, h.overtakes as f64);
+                            rep.add(w, "taken back by releaser", k, h.same_holder as f64);
+                            eprintln!(
+                                "{w} {}: {} handoffs ({:.0}/s), p50 {p50:.3} ms p99 {p99:.3} ms, {} overtakes ({} with no margin, the largest by {:?}), {} taken back",
+                                k.name(),
+                                h.lat.len(),
+                                h.per_s,
+                                h.overtakes,
+                                h.strict_overtakes,
+                                h.max_overtake,
+                                h.same_holder
+                            );
+                        }
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
                 }
             }
         }
-    }
 
-    if want(2) {
-        for &c in concurrencies {
-            let w = format!("2. acquire+release, c={c}");
+        if want(4) {
+            let big = if quick { 100 } else { 10_000 };
+            for (background, pairs) in [
+                (0usize, if quick { 1 } else { 5 }),
+                (big, if quick { 2 } else { 10 }),
+            ] {
+                let w = format!(
+                    "4. expiry lag, {} pending",
+                    if background == 0 { 1 } else { background }
+                );
+                for run in 0..runs {
+                    for sys in rotation(&env.systems, run) {
+                        let k = sys.kind();
+                        let tag = format!("w4.{}.b{background}.r{run}", k.name());
+                        match workloads::expiry(&sys, &tag, pairs, background).await {
+                            Ok(mut lags) => {
+                                let (p50, p99) = (pct_ms(&mut lags, 50.0), pct_ms(&mut lags, 99.0));
+                                rep.add(&w, "lag p50 ms", k, p50);
+                                rep.add(&w, "lag p99 ms", k, p99);
+                                eprintln!(
+                                    "{w} {}: {} samples, p50 {p50:.1} ms p99 {p99:.1} ms",
+                                    k.name(),
+                                    lags.len()
+                                );
+                            }
+                            Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+                        }
+                        if background > 0 {
+                            // Let the background leases go before the next run
+                            // (etcd revokes expired leases at a limited rate).
+                            #[cfg(feature = "etcd")]
+                            if let Sys::Etcd(e) = sys.as_ref() {
+                                let t = Instant::now();
+                                while e.lease_count().await > 50
+                                    && t.elapsed() < Duration::from_secs(60)
+                                {
+                                    tokio::time::sleep(Duration::from_millis(250)).await;
+                                }
+                            }
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            }
+        }
+
+        if want(5) {
+            let sizes: Vec<usize> = if !args.watchers.is_empty() {
+                args.watchers.clone()
+            } else if quick {
+                vec![100]
+            } else {
+                vec![1_000, 10_000]
+            };
+            let tenure = env
+                .systems
+                .iter()
+                .find_map(|s| match s.as_ref() {
+                    Sys::Tenure(t, _) => Some(t),
+                    _ => None,
+                })
+                .expect("tenure is always a system");
+            let tenure_pid = env.servers[env.tenure_idx].pid();
+            let nats_pid = env.servers[env.nats_idx].pid();
+            for &n in &sizes {
+                let w = format!("5. watch, {n} streams");
+                for run in 0..runs {
+                    let tag = format!("w5.n{n}.r{run}");
+                    let (rate, wdur, open) = if quick {
+                        (20, Duration::from_secs(1), Duration::from_secs(30))
+                    } else {
+                        (50, Duration::from_secs(5), Duration::from_secs(180))
+                    };
+                    match workloads::watch(
+                        &env.tenure_addr,
+                        tenure,
+                        tenure_pid,
+                        nats_pid,
+                        &tag,
+                        n,
+                        rate,
+                        wdur,
+                        open,
+                    )
+                    .await
+                    {
+                        Ok(f) => {
+                            let k = Kind::Tenure;
+                            rep.add(&w, "streams open s", k, f.open_s);
+                            rep.add(&w, "event p50 ms", k, f.p50);
+                            rep.add(&w, "event p99 ms", k, f.p99);
+                            rep.add(&w, "event p99 ms from send", k, f.p99_from_send);
+                            rep.add(&w, "delivered %", k, f.delivered_pct);
+                            rep.add(&w, "tenure RSS MiB", k, f.rss_mb);
+                            rep.add(&w, "tenure CPU %", k, f.cpu_pct);
+                            rep.add(&w, "nats-server RSS MiB", k, f.nats_rss_mb);
+                            eprintln!(
+                                "{w}: open {:.1} s, p50 {:.2} ms p99 {:.2} ms, delivered {:.1}%, RSS {:.0} MiB, CPU {:.0}%",
+                                f.open_s, f.p50, f.p99, f.delivered_pct, f.rss_mb, f.cpu_pct
+                            );
+                        }
+                        Err(e) => rep.note(format!("{w}, run {run}: {e}")),
+                    }
+                    env.servers[env.tenure_idx].check_alive()?;
+                }
+            }
+        }
+
+        if want(6) {
+            let root = repo_root();
+            match find_program("ghz", args.ghz.as_deref(), &[root.join(".tools/bin/ghz")]) {
+                None => {
+                    rep.note("6. ghz: skipped (not installed; scripts/bench.sh installs it)".into())
+                }
+                Some(ghz) => {
+                    let tenure = env
+                        .systems
+                        .iter()
+                        .find_map(|s| match s.as_ref() {
+                            Sys::Tenure(t, _) => Some(t),
+                            _ => None,
+                        })
+                        .expect("tenure is always a system");
+                    let (c, n) = if quick { (8, 200) } else { (64, 15_000) };
+                    for rpc in ["Acquire", "Renew", "Release"] {
+                        let w = format!("6. ghz {rpc}, c={c}");
+                        for run in 0..runs {
+                            let tag = format!("w6.{}.r{run}", rpc.to_lowercase());
+                            match ghz::run(
+                                &ghz,
+                                &env.tenure_addr,
+                                tenure,
+                                dir.path(),
+                                rpc,
+                                &tag,
+                                c,
+                                n,
+                                args.conns,
+                            )
+                            .await
+                            {
+                                Ok(g) => {
+                                    rep.add(&w, "ops/s", Kind::Tenure, g.rps);
+                                    rep.add(&w, "p50 ms", Kind::Tenure, g.p50);
+                                    rep.add(&w, "p99 ms", Kind::Tenure, g.p99);
+                                    rep.add(&w, "errors", Kind::Tenure, g.errors as f64);
+                                    eprintln!(
+                                        "{w}: {:.0}/s p50 {:.3} ms p99 {:.3} ms, {} errors",
+                                        g.rps, g.p50, g.p99, g.errors
+                                    );
+                                }
+                                Err(e) => rep.note(format!("{w}, run {run}: {e}")),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        if want(7) {
+            // Renewals over the KeepAlive stream: Tenure's column is the
+            // stream, the other columns the same holdings renewed their usual
+            // way (workload 1 with c x per tasks; etcd's is its own keep-alive
+            // stream), in the same run.
+            let shapes: &[(usize, usize)] = if quick {
+                &[(1, 1), (8, 1), (1, 10)]
+            } else {
+                &[(1, 1), (64, 1), (1, 100)]
+            };
+            for &(c, per) in shapes {
+                let w = if per == 1 {
+                    format!("7. renew via KeepAlive, c={c}")
+                } else {
+                    format!("7. renew via KeepAlive, {c} client x {per} leases/msg")
+                };
+                for run in 0..runs {
+                    for sys in rotation(&env.systems, run) {
+                        let k = sys.kind();
+                        let tag = format!("w7.{}.c{c}.p{per}.r{run}", k.name());
+                        let pids = env.pids.get(&k).cloned().unwrap_or_default();
+                        let result = match sys.as_ref() {
+                            Sys::Tenure(t, _) => {
+                                workloads::keepalive(&sys, t, &tag, (c, per), dur, &pids).await
+                            }
+                            _ => workloads::renew(&sys, &tag, c * per, dur, &pids).await,
+                        };
+                        match result {
+                            Ok(t) => {
+                                add_throughput(&mut rep, &w, "ops/s", k, &t);
+                                add_cpu(&mut rep, &w, k, &t);
+                            }
+                            Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+                        }
+                    }
+                }
+            }
+        }
+
+        if want(8) {
+            // A semaphore of 8 slots shared by 64 clients (Tenure: limit 8;
+            // etcd and raw: 8 lock names, client i on name i % 8).
+            let (clients, slots) = (64, 8);
+            let w = format!("8. semaphore, {slots} slots, {clients} clients");
             for run in 0..runs {
                 for sys in rotation(&env.systems, run) {
                     let k = sys.kind();
-                    let tag = format!("w2.{}.c{c}.r{run}", k.name());
-                    match workloads::cycles(&sys, &tag, c, dur).await {
+                    let tag = format!("w8.{}.r{run}", k.name());
+                    match workloads::semaphore(&sys, &tag, clients, slots, dur).await {
                         Ok(t) => add_throughput(&mut rep, &w, "cycles/s", k, &t),
                         Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
                     }
                 }
             }
         }
-    }
 
-    if want(3) {
-        let w = "3. fair handoff, 16 waiters";
-        for run in 0..runs {
-            for sys in rotation(&env.systems, run) {
-                let k = sys.kind();
-                let tag = format!("w3.{}.r{run}", k.name());
-                match workloads::handoff(&sys, &tag, 16, dur).await {
-                    Ok(mut h) => {
-                        let (p50, p99) = (pct_ms(&mut h.lat, 50.0), pct_ms(&mut h.lat, 99.0));
-                        rep.add(w, "p50 ms", k, p50);
-                        rep.add(w, "p99 ms", k, p99);
-                        rep.add(w, "handoffs/s", k, h.per_s);
-                        rep.add(w, "overtakes", k, h.overtakes as f64);
-                        rep.add(w, "taken back by releaser", k, h.same_holder as f64);
-                        eprintln!(
-                            "{w} {}: {} handoffs ({:.0}/s), p50 {p50:.3} ms p99 {p99:.3} ms, {} overtakes ({} with no margin, the largest by {:?}), {} taken back",
-                            k.name(),
-                            h.lat.len(),
-                            h.per_s,
-                            h.overtakes,
-                            h.strict_overtakes,
-                            h.max_overtake,
-                            h.same_holder
-                        );
-                    }
-                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                }
-            }
-        }
-    }
-
-    if want(4) {
-        let big = if quick { 100 } else { 10_000 };
-        for (background, pairs) in [
-            (0usize, if quick { 1 } else { 5 }),
-            (big, if quick { 2 } else { 10 }),
-        ] {
-            let w = format!(
-                "4. expiry lag, {} pending",
-                if background == 0 { 1 } else { background }
-            );
+        if want(9) {
+            // One client holding many leases: Tenure renews them all over one
+            // KeepAlive stream, 100 entries a message; raw renews each with its
+            // own task. etcd is not run: its client would attach every lock to
+            // one session lease and renew that one lease.
+            let (leases, per) = if quick { (1_000, 100) } else { (10_000, 100) };
+            let w = format!("9. renew {leases} leases, 1 client");
             for run in 0..runs {
                 for sys in rotation(&env.systems, run) {
                     let k = sys.kind();
-                    let tag = format!("w4.{}.b{background}.r{run}", k.name());
-                    match workloads::expiry(&sys, &tag, pairs, background).await {
-                        Ok(mut lags) => {
-                            let (p50, p99) = (pct_ms(&mut lags, 50.0), pct_ms(&mut lags, 99.0));
-                            rep.add(&w, "lag p50 ms", k, p50);
-                            rep.add(&w, "lag p99 ms", k, p99);
-                            eprintln!(
-                                "{w} {}: {} samples, p50 {p50:.1} ms p99 {p99:.1} ms",
-                                k.name(),
-                                lags.len()
-                            );
-                        }
-                        Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                    }
-                    if background > 0 {
-                        // Let the background leases go before the next run
-                        // (etcd revokes expired leases at a limited rate).
-                        #[cfg(feature = "etcd")]
-                        if let Sys::Etcd(e) = sys.as_ref() {
-                            let t = Instant::now();
-                            while e.lease_count().await > 50
-                                && t.elapsed() < Duration::from_secs(60)
-                            {
-                                tokio::time::sleep(Duration::from_millis(250)).await;
-                            }
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-        }
-    }
-
-    if want(5) {
-        let sizes: Vec<usize> = if !args.watchers.is_empty() {
-            args.watchers.clone()
-        } else if quick {
-            vec![100]
-        } else {
-            vec![1_000, 10_000]
-        };
-        let tenure = env
-            .systems
-            .iter()
-            .find_map(|s| match s.as_ref() {
-                Sys::Tenure(t, _) => Some(t),
-                _ => None,
-            })
-            .expect("tenure is always a system");
-        let tenure_pid = env.servers[env.tenure_idx].pid();
-        let nats_pid = env.servers[env.nats_idx].pid();
-        for &n in &sizes {
-            let w = format!("5. watch, {n} streams");
-            for run in 0..runs {
-                let tag = format!("w5.n{n}.r{run}");
-                let (rate, wdur, open) = if quick {
-                    (20, Duration::from_secs(1), Duration::from_secs(30))
-                } else {
-                    (50, Duration::from_secs(5), Duration::from_secs(180))
-                };
-                match workloads::watch(
-                    &env.tenure_addr,
-                    tenure,
-                    tenure_pid,
-                    nats_pid,
-                    &tag,
-                    n,
-                    rate,
-                    wdur,
-                    open,
-                )
-                .await
-                {
-                    Ok(f) => {
-                        let k = Kind::Tenure;
-                        rep.add(&w, "streams open s", k, f.open_s);
-                        rep.add(&w, "event p50 ms", k, f.p50);
-                        rep.add(&w, "event p99 ms", k, f.p99);
-                        rep.add(&w, "event p99 ms from send", k, f.p99_from_send);
-                        rep.add(&w, "delivered %", k, f.delivered_pct);
-                        rep.add(&w, "tenure RSS MiB", k, f.rss_mb);
-                        rep.add(&w, "tenure CPU %", k, f.cpu_pct);
-                        rep.add(&w, "nats-server RSS MiB", k, f.nats_rss_mb);
-                        eprintln!(
-                            "{w}: open {:.1} s, p50 {:.2} ms p99 {:.2} ms, delivered {:.1}%, RSS {:.0} MiB, CPU {:.0}%",
-                            f.open_s, f.p50, f.p99, f.delivered_pct, f.rss_mb, f.cpu_pct
-                        );
-                    }
-                    Err(e) => rep.note(format!("{w}, run {run}: {e}")),
-                }
-                env.servers[env.tenure_idx].check_alive()?;
-            }
-        }
-    }
-
-    if want(6) {
-        let root = repo_root();
-        match find_program("ghz", args.ghz.as_deref(), &[root.join(".tools/bin/ghz")]) {
-            None => {
-                rep.note("6. ghz: skipped (not installed; scripts/bench.sh installs it)".into())
-            }
-            Some(ghz) => {
-                let tenure = env
-                    .systems
-                    .iter()
-                    .find_map(|s| match s.as_ref() {
-                        Sys::Tenure(t, _) => Some(t),
-                        _ => None,
-                    })
-                    .expect("tenure is always a system");
-                let (c, n) = if quick { (8, 200) } else { (64, 15_000) };
-                for rpc in ["Acquire", "Renew", "Release"] {
-                    let w = format!("6. ghz {rpc}, c={c}");
-                    for run in 0..runs {
-                        let tag = format!("w6.{}.r{run}", rpc.to_lowercase());
-                        match ghz::run(
-                            &ghz,
-                            &env.tenure_addr,
-                            tenure,
-                            dir.path(),
-                            rpc,
-                            &tag,
-                            c,
-                            n,
-                            args.conns,
-                        )
-                        .await
-                        {
-                            Ok(g) => {
-                                rep.add(&w, "ops/s", Kind::Tenure, g.rps);
-                                rep.add(&w, "p50 ms", Kind::Tenure, g.p50);
-                                rep.add(&w, "p99 ms", Kind::Tenure, g.p99);
-                                rep.add(&w, "errors", Kind::Tenure, g.errors as f64);
-                                eprintln!(
-                                    "{w}: {:.0}/s p50 {:.3} ms p99 {:.3} ms, {} errors",
-                                    g.rps, g.p50, g.p99, g.errors
-                                );
-                            }
-                            Err(e) => rep.note(format!("{w}, run {run}: {e}")),
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    if want(7) {
-        // Renewals over the KeepAlive stream: Tenure's column is the
-        // stream, the other columns the same holdings renewed their usual
-        // way (workload 1 with c x per tasks; etcd's is its own keep-alive
-        // stream), in the same run.
-        let shapes: &[(usize, usize)] = if quick {
-            &[(1, 1), (8, 1), (1, 10)]
-        } else {
-            &[(1, 1), (64, 1), (1, 100)]
-        };
-        for &(c, per) in shapes {
-            let w = if per == 1 {
-                format!("7. renew via KeepAlive, c={c}")
-            } else {
-                format!("7. renew via KeepAlive, {c} client x {per} leases/msg")
-            };
-            for run in 0..runs {
-                for sys in rotation(&env.systems, run) {
-                    let k = sys.kind();
-                    let tag = format!("w7.{}.c{c}.p{per}.r{run}", k.name());
+                    let tag = format!("w9.{}.r{run}", k.name());
                     let pids = env.pids.get(&k).cloned().unwrap_or_default();
                     let result = match sys.as_ref() {
                         Sys::Tenure(t, _) => {
-                            workloads::keepalive(&sys, t, &tag, (c, per), dur, &pids).await
+                            workloads::keepalive_sweeps(&sys, t, &tag, (leases, per), dur, &pids)
+                                .await
+                                .map(|s| {
+                                    rep.add(&w, "sweep ms", k, s.sweep_ms);
+                                    s.t
+                                })
                         }
-                        _ => workloads::renew(&sys, &tag, c * per, dur, &pids).await,
+                        Sys::Raw(_) => workloads::renew(&sys, &tag, leases, dur, &pids).await,
+                        #[cfg(feature = "etcd")]
+                        Sys::Etcd(_) => continue,
                     };
                     match result {
                         Ok(t) => {
@@ -517,60 +570,31 @@ async fn run(args: Args) -> R<()> {
         }
     }
 
-    if want(8) {
-        // A semaphore of 8 slots shared by 64 clients (Tenure: limit 8;
-        // etcd and raw: 8 lock names, client i on name i % 8).
-        let (clients, slots) = (64, 8);
-        let w = format!("8. semaphore, {slots} slots, {clients} clients");
-        for run in 0..runs {
-            for sys in rotation(&env.systems, run) {
-                let k = sys.kind();
-                let tag = format!("w8.{}.r{run}", k.name());
-                match workloads::semaphore(&sys, &tag, clients, slots, dur).await {
-                    Ok(t) => add_throughput(&mut rep, &w, "cycles/s", k, &t),
-                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                }
-            }
+    if want(10) {
+        let nats_bin = find_program(
+            "nats-server",
+            args.nats_server.as_deref(),
+            &[repo_root().join(".tools/bin/nats-server")],
+        )
+        .ok_or("nats-server not found: run scripts/tools.sh or pass --nats-server")?;
+        let tenure_bin = tenure_bin(&args)?;
+        let o = shards::Opts {
+            nats_bin: &nats_bin,
+            tenure_bin: &tenure_bin,
+            dir: dir.path(),
+            runs,
+            dur,
+            c: if quick { 8 } else { 64 },
+            with_r1: !quick,
+            sync_always: args.nats_sync_always,
+            mirror_leases: if quick { 2_000 } else { 100_000 },
+        };
+        if let Err(e) = shards::run(&o, &launcher, &mut rep).await {
+            rep.note(format!("10. shards: {e}"));
         }
     }
 
-    if want(9) {
-        // One client holding many leases: Tenure renews them all over one
-        // KeepAlive stream, 100 entries a message; raw renews each with its
-        // own task. etcd is not run: its client would attach every lock to
-        // one session lease and renew that one lease.
-        let (leases, per) = if quick { (1_000, 100) } else { (10_000, 100) };
-        let w = format!("9. renew {leases} leases, 1 client");
-        for run in 0..runs {
-            for sys in rotation(&env.systems, run) {
-                let k = sys.kind();
-                let tag = format!("w9.{}.r{run}", k.name());
-                let pids = env.pids.get(&k).cloned().unwrap_or_default();
-                let result = match sys.as_ref() {
-                    Sys::Tenure(t, _) => {
-                        workloads::keepalive_sweeps(&sys, t, &tag, (leases, per), dur, &pids)
-                            .await
-                            .map(|s| {
-                                rep.add(&w, "sweep ms", k, s.sweep_ms);
-                                s.t
-                            })
-                    }
-                    Sys::Raw(_) => workloads::renew(&sys, &tag, leases, dur, &pids).await,
-                    #[cfg(feature = "etcd")]
-                    Sys::Etcd(_) => continue,
-                };
-                match result {
-                    Ok(t) => {
-                        add_throughput(&mut rep, &w, "ops/s", k, &t);
-                        add_cpu(&mut rep, &w, k, &t);
-                    }
-                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                }
-            }
-        }
-    }
-
-    for s in env.servers.iter_mut() {
+    for s in env.iter_mut().flat_map(|e| e.servers.iter_mut()) {
         if let Err(e) = s.check_alive() {
             rep.note(e);
         }
@@ -609,7 +633,7 @@ async fn run(args: Args) -> R<()> {
     if let Some(out) = &args.out {
         std::fs::write(out, &text).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    for s in env.servers.drain(..).rev() {
+    for s in env.iter_mut().flat_map(|e| e.servers.drain(..)).rev() {
         s.stop().await;
     }
     // A quick run fails when any figure failed, so CI notices rot.

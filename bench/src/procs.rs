@@ -1,5 +1,7 @@
 //! The server processes a benchmark run needs, each a separate OS process
-//! like in production: nats-server, the `tenure` binary and etcd, optionally
+//! like in production: nats-server (one node, or a 3-node JetStream
+//! cluster on loopback for the shard workload), the `tenure` binary and
+//! etcd, optionally
 //! pinned with `taskset` to the servers' CPUs; and what `/proc` says about
 //! them (RSS, CPU time).
 //!
@@ -127,14 +129,94 @@ impl Launcher {
         Ok(server)
     }
 
+    /// Starts a JetStream cluster of `n` nats-server nodes on 127.0.0.1,
+    /// named `n1`..`n<n>`, each with its own free client and cluster ports,
+    /// store and log under `dir/<name>`, routed to every other node; waits
+    /// until every node listens and JetStream answers through the cluster
+    /// (a meta leader is elected and knows all `n` peers).
+    pub async fn nats_cluster(
+        &self,
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        sync_always: bool,
+    ) -> R<Cluster> {
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<R<_>>()?;
+        let mut nodes = Vec::new();
+        for (i, (port, cport)) in ports.iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let store = dir.join(&name);
+            std::fs::create_dir_all(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+            let sync = if sync_always {
+                " sync_interval: always"
+            } else {
+                ""
+            };
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, c))| format!("nats-route://127.0.0.1:{c}"))
+                .collect();
+            let conf = dir.join(format!("{name}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "server_name: {name}\nserver_tags: [\"node:{name}\"]\nlisten: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}{sync} }}\ncluster {{ name: tenure-bench, listen: 127.0.0.1:{cport}, routes: [{}] }}\n",
+                    store.display().to_string(),
+                    routes.join(", ")
+                ),
+            )
+            .map_err(|e| format!("{}: {e}", conf.display()))?;
+            let log = dir.join(format!("{name}.log"));
+            let mut cmd = self.command(bin);
+            cmd.arg("-c").arg(&conf).arg("-l").arg(&log);
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            let child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            nodes.push(Server {
+                what: "nats-server (cluster node)",
+                port: *port,
+                child,
+                log,
+            });
+        }
+        let mut cluster = Cluster {
+            names: (1..=n).map(|i| format!("n{i}")).collect(),
+            nodes,
+        };
+        for node in cluster.nodes.iter_mut() {
+            wait_tcp(node).await?;
+        }
+        cluster.wait_jetstream().await?;
+        Ok(cluster)
+    }
+
     /// Starts the `tenure` binary against `nats_url`, logging warnings only.
     /// Default settings, but one: every bench client is the same
     /// (anonymous) identity, so the per-identity watch-stream limit (10,000
     /// by default) is raised to the replica's (20,000); workload 5 opens
     /// 10,000 streams while the writer and earlier runs' streams close.
     pub async fn tenure(&self, bin: &Path, dir: &Path, nats_url: &str) -> R<Server> {
+        self.tenure_with(bin, dir, nats_url, "tenure", &[]).await
+    }
+
+    /// [`Launcher::tenure`] with `extra` arguments after the defaults
+    /// (e.g. `--bucket`, `--replicas`, `--shards`), logging to
+    /// `dir/<name>.log`.
+    pub async fn tenure_with(
+        &self,
+        bin: &Path,
+        dir: &Path,
+        nats_url: &str,
+        name: &str,
+        extra: &[String],
+    ) -> R<Server> {
         let port = free_port()?;
-        let log = dir.join("tenure.log");
+        let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = self.command(bin);
         cmd.args(["serve", "--listen"])
@@ -142,6 +224,7 @@ impl Launcher {
             .arg("--nats-url")
             .arg(nats_url)
             .args(["--max-watch-streams-per-identity", "20000"])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(file);
@@ -218,6 +301,108 @@ impl Launcher {
         };
         wait_tcp(&mut server).await?;
         Ok(server)
+    }
+}
+
+/// A JetStream cluster on loopback, its nodes named `n1`..`n<n>` (the
+/// names stream info reports as `cluster.leader`).
+pub struct Cluster {
+    /// The node processes, in name order.
+    pub nodes: Vec<Server>,
+    /// Their server names.
+    pub names: Vec<String>,
+}
+
+impl Cluster {
+    /// Client URLs of every node, comma-separated (a client picks one and
+    /// fails over to the others).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Connects a client that knows every node (it picks one and fails
+    /// over to the others).
+    pub async fn connect(&self) -> R<async_nats::Client> {
+        let addrs: Vec<async_nats::ServerAddr> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                format!("nats://127.0.0.1:{}", n.port)
+                    .parse()
+                    .map_err(|e| format!("{e}"))
+            })
+            .collect::<R<_>>()?;
+        async_nats::connect(addrs)
+            .await
+            .map_err(|e| format!("NATS cluster {}: {e}", self.urls()))
+    }
+
+    /// Waits until JetStream answers account queries through the cluster
+    /// (so a meta leader exists) and the meta group has every node as a
+    /// current peer, so that a stream of `n` replicas can be placed at
+    /// once. Polls every 100 ms, up to [`READY_TIMEOUT`].
+    async fn wait_jetstream(&mut self) -> R<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let want = self.nodes.len();
+        let mut last;
+        loop {
+            for node in self.nodes.iter_mut() {
+                node.check_alive()?;
+            }
+            let probe = tokio::time::timeout(Duration::from_secs(2), async {
+                let client = self.connect().await?;
+                // A stream of n replicas is placed only when the meta
+                // leader sees n current peers: the direct test that a
+                // replicated bucket can be created now.
+                let js = async_nats::jetstream::new(client);
+                js.query_account().await.map_err(|e| e.to_string())?;
+                let probe = js
+                    .create_stream(async_nats::jetstream::stream::Config {
+                        name: "bench_ready_probe".into(),
+                        subjects: vec!["bench.ready.probe".into()],
+                        num_replicas: want,
+                        storage: async_nats::jetstream::stream::StorageType::Memory,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                drop(probe);
+                js.delete_stream("bench_ready_probe")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<(), String>(())
+            })
+            .await;
+            match probe {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => last = e,
+                Err(_) => last = "no answer within 2 s".into(),
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the {want}-node JetStream cluster was not ready within {READY_TIMEOUT:?} ({last}); see {}",
+                    self.nodes[0].log.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Which node leads `stream` (stream info `cluster.leader`), if known.
+    pub async fn leader(js: &async_nats::jetstream::Context, stream: &str) -> Option<String> {
+        let mut s = js.get_stream(stream).await.ok()?;
+        s.info().await.ok()?.cluster.clone()?.leader
+    }
+
+    /// Stops every node.
+    pub async fn stop(self) {
+        for node in self.nodes.into_iter().rev() {
+            node.stop().await;
+        }
     }
 }
 

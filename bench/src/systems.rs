@@ -110,6 +110,18 @@ pub struct Held {
     pub slot: u32,
 }
 
+impl Session {
+    /// A session with nothing server-side (raw, Tenure): just the TTL.
+    pub fn plain(ttl_s: u64) -> Session {
+        Session {
+            follower: Default::default(),
+            lease: 0,
+            granted_at: Instant::now(),
+            ttl_s,
+        }
+    }
+}
+
 impl Held {
     /// A holding with the fields every system sets.
     fn new(name: &str, rev: u64, token: u64, deadline: Instant) -> Held {
@@ -148,12 +160,7 @@ impl Sys {
         match self {
             #[cfg(feature = "etcd")]
             Sys::Etcd(e) => e.session(ttl_s).await,
-            _ => Ok(Session {
-                follower: Default::default(),
-                lease: 0,
-                granted_at: Instant::now(),
-                ttl_s,
-            }),
+            _ => Ok(Session::plain(ttl_s)),
         }
     }
 
@@ -282,6 +289,20 @@ impl Raw {
         let client = async_nats::connect(url)
             .await
             .map_err(|e| format!("NATS {url}: {e}"))?;
+        Raw::open_on(client, bucket, create, 1, None).await
+    }
+
+    /// [`Raw::open`] over an existing connection (several buckets can share
+    /// one, as Tenure's shards share its one connection), creating the
+    /// bucket with `replicas` when `create`, on the servers tagged `tag`
+    /// when given.
+    pub async fn open_on(
+        client: async_nats::Client,
+        bucket: &str,
+        create: bool,
+        replicas: usize,
+        tag: Option<&str>,
+    ) -> R<Raw> {
         let js = jetstream::new(client.clone());
         if create {
             js.create_key_value(kv::Config {
@@ -289,6 +310,11 @@ impl Raw {
                 history: 1,
                 storage: stream::StorageType::File,
                 limit_markers: Some(Duration::from_secs(15 * 60)),
+                num_replicas: replicas,
+                placement: tag.map(|t| stream::Placement {
+                    tags: vec![t.to_string()],
+                    ..Default::default()
+                }),
                 ..Default::default()
             })
             .await
@@ -305,6 +331,14 @@ impl Raw {
             prefix: format!("$KV.{bucket}."),
             key_hex: KeyHash::of("bench-lease-key-0123456789").to_hex(),
         })
+    }
+
+    /// The bucket's stream name (`KV_<bucket>`).
+    pub fn stream_name(&self) -> String {
+        format!(
+            "KV_{}",
+            self.prefix.trim_start_matches("$KV.").trim_end_matches('.')
+        )
     }
 
     /// One conditional publish; `Ok(None)` on a lost CAS race.
@@ -456,7 +490,7 @@ impl Raw {
 
     /// `n` fresh leases `<prefix>.<i>`, pipelined 1,000 acks in flight
     /// (under the 5,000 that would stall the publisher).
-    async fn background(&self, prefix: &str, n: usize, ttl_s: u64) -> R<()> {
+    pub async fn background(&self, prefix: &str, n: usize, ttl_s: u64) -> R<()> {
         let results: Vec<R<Option<u64>>> = futures::stream::iter(0..n)
             .map(|i| {
                 let msg = jetstream::message::PublishMessage::build()
@@ -508,6 +542,28 @@ impl Tenure {
             channels,
             next: AtomicUsize::new(0),
         })
+    }
+
+    /// Waits until Tenure answers (it creates its bucket at start): a
+    /// GetLease of an unused name until NOT_FOUND, up to 30 s.
+    pub async fn ready(&self) -> R<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let probe = self
+                .client()
+                .get_lease(tenure::proto::GetLeaseRequest {
+                    name: "bench.probe".into(),
+                })
+                .await;
+            match probe {
+                Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
+                Ok(_) => return Ok(()),
+                Err(s) if Instant::now() > deadline => {
+                    return Err(format!("tenure is not ready: {}", s.message()))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// A client on the next connection.

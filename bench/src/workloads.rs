@@ -118,7 +118,7 @@ async fn let_go(sys: &Arc<Sys>, held: Vec<(Held, Session)>) {
 }
 
 /// Sums per-task latencies into a throughput figure.
-fn throughput(mut lat: Vec<Duration>, elapsed: Duration) -> Throughput {
+pub(crate) fn throughput(mut lat: Vec<Duration>, elapsed: Duration) -> Throughput {
     Throughput {
         per_s: lat.len() as f64 / elapsed.as_secs_f64(),
         p50: pct_ms(&mut lat, 50.0),
@@ -128,7 +128,7 @@ fn throughput(mut lat: Vec<Duration>, elapsed: Duration) -> Throughput {
 }
 
 /// Joins the tasks, failing on the first error.
-async fn join<T>(tasks: Vec<tokio::task::JoinHandle<R<T>>>) -> R<Vec<T>> {
+pub(crate) async fn join<T>(tasks: Vec<tokio::task::JoinHandle<R<T>>>) -> R<Vec<T>> {
     let mut out = Vec::with_capacity(tasks.len());
     let mut first_err = None;
     for t in tasks {
