@@ -12,7 +12,9 @@
 //!   step-down naming the preferred node) so that "3 streams" means 3
 //!   leaders; the leaders each figure ran with are printed.
 //! - **Tenure** with `--replicas 3`, `--shards 1` and `--shards 3`, one
-//!   replica each, leaders where Tenure and NATS put them (printed).
+//!   replica each. Where NATS put the shard leaders at creation is
+//!   recorded (it may put all three on one node); then they are moved to
+//!   three nodes like the raw streams'.
 //!
 //! Each is measured at `c` clients: acquire+release cycles (task `i`
 //! cycles over its own 16 names, so `16 c` distinct names spread over the
@@ -291,12 +293,43 @@ async fn on_cluster(
             let t = Tenure::connect(&addr, 4).await?;
             t.ready().await?;
             let bg = Raw::open_on(client.clone(), &bucket, false, 3, None).await?;
-            let names = (0..shards)
+            let names: Vec<String> = (0..shards)
                 .map(|i| match i {
                     0 => format!("KV_{bucket}"),
                     i => format!("KV_{bucket}-shard{i}"),
                 })
                 .collect();
+            // Where NATS put the leaders when Tenure created the shards
+            // (recorded), then one per node, as an operator would move
+            // them, so that "3 streams" means three leaders here too.
+            let mut created = Vec::new();
+            for name in &names {
+                created.push(
+                    Cluster::leader(&js, name)
+                        .await
+                        .unwrap_or_else(|| "?".into()),
+                );
+            }
+            eprintln!("10. shards, tenure --shards {shards}: leaders as created: {created:?}");
+            created.sort_unstable();
+            created.dedup();
+            rep.add(
+                &format!(
+                    "10. shards acquire+release c={}, 3 nodes, R3, {shards} stream{}",
+                    o.c,
+                    plural(shards)
+                ),
+                "nodes leading its streams as created",
+                Kind::Tenure,
+                created.len() as f64,
+            );
+            if shards > 1 {
+                for (i, name) in names.iter().enumerate() {
+                    place_leader(&client, &js, name, &cluster.names[i % cluster.names.len()])
+                        .await?;
+                }
+                t.ready().await?;
+            }
             setups.push(Setup {
                 kind: Kind::Tenure,
                 label: format!("3 nodes, R3, {shards} stream{}", plural(shards)),
