@@ -21,6 +21,12 @@
 //! shards) and renewals (one lease per task). As a reference, one raw
 //! stream on a single node (file storage) runs first, alone.
 //!
+//! Besides rate and latency, each figure counts the CPU time of the
+//! servers per 1,000 operations (`/proc/<pid>/stat` over the timed phase):
+//! all processes together, the busiest nats-server node, and Tenure's own.
+//! On a machine whose nodes share cores, the total says how many operations
+//! the cores can carry at all, whatever the number of streams.
+//!
 //! Every figure is taken `runs` times, the systems alternating within each
 //! run; the table has one row per configuration and the ratio of 3
 //! streams to 1 per run.
@@ -36,7 +42,7 @@ use tenure::proto::EventType;
 use crate::procs::{rss_bytes, Cluster, Launcher, R};
 use crate::report::Report;
 use crate::systems::{Kind, Raw, Session, Sys, Tenure};
-use crate::workloads::{join, throughput, Throughput};
+use crate::workloads::{join, throughput, CpuMeter, Throughput};
 
 /// TTL of the workload's holdings (none expires during a run).
 const TTL_S: u64 = 60;
@@ -67,6 +73,9 @@ struct Setup {
     shards: usize,
     /// Replicas of each stream.
     replicas: usize,
+    /// The server processes whose CPU the figures count: every nats-server
+    /// node, then (Tenure) the tenure process.
+    pids: Vec<u32>,
 }
 
 impl Setup {
@@ -117,6 +126,7 @@ pub async fn run(o: &Opts<'_>, launcher: &Launcher, rep: &mut Report) -> R<()> {
             streams: vec![Arc::new(Sys::Raw(raw))],
             shards: 1,
             replicas: 1,
+            pids: vec![single.pid()],
         };
         measure(o, rep, &[setup], None).await?;
         mirror_cost(o, launcher, &url, rep).await
@@ -233,6 +243,7 @@ async fn on_cluster(
     let urls = cluster.urls();
     let client = cluster.connect().await?;
     let js = jetstream::new(client.clone());
+    let node_pids: Vec<u32> = cluster.nodes.iter().map(|n| n.pid()).collect();
     let mut setups = Vec::new();
     let replicas: &[usize] = if o.with_r1 { &[1, 3] } else { &[3] };
     for &r in replicas {
@@ -261,6 +272,7 @@ async fn on_cluster(
                 stream_names: names,
                 shards,
                 replicas: r,
+                pids: node_pids.clone(),
             });
         }
     }
@@ -289,6 +301,8 @@ async fn on_cluster(
                 )
                 .await?;
             let addr = format!("127.0.0.1:{}", server.port);
+            let mut pids = node_pids.clone();
+            pids.push(server.pid());
             tenures.push(server);
             let t = Tenure::connect(&addr, 4).await?;
             t.ready().await?;
@@ -337,6 +351,7 @@ async fn on_cluster(
                 stream_names: names,
                 shards,
                 replicas: 3,
+                pids,
             });
         }
     } else {
@@ -500,12 +515,29 @@ fn add(rep: &mut Report, w: &str, unit: &str, s: &Setup, t: &Throughput, leaders
     rep.add(w, unit, s.kind, t.per_s);
     rep.add(w, "p50 ms", s.kind, t.p50);
     rep.add(w, "p99 ms", s.kind, t.p99);
+    // CPU per 1,000 operations: all server processes together, the
+    // busiest nats-server node, and (Tenure) the tenure process.
+    let nodes = if s.kind == Kind::Tenure {
+        &t.cpu_ms_per_1k[..t.cpu_ms_per_1k.len().saturating_sub(1)]
+    } else {
+        &t.cpu_ms_per_1k[..]
+    };
+    let total: f64 = t.cpu_ms_per_1k.iter().sum();
+    let busiest = nodes.iter().copied().fold(0.0, f64::max);
+    rep.add(w, "server CPU ms/1k ops", s.kind, total);
+    rep.add(w, "busiest nats node CPU ms/1k ops", s.kind, busiest);
+    if s.kind == Kind::Tenure {
+        if let Some(tenure) = t.cpu_ms_per_1k.last() {
+            rep.add(w, "tenure CPU ms/1k ops", s.kind, *tenure);
+        }
+    }
     eprintln!(
-        "{w} {}: {:.0}/s p50 {:.3} ms p99 {:.3} ms (leaders: {leaders})",
+        "{w} {}: {:.0}/s p50 {:.3} ms p99 {:.3} ms, server CPU {total:.1} ms/1k (per process {:?}) (leaders: {leaders})",
         s.kind.name(),
         t.per_s,
         t.p50,
-        t.p99
+        t.p99,
+        t.cpu_ms_per_1k.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>()
     );
 }
 
@@ -514,6 +546,7 @@ fn add(rep: &mut Report, w: &str, unit: &str, s: &Setup, t: &Throughput, leaders
 /// its shard's stream), back to back for `dur`.
 async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
     let mut tasks = Vec::with_capacity(c);
+    let cpu = CpuMeter::start(&s.pids);
     let start = Instant::now();
     let end = start + dur;
     for i in 0..c {
@@ -540,10 +573,12 @@ async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> 
         }));
     }
     let done = join(tasks).await?;
-    Ok(throughput(
-        done.into_iter().flatten().collect(),
-        start.elapsed(),
-    ))
+    let elapsed = start.elapsed();
+    let lat: Vec<Duration> = done.into_iter().flatten().collect();
+    Ok(Throughput {
+        cpu_ms_per_1k: cpu.per_1k(lat.len()),
+        ..throughput(lat, elapsed)
+    })
 }
 
 /// `c` tasks, each holding one lease `<tag>.<i>` (in its shard's stream)
@@ -557,6 +592,7 @@ async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
         let h = sys.acquire(&name, &session, false).await?;
         held.push((sys, h));
     }
+    let cpu = CpuMeter::start(&s.pids);
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = held
@@ -583,10 +619,12 @@ async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
         })
         .collect();
     let done = join(tasks).await?;
-    Ok(throughput(
-        done.into_iter().flatten().collect(),
-        start.elapsed(),
-    ))
+    let elapsed = start.elapsed();
+    let lat: Vec<Duration> = done.into_iter().flatten().collect();
+    Ok(Throughput {
+        cpu_ms_per_1k: cpu.per_1k(lat.len()),
+        ..throughput(lat, elapsed)
+    })
 }
 
 #[cfg(test)]

@@ -46,21 +46,21 @@ pub struct Throughput {
 }
 
 /// CPU time of some processes (from `/proc/<pid>/stat`) since it started.
-struct CpuMeter {
+pub(crate) struct CpuMeter {
     /// The processes and their CPU time at the start.
     start: Vec<(u32, Duration)>,
 }
 
 impl CpuMeter {
     /// Starts measuring `pids`.
-    fn start(pids: &[u32]) -> CpuMeter {
+    pub(crate) fn start(pids: &[u32]) -> CpuMeter {
         CpuMeter {
             start: pids.iter().map(|&p| (p, cpu_time(p))).collect(),
         }
     }
 
     /// Each process's CPU time since the start per 1,000 of `ops`, in ms.
-    fn per_1k(&self, ops: usize) -> Vec<f64> {
+    pub(crate) fn per_1k(&self, ops: usize) -> Vec<f64> {
         self.start
             .iter()
             .map(|&(pid, t0)| {
