@@ -647,4 +647,49 @@ mod tests {
         assert!(renewals.iter().all(|&n| n > 0), "{renewals:?}");
         assert_eq!(shard_of("anything", 1), 0);
     }
+
+    /// The 3-node cluster starts ready for 3-replica buckets, an R1 bucket
+    /// lands on the node its tag names, and three R3 buckets' leaders can
+    /// be moved one per node: what "3 streams" relies on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_places_streams_and_leaders() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let bin = crate::procs::find_program(
+            "nats-server",
+            None,
+            &[root.join("../.tools/bin/nats-server")],
+        )
+        .expect("nats-server (scripts/tools.sh installs it)");
+        let dir = tempfile::tempdir().unwrap();
+        let launcher = Launcher { cpus: None };
+        let cluster = launcher
+            .nats_cluster(&bin, dir.path(), 3, false)
+            .await
+            .unwrap();
+        let result = async {
+            let client = cluster.connect().await?;
+            let js = jetstream::new(client.clone());
+            let r1 = Raw::open_on(client.clone(), "tagged", true, 1, Some("node:n2")).await?;
+            let l = Cluster::leader(&js, &r1.stream_name()).await;
+            if l.as_deref() != Some("n2") {
+                return Err(format!("R1 stream tagged node:n2 is on {l:?}"));
+            }
+            let mut leaders = Vec::new();
+            for i in 0..3 {
+                let raw =
+                    Raw::open_on(client.clone(), &format!("spread-{i}"), true, 3, None).await?;
+                let name = raw.stream_name();
+                place_leader(&client, &js, &name, &cluster.names[i]).await?;
+                leaders.push(Cluster::leader(&js, &name).await);
+            }
+            Ok(leaders)
+        }
+        .await;
+        cluster.stop().await;
+        let leaders = result.unwrap();
+        assert_eq!(
+            leaders,
+            vec![Some("n1".into()), Some("n2".into()), Some("n3".into())]
+        );
+    }
 }
