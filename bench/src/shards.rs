@@ -47,6 +47,32 @@ use crate::workloads::{join, throughput, CpuMeter, Throughput};
 /// TTL of the workload's holdings (none expires during a run).
 const TTL_S: u64 = 60;
 
+/// Evaluates `$call` (an awaited write) again, up to 10 times, while
+/// JetStream refuses it with error 10164, the "wrong last sequence" a
+/// replicated stream answers, adding the refusals to `$refused`. Nothing
+/// else writes the workload's names, so such a refusal is not a lost race:
+/// a replicated stream's leader can refuse a conditional write on a subject
+/// whose previous write it has acknowledged but not finished applying. A
+/// client retries it like any conflict (an acquire reads again first).
+macro_rules! again {
+    ($refused:expr, $call:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $call {
+                Err(e) if e.contains("10164") && tries < 10 => {
+                    tries += 1;
+                    $refused += 1;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// The row counting writes a replicated stream refused although their
+/// expected revision was right (see `again!`).
+const REFUSED: &str = "writes refused with 10164, retried";
+
 /// Names each acquire+release task cycles over.
 const NAMES_PER_TASK: usize = 16;
 
@@ -457,12 +483,18 @@ async fn measure(
             );
             let w = row(s, "acquire+release", o.c);
             match cycles(s, &format!("{tag}.cyc"), o.c, o.dur).await {
-                Ok(t) => add(rep, &w, "cycles/s", s, &t, &leaders),
+                Ok((t, refused)) => {
+                    add(rep, &w, "cycles/s", s, &t, &leaders);
+                    rep.add(&w, REFUSED, s.kind, refused as f64);
+                }
                 Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", s.kind.name())),
             }
             let w = row(s, "renew", o.c);
             match renew(s, &format!("{tag}.ren"), o.c, o.dur).await {
-                Ok(t) => add(rep, &w, "renewals/s", s, &t, &leaders),
+                Ok((t, refused)) => {
+                    add(rep, &w, "renewals/s", s, &t, &leaders);
+                    rep.add(&w, REFUSED, s.kind, refused as f64);
+                }
                 Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", s.kind.name())),
             }
         }
@@ -546,7 +578,7 @@ fn add(rep: &mut Report, w: &str, unit: &str, s: &Setup, t: &Throughput, leaders
 /// `c` tasks, task `i` cycling acquire+release over its own
 /// [`NAMES_PER_TASK`] names `<tag>.<i>.<k>` (each name's holding goes to
 /// its shard's stream), back to back for `dur`.
-async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
+async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput, usize)> {
     let mut tasks = Vec::with_capacity(c);
     let cpu = CpuMeter::start(&s.pids);
     let start = Instant::now();
@@ -562,36 +594,42 @@ async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> 
         let session = Session::plain(TTL_S);
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
+            let mut refused = 0;
             let mut k = 0;
             while Instant::now() < end {
                 let (name, sys) = &names[k % names.len()];
                 k += 1;
                 let t = Instant::now();
-                let h = sys.acquire(name, &session, false).await?;
-                sys.release(&h).await?;
+                let h = again!(refused, sys.acquire(name, &session, false).await)?;
+                again!(refused, sys.release(&h).await)?;
                 lat.push(t.elapsed());
             }
-            Ok(lat)
+            Ok((lat, refused))
         }));
     }
     let done = join(tasks).await?;
     let elapsed = start.elapsed();
-    let lat: Vec<Duration> = done.into_iter().flatten().collect();
-    Ok(Throughput {
-        cpu_ms_per_1k: cpu.per_1k(lat.len()),
-        ..throughput(lat, elapsed)
-    })
+    let refused = done.iter().map(|(_, r)| r).sum();
+    let lat: Vec<Duration> = done.into_iter().flat_map(|(l, _)| l).collect();
+    Ok((
+        Throughput {
+            cpu_ms_per_1k: cpu.per_1k(lat.len()),
+            ..throughput(lat, elapsed)
+        },
+        refused,
+    ))
 }
 
 /// `c` tasks, each holding one lease `<tag>.<i>` (in its shard's stream)
 /// and renewing it back to back for `dur`; released afterwards.
-async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
+async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput, usize)> {
     let session = Session::plain(TTL_S);
     let mut held = Vec::with_capacity(c);
     for i in 0..c {
         let name = format!("{tag}.{i}");
         let sys = s.pick(&name).clone();
-        let h = sys.acquire(&name, &session, false).await?;
+        let mut refused = 0;
+        let h = again!(refused, sys.acquire(&name, &session, false).await)?;
         held.push((sys, h));
     }
     let cpu = CpuMeter::start(&s.pids);
@@ -603,30 +641,35 @@ async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<Throughput> {
             let session = session.clone();
             tokio::spawn(async move {
                 let mut lat = Vec::new();
+                let mut refused = 0;
                 let mut failed = None;
                 while Instant::now() < end {
                     let t = Instant::now();
-                    if let Err(e) = sys.renew(&mut h, &session).await {
+                    if let Err(e) = again!(refused, sys.renew(&mut h, &session).await) {
                         failed = Some(e);
                         break;
                     }
                     lat.push(t.elapsed());
                 }
-                let _ = sys.release(&h).await;
+                let _ = again!(refused, sys.release(&h).await);
                 match failed {
                     Some(e) => Err(e),
-                    None => Ok(lat),
+                    None => Ok((lat, refused)),
                 }
             })
         })
         .collect();
     let done = join(tasks).await?;
     let elapsed = start.elapsed();
-    let lat: Vec<Duration> = done.into_iter().flatten().collect();
-    Ok(Throughput {
-        cpu_ms_per_1k: cpu.per_1k(lat.len()),
-        ..throughput(lat, elapsed)
-    })
+    let refused = done.iter().map(|(_, r)| r).sum();
+    let lat: Vec<Duration> = done.into_iter().flat_map(|(l, _)| l).collect();
+    Ok((
+        Throughput {
+            cpu_ms_per_1k: cpu.per_1k(lat.len()),
+            ..throughput(lat, elapsed)
+        },
+        refused,
+    ))
 }
 
 #[cfg(test)]
