@@ -47,21 +47,22 @@ use crate::workloads::{join, throughput, CpuMeter, Throughput};
 /// TTL of the workload's holdings (none expires during a run).
 const TTL_S: u64 = 60;
 
-/// Evaluates `$call` (an awaited write) again, up to 10 times, while
-/// JetStream refuses it with error 10164, the "wrong last sequence" a
-/// replicated stream answers, adding the refusals to `$refused`. Nothing
-/// else writes the workload's names, so such a refusal is not a lost race:
-/// a replicated stream's leader can refuse a conditional write on a subject
-/// whose previous write it has acknowledged but not finished applying. A
-/// client retries it like any conflict (an acquire reads again first).
+/// Evaluates `$call` (an awaited write) again, up to 20 times, backing
+/// off 1, 2, 3... ms, while JetStream refuses it with error 10164 (the
+/// "wrong last sequence" of a replicated stream), adding the refusals to
+/// `$refused`. Nothing else writes the workload's names, so such a refusal
+/// is not a race lost to another writer; it shows up only on replicated
+/// streams under load. A client retries it like any conflict (an acquire
+/// reads again first).
 macro_rules! again {
     ($refused:expr, $call:expr) => {{
         let mut tries = 0;
         loop {
             match $call {
-                Err(e) if e.contains("10164") && tries < 10 => {
+                Err(e) if e.contains("10164") && tries < 20 => {
                     tries += 1;
                     $refused += 1;
+                    tokio::time::sleep(Duration::from_millis(tries)).await;
                 }
                 other => break other,
             }
