@@ -626,11 +626,11 @@ async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput,
 async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput, usize)> {
     let session = Session::plain(TTL_S);
     let mut held = Vec::with_capacity(c);
+    let mut setup_refused = 0;
     for i in 0..c {
         let name = format!("{tag}.{i}");
         let sys = s.pick(&name).clone();
-        let mut refused = 0;
-        let h = again!(refused, sys.acquire(&name, &session, false).await)?;
+        let h = again!(setup_refused, sys.acquire(&name, &session, false).await)?;
         held.push((sys, h));
     }
     let cpu = CpuMeter::start(&s.pids);
@@ -662,7 +662,7 @@ async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput, 
         .collect();
     let done = join(tasks).await?;
     let elapsed = start.elapsed();
-    let refused = done.iter().map(|(_, r)| r).sum();
+    let refused = setup_refused + done.iter().map(|(_, r)| r).sum::<usize>();
     let lat: Vec<Duration> = done.into_iter().flat_map(|(l, _)| l).collect();
     Ok((
         Throughput {
