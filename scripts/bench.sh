@@ -7,6 +7,7 @@
 #   scripts/bench.sh                       # full run, table also in target/bench-table.md
 #   scripts/bench.sh --quick               # CI smoke run (debug build, no etcd, < 60 s)
 #   scripts/bench.sh --runs 5 --only 1,2   # any tenure-bench flag passes through
+#   scripts/bench.sh --only 10             # shards only: starts its own 3-node cluster
 #
 # With 2 or more CPUs, the servers (nats-server, tenure, etcd) are pinned to
 # CPU 0 with taskset and the load generator (and ghz) to CPU 1.
