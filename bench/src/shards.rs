@@ -32,8 +32,8 @@
 //!
 //! Every figure is taken `runs` times, the systems alternating within each
 //! run; the table has one row per configuration and the ratio of 3
-//! streams to 1 per run. Last, on the single node, the memory the shared
-//! watcher's mirror costs a Tenure replica per live lease.
+//! streams to 1 per run. On the single node, after its figures, the memory
+//! the shared watcher's mirror costs a Tenure replica per live lease.
 
 use std::path::Path;
 use std::sync::Arc;
