@@ -224,8 +224,15 @@ impl Launcher {
             .arg("--nats-url")
             .arg(nats_url)
             .args(["--max-watch-streams-per-identity", "20000"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
+            .args(extra);
+        // The shared watcher idles 2 s (not 30 s) after its last
+        // subscriber, unless `extra` says otherwise: a workload after one
+        // that watches or waits (3, 4, 5, 8) then measures Tenure without
+        // it, as a replica without watches runs (workload 5 measures it).
+        if !extra.iter().any(|a| a == "--watcher-idle-timeout") {
+            cmd.args(["--watcher-idle-timeout", "2s"]);
+        }
+        cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(file);
         let child = cmd.spawn().map_err(|e| {
