@@ -84,16 +84,24 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
     })
     .await?;
     let more = page.len() > size;
-    let leases: Vec<Holding> = page.into_values().take(size).collect();
-    let next_page_token = match (more, leases.last()) {
-        (true, Some(last)) if last.slot == 0 => last.name.clone(),
-        (true, Some(last)) => format!("{}#{}", last.name, last.slot),
-        _ => String::new(),
-    };
-    Ok(Page {
-        leases,
-        next_page_token,
-    })
+    Ok(Page::of(page.into_values().take(size).collect(), more))
+}
+
+impl Page {
+    /// A page of `leases` (sorted, at most one page), with a token after
+    /// its last holding when `more` follow: `name`, or `name#slot` for a
+    /// semaphore holder.
+    pub fn of(leases: Vec<Holding>, more: bool) -> Page {
+        let next_page_token = match (more, leases.last()) {
+            (true, Some(last)) if last.slot == 0 => last.name.clone(),
+            (true, Some(last)) => format!("{}#{}", last.name, last.slot),
+            _ => String::new(),
+        };
+        Page {
+            leases,
+            next_page_token,
+        }
+    }
 }
 
 /// The position a page token names: `name` (a plain lease, slot 0) or

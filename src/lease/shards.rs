@@ -146,15 +146,7 @@ impl Shards {
         leases.sort_by(|a, b| (&a.name, a.slot).cmp(&(&b.name, b.slot)));
         let more = more || leases.len() > size;
         leases.truncate(size);
-        let next_page_token = match (more, leases.last()) {
-            (true, Some(last)) if last.slot == 0 => last.name.clone(),
-            (true, Some(last)) => format!("{}#{}", last.name, last.slot),
-            _ => String::new(),
-        };
-        Ok(Page {
-            leases,
-            next_page_token,
-        })
+        Ok(Page::of(leases, more))
     }
 
     /// Follows `filter` from `from`: a name in its shard, a subtree in
