@@ -245,10 +245,15 @@ impl Renewer {
         async {
             let started = Instant::now();
             let results = match self.calls.admit(Class::Renewal, &self.caller.identity) {
-                Ok(_permit) => {
-                    let renewals = request.entries.iter().map(|e| self.entry(e, started));
-                    futures::future::join_all(renewals).await
-                }
+                // One entry (the common message of a session helper) needs
+                // no join: its future is not moved into a joined set.
+                Ok(_permit) => match request.entries.as_slice() {
+                    [one] => vec![self.entry(one, started).await],
+                    entries => {
+                        let renewals = entries.iter().map(|e| self.entry(e, started));
+                        futures::future::join_all(renewals).await
+                    }
+                },
                 Err(err) => request
                     .entries
                     .iter()
