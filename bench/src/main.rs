@@ -504,13 +504,7 @@ async fn run(args: Args) -> R<()> {
                             }
                             _ => workloads::renew(&sys, &tag, c * per, dur, &pids).await,
                         };
-                        match result {
-                            Ok(t) => {
-                                add_throughput(&mut rep, &w, "ops/s", k, &t);
-                                add_cpu(&mut rep, &w, k, &t);
-                            }
-                            Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                        }
+                        add_renewals(&mut rep, &w, k, run, result);
                     }
                 }
             }
@@ -558,13 +552,7 @@ async fn run(args: Args) -> R<()> {
                         #[cfg(feature = "etcd")]
                         Sys::Etcd(_) => continue,
                     };
-                    match result {
-                        Ok(t) => {
-                            add_throughput(&mut rep, &w, "ops/s", k, &t);
-                            add_cpu(&mut rep, &w, k, &t);
-                        }
-                        Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
-                    }
+                    add_renewals(&mut rep, &w, k, run, result);
                 }
             }
         }
@@ -641,6 +629,24 @@ async fn run(args: Args) -> R<()> {
         return Err(format!("{} workload run(s) failed", rep.notes.len()));
     }
     Ok(())
+}
+
+/// Adds the renewals/s and CPU rows of one run of a renewal workload (7,
+/// 9), or a note with its error.
+fn add_renewals(
+    rep: &mut report::Report,
+    w: &str,
+    k: Kind,
+    run: usize,
+    result: R<workloads::Throughput>,
+) {
+    match result {
+        Ok(t) => {
+            add_throughput(rep, w, "ops/s", k, &t);
+            add_cpu(rep, w, k, &t);
+        }
+        Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", k.name())),
+    }
 }
 
 /// Records the CPU figures of a renewal run: Tenure's own process, and

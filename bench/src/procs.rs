@@ -34,6 +34,19 @@ pub struct Server {
 }
 
 impl Server {
+    /// The server `what` just spawned as `child`, once its `port` accepts
+    /// connections.
+    async fn ready(what: &'static str, port: u16, child: Child, log: PathBuf) -> R<Server> {
+        let mut server = Server {
+            what,
+            port,
+            child,
+            log,
+        };
+        wait_tcp(&mut server).await?;
+        Ok(server)
+    }
+
     /// The process id, for `/proc` readings.
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or_default()
@@ -119,14 +132,7 @@ impl Launcher {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let mut server = Server {
-            what: "nats-server",
-            port,
-            child,
-            log,
-        };
-        wait_tcp(&mut server).await?;
-        Ok(server)
+        Server::ready("nats-server", port, child, log).await
     }
 
     /// Starts a JetStream cluster of `n` nats-server nodes on 127.0.0.1,
@@ -241,14 +247,7 @@ impl Launcher {
                 bin.display()
             )
         })?;
-        let mut server = Server {
-            what: "tenure",
-            port,
-            child,
-            log,
-        };
-        wait_tcp(&mut server).await?;
-        Ok(server)
+        Server::ready("tenure", port, child, log).await
     }
 
     /// Starts a single-node etcd on loopback, data in `dir`, optionally with
@@ -296,18 +295,12 @@ impl Launcher {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let mut server = Server {
-            what: if no_fsync {
-                "etcd --unsafe-no-fsync"
-            } else {
-                "etcd"
-            },
-            port,
-            child,
-            log,
+        let what = if no_fsync {
+            "etcd --unsafe-no-fsync"
+        } else {
+            "etcd"
         };
-        wait_tcp(&mut server).await?;
-        Ok(server)
+        Server::ready(what, port, child, log).await
     }
 }
 

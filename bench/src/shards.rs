@@ -486,21 +486,20 @@ async fn measure(
                 s.replicas,
                 s.shards
             );
-            let w = row(s, "acquire+release", o.c);
-            match cycles(s, &format!("{tag}.cyc"), o.c, o.dur).await {
-                Ok((t, refused)) => {
-                    add(rep, &w, "cycles/s", s, &t, &leaders);
-                    rep.add(&w, REFUSED, s.kind, refused as f64);
+            for (op, metric) in [("acquire+release", "cycles/s"), ("renew", "renewals/s")] {
+                let w = row(s, op, o.c);
+                let measured = if op == "renew" {
+                    renew(s, &format!("{tag}.ren"), o.c, o.dur).await
+                } else {
+                    cycles(s, &format!("{tag}.cyc"), o.c, o.dur).await
+                };
+                match measured {
+                    Ok((t, refused)) => {
+                        add(rep, &w, metric, s, &t, &leaders);
+                        rep.add(&w, REFUSED, s.kind, refused as f64);
+                    }
+                    Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", s.kind.name())),
                 }
-                Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", s.kind.name())),
-            }
-            let w = row(s, "renew", o.c);
-            match renew(s, &format!("{tag}.ren"), o.c, o.dur).await {
-                Ok((t, refused)) => {
-                    add(rep, &w, "renewals/s", s, &t, &leaders);
-                    rep.add(&w, REFUSED, s.kind, refused as f64);
-                }
-                Err(e) => rep.note(format!("{w}, {}, run {run}: {e}", s.kind.name())),
             }
         }
         // The 3-vs-1 ratio of this run, per system and replica count.
