@@ -27,6 +27,9 @@ step "cargo test (server, Rust client, safety checker, benchmark)"
 cargo build --workspace --quiet
 cargo test --workspace
 
+step "README quick start: scripts/serve.sh serves and stops (debug build)"
+scripts/check-serve.sh
+
 step "ops assets: alert rules (promtool), their unit tests, the Grafana dashboard"
 scripts/check-ops.sh
 
