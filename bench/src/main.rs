@@ -139,6 +139,17 @@ struct Env {
     pids: std::collections::HashMap<Kind, Vec<u32>>,
 }
 
+/// Tenure's client among `systems` (Tenure is always one of them).
+fn tenure_of(systems: &[Arc<Sys>]) -> &Tenure {
+    systems
+        .iter()
+        .find_map(|s| match s.as_ref() {
+            Sys::Tenure(t, _) => Some(t),
+            _ => None,
+        })
+        .expect("tenure is always a system")
+}
+
 /// The tenure binary: `--tenure-bin`, or target/release/tenure.
 fn tenure_bin(args: &Args) -> R<PathBuf> {
     let bin = args
@@ -372,14 +383,7 @@ async fn run(args: Args) -> R<()> {
             } else {
                 vec![1_000, 10_000]
             };
-            let tenure = env
-                .systems
-                .iter()
-                .find_map(|s| match s.as_ref() {
-                    Sys::Tenure(t, _) => Some(t),
-                    _ => None,
-                })
-                .expect("tenure is always a system");
+            let tenure = tenure_of(&env.systems);
             let tenure_pid = env.servers[env.tenure_idx].pid();
             let nats_pid = env.servers[env.nats_idx].pid();
             for &n in &sizes {
@@ -433,14 +437,7 @@ async fn run(args: Args) -> R<()> {
                     rep.note("6. ghz: skipped (not installed; scripts/bench.sh installs it)".into())
                 }
                 Some(ghz) => {
-                    let tenure = env
-                        .systems
-                        .iter()
-                        .find_map(|s| match s.as_ref() {
-                            Sys::Tenure(t, _) => Some(t),
-                            _ => None,
-                        })
-                        .expect("tenure is always a system");
+                    let tenure = tenure_of(&env.systems);
                     let (c, n) = if quick { (8, 200) } else { (64, 15_000) };
                     for rpc in ["Acquire", "Renew", "Release"] {
                         let w = format!("6. ghz {rpc}, c={c}");

@@ -104,6 +104,15 @@ impl Launcher {
         cmd
     }
 
+    /// Spawns nats-server with the config file `conf`, logging to `log`.
+    fn spawn_nats(&self, bin: &Path, conf: &Path, log: &Path) -> R<Child> {
+        let mut cmd = self.command(bin);
+        cmd.arg("-c").arg(conf).arg("-l").arg(log);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))
+    }
+
     /// Starts nats-server with JetStream, its store in `dir`. `sync_always`
     /// makes JetStream fsync every write (`sync_interval: always`); otherwise
     /// the server default applies (fsync every 2 minutes).
@@ -126,12 +135,7 @@ impl Launcher {
         )
         .map_err(|e| format!("{}: {e}", conf.display()))?;
         let log = dir.join("nats-server.log");
-        let mut cmd = self.command(bin);
-        cmd.arg("-c").arg(&conf).arg("-l").arg(&log);
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let child = self.spawn_nats(bin, &conf, &log)?;
         Server::ready("nats-server", port, child, log).await
     }
 
@@ -177,12 +181,7 @@ impl Launcher {
             )
             .map_err(|e| format!("{}: {e}", conf.display()))?;
             let log = dir.join(format!("{name}.log"));
-            let mut cmd = self.command(bin);
-            cmd.arg("-c").arg(&conf).arg("-l").arg(&log);
-            cmd.stdout(Stdio::null()).stderr(Stdio::null());
-            let child = cmd
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            let child = self.spawn_nats(bin, &conf, &log)?;
             nodes.push(Server {
                 what: "nats-server (cluster node)",
                 port: *port,

@@ -613,15 +613,7 @@ async fn cycles(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput,
     }
     let done = join(tasks).await?;
     let elapsed = start.elapsed();
-    let refused = done.iter().map(|(_, r)| r).sum();
-    let lat: Vec<Duration> = done.into_iter().flat_map(|(l, _)| l).collect();
-    Ok((
-        Throughput {
-            cpu_ms_per_1k: cpu.per_1k(lat.len()),
-            ..throughput(lat, elapsed)
-        },
-        refused,
-    ))
+    Ok(measured(done, elapsed, &cpu, 0))
 }
 
 /// `c` tasks, each holding one lease `<tag>.<i>` (in its shard's stream)
@@ -665,15 +657,26 @@ async fn renew(s: &Setup, tag: &str, c: usize, dur: Duration) -> R<(Throughput, 
         .collect();
     let done = join(tasks).await?;
     let elapsed = start.elapsed();
-    let refused = setup_refused + done.iter().map(|(_, r)| r).sum::<usize>();
+    Ok(measured(done, elapsed, &cpu, setup_refused))
+}
+
+/// The throughput (with the CPU per 1,000 operations) of the tasks' latencies
+/// `done`, and the writes refused with 10164: the tasks' and `earlier` ones.
+fn measured(
+    done: Vec<(Vec<Duration>, usize)>,
+    elapsed: Duration,
+    cpu: &CpuMeter,
+    earlier: usize,
+) -> (Throughput, usize) {
+    let refused = earlier + done.iter().map(|(_, r)| r).sum::<usize>();
     let lat: Vec<Duration> = done.into_iter().flat_map(|(l, _)| l).collect();
-    Ok((
+    (
         Throughput {
             cpu_ms_per_1k: cpu.per_1k(lat.len()),
             ..throughput(lat, elapsed)
         },
         refused,
-    ))
+    )
 }
 
 #[cfg(test)]
