@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use common::*;
+use futures::StreamExt;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{EventType, GetLeaseRequest, ListLeasesRequest};
 use tenure::{shard_of, Config, Running};
@@ -668,4 +669,62 @@ async fn survey_leader_placement() {
         }
     }
     println!("stepdowns sent {moved}, leader became the preferred node {took}");
+}
+
+/// A replicated bucket the cluster cannot place yet is waited for at
+/// start, not refused: with two of three nodes up, creating an R3 stream is
+/// answered "insufficient resources", which passes once the third node
+/// joins (a cluster still forming, as CI's safety run met it). Tenure
+/// retries the create (the test sees a second create request, an event,
+/// before it starts the node) and then serves the bucket with 3 replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_waits_until_the_cluster_can_place_the_bucket() {
+    let _turn = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let mut cluster = NatsCluster::start_partly(3, 2).await;
+    let mut config = Config::for_nats(&cluster.urls());
+    config.bucket = "placed-late".into();
+    config.replicas = 3;
+    config.metrics_listen = None;
+    let watcher = cluster.client().await;
+    let mut creates = watcher
+        .subscribe("$JS.API.STREAM.CREATE.KV_placed-late")
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let urls = cluster.urls();
+    let mut start = tokio::spawn(async move { tenure::start(&config, &urls, listener).await });
+    within("a first and a retried create of the bucket", async {
+        for _ in 0..2 {
+            tokio::select! {
+                create = creates.next() => { create.expect("create requests"); }
+                ended = &mut start => panic!(
+                    "tenure did not wait for the cluster: {}",
+                    match ended {
+                        Ok(Ok(_)) => "it started with the third node down".to_string(),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                ),
+            }
+        }
+    })
+    .await;
+    cluster.restart(2).await;
+    let running = within("tenure to start once the third node is up", start)
+        .await
+        .expect("the start task")
+        .expect("tenure starts once the bucket can be placed");
+    let js = cluster.jetstream().await;
+    let mut stream = js.get_stream("KV_placed-late").await.unwrap();
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3);
+    let client = LeaseServiceClient::connect(format!("http://{}", running.addr()))
+        .await
+        .expect("connect to tenure");
+    until_ok("an Acquire on the new bucket", || {
+        let mut c = client.clone();
+        async move { c.acquire(acquire_req("late.name", "h", 30)).await }
+    })
+    .await;
 }

@@ -270,6 +270,9 @@ impl Store {
                 // shard count: the description read below says which.
                 match (created, js.get_stream(&stream_name).await) {
                     (_, Ok(stream)) => stream,
+                    (Err(e), Err(_)) if is_transient_create(&e) => {
+                        return Err(Error::nats(&format!("creating the bucket with {} replica(s)", cfg.replicas), e))
+                    }
                     (Err(e), Err(_)) => {
                         return Err(Error::new(
                             Reason::Internal,
@@ -285,7 +288,7 @@ impl Store {
             Err(err) => return Err(Error::nats("looking up the bucket", err)),
         };
         let made_with = parse_shard_description(&stream.cached_info().config.description);
-        let atomic = enable_atomic(&js, &stream).await;
+        let atomic = enable_atomic(&js, &stream).await?;
         let store = Store {
             client,
             js,
@@ -300,21 +303,26 @@ impl Store {
         Ok((store, made_with))
     }
 
-    /// [`Store::open`], retried for a few seconds while JetStream comes up
-    /// (a local nats-server that has just started, a cluster electing).
+    /// [`Store::open`], retried for up to [`OPEN_PATIENCE`] while JetStream
+    /// comes up (a local nats-server that has just started, a cluster
+    /// electing its leaders or still placing a new replicated stream).
     async fn open_when_ready(
         client: async_nats::Client,
         cfg: &BucketConfig,
         index: u32,
         count: u32,
     ) -> Result<(Store, u32)> {
-        let mut attempts = 0;
+        let deadline = tokio::time::Instant::now() + OPEN_PATIENCE;
+        let mut pause = Duration::from_millis(100);
         loop {
             match Store::open(client.clone(), cfg, index, count).await {
-                Err(err) if err.reason == Reason::NatsUnavailable && attempts < 20 => {
-                    attempts += 1;
-                    tracing::debug!(%err, "bucket not ready yet");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                Err(err)
+                    if err.reason == Reason::NatsUnavailable
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::info!(bucket = %cfg.bucket, %err, "bucket not ready yet; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
                 }
                 other => return other,
             }
@@ -942,13 +950,17 @@ fn classify(headers: Option<&HeaderMap>, payload: Bytes) -> Op {
 /// returns whether the stream has it. A server older than 2.12 does not
 /// know the setting (it is dropped or refused): the bucket still serves
 /// plain leases, and only the features that need batches are refused.
-async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> bool {
+/// A request that got no answer (a new replicated stream still electing
+/// its leader) is an error to retry, not a "no": taking it for one would
+/// turn fair queues and groups off for the replica's whole life.
+async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> Result<bool> {
     let mut stream = stream.clone();
-    let Ok(info) = stream.info().await else {
-        return false;
-    };
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| Error::nats("reading the bucket's stream info", e))?;
     if info.config.allow_atomic_publish {
-        return true;
+        return Ok(true);
     }
     let config = stream::Config {
         allow_atomic_publish: true,
@@ -957,17 +969,65 @@ async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> bool
     match js.update_stream(config).await {
         Ok(updated) if updated.config.allow_atomic_publish => {
             tracing::info!(stream = %info.config.name, "enabled atomic batch publish on the bucket's stream");
-            true
+            Ok(true)
         }
         Ok(_) => {
             tracing::warn!(stream = %info.config.name, "nats-server ignored allow_atomic: lock-delay, fair queues and lease groups need nats-server {ATOMIC_BATCH_VERSION} or newer");
-            false
+            Ok(false)
+        }
+        // Only a cluster's passing answers are retried here: a NATS user
+        // denied stream updates gets no reply at all, so a timeout means
+        // "no batches", as the warning below says.
+        Err(err) if cluster_not_ready(&err) => {
+            Err(Error::nats("enabling atomic batch publish", err))
         }
         Err(err) => {
             tracing::warn!(stream = %info.config.name, %err, "cannot enable atomic batch publish: lock-delay, fair queues and lease groups need nats-server {ATOMIC_BATCH_VERSION} or newer");
-            false
+            Ok(false)
         }
     }
+}
+
+/// How long `tenure serve` waits at start for the bucket to be usable
+/// before it gives up with the last error.
+const OPEN_PATIENCE: Duration = Duration::from_secs(20);
+
+/// JetStream error codes that a cluster still forming, electing or placing
+/// a stream answers for a while, then stops answering.
+const TRANSIENT_CODES: [jetstream::ErrorCode; 7] = [
+    jetstream::ErrorCode::INSUFFICIENT_RESOURCES,
+    jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE,
+    jetstream::ErrorCode::CLUSTER_NO_PEERS,
+    jetstream::ErrorCode::CLUSTER_INCOMPLETE,
+    jetstream::ErrorCode::CLUSTER_NOT_ACTIVE,
+    jetstream::ErrorCode::CLUSTER_NOT_LEADER,
+    jetstream::ErrorCode::CLUSTER_NOT_ASSIGNED,
+];
+
+/// Whether a stream create or update was refused with one of the
+/// [`TRANSIENT_CODES`] of a cluster that is not ready yet.
+fn cluster_not_ready(err: &jetstream::context::CreateStreamError) -> bool {
+    matches!(
+        err.kind(),
+        jetstream::context::CreateStreamErrorKind::JetStream(e)
+            if TRANSIENT_CODES.contains(&e.error_code())
+    )
+}
+
+/// Whether creating the bucket failed for a reason that passes (no answer
+/// in time, nobody answering, a cluster not ready): worth retrying at start
+/// rather than reporting as a misconfiguration.
+fn is_transient_create(err: &jetstream::context::CreateKeyValueError) -> bool {
+    use jetstream::context::CreateStreamErrorKind as Kind;
+    use std::error::Error as _;
+    if err.kind() == jetstream::context::CreateKeyValueErrorKind::TimedOut {
+        return true;
+    }
+    err.source()
+        .and_then(|s| s.downcast_ref::<jetstream::context::CreateStreamError>())
+        .is_some_and(|e| {
+            matches!(e.kind(), Kind::TimedOut | Kind::JetStreamUnavailable) || cluster_not_ready(e)
+        })
 }
 
 /// How long [`balance_leaders`] waits for one answer about a moving stream.

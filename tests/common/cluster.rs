@@ -86,6 +86,19 @@ impl NatsCluster {
     /// [`NatsCluster::start`] with `jetstream_extra` added inside every
     /// node's `jetstream { }` block (e.g. `max_file_store: 1G`).
     pub async fn start_with(n: usize, jetstream_extra: &str) -> NatsCluster {
+        NatsCluster::start_some(n, n, jetstream_extra).await
+    }
+
+    /// An `n`-node cluster of which only the first `up` nodes are started
+    /// (a quorum at least, so a meta leader is elected); the others know
+    /// their routes and join when [`NatsCluster::restart`] starts them.
+    pub async fn start_partly(n: usize, up: usize) -> NatsCluster {
+        assert!(up > n / 2, "{up} of {n} nodes cannot elect a meta leader");
+        NatsCluster::start_some(n, up, "").await
+    }
+
+    /// Configures `n` nodes and starts the first `up`.
+    async fn start_some(n: usize, up: usize, jetstream_extra: &str) -> NatsCluster {
         assert!(n >= 1, "a cluster has at least one node");
         let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
         let dir = tempfile::tempdir().expect("temp dir");
@@ -125,10 +138,10 @@ impl NatsCluster {
             });
         }
         let mut cluster = NatsCluster { bin, nodes, dir };
-        for i in 0..n {
+        for i in 0..up {
             cluster.spawn(i);
         }
-        for i in 0..n {
+        for i in 0..up {
             cluster.wait_healthy(i).await;
         }
         cluster.wait_meta_leader().await;
@@ -272,8 +285,8 @@ impl NatsCluster {
         }
     }
 
-    /// Starts node `i` again with the same ports and store, and waits until
-    /// it is current with the meta group again.
+    /// Starts node `i` (again: with the same ports and store), and waits
+    /// until it is current with the meta group.
     pub async fn restart(&mut self, i: usize) {
         assert!(self.nodes[i].child.is_none(), "node {i} still runs");
         self.spawn(i);
