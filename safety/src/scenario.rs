@@ -323,6 +323,9 @@ pub struct Outcome {
     /// Why the run cannot be trusted, whatever the checker says: client
     /// crashes, unreadable history, a missing capability, minimums not met.
     pub problems: Vec<String>,
+    /// When this is a second run: how the first fell short of the
+    /// scenario's minimums ([`Outcome::short_only`]).
+    pub first_try: Option<String>,
 }
 
 impl Outcome {
@@ -334,7 +337,20 @@ impl Outcome {
             faults: 0,
             report: Report::default(),
             problems: vec![why],
+            first_try: None,
         }
+    }
+
+    /// The shortfalls of a run that broke nothing and had no problem, but
+    /// did not exercise enough (too few handoffs, stale writes, FIFO
+    /// pairs... in its time: a slow machine): such a run proves too little
+    /// either way, so it may be run again for longer. `None` when the run
+    /// met its minimums, or failed for any other reason (a violation in a
+    /// scenario that expects none fails at once, never run again).
+    pub fn short_only(&self) -> Option<String> {
+        let short = self.shortfalls();
+        let clean = self.scenario.expect_violations || self.report.violations() == 0;
+        (self.problems.is_empty() && !short.is_empty() && clean).then(|| short.join("; "))
     }
 
     /// The minimums this run did not reach, and an unverified share above
@@ -539,10 +555,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let prefix = format!("{}/{}/", set.run_id, sc.name);
-    let duration = match (set.quick, sc.quick_secs) {
-        (true, Some(secs)) => set.duration.min(Duration::from_secs(secs)),
-        _ => set.duration,
-    };
+    let duration = load(sc, set);
     let start_ns = mono_ns();
     let until_ns = start_ns + duration.as_nanos() as u64;
     let mut clients = Clients {
@@ -684,7 +697,17 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         faults,
         report,
         problems,
+        first_try: None,
     })
+}
+
+/// How long `sc` runs its load under `set`: the run's duration, or the
+/// scenario's shorter one in the quick variant.
+pub fn load(sc: &Scenario, set: &Settings) -> Duration {
+    match (set.quick, sc.quick_secs) {
+        (true, Some(secs)) => set.duration.min(Duration::from_secs(secs)),
+        _ => set.duration,
+    }
 }
 
 /// The latest due time (ms) of any holding not surely released: when the
@@ -1157,4 +1180,70 @@ async fn inject(
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outcome of `name` with a report that meets that scenario's
+    /// minimums, for the tests to spoil.
+    fn met(name: &str) -> Outcome {
+        let scenario = all().into_iter().find(|s| s.name == name).unwrap();
+        let min = scenario.min;
+        Outcome {
+            faults: min.faults,
+            report: Report {
+                handoffs: min.handoffs,
+                writes_accepted: min.writes,
+                stale_refused: min.stale_refused,
+                fifo_pairs: min.fifo_pairs,
+                groups_taken: min.groups,
+                group_blocks: min.groups,
+                ..Report::default()
+            },
+            scenario,
+            seconds: 12.0,
+            problems: Vec::new(),
+            first_try: None,
+        }
+    }
+
+    #[test]
+    fn only_a_clean_run_short_of_its_minimums_runs_again() {
+        let ok = met("r3-leader-sigkill");
+        assert!(
+            ok.passed() && ok.short_only().is_none(),
+            "met: nothing to redo"
+        );
+
+        let mut short = met("r3-leader-sigkill");
+        short.report.handoffs = 1;
+        assert_eq!(
+            short.short_only().as_deref(),
+            Some("handoffs: 1, need at least 2")
+        );
+
+        let mut broken = met("r3-leader-sigkill");
+        broken.report.handoffs = 1;
+        broken.report.p3_overlap = 1;
+        assert!(
+            broken.short_only().is_none(),
+            "a violation is never retried"
+        );
+
+        let mut troubled = met("election-leader-sigstop");
+        troubled.report.stale_refused = 0;
+        assert!(troubled.short_only().is_some());
+        troubled.problems.push("a client crashed".into());
+        assert!(
+            troubled.short_only().is_none(),
+            "a problem is never retried"
+        );
+
+        // A negative control short of its minimums proves nothing either.
+        let mut negative = met("negative-late");
+        negative.report.stale_refused = 0;
+        assert!(negative.short_only().is_some());
+    }
 }
