@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Tests the Rust client (crate tenure-client) the way a user gets it:
 #  1. clients/rust/proto is the same as the repository's proto/tenure/v1;
-#  2. the crate's tests (they start real nats-server + tenure processes);
-#  3. `cargo package -p tenure-client` (builds the packaged crate, so the
-#     crate carries everything it needs, proto included);
+#  2. the crate's tests (they start real nats-server + tenure processes),
+#     unless TENURE_RUST_CLIENT_TESTED=1 says the caller has just run them
+#     (scripts/test.sh does, in its workspace-wide `cargo test`: run here
+#     with -p they would be built again, features resolved apart);
+#  3. `cargo package -p tenure-client` (packs the crate with everything it
+#     needs, proto included; not verified by cargo, because step 4 builds
+#     the packaged sources the way a user's project does);
 #  4. a scratch Cargo project in a mktemp directory outside the repository
-#     adds the packaged crate by the README's documented
-#     `cargo add tenure-client --path ...`, builds a program using the API
-#     and the example worker (examples/worker.rs copied in as a binary);
+#     (so without this repository's build flags) adds the packaged crate by
+#     the README's documented `cargo add tenure-client --path ...`, builds a
+#     program using the API and the example worker (examples/worker.rs
+#     copied in as a binary);
 #  5. two of those workers against one server (clients/examples/two_workers.sh).
 # Expects the repo root's scripts/tools.sh and `cargo build` to have run
 # (target/debug/tenure and .tools/bin/nats-server); TENURE_BIN and
@@ -30,10 +35,12 @@ export CARGO_TARGET_DIR
 CARGO_TARGET_DIR=$(abs "${CARGO_TARGET_DIR:-target}")
 
 "$here/gen.sh" --check
-cargo test -p tenure-client "$@"
+if [ $# -gt 0 ] || [ "${TENURE_RUST_CLIENT_TESTED:-0}" != 1 ]; then
+  cargo test -p tenure-client "$@"
+fi
 if [ $# -gt 0 ]; then exit 0; fi # a chosen subset of tests: no install check
 
-cargo package -p tenure-client --allow-dirty
+cargo package -p tenure-client --allow-dirty --no-verify
 crate=$(ls -t "$CARGO_TARGET_DIR"/package/tenure-client-*.crate | head -n 1)
 
 scratch=$(mktemp -d)
