@@ -206,7 +206,10 @@ impl Store {
     /// error: moving names between shards would break their fencing tokens.
     pub async fn open_shards(client: async_nats::Client, cfg: &BucketConfig) -> Result<Vec<Store>> {
         let asked = cfg.shards.max(1);
-        let (first, count) = Store::open_when_ready(client.clone(), cfg, 0, asked).await?;
+        // One patience for the whole bucket, however many shards it has.
+        let deadline = tokio::time::Instant::now() + OPEN_PATIENCE;
+        let (first, count) =
+            Store::open_when_ready(client.clone(), cfg, 0, asked, deadline).await?;
         if cfg.shards != 0 && cfg.shards != count {
             return Err(Error::new(
                 Reason::Internal,
@@ -224,7 +227,7 @@ impl Store {
                 ..cfg.clone()
             };
             let (store, made_with) =
-                Store::open_when_ready(client.clone(), &shard, i, count).await?;
+                Store::open_when_ready(client.clone(), &shard, i, count, deadline).await?;
             if made_with != count {
                 return Err(Error::new(
                     Reason::Internal,
@@ -303,16 +306,16 @@ impl Store {
         Ok((store, made_with))
     }
 
-    /// [`Store::open`], retried for up to [`OPEN_PATIENCE`] while JetStream
-    /// comes up (a local nats-server that has just started, a cluster
-    /// electing its leaders or still placing a new replicated stream).
+    /// [`Store::open`], retried until `deadline` while JetStream comes up
+    /// (a local nats-server that has just started, a cluster electing its
+    /// leaders or still placing a new replicated stream).
     async fn open_when_ready(
         client: async_nats::Client,
         cfg: &BucketConfig,
         index: u32,
         count: u32,
+        deadline: tokio::time::Instant,
     ) -> Result<(Store, u32)> {
-        let deadline = tokio::time::Instant::now() + OPEN_PATIENCE;
         let mut pause = Duration::from_millis(100);
         loop {
             match Store::open(client.clone(), cfg, index, count).await {
@@ -988,8 +991,8 @@ async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> Resu
     }
 }
 
-/// How long `tenure serve` waits at start for the bucket to be usable
-/// before it gives up with the last error.
+/// How long `tenure serve` waits at start for the bucket (every shard of
+/// it) to be usable before it gives up with the last error.
 const OPEN_PATIENCE: Duration = Duration::from_secs(20);
 
 /// JetStream error codes that a cluster still forming, electing or placing
