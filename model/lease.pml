@@ -1,5 +1,5 @@
 /*
- * Tenure's lease protocol (src/lease/mod.rs, src/lease/cache.rs, src/nats/kv.rs) for one
+ * Tenure's lease protocol (src/lease/acquire.rs, renew.rs, end.rs, cache.rs; src/nats/) for one
  * lease name, checked exhaustively by spin. model/README.md explains the
  * abstraction, the bounds and the properties; scripts/model-check.sh runs it.
  *

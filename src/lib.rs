@@ -13,26 +13,46 @@
 //! # Layout
 //!
 //! Dependencies run one way, top to bottom; the leaves depend on nothing
-//! above them (`tests/layers.rs` checks this):
+//! above them (`tests/it/layers.rs` fails when a file refers to a higher
+//! layer, or files of one layer refer to each other in a circle). This is
+//! the one description of the server's code; `docs/design.md` explains the
+//! protocol it implements.
 //!
+//! - `main.rs`: thin: builds the runtime (its LIFO slot off, design
+//!   section 20) and hands the command line to `cli`.
 //! - `cli/`: the `tenure` command line: `serve`, `check-config`, and the
 //!   client subcommands for people (`lock`, `get`, `list`, `watch`, `top`,
 //!   ...), which use only the generated [`proto`] types.
 //! - `server.rs`: wiring only: connect, open the bucket, start the shared
 //!   watcher, serve the API with health and reflection, shut down.
 //! - `api/`: the gRPC glue: every RPC written once behind one wrapper
-//!   (authentication, authorization, spans, metrics), request validation,
-//!   proto ↔ domain conversion, the limits layer.
-//! - `lease/`: the protocol: acquire, renew, release, revoke, list; the
-//!   decisions as pure rules; the key cache; records and holdings; the
-//!   shared bucket watcher, its mirror and its events.
-//! - `nats/`: the NATS adapter: conditional publishes, leader reads,
-//!   ordered consumers and message kinds on the bucket; the connection; the
-//!   managed local nats-server.
+//!   (authentication, authorization, spans, metrics; `service.rs`), the
+//!   ElectionService through the same wrapper (`election.rs`), the
+//!   KeepAlive stream (`keepalive.rs`), request validation, proto ↔ domain
+//!   conversion, the connection listener and the limits layer.
+//! - `lease/`: the protocol. It knows no proto or gRPC types: it takes
+//!   validated arguments and returns holdings or reasoned errors. Its
+//!   `mod.rs` is the public face (`Leases`); the rooms along the call
+//!   path are `keys.rs` (every key of the data model, built and parsed),
+//!   `record.rs`, `rules.rs` (the decisions as pure functions), `cache.rs`,
+//!   `acquire.rs` (with its fair queue, `fifo.rs`), `wait.rs` (the one
+//!   sleep of every waiting call), `renew.rs`, `end.rs` (release, revoke),
+//!   `list.rs`, `refusals.rs` (every error a lease call answers with);
+//!   beyond one lease, `semaphore.rs`, `group.rs`, `election.rs` and
+//!   `shards.rs` (the one place that knows a bucket can be several
+//!   streams); and `watch/`, the shared bucket watcher: its handle
+//!   (`mod.rs`) and task (`task.rs`), the mirror of current holdings, the
+//!   queue view of the fair queues, the bounded event queue of each watch
+//!   (`outbox.rs`) and the replay of a resumed watch.
+//! - `nats/`: the NATS adapter: conditional publishes, atomic batches,
+//!   leader reads and ordered consumers on the bucket's streams; it
+//!   classifies a message by its headers (value, `DEL`, `PURGE`, a marker)
+//!   and hands back the payload (decoding records is the lease layer's
+//!   job); the connection; the managed local nats-server.
 //! - Leaves: `observe/` (metrics and their HTTP listener, logs, traces),
-//!   `config/` (flags, environment, config file, grants), `error.rs` (the
-//!   error type and the one reason → gRPC code mapping), and [`proto`] (the
-//!   generated types).
+//!   `config/` (flags, `TENURE_*` environment, the config file, grants as
+//!   plain data that `api` interprets), `error.rs` (the error type and the
+//!   one reason → gRPC code mapping), and [`proto`] (the generated types).
 //!
 //! Modules are private; what the binary, the tests, the benchmark and the
 //! safety checker use is re-exported here.

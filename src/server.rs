@@ -19,7 +19,7 @@ use tonic_health::ServingStatus;
 use crate::api::{Auth, CallLimits, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits};
 use crate::config::Config;
 use crate::error::StartError;
-use crate::lease::{Budget, Hub, Leases, Shards, WATCH_BUFFER_EVENTS};
+use crate::lease::{Hub, Leases, Shards, WatchBudget, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
 use crate::nats::Store;
 use crate::observe::METRICS;
@@ -124,7 +124,7 @@ pub async fn start(
     let reflection_error = |e| StartError::Internal(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-    let budget = Arc::new(Budget::new(
+    let budget = Arc::new(WatchBudget::new(
         WATCH_BUFFER_EVENTS,
         config.max_watch_buffer_bytes,
         config.max_watch_buffer_total_bytes,

@@ -70,8 +70,7 @@ pub fn name(name: &str) -> Result<&str> {
         || name.starts_with('.')
         || name.ends_with('.')
         || name.contains("..")
-        || name == "_tenure"
-        || name.starts_with("_tenure.")
+        || crate::lease::is_reserved(name)
     {
         return Err(Error::new(
             Reason::InvalidName,

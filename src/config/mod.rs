@@ -628,7 +628,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
-    /// Durations parse in the units the README documents.
+    /// Durations parse in the units docs/operations.md documents.
     #[test]
     fn durations() {
         assert_eq!(

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::event::{Event, EventKind, Filter};
-use super::record::{Holding, KeyHash, Record};
+use super::record::{Holding, KeyHash};
 use super::watch::Subscription;
 use super::{now_ms, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Error, Reason, Result};
@@ -153,11 +153,7 @@ impl Elections {
                 .verify_holding(name, expected, &hash)
                 .await
                 .map_err(|e| election_error(name, e))?;
-            let mut record = Record {
-                token: rec.token_at(revision),
-                renewed_ms: now_ms(),
-                ..(*rec).clone()
-            };
+            let mut record = rec.renewal(revision, None, now_ms());
             record
                 .metadata
                 .insert(VALUE_KEY.to_string(), value.to_string());

@@ -23,14 +23,14 @@ use std::time::Duration;
 
 use futures::future::{join_all, try_join_all};
 use futures::StreamExt;
-use tokio::time::Instant;
 
-use super::record::{Entry, KeyHash, Record, Released};
+use super::acquire::fence_write;
+use super::keys;
+use super::record::{Entry, Grant, KeyHash, Record, Released};
+use super::refusals::{contended, delayed, held, queued, unreadable};
 use super::rules::{self, AcquirePlan};
-use super::{
-    contended, delayed, fence_write, fifo, held, now_ms, queued, unreadable, EventKind, Filter,
-    Holding, Leases, FOLLOW_PATIENCE, MAX_CAS_ATTEMPTS, WAIT_POLL,
-};
+use super::wait::{Wait, Wakeups};
+use super::{fifo, now_ms, EventKind, Filter, Holding, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Write, WriteOp};
 use crate::observe::METRICS;
@@ -60,6 +60,19 @@ pub struct GroupArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of every member, whole seconds (0: none).
     pub lock_delay_s: u64,
+}
+
+impl GroupArgs {
+    /// What each member's new holding is made of.
+    fn grant<'a>(&'a self, key: &'a KeyHash) -> Grant<'a> {
+        Grant {
+            holder: &self.holder,
+            key,
+            ttl_s: self.ttl_s,
+            metadata: &self.metadata,
+            lock_delay_s: self.lock_delay_s,
+        }
+    }
 }
 
 /// One holding of a group as its holder presents it.
@@ -111,57 +124,14 @@ impl Leases {
         let Some(wait) = args.wait else {
             return self.try_group(args).await;
         };
-        let deadline = Instant::now() + wait;
-        match self.try_group(args).await {
-            Err(err) if err.reason == Reason::LeaseHeld => {}
-            other => return other,
-        }
-        // Only now is there something to wait for: follow every member's
-        // ends (which may start the shared watcher; bounded by
-        // FOLLOW_PATIENCE, then the waiter polls), and try again before
-        // sleeping, so an end between the first try and the subscriptions
-        // is not missed.
-        let mut follow = tokio::time::timeout(FOLLOW_PATIENCE, self.follow_group(&args.names))
-            .await
-            .ok()
-            .flatten();
-        loop {
-            let held = match self.try_group(args).await {
-                Err(err) if err.reason == Reason::LeaseHeld => err,
-                other => return other,
-            };
-            let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
-            let freed = async {
-                match follow.as_mut() {
-                    Some(f) => f.next().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => {
-                    return Err(Error::new(Reason::ShuttingDown, "the server is shutting down; AcquireGroup again on another replica"));
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    let message = format!("{} (gave up after waiting {wait:?})", held.message);
-                    return Err(Error { message, retry_after: None, ..held }.with("waited_ms", wait.as_millis()));
-                }
-                _ = tokio::time::sleep(tick) => {}
-                event = freed => {
-                    if !matches!(event, Some(Ok(_))) {
-                        follow = None;
-                    }
-                }
-            }
-        }
+        let wait = Wait::new("AcquireGroup", wait);
+        let wakeups = self.follow_group(&args.names);
+        self.wait_for(wait, wakeups, || self.try_group(args)).await
     }
 
     /// Follows the ends of holdings of every member, merged into one
     /// stream; `None` when the hub cannot follow (the waiter then polls).
-    async fn follow_group(
-        &self,
-        names: &[String],
-    ) -> Option<futures::stream::SelectAll<futures::stream::BoxStream<'static, Result<()>>>> {
+    async fn follow_group(&self, names: &[String]) -> Wakeups {
         let mut merged = futures::stream::SelectAll::new();
         for name in names {
             let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
@@ -172,7 +142,7 @@ impl Leases {
                 .ok()?;
             merged.push(sub.into_stream().map(|e| e.map(drop)).boxed());
         }
-        Some(merged)
+        Some(merged.boxed())
     }
 
     /// One AcquireGroup without waiting: read, then one batch, retried on
@@ -265,25 +235,15 @@ impl Leases {
             let (record, expected) = match plan {
                 Plan::Take { expected, .. } => (
                     Record {
-                        holder: args.holder.clone(),
-                        token: 0,
-                        key_sha256: hash.to_hex(),
-                        ttl_s: args.ttl_s,
-                        acquired_ms: now,
-                        renewed_ms: now,
-                        metadata: args.metadata.clone(),
-                        lock_delay_s: args.lock_delay_s,
                         group: args.names.clone(),
+                        ..Record::grant(args.grant(&hash), now)
                     },
                     *expected,
                 ),
                 Plan::Keep { revision, record } => (
                     Record {
-                        token: record.token_at(*revision),
-                        ttl_s: args.ttl_s,
-                        renewed_ms: now,
                         group: args.names.clone(),
-                        ..record.clone()
+                        ..record.renewal(*revision, Some(args.ttl_s), now)
                     },
                     *revision,
                 ),
@@ -354,12 +314,7 @@ impl Leases {
             let mut writes = Vec::with_capacity(members.len());
             let mut records = Vec::with_capacity(members.len());
             for (m, (revision, rec)) in members.iter().zip(&current) {
-                let record = Record {
-                    token: rec.token_at(*revision),
-                    ttl_s: ttl_s.unwrap_or(rec.ttl_s),
-                    renewed_ms: now,
-                    ..(**rec).clone()
-                };
+                let record = rec.renewal(*revision, ttl_s, now);
                 writes.push(Write {
                     name: m.name.clone(),
                     op: WriteOp::Put,
@@ -407,7 +362,7 @@ impl Leases {
                     // As a single release: the fence goes with the holding
                     // (a release never delays).
                     fences.push(Write {
-                        name: rules::fence_key(&m.name),
+                        name: keys::fence(&m.name),
                         op: WriteOp::Delete,
                         payload: bytes::Bytes::new(),
                         expected: None,

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::keys;
 use super::record::{Entry, Holding, Kind};
-use super::semaphore;
 use crate::error::{Error, Reason, Result};
 use crate::nats::{Start, Store};
 
@@ -66,7 +66,7 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
         }
     };
     read_all(store, &format!("{level}>"), |entry, record| {
-        if !super::rules::is_reserved(&entry.name) {
+        if !keys::is_reserved(&entry.name) {
             let holding = Holding::at(&entry.name, entry.revision, record);
             keep((entry.name, 0), holding);
         }
@@ -74,10 +74,10 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
     .await?;
     let semaphores = format!(
         "{}.{level}>",
-        semaphore::slot_key_prefix("").trim_end_matches('.')
+        keys::semaphore_prefix("").trim_end_matches('.')
     );
     read_all(store, &semaphores, |entry, record| {
-        if let Some((name, slot)) = semaphore::parse_slot_key(&entry.name) {
+        if let Some((name, slot)) = keys::parse_semaphore_slot(&entry.name) {
             let holding = Holding::at(&entry.name, entry.revision, record).in_slot(name, slot);
             keep((name.to_string(), slot), holding);
         }

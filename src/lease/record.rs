@@ -61,6 +61,34 @@ impl Record {
         }
     }
 
+    /// The record of a new holding, written at `now_ms`: token 0 ("the
+    /// revision of this write"), the key kept only as its hash, no group
+    /// (a group's grant sets its members). The one place a holding starts.
+    pub fn grant(grant: Grant<'_>, now_ms: u64) -> Record {
+        Record {
+            holder: grant.holder.to_string(),
+            token: 0,
+            key_sha256: grant.key.to_hex(),
+            ttl_s: grant.ttl_s,
+            acquired_ms: now_ms,
+            renewed_ms: now_ms,
+            metadata: grant.metadata.clone(),
+            lock_delay_s: grant.lock_delay_s,
+            group: Vec::new(),
+        }
+    }
+
+    /// This record (read at `revision`) renewed at `now_ms`: the same
+    /// holding and token, with the TTL `ttl_s` (`None`: the one it has).
+    pub fn renewal(&self, revision: u64, ttl_s: Option<u64>, now_ms: u64) -> Record {
+        Record {
+            token: self.token_at(revision),
+            ttl_s: ttl_s.unwrap_or(self.ttl_s),
+            renewed_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
     /// Whether `key` is the lease key of this holding (constant time).
     pub fn key_matches(&self, key: &KeyHash) -> bool {
         match hex::decode(&self.key_sha256) {
@@ -80,6 +108,20 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Option<Record> {
         serde_json::from_slice(bytes).ok()
     }
+}
+
+/// What a new holding is made of ([`Record::grant`]).
+pub struct Grant<'a> {
+    /// Who takes it.
+    pub holder: &'a str,
+    /// The hash of the caller's lease key.
+    pub key: &'a KeyHash,
+    /// The granted TTL, whole seconds.
+    pub ttl_s: u64,
+    /// The caller's metadata.
+    pub metadata: &'a BTreeMap<String, String>,
+    /// The lock delay, whole seconds (0: none).
+    pub lock_delay_s: u64,
 }
 
 /// The payload of a release tombstone: who released which holding, so that

@@ -56,21 +56,6 @@ pub fn plan_acquire<'a>(last: Option<&'a Entry>, holder: &str, hash: &KeyHash) -
     }
 }
 
-/// The first level of every key Tenure keeps for itself in the bucket
-/// (fences, queue tickets). Lease names may not use it.
-pub const RESERVED: &str = "_tenure";
-
-/// Whether `key` is one of Tenure's own keys rather than a lease name.
-pub fn is_reserved(key: &str) -> bool {
-    key == RESERVED || key.starts_with("_tenure.")
-}
-
-/// The fence key of lease `name`: where the lock delay of its latest
-/// holding is kept while the holding lives and after it expired.
-pub fn fence_key(name: &str) -> String {
-    format!("{RESERVED}.delay.{name}")
-}
-
 /// Whether an Acquire over `last` must read the name's fence: after an
 /// expiry or a revoke (the delay may still run), or with no message at all
 /// (a fence may outlive the marker; the new holding must replace it).
@@ -205,15 +190,6 @@ mod tests {
         assert!(needs_fence(Some(&at(Kind::Expired)), 0));
         assert!(!needs_fence(Some(&at(Kind::Released(None))), 0));
         assert!(needs_fence(Some(&at(Kind::Released(None))), 5));
-    }
-
-    /// Tenure's own keys live under one reserved first level.
-    #[test]
-    fn reserved_keys() {
-        assert!(is_reserved(&fence_key("jobs.a")));
-        assert!(is_reserved("_tenure"));
-        assert!(!is_reserved("_tenured.a"));
-        assert!(!is_reserved("jobs._tenure"));
     }
 
     /// The token of a holding is the revision of its acquiring write, and

@@ -27,42 +27,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{Entry, Holding, KeyHash, Kind, Record};
-use super::rules::{self, AcquirePlan, RESERVED};
-use super::{cas_failed, contended, now_ms, unreadable, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
+use super::keys::{self, semaphore_slot as slot_key};
+use super::record::{Entry, Grant, Holding, KeyHash, Kind, Record};
+use super::refusals::{cas_failed, contended, unreadable};
+use super::rules::{self, AcquirePlan};
+use super::wait::Wait;
+use super::{now_ms, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Op, Write, WriteOp};
 use crate::observe::METRICS;
-
-/// The last level of a semaphore's definition key.
-const DEFINITION: &str = "limit";
-
-/// The prefix every slot key of semaphore `name` starts with (and, for a
-/// subtree, of the names below it).
-pub fn slot_key_prefix(name: &str) -> String {
-    format!("{RESERVED}.sem.{name}")
-}
-
-/// The key of slot `slot` (1 to the limit) of semaphore `name`.
-pub fn slot_key(name: &str, slot: u32) -> String {
-    format!("{RESERVED}.sem.{name}.{slot}")
-}
-
-/// The definition key of semaphore `name`.
-fn definition_key(name: &str) -> String {
-    format!("{RESERVED}.sem.{name}.{DEFINITION}")
-}
-
-/// The semaphore name and slot of a slot key; `None` for any other key.
-pub fn parse_slot_key(key: &str) -> Option<(&str, u32)> {
-    let rest = key.strip_prefix(RESERVED)?.strip_prefix(".sem.")?;
-    let (name, slot) = rest.rsplit_once('.')?;
-    if name.is_empty() || !slot.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let slot: u32 = slot.parse().ok()?;
-    (slot > 0).then_some((name, slot))
-}
 
 /// The value of a semaphore's definition key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +63,15 @@ struct Read {
 }
 
 impl Leases {
+    /// Takes a semaphore slot, waiting for one to free if the wait allows:
+    /// every end of a holding of the name wakes the waiters, who race for
+    /// the free slot (semaphores do not queue yet).
+    pub(super) async fn acquire_slot(&self, args: &AcquireArgs, wait: Wait) -> Result<Holding> {
+        let wakeups = self.follow_ends(&args.name, false);
+        self.wait_for(wait, wakeups, || self.try_acquire_slot(args))
+            .await
+    }
+
     /// One attempt to take a slot of semaphore `args.name` with limit
     /// `args.limit`.
     pub(super) async fn try_acquire_slot(&self, args: &AcquireArgs) -> Result<Holding> {
@@ -153,17 +135,11 @@ impl Leases {
             };
             let (slot, expected) = free[pick];
             let now = now_ms();
-            let record = Record {
-                holder: args.holder.clone(),
-                token: 0,
-                key_sha256: hash.to_hex(),
-                ttl_s: args.ttl_s,
-                acquired_ms: now,
-                renewed_ms: now,
-                metadata: args.metadata.clone(),
+            let grant = Grant {
                 lock_delay_s: 0,
-                group: Vec::new(),
+                ..args.grant(&hash)
             };
+            let record = Record::grant(grant, now);
             let key = slot_key(name, slot);
             let ttl = Duration::from_secs(args.ttl_s);
             let written = if in_force == limit {
@@ -176,7 +152,7 @@ impl Leases {
                 // tombstone), so that any Acquire that read the old limit
                 // fails on its slot.
                 let mut writes = vec![Write {
-                    name: definition_key(name),
+                    name: keys::semaphore_definition(name),
                     op: WriteOp::Put,
                     payload: serde_json::to_vec(&Definition { limit })
                         .expect("a definition always serialises")
@@ -304,21 +280,23 @@ impl Leases {
 
     /// Reads the definition of semaphore `name` from the stream leader.
     async fn definition(&self, name: &str) -> Result<Read> {
-        Ok(match self.store.last(&definition_key(name)).await? {
-            Some(msg) => Read {
-                revision: msg.revision,
-                limit: match &msg.op {
-                    Op::Put(p) => serde_json::from_slice::<Definition>(p)
-                        .ok()
-                        .map(|d| d.limit),
-                    _ => None,
+        Ok(
+            match self.store.last(&keys::semaphore_definition(name)).await? {
+                Some(msg) => Read {
+                    revision: msg.revision,
+                    limit: match &msg.op {
+                        Op::Put(p) => serde_json::from_slice::<Definition>(p)
+                            .ok()
+                            .map(|d| d.limit),
+                        _ => None,
+                    },
+                },
+                None => Read {
+                    revision: 0,
+                    limit: None,
                 },
             },
-            None => Read {
-                revision: 0,
-                limit: None,
-            },
-        })
+        )
     }
 
     /// Reads slots `from` to `to` of semaphore `name` from the stream
@@ -367,24 +345,4 @@ fn full(name: &str, limit: u32, live: &[(u32, u64, &Record)]) -> Error {
     .with("limit", limit)
     .with("holders", live.len())
     .with("ttl_seconds", soonest)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Slot keys parse back to their semaphore and slot; the definition and
-    /// other reserved keys are not slots.
-    #[test]
-    fn slot_keys_round_trip() {
-        assert_eq!(parse_slot_key(&slot_key("jobs.a", 3)), Some(("jobs.a", 3)));
-        assert_eq!(parse_slot_key(&slot_key("a.7", 12)), Some(("a.7", 12)));
-        assert_eq!(parse_slot_key(&definition_key("a")), None);
-        assert_eq!(parse_slot_key("_tenure.sem.a.0"), None);
-        assert_eq!(parse_slot_key("_tenure.sem.a.+1"), None);
-        assert_eq!(parse_slot_key("_tenure.delay.a.1"), None);
-        assert_eq!(parse_slot_key("jobs.1"), None);
-        assert!(rules::is_reserved(&slot_key("a", 1)));
-        assert!(slot_key("jobs.a", 1).starts_with(&slot_key_prefix("jobs")));
-    }
 }

@@ -308,19 +308,30 @@ impl Serve {
     /// followed by `args`, logging warnings and errors, and waits until it
     /// accepts gRPC connections.
     pub async fn start(nats: &Nats, args: &[&str]) -> Serve {
+        Serve::start_adjusted(nats, args, |_| {}).await
+    }
+
+    /// [`Serve::start`] with the command adjusted first (its environment,
+    /// where its output goes) by `adjust`, which runs after the defaults.
+    pub async fn start_adjusted(
+        nats: &Nats,
+        args: &[&str],
+        adjust: impl FnOnce(&mut tokio::process::Command),
+    ) -> Serve {
         let grpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
         drop((grpc, metrics));
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command
             .args(["serve", "--nats-url", &nats.url()])
             .args(["--listen", &grpc_addr.to_string()])
             .args(["--metrics-listen", &metrics_addr.to_string()])
             .args(args)
             .env("RUST_LOG", "warn")
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start tenure");
+            .kill_on_drop(true);
+        adjust(&mut command);
+        let child = command.spawn().expect("start tenure");
         let serve = Serve {
             pid: child.id().unwrap(),
             child,
@@ -359,6 +370,16 @@ impl Serve {
     /// The value of an unlabelled metric now (0 when absent).
     pub async fn metric(&self, name: &str) -> f64 {
         metric(self.metrics, name).await
+    }
+
+    /// Asks the process to shut down (SIGTERM, as an operator would) and
+    /// waits for it to exit; it flushes its traces on the way out.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on the PID of a child this handle has not reaped.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        within("tenure to exit after SIGTERM", self.child.wait())
+            .await
+            .expect("wait for tenure")
     }
 
     /// Kills the process (by its PID) and reaps it.

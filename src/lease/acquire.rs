@@ -1,0 +1,590 @@
+//! Taking a lease: Acquire, with its wait, its fair queue and its
+//! refusals.
+//!
+//! An Acquire without a wait is one attempt: read the name's last message
+//! (unless this replica knows it), decide with [`rules::plan_acquire`],
+//! and write the new holding conditional on what it read. A waiting
+//! Acquire on a bucket with atomic batches queues a ticket ([`fifo`]) and
+//! takes the lease only as the head of the queue; a plain Acquire never
+//! jumps a queued waiter. The lock delay of an ended holding is kept in its
+//! fence ([`keys::fence`]) and written in one batch with the holding that
+//! ends or replaces it (design sections 15 and 16).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::fifo;
+use super::keys;
+use super::record::{Entry, Fence, Grant, Holding, KeyHash, Kind, Record};
+use super::refusals::{
+    behind, cas_failed, contended, delayed, held, queued, too_many_waiters, unreadable,
+};
+use super::rules::{self, AcquirePlan};
+use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE};
+use super::watch::Turn;
+use super::{now_ms, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
+use crate::error::{Reason, Result};
+use crate::nats::{CasError, Op, Write, WriteOp};
+use crate::observe::METRICS;
+
+/// What Acquire asks for, already validated.
+#[derive(Debug, Clone)]
+pub struct AcquireArgs {
+    /// The lease name.
+    pub name: String,
+    /// Who wants it.
+    pub holder: String,
+    /// Granted TTL, whole seconds.
+    pub ttl_s: u64,
+    /// The ownership secret.
+    pub key: String,
+    /// How long to wait for a held lease; `None`: fail at once.
+    pub wait: Option<Duration>,
+    /// Metadata to store.
+    pub metadata: BTreeMap<String, String>,
+    /// Lock delay of the holding, whole seconds (0: none).
+    pub lock_delay_s: u64,
+    /// The semaphore limit (0: a plain, exclusive lease; see [`semaphore`]).
+    pub limit: u32,
+}
+
+impl AcquireArgs {
+    /// What the new holding is made of, with `key` the hash of its key.
+    pub(super) fn grant<'a>(&'a self, key: &'a KeyHash) -> Grant<'a> {
+        Grant {
+            holder: &self.holder,
+            key,
+            ttl_s: self.ttl_s,
+            metadata: &self.metadata,
+            lock_delay_s: self.lock_delay_s,
+        }
+    }
+}
+
+/// Where an attempt to take a lease stands towards the name's queue.
+enum Place<'a> {
+    /// An Acquire without a ticket: only when nobody is queued.
+    Plain,
+    /// A queued waiter: only as the head, and its ticket leaves in the
+    /// grant's batch.
+    Queued(&'a fifo::Ticket),
+}
+
+/// What an attempt takes as known instead of reading it from the stream
+/// leader. The write's conditions re-check all of it: a stale hint costs a
+/// failed compare-and-set and a read, never a wrong grant.
+#[derive(Default)]
+struct Known {
+    /// The lease's last message (`None`: read it).
+    last: Option<Entry>,
+    /// A queued waiter: the shared watcher's view says it is the head.
+    head: bool,
+}
+
+impl Leases {
+    /// Takes a lease, waiting for it to become free if `args.wait` says so.
+    /// On a bucket with atomic batches a wait is fair (first come, first
+    /// served across replicas: see [`fifo`]); otherwise it polls.
+    pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        let Some(wait) = args.wait else {
+            return self.try_once(args).await;
+        };
+        let wait = Wait::new("Acquire", wait);
+        if args.limit > 0 {
+            return self.acquire_slot(args, wait).await;
+        }
+        if !self.fair() {
+            let wakeups = self.follow_ends(&args.name, false);
+            return self
+                .wait_for(wait, wakeups, || self.try_acquire(args))
+                .await;
+        }
+        // Waiters are queued already (as this replica's watcher sees them):
+        // an Acquire without a ticket would be refused, so queue at once.
+        let seen = self.hub.waiting(&args.name);
+        let mut held = if seen > 0 {
+            queued(&args.name, seen)
+        } else {
+            match self.try_acquire(args).await {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                other => return other,
+            }
+        };
+        // Only now is there something to wait for: follow the name's ends
+        // and turns (which may start the shared watcher) and queue, both
+        // at once so that the waiter's place does not wait for the
+        // watcher. Its first queued attempt is made once both are in
+        // place, so a release between the first try and the subscription
+        // is not missed.
+        let (mut wakeups, first) = tokio::join!(
+            self.follow_ends(&args.name, true),
+            tokio::time::timeout_at(wait.deadline(), self.enqueue(args))
+        );
+        let mut first = Some(first);
+        let mut ticket: Option<fifo::Ticket> = None;
+        let mut refresh = tokio::time::interval(fifo::TICKET_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        refresh.reset();
+        loop {
+            // A new ticket tries at once: the lease may be free already.
+            let queued_now = ticket.is_none();
+            if queued_now {
+                // Queueing counts against the wait too. Should the deadline
+                // cut a ticket write short after NATS stored it, that
+                // ticket expires like a dead waiter's.
+                let queued = match first.take() {
+                    Some(queued) => queued,
+                    None => tokio::time::timeout_at(wait.deadline(), self.enqueue(args)).await,
+                };
+                match queued {
+                    Ok(queued) => ticket = Some(queued?),
+                    Err(_) => return Err(wait.gave_up(held)),
+                }
+                refresh.reset();
+            }
+            // Sleep until the lease may be free, keeping the ticket alive.
+            let woke = wait
+                .sleep(
+                    &self.shutdown,
+                    &mut wakeups,
+                    &held,
+                    Some(&mut refresh),
+                    queued_now,
+                )
+                .await;
+            let t = match (woke, ticket.as_mut()) {
+                (Err(err), _) => {
+                    if let Some(t) = ticket.take() {
+                        t.leave().await;
+                    }
+                    return Err(err);
+                }
+                (Ok(Woke::Refresh), Some(t)) => {
+                    if !self.refresh(args, t).await? {
+                        // The ticket is gone (it expired before this
+                        // refresh): queue again, at the back.
+                        tracing::warn!(name = %args.name, "a waiter's ticket expired while it waited; it queues again");
+                        if let Some(mut t) = ticket.take() {
+                            t.armed = false;
+                        }
+                    }
+                    continue;
+                }
+                (Ok(_), None) => continue,
+                (Ok(Woke::Retry), Some(t)) => t,
+            };
+            let attempt = match self.on_wake(args, t) {
+                // Not its turn: no read, no write; sleep again (should the
+                // wait run out, it says so, not an older holder).
+                None => {
+                    held = behind(&args.name, self.hub.waiting(&args.name));
+                    continue;
+                }
+                Some(known) => self.attempt_queued(args, t, known).await,
+            };
+            held = match attempt {
+                Err(err) if err.reason == Reason::LeaseHeld => err,
+                Err(err) => {
+                    if let Some(t) = ticket.take() {
+                        t.leave().await;
+                    }
+                    return Err(err);
+                }
+                Ok(holding) => {
+                    if let Some(mut t) = ticket.take() {
+                        // The grant's batch deleted it, unless this was the
+                        // caller's own holding found again (a retry).
+                        if holding.revision == holding.token {
+                            t.armed = false;
+                        } else {
+                            t.leave().await;
+                        }
+                    }
+                    return Ok(holding);
+                }
+            };
+        }
+    }
+
+    /// One attempt to take a lease, or a slot of a semaphore.
+    async fn try_once(&self, args: &AcquireArgs) -> Result<Holding> {
+        if args.limit > 0 {
+            self.try_acquire_slot(args).await
+        } else {
+            self.try_acquire(args).await
+        }
+    }
+
+    /// Follows the ends of holdings of `name` (releases, expiries, revokes),
+    /// which wake a waiting Acquire; `None` when the hub cannot follow (the
+    /// waiter then polls).
+    /// The shared watcher may be starting (its initial load): waiting for
+    /// it is bounded by [`FOLLOW_PATIENCE`].
+    /// With `turns`, it also hears when the name's queue lost a ticket
+    /// while the name is free ([`EventKind::Turn`]).
+    pub(super) async fn follow_ends(&self, name: &str, turns: bool) -> Wakeups {
+        let mut ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+        if turns {
+            ends.push(EventKind::Turn);
+        }
+        let follow = self.hub.follow(Filter::Name(name.to_string()), ends);
+        let subscription = tokio::time::timeout(FOLLOW_PATIENCE, follow)
+            .await
+            .ok()?
+            .ok()?;
+        Some(subscription.into_stream().map(|e| e.map(drop)).boxed())
+    }
+
+    /// Writes a ticket for `args` into a free slot of the name's queue, at
+    /// the back. Waiters queueing together share a queue read
+    /// ([`fifo::SharedReads`]), and a slot lost to another waiter (a CAS
+    /// conflict) is skipped for the next free one of the same read, so a
+    /// burst of waiters costs a few queue reads, not one per waiter and
+    /// lost race.
+    async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
+        let payload = fifo::TicketRecord {
+            place: 0,
+            holder: args.holder.clone(),
+        }
+        .encode();
+        // First the slots the watcher saw emptied (no read), then scans.
+        let start = rand::random_range(0..self.max_waiters);
+        let seen = self.hub.free_slots(&args.name, self.max_waiters, start);
+        if let Some(ticket) = self.take_slot(args, &payload, seen).await? {
+            return Ok(ticket);
+        }
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let queue = self
+                .queue_reads
+                .read(&self.store, &args.name, self.max_waiters)
+                .await?;
+            let start = rand::random_range(0..self.max_waiters);
+            let free = queue.free_slots(self.max_waiters, start);
+            if free.is_empty() {
+                return Err(too_many_waiters(
+                    &args.name,
+                    queue.waiting(),
+                    self.max_waiters,
+                ));
+            }
+            if let Some(ticket) = self.take_slot(args, &payload, free).await? {
+                return Ok(ticket);
+            }
+        }
+        Err(contended(&args.name))
+    }
+
+    /// Writes the ticket `payload` into the first of `free` (slot, expected
+    /// revision) that is still as expected; `None` when every one was
+    /// taken meanwhile.
+    async fn take_slot(
+        &self,
+        args: &AcquireArgs,
+        payload: &bytes::Bytes,
+        free: Vec<(usize, u64)>,
+    ) -> Result<Option<fifo::Ticket>> {
+        for (slot, expected) in free {
+            let key = keys::queue_slot(&args.name, slot);
+            match self
+                .store
+                .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
+                .await
+            {
+                Ok(revision) => {
+                    tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                    return Ok(Some(fifo::Ticket {
+                        store: self.store.clone(),
+                        key,
+                        slot,
+                        revision,
+                        place: revision,
+                        armed: true,
+                    }));
+                }
+                Err(CasError::Conflict) => continue,
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Rewrites a ticket so that it does not expire, keeping its place.
+    /// `false`: the ticket is gone.
+    async fn refresh(&self, args: &AcquireArgs, ticket: &mut fifo::Ticket) -> Result<bool> {
+        let payload = fifo::TicketRecord {
+            place: ticket.place,
+            holder: args.holder.clone(),
+        }
+        .encode();
+        match self
+            .store
+            .put(&ticket.key, payload, ticket.revision, fifo::TICKET_TTL)
+            .await
+        {
+            Ok(revision) => {
+                ticket.revision = revision;
+                Ok(true)
+            }
+            Err(CasError::Conflict) => Ok(false),
+            Err(CasError::Failed(err)) => Err(err),
+        }
+    }
+
+    /// One Acquire without a ticket: read, then CAS, retried on lost races.
+    /// A name this replica released last is written over its release
+    /// without reading the lease (the queue is still read); any write since
+    /// fails that CAS, and the next try reads.
+    async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        // A name this replica released last is taken over its release
+        // (the queue is still read), unless its watcher sees waiters.
+        let hint = args.lock_delay_s == 0 && !self.hub.queued(&args.name);
+        let mut known = match self.free.released_at(&args.name).filter(|_| hint) {
+            Some(revision) => Known {
+                last: Some(Entry {
+                    name: args.name.clone(),
+                    revision,
+                    time_ms: 0,
+                    kind: Kind::Released(None),
+                }),
+                head: false,
+            },
+            None => Known::default(),
+        };
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let hinted = known.last.is_some();
+            if let Some(holding) = self.attempt(args, Place::Plain, known).await? {
+                return Ok(holding);
+            }
+            if hinted {
+                METRICS.acquire_hint_misses.inc();
+                self.free.forget(&args.name);
+            }
+            known = Known::default();
+        }
+        Err(contended(&args.name))
+    }
+
+    /// What a queued waiter does when it wakes (it queued, an event of its
+    /// name, a turn, the poll): nothing (`None`)
+    /// when the shared watcher's view of the queue shows a waiter ahead of
+    /// it; otherwise an attempt, which skips the queue read when the view
+    /// says it is the head, and the lease read when the last lease message
+    /// the watcher saw is a release (unless something was written since,
+    /// which fails the grant).
+    fn on_wake(&self, args: &AcquireArgs, ticket: &fifo::Ticket) -> Option<Known> {
+        match self.hub.turn(&args.name, ticket.place, ticket.revision) {
+            Turn::NotMine => None,
+            Turn::Unknown => Some(Known::default()),
+            Turn::Mine => {
+                // The release the watcher saw last, not the event's: a
+                // waiter slow to read its events may hold an older one.
+                let last = match args.lock_delay_s {
+                    0 => self.hub.released_at(&args.name).map(|revision| Entry {
+                        name: args.name.clone(),
+                        revision,
+                        time_ms: 0,
+                        kind: Kind::Released(None),
+                    }),
+                    _ => None,
+                };
+                Some(Known { last, head: true })
+            }
+        }
+    }
+
+    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
+    /// waiter waits for the next event rather than retrying at once),
+    /// except that an attempt on hints that lost its race reads everything
+    /// and tries again at once.
+    async fn attempt_queued(
+        &self,
+        args: &AcquireArgs,
+        ticket: &fifo::Ticket,
+        known: Known,
+    ) -> Result<Holding> {
+        let hinted = known.last.is_some() || known.head;
+        if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
+            return Ok(holding);
+        }
+        if hinted {
+            METRICS.acquire_hint_misses.inc();
+            if let Some(holding) = self
+                .attempt(args, Place::Queued(ticket), Known::default())
+                .await?
+            {
+                return Ok(holding);
+            }
+        }
+        Err(contended(&args.name))
+    }
+
+    /// One attempt to take a lease: read the last message (unless `known`),
+    /// then CAS over it (`None`: a lost race). A plain attempt writes only
+    /// when no waiter is queued; a queued one only as the head of the queue.
+    async fn attempt(
+        &self,
+        args: &AcquireArgs,
+        place: Place<'_>,
+        known: Known,
+    ) -> Result<Option<Holding>> {
+        let hash = KeyHash::of(&args.key);
+        let last = match known.last {
+            Some(last) => Some(last),
+            None => self.store.last(&args.name).await?.map(Entry::from),
+        };
+        let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
+            AcquirePlan::Take { expected } => expected,
+            AcquirePlan::Retry { revision, record } => {
+                return match self
+                    .write_renewal(&args.name, revision, record, Some(args.ttl_s))
+                    .await
+                {
+                    Err(CasError::Conflict) => Ok(None),
+                    other => other.map(Some).map_err(cas_failed),
+                }
+            }
+            AcquirePlan::Held { revision, record } => {
+                let mut err = held(&args.name, record, revision);
+                // The queue length, for an Acquire that does not wait (one
+                // that waits learns its place by queueing: no second scan).
+                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() {
+                    err = err.with("waiters", self.waiting(&args.name).await?);
+                }
+                return Err(err);
+            }
+            AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
+        };
+        // The queue decides who may write: nobody queued (plain), or the
+        // head (queued); the batch re-checks what this read saw.
+        let queue_write = match place {
+            Place::Plain if self.fair() => {
+                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+                if queue.waiting() > 0 {
+                    return Err(queued(&args.name, queue.waiting()));
+                }
+                None
+            }
+            Place::Plain => None,
+            Place::Queued(ticket) if known.head => Some(ticket.grant_write()),
+            Place::Queued(ticket) => {
+                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+                if !queue.holds(ticket.slot, ticket.revision) {
+                    // Gone or rewritten: the next refresh finds out which.
+                    return Ok(None);
+                }
+                let ahead = queue.ahead_of(ticket.place);
+                if ahead > 0 {
+                    return Err(queued(&args.name, queue.waiting()).with("ahead", ahead));
+                }
+                Some(ticket.grant_write())
+            }
+        };
+        // The lock delay of the holding the last message ended, and the
+        // fence the new holding replaces.
+        let fence = if rules::needs_fence(last.as_ref(), args.lock_delay_s) {
+            self.fence(&args.name).await?
+        } else {
+            (0, None)
+        };
+        let now = now_ms();
+        if let Some(free_at) = rules::delayed_until(
+            last.as_ref(),
+            fence.1.as_ref().map_or(0, |f| f.lock_delay_s),
+        ) {
+            if free_at > now {
+                return Err(delayed(&args.name, free_at, now));
+            }
+        }
+        let record = Record::grant(args.grant(&hash), now);
+        let ttl = Duration::from_secs(args.ttl_s);
+        let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
+        // The fence (a holding with a delay always has its fence, and one
+        // without never inherits an older holding's) goes in one atomic
+        // batch with the record (last: the batch's revision is the token)
+        // and the head's ticket delete.
+        let fence_write = (args.lock_delay_s > 0 || fence_live)
+            .then(|| fence_write(&args.name, args.lock_delay_s, fence_revision));
+        let written = match fence_write {
+            Some(fence) => {
+                let mut writes: Vec<Write> = queue_write.into_iter().collect();
+                writes.push(fence);
+                writes.push(Write {
+                    name: args.name.clone(),
+                    op: WriteOp::Put,
+                    payload: record.encode(),
+                    expected: Some(expected),
+                    expected_of: None,
+                    ttl,
+                });
+                self.store.batch(&writes).await
+            }
+            // Otherwise one conditional write: the lease first, then the
+            // head's ticket (a batch costs the stream a sync of its file
+            // store). The waiters behind it see its ticket until then,
+            // and the lease is held meanwhile: nobody can take it between
+            // the two writes (design section 16).
+            None => {
+                let put = self
+                    .store
+                    .put(&args.name, record.encode(), expected, ttl)
+                    .await;
+                if let (Ok(_), Place::Queued(ticket)) = (&put, &place) {
+                    if let Err(CasError::Failed(err)) = self
+                        .store
+                        .delete(&ticket.key, bytes::Bytes::new(), ticket.revision)
+                        .await
+                    {
+                        tracing::warn!(name = %args.name, %err, "a granted waiter's ticket was not deleted; it expires within the ticket TTL");
+                    }
+                }
+                put
+            }
+        };
+        match written {
+            Ok(revision) => {
+                tracing::debug!(name = %args.name, holder = %args.holder, token = revision, "acquired");
+                METRICS.acquired.inc();
+                self.cache.insert(&args.name, revision, &record);
+                self.free.acquired(&args.name);
+                Ok(Some(Holding::at(&args.name, revision, record)))
+            }
+            Err(CasError::Conflict) => Ok(None),
+            Err(CasError::Failed(err)) => Err(err),
+        }
+    }
+
+    /// The fence of `name` from the leader: its key's last revision (0: none)
+    /// and the fence, when that last message is one.
+    pub(super) async fn fence(&self, name: &str) -> Result<(u64, Option<Fence>)> {
+        Ok(match self.store.last(&keys::fence(name)).await? {
+            Some(msg) => {
+                let fence = match &msg.op {
+                    Op::Put(payload) => Fence::decode(payload),
+                    _ => None,
+                };
+                (msg.revision, fence)
+            }
+            None => (0, None),
+        })
+    }
+}
+
+/// The write that makes `name`'s fence say `lock_delay_s` (0: deletes it),
+/// over the fence's last revision `expected`, in the batch that writes the
+/// holding it describes (design section 15).
+pub(super) fn fence_write(name: &str, lock_delay_s: u64, expected: u64) -> Write {
+    Write {
+        name: keys::fence(name),
+        op: if lock_delay_s > 0 {
+            WriteOp::Put
+        } else {
+            WriteOp::Delete
+        },
+        payload: Fence { lock_delay_s }.encode(),
+        expected: Some(expected),
+        expected_of: None,
+        ttl: Duration::ZERO,
+    }
+}

@@ -1,0 +1,178 @@
+//! Ending a holding: Release by its holder, Revoke by an operator.
+//!
+//! Both are one conditional write over exactly the revision of the holding
+//! they end: a tombstone (release) or a purge that carries who revoked it
+//! and why (revoke), which watchers report as RELEASED and REVOKED. A
+//! holding with a lock delay ends in one batch with its fence. Expiry needs
+//! no write of ours: NATS removes the record when its TTL passes and
+//! writes the marker that watchers report as EXPIRED.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::keys;
+use super::record::{Entry, Holding, KeyHash, Kind, Record, Released, Revoked};
+use super::refusals::{contended, not_revocable, unreadable};
+use super::{Leases, MAX_CAS_ATTEMPTS};
+use crate::error::Result;
+use crate::nats::{CasError, Write, WriteOp};
+use crate::observe::METRICS;
+
+/// How a holding is ended: by its holder, or by an operator.
+pub(super) enum Ending<'a> {
+    /// The holder releases: the key must match and `expected` must be a
+    /// revision of the holding.
+    Release {
+        /// The revision the holder presents.
+        expected: u64,
+        /// The presented key's hash.
+        hash: KeyHash,
+    },
+    /// An operator revokes: the current holding (only the one with `token`,
+    /// when not 0), whoever holds it.
+    Revoke {
+        /// The token the operator targets, or 0 for any.
+        token: u64,
+        /// Why.
+        why: &'a str,
+        /// Who.
+        by: &'a str,
+    },
+}
+
+impl Leases {
+    /// Ends a holding at its holder's request; returns the release's
+    /// revision.
+    pub async fn release(&self, name: &str, expected: u64, key: &str) -> Result<u64> {
+        let ending = Ending::Release {
+            expected,
+            hash: KeyHash::of(key),
+        };
+        let (revision, _) = self.end(name, ending).await?;
+        Ok(revision)
+    }
+
+    /// Revokes the current holding of `name` (only the one with `token`,
+    /// when not 0): a `KV-Operation: PURGE` write over it, which watchers
+    /// report as REVOKED and which makes the holder's next Renew or Release
+    /// fail with LEASE_NOT_HELD. Returns the revoke's revision and the
+    /// holding that ended.
+    pub async fn revoke(
+        &self,
+        name: &str,
+        token: u64,
+        why: &str,
+        by: &str,
+    ) -> Result<(u64, Holding)> {
+        self.end(name, Ending::Revoke { token, why, by }).await
+    }
+
+    /// The one conditional-write loop that ends holdings: find the holding
+    /// the ending applies to, write the tombstone or purge over exactly its
+    /// revision, and start again on a lost race.
+    pub(super) async fn end(&self, name: &str, ending: Ending<'_>) -> Result<(u64, Holding)> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (revision, rec) = match &ending {
+                Ending::Release { expected, hash } => match self.cache.get(name, *expected) {
+                    Some(rec) if rec.key_matches(hash) => (*expected, rec),
+                    _ => self.verify_holding(name, *expected, hash).await?,
+                },
+                Ending::Revoke { token, .. } => self.revocable(name, *token).await?,
+            };
+            let token = rec.token_at(revision);
+            let holder = rec.holder.clone();
+            let (op, payload) = match &ending {
+                Ending::Release { .. } => (WriteOp::Delete, Released { holder, token }.encode()),
+                Ending::Revoke { why, by, .. } => (
+                    WriteOp::Purge,
+                    Revoked {
+                        holder,
+                        token,
+                        revoked_by: by.to_string(),
+                        reason: why.to_string(),
+                        lock_delay_s: rec.lock_delay_s,
+                    }
+                    .encode(),
+                ),
+            };
+            let written = if rec.lock_delay_s > 0 {
+                // A holding with a lock delay has a fence: it goes in the same
+                // batch, so that neither a release (no delay) nor a revoke
+                // (its delay is in the purge) leaves one behind for the
+                // marker that replaces this message when it ages out.
+                let fence = Write {
+                    name: keys::fence(name),
+                    op: WriteOp::Delete,
+                    payload: bytes::Bytes::new(),
+                    expected: None,
+                    expected_of: None,
+                    ttl: Duration::ZERO,
+                };
+                let end = Write {
+                    name: name.to_string(),
+                    op,
+                    payload,
+                    expected: Some(revision),
+                    expected_of: None,
+                    ttl: Duration::ZERO,
+                };
+                self.store.batch(&[fence, end]).await
+            } else if op == WriteOp::Delete {
+                self.store.delete(name, payload, revision).await
+            } else {
+                self.store.purge(name, payload, revision).await
+            };
+            match written {
+                Ok(at) => {
+                    self.cache.remove(name);
+                    match &ending {
+                        Ending::Release { .. } => {
+                            self.free.released(name, at);
+                            METRICS.released.inc();
+                            tracing::debug!(name, holder = %rec.holder, token, "released");
+                        }
+                        Ending::Revoke { why, by, .. } => {
+                            self.free.forget(name);
+                            METRICS.revoked.inc();
+                            tracing::warn!(name, holder = %rec.holder, token, revoked_by = by, reason = why, revision = at, "lease revoked");
+                        }
+                    }
+                    return Ok((at, Holding::at(name, revision, (*rec).clone())));
+                }
+                Err(CasError::Conflict) => {
+                    // Whatever we knew is stale: read the leader again.
+                    self.cache.remove(name);
+                }
+                Err(CasError::Failed(err)) => return Err(err),
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// Reads the current holding of `name` from the leader for a revoke:
+    /// any holder's, or only the one with `token` when not 0.
+    pub(super) async fn revocable(&self, name: &str, token: u64) -> Result<(u64, Arc<Record>)> {
+        let last = self.store.last(name).await?.map(Entry::from);
+        let (revision, record) = match last {
+            Some(Entry {
+                revision,
+                kind: Kind::Held(record),
+                ..
+            }) => (revision, record),
+            Some(Entry {
+                kind: Kind::Unreadable,
+                ..
+            }) => return Err(unreadable(name, self.store.bucket())),
+            _ => return Err(not_revocable(name, "it is not held")),
+        };
+        let current = record.token_at(revision);
+        if token != 0 && token != current {
+            return Err(not_revocable(
+                name,
+                &format!("its current holding has token {current}, not {token}"),
+            )
+            .with("fencing_token", current));
+        }
+        Ok((revision, Arc::new(record)))
+    }
+}

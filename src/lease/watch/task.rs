@@ -1,0 +1,796 @@
+//! The hub's task: the one loop that follows the bucket and owns the
+//! hub's state (the mirror, the queue view, the subscribers and their event
+//! queues, the subscriptions waiting for the mirror to catch up, what a
+//! resume needs), fed by the [`Hub`](super::Hub) handle's commands.
+//!
+//! It applies every bucket message in revision order, fans the events out
+//! to the subscribers whose filters match, ends a subscriber that falls
+//! behind its bounds at once, follows the bucket again after a failure from
+//! the last revision it applied, and goes idle when nothing needs it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::mirror::Mirror;
+use super::outbox::{Outbox, Refused, WatchBudget};
+use super::queue_view::QueueView;
+use super::resume::{self, Checkpoints, End};
+use crate::error::{Error, Reason};
+use crate::lease::event::{Event, EventKind, Filter};
+use crate::lease::record::{Entry, Kind};
+use crate::nats::{Follow, Message, Start, Store};
+use crate::observe::METRICS;
+
+use super::{Command, Prelude, Registered, Snapshot, Subscription, Waiter};
+
+/// First pause before following the bucket again after the watch failed;
+/// it doubles up to [`RESUBSCRIBE_MAX`].
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between attempts to follow the bucket again.
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
+/// How long a snapshot waits for the mirror to reach the bucket's position
+/// before it is served from what the mirror has (a newest message that
+/// expired before the hub saw it would otherwise never arrive).
+const SNAPSHOT_CATCH_UP: Duration = Duration::from_millis(500);
+/// How often the hub prunes its resume state and abandoned subscribers (and
+/// checks whether it is idle: more often with a short idle timeout).
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// One registered subscriber.
+struct Subscriber {
+    /// What it follows.
+    filter: Filter,
+    /// Which kinds it wants (empty: all).
+    kinds: Vec<EventKind>,
+    /// Its queue, shared with its stream.
+    queue: Arc<Outbox>,
+}
+
+impl Subscriber {
+    /// Whether it wants events of `kind`.
+    fn wants(&self, kind: EventKind) -> bool {
+        (self.kinds.is_empty() && kind != EventKind::Turn) || self.kinds.contains(&kind)
+    }
+
+    /// Whether its stream is gone (only the hub holds the queue).
+    fn abandoned(&self) -> bool {
+        Arc::strong_count(&self.queue) == 1
+    }
+}
+
+/// A snapshot waiting for the mirror to catch up.
+struct Pending {
+    /// The bucket revision the snapshot must include.
+    position: u64,
+    /// When to serve it regardless.
+    deadline: Instant,
+    /// What to follow.
+    filter: Filter,
+    /// Which kinds to deliver (empty: all).
+    kinds: Vec<EventKind>,
+    /// Who waits, and for what.
+    waiter: Waiter,
+}
+
+/// The hub's state: the mirror and the subscribers.
+pub(super) struct HubState {
+    /// The bounds of the watch queues.
+    budget: Arc<WatchBudget>,
+    /// The bucket's current holdings and how each free name got free.
+    mirror: Mirror,
+    /// Subscribers by id.
+    subscribers: HashMap<u64, Subscriber>,
+    /// Ids of single-name subscribers by name.
+    by_name: HashMap<String, Vec<u64>>,
+    /// Ids of subtree subscribers by prefix ("" for everything).
+    by_prefix: HashMap<String, Vec<u64>>,
+    /// The next subscriber id.
+    next_id: u64,
+    /// Snapshots and resumes waiting for the mirror.
+    pending: Vec<Pending>,
+    /// Lower bounds on message times, for proving resumes.
+    checkpoints: Checkpoints,
+    /// How the hub saw each recently ended holding end, by name.
+    ends: imbl::OrdMap<String, End>,
+    /// The newest message time seen, Unix milliseconds.
+    newest_ms: u64,
+    /// How long markers stay in the bucket (what `checkpoints` and `ends`
+    /// must cover).
+    pub(super) marker_ttl: Duration,
+    /// The live tickets of every queue, shared with waiting Acquires.
+    pub(super) view: Arc<QueueView>,
+    /// Names whose queue lost a live ticket since the hub last caught up:
+    /// their waiters are told ([`EventKind::Turn`]) once it has, if the
+    /// name is still free (a grant's batch removes the head's ticket just
+    /// before it writes the lease: no turn then).
+    turns: HashSet<String>,
+}
+
+/// What the hub task runs with.
+pub(super) struct Task {
+    /// The bucket.
+    pub(super) store: Store,
+    /// Commands from [`Hub`](super::Hub) handles.
+    pub(super) commands: mpsc::UnboundedReceiver<Command>,
+    /// Ends the task.
+    pub(super) shutdown: CancellationToken,
+    /// Whether the hub can serve new watches (false while it resubscribes
+    /// after a failure; true while idle).
+    pub(super) healthy: watch::Sender<bool>,
+    /// Stop following the bucket after this long without subscribers and
+    /// pending snapshots (`None`: never).
+    pub(super) idle_after: Option<Duration>,
+}
+
+/// The hub task: applies bucket messages to the mirror and fans them out;
+/// follows the bucket again from the mirror's position when the consumer
+/// fails; when idle (see [`Hub::start`](super::Hub::start)) follows nothing and holds no
+/// mirror, and starts again, with a fresh initial load, on the next
+/// command.
+pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState) {
+    let Task {
+        store,
+        mut commands,
+        shutdown,
+        healthy,
+        idle_after,
+    } = task;
+    if follow.as_ref().is_some_and(|f| f.initially_pending == 0) {
+        state.mirror.live = true;
+    }
+    // Whether the hub should be following the bucket (false: idle).
+    let mut active = follow.is_some();
+    // Since when it has had nothing to serve.
+    let mut idle_since: Option<Instant> = None;
+    // Whether the hub is starting from idle (accepting snapshots that wait
+    // for its initial load) and has not failed since.
+    let mut waking = false;
+    let mut follow = follow;
+    let mut retry = Instant::now();
+    let mut backoff = RESUBSCRIBE_MIN;
+    let sweep_every = idle_after.map_or(SWEEP_EVERY, |d| {
+        (d / 2).clamp(Duration::from_millis(50), SWEEP_EVERY)
+    });
+    let mut sweep = tokio::time::interval(sweep_every);
+    loop {
+        // Snapshots are served early only from a live mirror.
+        let next_deadline = match state.mirror.live {
+            true => state.pending.iter().map(|p| p.deadline).min(),
+            false => None,
+        };
+        let following = follow.is_some();
+        let message = async {
+            match follow.as_mut() {
+                Some(f) => f.messages.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            command = commands.recv() => match command {
+                Some(command) => {
+                    if !active {
+                        // Wake: a fresh initial load, as at start.
+                        active = true;
+                        waking = true;
+                        state.reset();
+                        retry = Instant::now();
+                        backoff = RESUBSCRIBE_MIN;
+                        METRICS.watcher_following.inc();
+                        tracing::debug!("shared bucket watch starting: it has a subscriber");
+                    }
+                    idle_since = None;
+                    state.command(command, following || waking);
+                }
+                None => break,
+            },
+            message = message => match message {
+                Some(Ok((message, pending))) => state.apply_message(message, pending),
+                failed => {
+                    let why = match failed {
+                        Some(Err(err)) => err.message,
+                        _ => "the consumer ended".into(),
+                    };
+                    tracing::warn!(position = state.mirror.position, "shared bucket watch interrupted ({why}); following the bucket again from its last revision");
+                    follow = None;
+                    healthy.send_replace(false);
+                    retry = Instant::now();
+                    backoff = RESUBSCRIBE_MIN;
+                    if waking {
+                        waking = false;
+                        state.refuse_pending();
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(retry), if !following && active => {
+                // A mirror that has applied nothing starts with the last
+                // message of each name; one that has, from after its position.
+                let start = match state.mirror.position {
+                    0 => Start::Snapshot,
+                    position => Start::After(position),
+                };
+                match store.follow(">", start).await {
+                    Ok(resumed) => {
+                        if resumed.initially_pending == 0 && !state.mirror.live {
+                            state.mirror.live = true;
+                        }
+                        tracing::info!(position = state.mirror.position, "shared bucket watch following");
+                        follow = Some(resumed);
+                        healthy.send_replace(true);
+                        state.serve_pending(false);
+                    }
+                    Err(err) => {
+                        tracing::debug!(%err, ?backoff, "shared bucket watch not resumed yet");
+                        retry = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
+                        if waking {
+                            waking = false;
+                            state.refuse_pending();
+                        }
+                    }
+                }
+            }
+            _ = async { match next_deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                state.serve_pending(true);
+            }
+            _ = sweep.tick() => {
+                state.sweep();
+                let Some(after) = idle_after else { continue };
+                if !active || !state.subscribers.is_empty() || !state.pending.is_empty() {
+                    idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= after {
+                    // Nothing needs the bucket followed: stop, and drop the mirror.
+                    follow = None;
+                    active = false;
+                    waking = false;
+                    idle_since = None;
+                    state.reset();
+                    healthy.send_replace(true);
+                    METRICS.watcher_following.dec();
+                    tracing::debug!(?after, "shared bucket watch stopped: no subscriber");
+                }
+            }
+        }
+    }
+    let end = Error::new(
+        Reason::ShuttingDown,
+        "the server is shutting down; watch again on another replica",
+    );
+    for (_, subscriber) in state.subscribers.drain() {
+        subscriber.queue.end(end.clone());
+    }
+}
+
+impl HubState {
+    /// No subscribers yet; queues bounded by `budget`.
+    pub(super) fn new(budget: Arc<WatchBudget>) -> HubState {
+        HubState {
+            budget,
+            mirror: Mirror::default(),
+            subscribers: HashMap::new(),
+            by_name: HashMap::new(),
+            by_prefix: HashMap::new(),
+            next_id: 0,
+            pending: Vec::new(),
+            checkpoints: Checkpoints::default(),
+            ends: imbl::OrdMap::new(),
+            newest_ms: 0,
+            marker_ttl: Duration::ZERO,
+            view: Arc::default(),
+            turns: HashSet::new(),
+        }
+    }
+
+    /// Forgets everything learned from the bucket (the mirror, checkpoints,
+    /// ends), for a fresh initial load; subscribers stay.
+    fn reset(&mut self) {
+        self.mirror = Mirror::default();
+        self.checkpoints = Checkpoints::default();
+        self.ends = imbl::OrdMap::new();
+        self.newest_ms = 0;
+        self.view.clear();
+        self.turns.clear();
+    }
+
+    /// Refuses every pending snapshot, resume and follow: the hub could not
+    /// start following the bucket.
+    fn refuse_pending(&mut self) {
+        let refused = || {
+            Error::new(
+                Reason::NatsUnavailable,
+                "this replica could not follow its bucket; watch again shortly",
+            )
+        };
+        for p in std::mem::take(&mut self.pending) {
+            match p.waiter {
+                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused()))),
+                Waiter::Resume { reply, .. } => drop(reply.send(Err(refused()))),
+            }
+        }
+    }
+
+    /// Handles a command; `following` says whether the bucket is being
+    /// followed right now, or is about to be (snapshots are refused while
+    /// it is not).
+    fn command(&mut self, command: Command, following: bool) {
+        let (filter, kinds, position, waiter) = match command {
+            Command::Subscribe {
+                filter,
+                kinds,
+                snapshot: false,
+                reply,
+                ..
+            } if self.mirror.live || !following => {
+                let subscription = self.register(filter, kinds, false);
+                let _ = reply.send(Ok(subscription));
+                return;
+            }
+            Command::Subscribe {
+                filter,
+                kinds,
+                snapshot: false,
+                reply,
+                ..
+            } => (filter, kinds, 0, Waiter::Follow(reply)),
+            Command::Subscribe {
+                filter,
+                kinds,
+                position,
+                reply,
+                ..
+            } => (filter, kinds, position, Waiter::Snapshot(reply)),
+            Command::Resume {
+                filter,
+                kinds,
+                position,
+                waiter,
+            } => (filter, kinds, position, waiter),
+        };
+        if !following {
+            let refused = Error::new(
+                Reason::NatsUnavailable,
+                "this replica is reconnecting its bucket watch; watch again shortly",
+            );
+            match waiter {
+                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused))),
+                Waiter::Resume { reply, .. } => drop(reply.send(Err(refused))),
+            }
+            return;
+        }
+        self.pending.push(Pending {
+            position,
+            deadline: Instant::now() + SNAPSHOT_CATCH_UP,
+            filter,
+            kinds,
+            waiter,
+        });
+        self.serve_pending(false);
+    }
+
+    /// Serves the snapshots the mirror has caught up to (all due ones with
+    /// `force`): current holdings, then `SnapshotComplete`.
+    fn serve_pending(&mut self, force: bool) {
+        let now = Instant::now();
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| {
+                self.mirror.live
+                    && (self.mirror.position >= p.position || (force && p.deadline <= now))
+            });
+        self.pending = waiting;
+        for p in ready {
+            match p.waiter {
+                Waiter::Snapshot(reply) => {
+                    let subscription = self.register(p.filter, p.kinds, true);
+                    let _ = reply.send(Ok(subscription));
+                }
+                Waiter::Follow(reply) => {
+                    let subscription = self.register(p.filter, p.kinds, false);
+                    let _ = reply.send(Ok(subscription));
+                }
+                Waiter::Resume { reply, .. } if !self.mirror.live => {
+                    // Still loading: events before the load ends are not
+                    // produced, so a resume registered now could have a gap.
+                    let _ = reply.send(Err(Error::new(
+                        Reason::NatsUnavailable,
+                        "this replica is still loading the bucket; watch again shortly",
+                    )));
+                }
+                Waiter::Resume {
+                    from,
+                    cutoff_ms,
+                    reply,
+                } => {
+                    let subscription = self.register(p.filter, p.kinds, false);
+                    let _ = reply.send(Ok(Registered {
+                        subscription,
+                        at: self.mirror.position,
+                        since_ms: self.checkpoints.after(from),
+                        oldest: cutoff_ms.and_then(|c| self.checkpoints.oldest_after(c)),
+                        ends: self.ends.clone(),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Adds a subscriber to the indexes; with `snapshot`, its subscription
+    /// first reads the mirror as it is now.
+    fn register(&mut self, filter: Filter, kinds: Vec<EventKind>, snapshot: bool) -> Subscription {
+        let queue = Outbox::new(self.budget.clone());
+        let subscriber = Subscriber {
+            filter: filter.clone(),
+            kinds,
+            queue: queue.clone(),
+        };
+        let prelude = match snapshot {
+            true => Prelude::Snapshot(Snapshot {
+                names: self.mirror.names.clone(),
+                wanted: subscriber.wants(EventKind::Current),
+                filter,
+                after: None,
+                holders: false,
+            }),
+            false => Prelude::None,
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        match &subscriber.filter {
+            Filter::Name(n) => self.by_name.entry(n.clone()).or_default().push(id),
+            Filter::Subtree(p) => self.by_prefix.entry(p.clone()).or_default().push(id),
+        }
+        self.subscribers.insert(id, subscriber);
+        Subscription {
+            prelude,
+            queue,
+            // A snapshot is the mirror at its position; every live event
+            // queued from now on is later (a resume sets its own seam).
+            seam: self.mirror.position,
+        }
+    }
+
+    /// Applies one bucket message: to the queue view, then as a lease
+    /// message.
+    fn apply_message(&mut self, message: Message, pending: u64) {
+        if let Some(name) = self
+            .view
+            .apply(&message.name, message.revision, &message.op)
+        {
+            self.turns.insert(name);
+        }
+        self.apply(Entry::from(message), pending);
+    }
+
+    /// Applies one bucket message and delivers its event.
+    fn apply(&mut self, entry: Entry, pending: u64) {
+        if !crate::lease::keys::is_reserved(&entry.name) {
+            let released = matches!(entry.kind, Kind::Released(_));
+            self.view.apply_lease(&entry.name, entry.revision, released);
+        }
+        self.checkpoints.note(entry.revision, entry.time_ms);
+        self.newest_ms = self.newest_ms.max(entry.time_ms);
+        self.note_end(&entry);
+        let event = self.mirror.apply(entry);
+        if pending == 0 && !self.mirror.live {
+            self.mirror.live = true;
+            tracing::debug!(
+                names = self.mirror.names.len(),
+                "shared bucket watch caught up"
+            );
+        }
+        if self.mirror.live {
+            self.view.set_position(self.mirror.position);
+        }
+        if let Some(event) = event {
+            let event = Arc::new(event);
+            for id in self.interested(&event.name) {
+                self.deliver(id, &event);
+            }
+        }
+        if pending == 0 && !self.turns.is_empty() {
+            self.give_turns();
+        }
+        if !self.pending.is_empty() {
+            self.serve_pending(false);
+        }
+    }
+
+    /// Tells the waiters of each name whose queue lost a ticket, and that
+    /// is free now, that the next waiter may be the head.
+    fn give_turns(&mut self) {
+        for name in std::mem::take(&mut self.turns) {
+            if !self.mirror.live
+                || self.mirror.names.contains_key(&name)
+                || !self.view.has_waiters(&name)
+            {
+                continue;
+            }
+            let event = Arc::new(Event {
+                kind: EventKind::Turn,
+                name: name.clone(),
+                revision: self.mirror.position,
+                holder: String::new(),
+                token: 0,
+                holding: None,
+                time_ms: self.newest_ms,
+                slot: 0,
+            });
+            for id in self.by_name.get(&name).cloned().unwrap_or_default() {
+                self.deliver(id, &event);
+            }
+        }
+    }
+
+    /// Remembers how a holding ended at `entry` (before the mirror applies
+    /// it), so a replay can name the holder and token of an expiry marker
+    /// or purge, and knows a marker over a free name stands for nothing.
+    fn note_end(&mut self, entry: &Entry) {
+        if crate::lease::keys::is_reserved(&entry.name) {
+            return;
+        }
+        if !matches!(
+            entry.kind,
+            Kind::Released(_) | Kind::Expired | Kind::Revoked(_)
+        ) {
+            self.ends.remove(&entry.name);
+            return;
+        }
+        let before = self.mirror.names.get(&entry.name);
+        let ended = match before {
+            Some(h) => Some((h.record.holder.clone(), h.token)),
+            // Only a live mirror knows the name was free (the initial load
+            // sees one message per name, not what came before it).
+            None if self.mirror.live => None,
+            None => {
+                self.ends.remove(&entry.name);
+                return;
+            }
+        };
+        self.ends.insert(
+            entry.name.clone(),
+            End {
+                revision: entry.revision,
+                time_ms: entry.time_ms,
+                ended,
+            },
+        );
+    }
+
+    /// Delivers `event` to subscriber `id`, dropping it when its stream is
+    /// gone or it fell behind; when the replica's queues are full, the
+    /// watch holding the most is ended first.
+    fn deliver(&mut self, id: u64, event: &Arc<Event>) {
+        let Some(s) = self.subscribers.get(&id) else {
+            return;
+        };
+        if !s.wants(event.kind) {
+            return;
+        }
+        if s.abandoned() {
+            self.remove(id);
+            return;
+        }
+        let mut refused = s.queue.push(event.clone());
+        if refused == Err(Refused::ReplicaFull) {
+            self.end_largest();
+            refused = match self.subscribers.get(&id) {
+                Some(s) => s.queue.push(event.clone()),
+                None => Err(Refused::Ended),
+            };
+            if refused == Err(Refused::ReplicaFull) {
+                if let Some(s) = self.subscribers.get(&id) {
+                    s.queue.end(replica_full(&self.budget));
+                }
+                refused = Err(Refused::Lagged);
+            }
+        }
+        if refused.is_err() {
+            self.remove(id);
+        }
+    }
+
+    /// Ends the watch with the most bytes queued: the replica's bound is
+    /// reached, and it is the furthest behind.
+    fn end_largest(&mut self) {
+        let largest = self
+            .subscribers
+            .iter()
+            .map(|(id, s)| (s.queue.bytes(), *id))
+            .max();
+        if let Some((bytes, id)) = largest.filter(|(bytes, _)| *bytes > 0) {
+            if let Some(s) = self.subscribers.get(&id) {
+                tracing::info!(
+                    bytes,
+                    "ending the watch furthest behind: this replica's watch buffers are full"
+                );
+                s.queue.end(replica_full(&self.budget));
+            }
+            self.remove(id);
+        }
+    }
+
+    /// Ids of subscribers following `name`.
+    fn interested(&self, name: &str) -> Vec<u64> {
+        let mut ids = self.by_name.get(name).cloned().unwrap_or_default();
+        ids.extend(self.by_prefix.get("").into_iter().flatten());
+        for (i, b) in name.bytes().enumerate() {
+            if b == b'.' {
+                ids.extend(self.by_prefix.get(&name[..i]).into_iter().flatten());
+            }
+        }
+        ids
+    }
+
+    /// Drops a subscriber.
+    fn remove(&mut self, id: u64) {
+        if let Some(s) = self.subscribers.remove(&id) {
+            let index = match &s.filter {
+                Filter::Name(n) => self.by_name.get_mut(n).map(|v| (v, n.clone(), true)),
+                Filter::Subtree(p) => self.by_prefix.get_mut(p).map(|v| (v, p.clone(), false)),
+            };
+            if let Some((ids, key, by_name)) = index {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    if by_name {
+                        self.by_name.remove(&key);
+                    } else {
+                        self.by_prefix.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops subscribers whose clients have gone away; samples the bytes
+    /// the watch buffers hold.
+    fn sweep(&mut self) {
+        // Older than this, a marker has left the bucket: resumes from
+        // before it are refused, so neither checkpoint nor end is needed.
+        let keep = self.marker_ttl + resume::CLOCK_MARGIN * 2;
+        self.checkpoints.prune(keep);
+        let cutoff = self.newest_ms.saturating_sub(keep.as_millis() as u64);
+        let stale: Vec<String> = self
+            .ends
+            .iter()
+            .filter(|(_, end)| end.time_ms <= cutoff)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            self.ends.remove(&name);
+        }
+        METRICS
+            .watch_buffer_bytes
+            .set(i64::try_from(self.budget.queued()).unwrap_or(i64::MAX));
+        let gone: Vec<u64> = self
+            .subscribers
+            .iter()
+            .filter(|(_, s)| s.abandoned())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
+    }
+}
+
+/// WATCH_LAGGED for a watch ended because the replica's buffers are full.
+fn replica_full(budget: &WatchBudget) -> Error {
+    Error::new(
+        Reason::WatchLagged,
+        format!(
+            "this replica's watch buffers are full ({} bytes) and this watch was furthest behind; \
+             read faster or narrow the watch, then watch again",
+            budget.total_bytes
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::record::fixtures::{entry, held as rec};
+    use crate::lease::WATCH_BUFFER_EVENTS;
+
+    fn state(per_watch_bytes: usize, total_bytes: usize) -> HubState {
+        let mut state = HubState::new(Arc::new(WatchBudget::new(
+            WATCH_BUFFER_EVENTS,
+            per_watch_bytes,
+            total_bytes,
+        )));
+        state.mirror.live = true;
+        state
+    }
+
+    /// A subscriber that stops reading is ended with WATCH_LAGGED once its
+    /// buffer is full, its buffer is freed at once (the error comes before
+    /// any queued event), and others keep receiving.
+    #[tokio::test]
+    async fn slow_subscriber_is_ended_and_freed_at_once() {
+        let mut state = state(usize::MAX, usize::MAX);
+        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
+        let mut fast = state.register(Filter::parse("a"), Vec::new(), false);
+        for i in 0..(WATCH_BUFFER_EVENTS as u64 + 10) {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            // The fast one keeps up.
+            assert_eq!(fast.next().await.unwrap().revision, i + 1);
+        }
+        assert_eq!(state.budget.queued(), 0, "nothing held for the slow one");
+        let err = slow.next().await.unwrap_err();
+        assert_eq!(err.reason, Reason::WatchLagged);
+        assert_eq!(
+            state.subscribers.len(),
+            1,
+            "the slow subscriber was dropped"
+        );
+    }
+
+    /// A watch is bounded in bytes too, not only in events.
+    #[tokio::test]
+    async fn a_watch_is_bounded_in_bytes() {
+        let mut state = state(4096, usize::MAX);
+        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
+        for i in 0..100 {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+        }
+        assert_eq!(slow.next().await.unwrap_err().reason, Reason::WatchLagged);
+        assert!(state.subscribers.is_empty());
+    }
+
+    /// When the replica's buffers are full, the watch furthest behind is
+    /// ended and the others keep receiving.
+    #[tokio::test]
+    async fn a_full_replica_ends_the_watch_furthest_behind() {
+        let one = {
+            let mut m = Mirror {
+                live: true,
+                ..Mirror::default()
+            };
+            m.apply(entry("a", 1, rec("h", 0))).unwrap().weight()
+        };
+        let mut state = state(usize::MAX, one * 6);
+        let mut behind = state.register(Filter::parse(">"), Vec::new(), false);
+        let mut reader = state.register(Filter::parse(">"), Vec::new(), false);
+        for i in 0..20 {
+            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            assert_eq!(reader.next().await.unwrap().revision, i + 1);
+        }
+        assert_eq!(behind.next().await.unwrap_err().reason, Reason::WatchLagged);
+        assert!(state.budget.queued() <= one * 6);
+    }
+
+    /// A snapshot is read lazily from the mirror as it was: later changes
+    /// do not show in it, and it comes in name order, filtered.
+    #[tokio::test]
+    async fn snapshots_are_read_lazily_from_the_mirror_as_it_was() {
+        let mut state = state(usize::MAX, usize::MAX);
+        for (i, name) in ["jobs.b", "jobs.a", "other.x", "jobs"].iter().enumerate() {
+            state.apply(entry(name, i as u64 + 1, rec("h", 0)), 0);
+        }
+        let mut sub = state.register(Filter::parse("jobs.>"), Vec::new(), true);
+        state.apply(entry("jobs.c", 9, rec("h", 0)), 0);
+        let mut names = Vec::new();
+        loop {
+            let e = sub.next().await.unwrap();
+            if e.kind == EventKind::SnapshotComplete {
+                break;
+            }
+            names.push(e.name.clone());
+        }
+        assert_eq!(names, ["jobs.a", "jobs.b"]);
+        let live = sub.next().await.unwrap();
+        assert_eq!(
+            (live.kind, live.name.as_str()),
+            (EventKind::Acquired, "jobs.c")
+        );
+    }
+}

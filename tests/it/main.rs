@@ -1,0 +1,55 @@
+//! The integration tests: one test binary, one module per area (the layout
+//! cargo and jj use), so the server and its dependencies are linked once.
+//! Every test starts its own nats-server (and, where it needs one, its own
+//! `tenure serve` process) on free loopback ports, so modules run in
+//! parallel; tests that need a process-global resource (a tracing
+//! subscriber, the metrics registry) drive `tenure serve` as a subprocess.
+//!
+//! `scripts/test.sh --fast` runs the modules listed in `FAST` there; the
+//! full run (`scripts/test.sh`, CI) runs all of them.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod acquire;
+mod admin;
+mod check_config;
+mod cli;
+mod cli_top;
+mod contract;
+mod deadline;
+mod docs;
+mod election;
+mod expiry;
+mod expiry_bounds;
+mod fencing;
+mod fifo;
+mod fuzz;
+mod groups;
+mod hostile_connections;
+mod hostile_load;
+mod hostile_requests;
+mod keepalive;
+mod layers;
+mod limits;
+mod lock_delay;
+mod logs;
+mod metrics;
+mod nats_auth;
+mod no_atomic;
+mod ownership;
+mod partition;
+mod restart;
+mod security;
+mod semaphore;
+mod shards;
+mod shards_cluster;
+mod startup;
+mod traces;
+mod validation;
+mod walkthrough;
+mod watch;
+mod watch_heals;
+mod watch_memory;
+mod watch_resume;
+mod watcher_idle;

@@ -1,0 +1,127 @@
+//! The shared bucket watcher runs only while something needs it: a replica
+//! serving only Acquire/Renew/Release keeps no consumer on the bucket (it
+//! does not receive or decode its writes); the first watch starts it and
+//! still sees every write made before it began; it stops again once idle,
+//! and a waiting Acquire starts it too.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::common::*;
+use tenure::proto::{AcquireRequest, EventType, ListLeasesRequest};
+
+/// The bucket stream's consumer count.
+async fn consumers(t: &Tenure) -> usize {
+    let js = t.nats.jetstream().await;
+    let mut stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.consumer_count
+}
+
+/// Waits until the bucket has `n` consumers.
+async fn until_consumers(t: &Tenure, n: usize) {
+    within(&format!("{n} consumer(s) on the bucket"), async {
+        while consumers(t).await != n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// The names and tokens a snapshot of ">" shows.
+async fn snapshot(
+    c: &mut Client,
+) -> (
+    BTreeMap<String, u64>,
+    tonic::Streaming<tenure::proto::WatchLeaseResponse>,
+) {
+    let mut w = watch(c, ">").await;
+    let mut seen = BTreeMap::new();
+    loop {
+        let e = next_event(&mut w).await;
+        if e.r#type == EventType::SnapshotComplete as i32 {
+            return (seen, w);
+        }
+        seen.insert(e.name, e.fencing_token);
+    }
+}
+
+/// The names and tokens ListLeases shows (read from the stream leader).
+async fn listed(c: &mut Client) -> BTreeMap<String, u64> {
+    let page = c
+        .list_leases(ListLeasesRequest {
+            prefix: String::new(),
+            page_size: 1000,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    page.leases
+        .into_iter()
+        .map(|l| (l.name, l.fencing_token))
+        .collect()
+}
+
+/// A gRPC client of the first replica.
+type Client = tenure::proto::lease_service_client::LeaseServiceClient<tonic::transport::Channel>;
+
+#[tokio::test]
+async fn the_watcher_follows_the_bucket_only_while_needed() {
+    let t = Tenure::start_with(|c| c.watcher_idle_timeout = Duration::from_millis(200)).await;
+    let mut c = t.client().await;
+    let mut keys = BTreeMap::new();
+    for i in 0..50 {
+        let (l, k) = acquire(&mut c, acquire_req(&format!("idle.n{i:02}"), "h", 60)).await;
+        keys.insert(l.name.clone(), (l.revision, k));
+    }
+    assert_eq!(consumers(&t).await, 0, "no watcher while nobody watches");
+
+    // The first watch starts it and sees every write before it began.
+    let (seen, w) = snapshot(&mut c).await;
+    assert_eq!(consumers(&t).await, 1);
+    assert_eq!(seen, listed(&mut c).await);
+    assert_eq!(seen.len(), 50);
+    drop(w);
+    until_consumers(&t, 0).await;
+
+    // Changes while idle: a fresh start sees the bucket as it is now.
+    for i in 0..10 {
+        let name = format!("idle.n{i:02}");
+        let (revision, key) = &keys[&name];
+        c.release(release_req(&name, *revision, key.clone()))
+            .await
+            .unwrap();
+    }
+    acquire(&mut c, acquire_req("idle.late", "h", 60)).await;
+    assert_eq!(consumers(&t).await, 0);
+    let (seen, w) = snapshot(&mut c).await;
+    assert_eq!(seen, listed(&mut c).await);
+    assert_eq!(seen.len(), 41);
+    drop(w);
+    until_consumers(&t, 0).await;
+
+    // A waiting Acquire starts it and is woken by the release.
+    let (held, key) = acquire(&mut c, acquire_req("idle.lock", "first", 60)).await;
+    let mut other = t.client().await;
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire(AcquireRequest {
+                wait: Some(secs(30)),
+                ..acquire_req("idle.lock", "second", 60)
+            })
+            .await
+    });
+    until_consumers(&t, 1).await;
+    c.release(release_req("idle.lock", held.revision, key))
+        .await
+        .unwrap();
+    let granted = within("the waiter", waiter)
+        .await
+        .unwrap()
+        .expect("granted");
+    assert_eq!(granted.into_inner().lease.unwrap().holder, "second");
+    until_consumers(&t, 0).await;
+}
