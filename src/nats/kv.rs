@@ -24,21 +24,12 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::Instrument;
 
+use super::message::{
+    classify, unix_ms, Message, KV_OPERATION, KV_OPERATION_DELETE, KV_OPERATION_PURGE,
+};
 use crate::config::BucketConfig;
 use crate::error::{Error, Reason, Result};
 use crate::observe::METRICS;
-
-/// The KV header that marks a delete or purge message.
-pub const KV_OPERATION: &str = "KV-Operation";
-/// [`KV_OPERATION`] of a delete tombstone (`nats kv del`).
-pub const KV_OPERATION_DELETE: &str = "DEL";
-/// [`KV_OPERATION`] of a purge (`nats kv purge`).
-pub const KV_OPERATION_PURGE: &str = "PURGE";
-/// The header NATS puts on the markers it writes itself.
-pub const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
-/// [`NATS_MARKER_REASON`] of a marker written when a TTL or MaxAge removed
-/// the subject's last message.
-pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
 /// The conditional-write header: the subject's last sequence must be this.
 pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
@@ -104,34 +95,6 @@ fn parse_shard_description(description: &Option<String>) -> u32 {
         .and_then(|(_, count)| count.parse().ok())
         .filter(|count| *count >= 1)
         .unwrap_or(1)
-}
-
-/// What a message of the bucket is, by its headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// A value (a plain publish), with its payload.
-    Put(Bytes),
-    /// A delete tombstone (`KV-Operation: DEL`), with its payload.
-    Delete(Bytes),
-    /// A purge (`KV-Operation: PURGE`, or a purge/remove marker), with its
-    /// payload (empty for a marker).
-    Purge(Bytes),
-    /// A marker NATS wrote when a TTL removed the last message
-    /// (`Nats-Marker-Reason: MaxAge`).
-    Expired,
-}
-
-/// One message of the bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// The KV key (the lease name).
-    pub name: String,
-    /// The stream sequence of the message: the KV revision.
-    pub revision: u64,
-    /// When the message was stored, Unix milliseconds (server clock).
-    pub time_ms: u64,
-    /// What it is.
-    pub op: Op,
 }
 
 /// Why a compare-and-set write did not happen.
@@ -930,25 +893,6 @@ pub struct Follow {
     pub messages: futures::stream::BoxStream<'static, Result<(Message, u64)>>,
 }
 
-/// Decides what a bucket message is from its headers.
-fn classify(headers: Option<&HeaderMap>, payload: Bytes) -> Op {
-    if let Some(headers) = headers {
-        if let Some(op) = headers.get(KV_OPERATION) {
-            return match op.as_str() {
-                KV_OPERATION_DELETE => Op::Delete(payload),
-                _ => Op::Purge(payload),
-            };
-        }
-        if let Some(reason) = headers.get(NATS_MARKER_REASON) {
-            return match reason.as_str() {
-                MARKER_REASON_MAX_AGE => Op::Expired,
-                _ => Op::Purge(Bytes::new()),
-            };
-        }
-    }
-    Op::Put(payload)
-}
-
 /// Turns on atomic batch publish on the bucket's stream if it is off;
 /// returns whether the stream has it. A server older than 2.12 does not
 /// know the setting (it is dropped or refused): the bucket still serves
@@ -1231,11 +1175,6 @@ fn is_stream_not_found(err: &jetstream::context::GetStreamError) -> bool {
     )
 }
 
-/// Unix milliseconds of a NATS timestamp (0 before the epoch).
-fn unix_ms(t: async_nats::datetime::DateTime) -> u64 {
-    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1268,30 +1207,6 @@ mod tests {
         );
         let single = (Some("n1".to_string()), vec!["n1".to_string()]);
         assert!(leader_moves(&[single.clone(), single]).is_empty());
-    }
-
-    /// Headers decide what a message is; without them it is a value.
-    #[test]
-    fn classifies_headers() {
-        let mut h = HeaderMap::new();
-        h.insert(NATS_MARKER_REASON, MARKER_REASON_MAX_AGE);
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Expired);
-        let mut h = HeaderMap::new();
-        h.insert(NATS_MARKER_REASON, "Purge");
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
-        let mut h = HeaderMap::new();
-        h.insert(KV_OPERATION, KV_OPERATION_PURGE);
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
-        let mut h = HeaderMap::new();
-        h.insert(KV_OPERATION, KV_OPERATION_DELETE);
-        assert_eq!(
-            classify(Some(&h), Bytes::from_static(b"p")),
-            Op::Delete(Bytes::from_static(b"p"))
-        );
-        assert_eq!(
-            classify(None, Bytes::from_static(b"x")),
-            Op::Put(Bytes::from_static(b"x"))
-        );
     }
 
     /// A stream that refuses a batch (JetStream error 10174, what a stream

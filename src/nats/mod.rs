@@ -7,6 +7,8 @@
 mod connection;
 pub mod embedded;
 mod kv;
+mod message;
 
 pub use connection::connect;
-pub use kv::{balance_leaders, CasError, Follow, Message, Op, Start, Store, Write, WriteOp};
+pub use kv::{balance_leaders, CasError, Follow, Start, Store, Write, WriteOp};
+pub use message::{Message, Op};
