@@ -18,10 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
-use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
+use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream};
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use futures::StreamExt;
 use tracing::Instrument;
 
 use super::message::{
@@ -142,15 +141,15 @@ pub struct Write {
 #[derive(Clone)]
 pub struct Store {
     /// The NATS connection, for its connection state.
-    client: async_nats::Client,
+    pub(super) client: async_nats::Client,
     /// The JetStream context that publishes.
     js: jetstream::Context,
     /// The bucket's stream, for leader reads and consumers.
-    stream: stream::Stream,
+    pub(super) stream: stream::Stream,
     /// The bucket name.
     bucket: String,
     /// `$KV.<bucket>.`: the subject prefix of every key.
-    prefix: String,
+    pub(super) prefix: String,
     /// The TTL given to release tombstones.
     marker_ttl: Duration,
     /// Whether the stream has atomic batch publish (`allow_atomic`).
@@ -408,7 +407,7 @@ impl Store {
 
     /// Fails fast with `NATS_UNAVAILABLE` while the connection is down, rather
     /// than letting a call wait for a reply timeout.
-    fn ensure_connected(&self) -> Result<()> {
+    pub(super) fn ensure_connected(&self) -> Result<()> {
         if self.is_connected() {
             Ok(())
         } else {
@@ -692,144 +691,6 @@ impl Store {
         .instrument(span)
         .await
     }
-
-    /// Follows the bucket with an ordered consumer. `filter` is a key or a
-    /// KV wildcard (`jobs.>`, `>`); `from` says where to begin. The consumer
-    /// is recreated by async-nats after reconnects, resuming where it was;
-    /// when it fails for good, the caller follows again [`Start::After`] the
-    /// last revision it saw.
-    pub async fn follow(&self, filter: &str, from: Start) -> Result<Follow> {
-        self.ensure_connected()?;
-        let deliver_policy = match from {
-            Start::Snapshot => consumer::DeliverPolicy::LastPerSubject,
-            Start::After(revision) => consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: revision + 1,
-            },
-        };
-        let consumer = self
-            .stream
-            .create_consumer(consumer::push::OrderedConfig {
-                deliver_subject: self.client.new_inbox(),
-                description: Some("tenure watch".into()),
-                filter_subject: format!("{}{}", self.prefix, filter),
-                replay_policy: consumer::ReplayPolicy::Instant,
-                deliver_policy,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::nats("starting a watch", e))?;
-        let initially_pending = consumer.cached_info().num_pending;
-        // Deleted when the follower drops it, not 30 s later (the ordered
-        // consumer's inactivity threshold): an idling watcher leaves
-        // nothing on the stream. (One async-nats recreated after a failure
-        // has another name and still ages out by that threshold.)
-        let delete = DeleteOnDrop {
-            stream: self.stream.clone(),
-            consumer: consumer.cached_info().name.clone(),
-        };
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Error::nats("starting a watch", e))?;
-        let prefix = self.prefix.clone();
-        let stream = messages.map(move |msg| {
-            let _owned = &delete;
-            let msg = msg.map_err(|e| Error::nats("following the bucket", e))?;
-            read_message(&prefix, &msg)
-        });
-        Ok(Follow {
-            initially_pending,
-            messages: stream.boxed(),
-        })
-    }
-
-    /// Reads the bucket's messages after revision `after` matching `filter`
-    /// (a key or KV wildcard) with an ordered *pull* consumer that fetches
-    /// at most [`REPLAY_BATCH`] messages at a time, so a reader that stops
-    /// reading holds no more than one batch. It stays open for new
-    /// messages; drop it when done (NATS removes the consumer).
-    pub async fn replay(&self, filter: &str, after: u64) -> Result<Follow> {
-        self.ensure_connected()?;
-        let consumer = self
-            .stream
-            .create_consumer(consumer::pull::OrderedConfig {
-                description: Some("tenure watch resume".into()),
-                filter_subject: format!("{}{}", self.prefix, filter),
-                replay_policy: consumer::ReplayPolicy::Instant,
-                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: after + 1,
-                },
-                max_batch: REPLAY_BATCH,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::nats("starting a watch replay", e))?;
-        let initially_pending = consumer.cached_info().num_pending;
-        let delete = DeleteOnDrop {
-            stream: self.stream.clone(),
-            consumer: consumer.cached_info().name.clone(),
-        };
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Error::nats("starting a watch replay", e))?;
-        let prefix = self.prefix.clone();
-        let stream = messages.map(move |msg| {
-            let _owned = &delete;
-            let msg = msg.map_err(|e| Error::nats("replaying the bucket", e))?;
-            read_message(&prefix, &msg)
-        });
-        Ok(Follow {
-            initially_pending,
-            messages: stream.boxed(),
-        })
-    }
-}
-
-/// Deletes a consumer when dropped, rather than leaving it to the server's
-/// inactivity timeout (30 s): a burst of resumed watches after a restart
-/// should not leave as many idle consumers behind.
-struct DeleteOnDrop {
-    /// The stream the consumer reads.
-    stream: stream::Stream,
-    /// The consumer's name.
-    consumer: String,
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (stream, consumer) = (self.stream.clone(), std::mem::take(&mut self.consumer));
-            runtime.spawn(async move {
-                if let Err(err) = stream.delete_consumer(&consumer).await {
-                    tracing::debug!(%err, consumer, "consumer not deleted; NATS removes it when idle");
-                }
-            });
-        }
-    }
-}
-
-/// Messages a replay fetches per pull: what one resumed watch can hold
-/// while its client does not read (records are at most a few KiB).
-pub const REPLAY_BATCH: i64 = 64;
-
-/// A consumer's message as a [`Message`] with the count still pending.
-fn read_message(prefix: &str, msg: &jetstream::Message) -> Result<(Message, u64)> {
-    let info = msg
-        .info()
-        .map_err(|e| Error::new(Reason::Internal, format!("bad JetStream reply: {e}")))?;
-    let name = msg
-        .subject
-        .strip_prefix(prefix)
-        .unwrap_or(msg.subject.as_str())
-        .to_string();
-    let message = Message {
-        name,
-        revision: info.stream_sequence,
-        time_ms: unix_ms(info.published),
-        op: classify(msg.headers.as_ref(), msg.payload.clone()),
-    };
-    Ok((message, info.pending))
 }
 
 /// The bucket's position and clock (see [`Store::position`]).
@@ -872,25 +733,6 @@ struct RawStreamConfig {
 struct RawStreamState {
     /// The last stream sequence.
     last_seq: u64,
-}
-
-/// Where a [`Store::follow`] begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// With the last message of every matching key, then new ones.
-    Snapshot,
-    /// With the first message after this revision still in the stream
-    /// (with history 1, the last message of each key changed since).
-    After(u64),
-}
-
-/// The messages of an ordered consumer, each with the number of messages
-/// still pending after it (0 marks the end of a snapshot).
-pub struct Follow {
-    /// Messages pending when the consumer was created (0: empty snapshot).
-    pub initially_pending: u64,
-    /// The messages with their pending counts.
-    pub messages: futures::stream::BoxStream<'static, Result<(Message, u64)>>,
 }
 
 /// Turns on atomic batch publish on the bucket's stream if it is off;

@@ -5,10 +5,12 @@
 //! [`embedded`] starts and supervises a local nats-server.
 
 mod connection;
+mod consumer;
 pub mod embedded;
 mod kv;
 mod message;
 
 pub use connection::connect;
-pub use kv::{balance_leaders, CasError, Follow, Start, Store, Write, WriteOp};
+pub use consumer::{Follow, Start};
+pub use kv::{balance_leaders, CasError, Store, Write, WriteOp};
 pub use message::{Message, Op};
