@@ -13,7 +13,7 @@
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
 
-use super::kv::Store;
+use super::bucket::Store;
 use super::message::{classify, unix_ms, Message};
 use crate::error::{Error, Reason, Result};
 

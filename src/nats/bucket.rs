@@ -1,18 +1,25 @@
-//! The KV adapter: everything Tenure asks of NATS JetStream.
+//! The bucket: opening it and writing to it, and reading it from the
+//! stream leader.
 //!
-//! Tenure uses a KV bucket (`KV_<bucket>` stream, subjects `$KV.<bucket>.>`)
-//! but does not go through the async-nats KV API for writes: `kv.create`
-//! falls back to an update *without* the TTL when the key's last message is
-//! a tombstone or marker, and `kv.update` drops the TTL, so a lease written
-//! that way would never expire. Every write here is a raw JetStream publish
-//! with `Nats-Expected-Last-Subject-Sequence` and `Nats-TTL`.
+//! [`Store`] is a handle on one shard's KV bucket (`KV_<bucket>` stream,
+//! subjects `$KV.<bucket>.>`). It creates or opens the stream (every shard
+//! of it, [`Store::open_shards`]), checks that it can expire leases and
+//! turns on atomic batches; it makes conditional publishes, one at a time
+//! or as an atomic batch; it reads from the stream leader; and
+//! [`balance_leaders`] spreads the shards' stream leaders over a cluster.
+//! Following the bucket is in [`super::consumer`], telling its messages
+//! apart in [`super::message`].
+//!
+//! Tenure does not go through the async-nats KV API for writes:
+//! `kv.create` falls back to an update *without* the TTL when the key's
+//! last message is a tombstone or marker, and `kv.update` drops the TTL,
+//! so a lease written that way would never expire. Every write here is a
+//! raw JetStream publish with `Nats-Expected-Last-Subject-Sequence` and
+//! `Nats-TTL`.
 //!
 //! Reads that decide a reply use the non-direct message-get API, which the
 //! stream leader answers, so a lagging follower can never make a live
 //! holding look stale.
-//!
-//! The adapter knows NATS's headers and markers, not Tenure's records: it
-//! hands the lease layer each message as an [`Op`] with its raw payload.
 
 use std::sync::Arc;
 use std::time::Duration;
