@@ -40,13 +40,13 @@ pub enum Class {
 /// once the request has been read.
 pub struct CallLimits {
     /// Short calls.
-    short: Arc<Budget>,
+    short: Arc<PermitBudget>,
     /// Renew and Release beyond the short budget.
-    reserve: Arc<Budget>,
+    reserve: Arc<PermitBudget>,
     /// Waiting Acquires.
-    waiting: Arc<Budget>,
+    waiting: Arc<PermitBudget>,
     /// Open KeepAlive streams.
-    keepalive_streams: Arc<Budget>,
+    keepalive_streams: Arc<PermitBudget>,
 }
 
 impl CallLimits {
@@ -56,28 +56,28 @@ impl CallLimits {
     pub fn new(config: &Config, per_identity: bool) -> Arc<CallLimits> {
         let share = |n: usize| per_identity.then_some(n);
         Arc::new(CallLimits {
-            short: Budget::new(
+            short: PermitBudget::new(
                 "concurrent_requests",
                 "--max-concurrent-requests",
                 config.max_concurrent_requests,
                 share(config.max_concurrent_requests_per_identity),
                 "--max-concurrent-requests-per-identity",
             ),
-            reserve: Budget::new(
+            reserve: PermitBudget::new(
                 "reserved_renewals",
                 "--reserved-renewals",
                 config.reserved_renewals,
                 None,
                 "",
             ),
-            waiting: Budget::new(
+            waiting: PermitBudget::new(
                 "waiting_acquires",
                 "--max-waiting-acquires",
                 config.max_waiting_acquires,
                 share(config.max_waiting_acquires_per_identity),
                 "--max-waiting-acquires-per-identity",
             ),
-            keepalive_streams: Budget::new(
+            keepalive_streams: PermitBudget::new(
                 "keepalive_streams",
                 "--max-keepalive-streams",
                 config.max_keepalive_streams,
@@ -113,8 +113,9 @@ impl CallLimits {
     }
 }
 
-/// One budget: a total, and optionally a share per identity.
-struct Budget {
+/// One budget of call permits: a total, and optionally a share per
+/// identity.
+struct PermitBudget {
     /// Metric label of a refusal for the total.
     metric: &'static str,
     /// The flag setting the total.
@@ -132,15 +133,15 @@ struct Budget {
 /// What a refusal reports: metric label, flag, limit.
 type Refusal = (&'static str, &'static str, usize);
 
-impl Budget {
+impl PermitBudget {
     fn new(
         metric: &'static str,
         flag: &'static str,
         total: usize,
         per_identity: Option<usize>,
         per_identity_flag: &'static str,
-    ) -> Arc<Budget> {
-        Arc::new(Budget {
+    ) -> Arc<PermitBudget> {
+        Arc::new(PermitBudget {
             metric,
             flag,
             total,
@@ -178,7 +179,7 @@ impl Budget {
 /// One running call's place in a budget; dropping it frees the place.
 pub struct CallPermit {
     /// The budget.
-    budget: Arc<Budget>,
+    budget: Arc<PermitBudget>,
     /// The identity counted, when the budget has shares.
     identity: Option<String>,
 }
