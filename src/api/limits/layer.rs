@@ -72,10 +72,10 @@ impl LimitLayer {
 }
 
 impl<S> tower::Layer<S> for LimitLayer {
-    type Service = Limit<S>;
+    type Service = LimitService<S>;
 
-    fn layer(&self, inner: S) -> Limit<S> {
-        Limit {
+    fn layer(&self, inner: S) -> LimitService<S> {
+        LimitService {
             inner,
             limits: self.clone(),
         }
@@ -84,14 +84,14 @@ impl<S> tower::Layer<S> for LimitLayer {
 
 /// The service [`LimitLayer`] wraps around the gRPC server.
 #[derive(Clone)]
-pub struct Limit<S> {
+pub struct LimitService<S> {
     /// The gRPC server.
     inner: S,
     /// The limits.
     limits: LimitLayer,
 }
 
-impl<S> tower::Service<http::Request<Body>> for Limit<S>
+impl<S> tower::Service<http::Request<Body>> for LimitService<S>
 where
     S: tower::Service<http::Request<Body>, Response = http::Response<Body>>
         + Clone
