@@ -1,44 +1,41 @@
-//! The KV adapter: everything Tenure asks of NATS JetStream.
+//! The bucket: opening it and writing to it, and reading it from the
+//! stream leader.
 //!
-//! Tenure uses a KV bucket (`KV_<bucket>` stream, subjects `$KV.<bucket>.>`)
-//! but does not go through the async-nats KV API for writes: `kv.create`
-//! falls back to an update *without* the TTL when the key's last message is
-//! a tombstone or marker, and `kv.update` drops the TTL, so a lease written
-//! that way would never expire. Every write here is a raw JetStream publish
-//! with `Nats-Expected-Last-Subject-Sequence` and `Nats-TTL`.
+//! [`Store`] is a handle on one shard's KV bucket (`KV_<bucket>` stream,
+//! subjects `$KV.<bucket>.>`). It creates or opens the stream (every shard
+//! of it, [`Store::open_shards`]), checks that it can expire leases and
+//! turns on atomic batches; it makes conditional publishes, one at a time
+//! or as an atomic batch; it reads from the stream leader; and
+//! [`balance_leaders`] spreads the shards' stream leaders over a cluster.
+//! Following the bucket is in [`super::consumer`], telling its messages
+//! apart in [`super::message`].
+//!
+//! Tenure does not go through the async-nats KV API for writes:
+//! `kv.create` falls back to an update *without* the TTL when the key's
+//! last message is a tombstone or marker, and `kv.update` drops the TTL,
+//! so a lease written that way would never expire. Every write here is a
+//! raw JetStream publish with `Nats-Expected-Last-Subject-Sequence` and
+//! `Nats-TTL`.
 //!
 //! Reads that decide a reply use the non-direct message-get API, which the
 //! stream leader answers, so a lagging follower can never make a live
 //! holding look stale.
-//!
-//! The adapter knows NATS's headers and markers, not Tenure's records: it
-//! hands the lease layer each message as an [`Op`] with its raw payload.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
-use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
+use async_nats::jetstream::{self, context::PublishErrorKind, kv, stream};
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use futures::StreamExt;
 use tracing::Instrument;
 
+use super::message::{
+    classify, unix_ms, Message, KV_OPERATION, KV_OPERATION_DELETE, KV_OPERATION_PURGE,
+};
 use crate::config::BucketConfig;
 use crate::error::{Error, Reason, Result};
 use crate::observe::METRICS;
-
-/// The KV header that marks a delete or purge message.
-pub const KV_OPERATION: &str = "KV-Operation";
-/// [`KV_OPERATION`] of a delete tombstone (`nats kv del`).
-pub const KV_OPERATION_DELETE: &str = "DEL";
-/// [`KV_OPERATION`] of a purge (`nats kv purge`).
-pub const KV_OPERATION_PURGE: &str = "PURGE";
-/// The header NATS puts on the markers it writes itself.
-pub const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
-/// [`NATS_MARKER_REASON`] of a marker written when a TTL or MaxAge removed
-/// the subject's last message.
-pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
 /// The conditional-write header: the subject's last sequence must be this.
 pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
@@ -106,34 +103,6 @@ fn parse_shard_description(description: &Option<String>) -> u32 {
         .unwrap_or(1)
 }
 
-/// What a message of the bucket is, by its headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// A value (a plain publish), with its payload.
-    Put(Bytes),
-    /// A delete tombstone (`KV-Operation: DEL`), with its payload.
-    Delete(Bytes),
-    /// A purge (`KV-Operation: PURGE`, or a purge/remove marker), with its
-    /// payload (empty for a marker).
-    Purge(Bytes),
-    /// A marker NATS wrote when a TTL removed the last message
-    /// (`Nats-Marker-Reason: MaxAge`).
-    Expired,
-}
-
-/// One message of the bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// The KV key (the lease name).
-    pub name: String,
-    /// The stream sequence of the message: the KV revision.
-    pub revision: u64,
-    /// When the message was stored, Unix milliseconds (server clock).
-    pub time_ms: u64,
-    /// What it is.
-    pub op: Op,
-}
-
 /// Why a compare-and-set write did not happen.
 #[derive(Debug)]
 pub enum CasError {
@@ -179,15 +148,15 @@ pub struct Write {
 #[derive(Clone)]
 pub struct Store {
     /// The NATS connection, for its connection state.
-    client: async_nats::Client,
+    pub(super) client: async_nats::Client,
     /// The JetStream context that publishes.
     js: jetstream::Context,
     /// The bucket's stream, for leader reads and consumers.
-    stream: stream::Stream,
+    pub(super) stream: stream::Stream,
     /// The bucket name.
     bucket: String,
     /// `$KV.<bucket>.`: the subject prefix of every key.
-    prefix: String,
+    pub(super) prefix: String,
     /// The TTL given to release tombstones.
     marker_ttl: Duration,
     /// Whether the stream has atomic batch publish (`allow_atomic`).
@@ -445,7 +414,7 @@ impl Store {
 
     /// Fails fast with `NATS_UNAVAILABLE` while the connection is down, rather
     /// than letting a call wait for a reply timeout.
-    fn ensure_connected(&self) -> Result<()> {
+    pub(super) fn ensure_connected(&self) -> Result<()> {
         if self.is_connected() {
             Ok(())
         } else {
@@ -729,144 +698,6 @@ impl Store {
         .instrument(span)
         .await
     }
-
-    /// Follows the bucket with an ordered consumer. `filter` is a key or a
-    /// KV wildcard (`jobs.>`, `>`); `from` says where to begin. The consumer
-    /// is recreated by async-nats after reconnects, resuming where it was;
-    /// when it fails for good, the caller follows again [`Start::After`] the
-    /// last revision it saw.
-    pub async fn follow(&self, filter: &str, from: Start) -> Result<Follow> {
-        self.ensure_connected()?;
-        let deliver_policy = match from {
-            Start::Snapshot => consumer::DeliverPolicy::LastPerSubject,
-            Start::After(revision) => consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: revision + 1,
-            },
-        };
-        let consumer = self
-            .stream
-            .create_consumer(consumer::push::OrderedConfig {
-                deliver_subject: self.client.new_inbox(),
-                description: Some("tenure watch".into()),
-                filter_subject: format!("{}{}", self.prefix, filter),
-                replay_policy: consumer::ReplayPolicy::Instant,
-                deliver_policy,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::nats("starting a watch", e))?;
-        let initially_pending = consumer.cached_info().num_pending;
-        // Deleted when the follower drops it, not 30 s later (the ordered
-        // consumer's inactivity threshold): an idling watcher leaves
-        // nothing on the stream. (One async-nats recreated after a failure
-        // has another name and still ages out by that threshold.)
-        let delete = DeleteOnDrop {
-            stream: self.stream.clone(),
-            consumer: consumer.cached_info().name.clone(),
-        };
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Error::nats("starting a watch", e))?;
-        let prefix = self.prefix.clone();
-        let stream = messages.map(move |msg| {
-            let _owned = &delete;
-            let msg = msg.map_err(|e| Error::nats("following the bucket", e))?;
-            read_message(&prefix, &msg)
-        });
-        Ok(Follow {
-            initially_pending,
-            messages: stream.boxed(),
-        })
-    }
-
-    /// Reads the bucket's messages after revision `after` matching `filter`
-    /// (a key or KV wildcard) with an ordered *pull* consumer that fetches
-    /// at most [`REPLAY_BATCH`] messages at a time, so a reader that stops
-    /// reading holds no more than one batch. It stays open for new
-    /// messages; drop it when done (NATS removes the consumer).
-    pub async fn replay(&self, filter: &str, after: u64) -> Result<Follow> {
-        self.ensure_connected()?;
-        let consumer = self
-            .stream
-            .create_consumer(consumer::pull::OrderedConfig {
-                description: Some("tenure watch resume".into()),
-                filter_subject: format!("{}{}", self.prefix, filter),
-                replay_policy: consumer::ReplayPolicy::Instant,
-                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: after + 1,
-                },
-                max_batch: REPLAY_BATCH,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::nats("starting a watch replay", e))?;
-        let initially_pending = consumer.cached_info().num_pending;
-        let delete = DeleteOnDrop {
-            stream: self.stream.clone(),
-            consumer: consumer.cached_info().name.clone(),
-        };
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Error::nats("starting a watch replay", e))?;
-        let prefix = self.prefix.clone();
-        let stream = messages.map(move |msg| {
-            let _owned = &delete;
-            let msg = msg.map_err(|e| Error::nats("replaying the bucket", e))?;
-            read_message(&prefix, &msg)
-        });
-        Ok(Follow {
-            initially_pending,
-            messages: stream.boxed(),
-        })
-    }
-}
-
-/// Deletes a consumer when dropped, rather than leaving it to the server's
-/// inactivity timeout (30 s): a burst of resumed watches after a restart
-/// should not leave as many idle consumers behind.
-struct DeleteOnDrop {
-    /// The stream the consumer reads.
-    stream: stream::Stream,
-    /// The consumer's name.
-    consumer: String,
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (stream, consumer) = (self.stream.clone(), std::mem::take(&mut self.consumer));
-            runtime.spawn(async move {
-                if let Err(err) = stream.delete_consumer(&consumer).await {
-                    tracing::debug!(%err, consumer, "consumer not deleted; NATS removes it when idle");
-                }
-            });
-        }
-    }
-}
-
-/// Messages a replay fetches per pull: what one resumed watch can hold
-/// while its client does not read (records are at most a few KiB).
-pub const REPLAY_BATCH: i64 = 64;
-
-/// A consumer's message as a [`Message`] with the count still pending.
-fn read_message(prefix: &str, msg: &jetstream::Message) -> Result<(Message, u64)> {
-    let info = msg
-        .info()
-        .map_err(|e| Error::new(Reason::Internal, format!("bad JetStream reply: {e}")))?;
-    let name = msg
-        .subject
-        .strip_prefix(prefix)
-        .unwrap_or(msg.subject.as_str())
-        .to_string();
-    let message = Message {
-        name,
-        revision: info.stream_sequence,
-        time_ms: unix_ms(info.published),
-        op: classify(msg.headers.as_ref(), msg.payload.clone()),
-    };
-    Ok((message, info.pending))
 }
 
 /// The bucket's position and clock (see [`Store::position`]).
@@ -909,44 +740,6 @@ struct RawStreamConfig {
 struct RawStreamState {
     /// The last stream sequence.
     last_seq: u64,
-}
-
-/// Where a [`Store::follow`] begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// With the last message of every matching key, then new ones.
-    Snapshot,
-    /// With the first message after this revision still in the stream
-    /// (with history 1, the last message of each key changed since).
-    After(u64),
-}
-
-/// The messages of an ordered consumer, each with the number of messages
-/// still pending after it (0 marks the end of a snapshot).
-pub struct Follow {
-    /// Messages pending when the consumer was created (0: empty snapshot).
-    pub initially_pending: u64,
-    /// The messages with their pending counts.
-    pub messages: futures::stream::BoxStream<'static, Result<(Message, u64)>>,
-}
-
-/// Decides what a bucket message is from its headers.
-fn classify(headers: Option<&HeaderMap>, payload: Bytes) -> Op {
-    if let Some(headers) = headers {
-        if let Some(op) = headers.get(KV_OPERATION) {
-            return match op.as_str() {
-                KV_OPERATION_DELETE => Op::Delete(payload),
-                _ => Op::Purge(payload),
-            };
-        }
-        if let Some(reason) = headers.get(NATS_MARKER_REASON) {
-            return match reason.as_str() {
-                MARKER_REASON_MAX_AGE => Op::Expired,
-                _ => Op::Purge(Bytes::new()),
-            };
-        }
-    }
-    Op::Put(payload)
 }
 
 /// Turns on atomic batch publish on the bucket's stream if it is off;
@@ -1231,11 +1024,6 @@ fn is_stream_not_found(err: &jetstream::context::GetStreamError) -> bool {
     )
 }
 
-/// Unix milliseconds of a NATS timestamp (0 before the epoch).
-fn unix_ms(t: async_nats::datetime::DateTime) -> u64 {
-    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1268,30 +1056,6 @@ mod tests {
         );
         let single = (Some("n1".to_string()), vec!["n1".to_string()]);
         assert!(leader_moves(&[single.clone(), single]).is_empty());
-    }
-
-    /// Headers decide what a message is; without them it is a value.
-    #[test]
-    fn classifies_headers() {
-        let mut h = HeaderMap::new();
-        h.insert(NATS_MARKER_REASON, MARKER_REASON_MAX_AGE);
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Expired);
-        let mut h = HeaderMap::new();
-        h.insert(NATS_MARKER_REASON, "Purge");
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
-        let mut h = HeaderMap::new();
-        h.insert(KV_OPERATION, KV_OPERATION_PURGE);
-        assert_eq!(classify(Some(&h), Bytes::new()), Op::Purge(Bytes::new()));
-        let mut h = HeaderMap::new();
-        h.insert(KV_OPERATION, KV_OPERATION_DELETE);
-        assert_eq!(
-            classify(Some(&h), Bytes::from_static(b"p")),
-            Op::Delete(Bytes::from_static(b"p"))
-        );
-        assert_eq!(
-            classify(None, Bytes::from_static(b"x")),
-            Op::Put(Bytes::from_static(b"x"))
-        );
     }
 
     /// A stream that refuses a batch (JetStream error 10174, what a stream

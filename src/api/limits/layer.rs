@@ -1,33 +1,20 @@
-//! Protection against misbehaving clients. Each refusal is
-//! RESOURCE_EXHAUSTED with an ErrorInfo reason; refusals that clear by
-//! themselves (busy, too many watches) also carry a `google.rpc.RetryInfo`
-//! with a back-off. Size refusals do not: the same request will never fit.
+//! The limits of a request before it is decoded: [`LimitLayer`], a tower
+//! layer around the whole gRPC server.
 //!
-//! Three places, from the outside in:
-//!
-//! - [`super::listener`]: open connections, and how long a connection may
-//!   stay silent or idle.
-//! - [`LimitLayer`], a tower layer around the whole gRPC server, before a
-//!   request is decoded: metadata size; how long the request message may
-//!   take to arrive after the headers (`--request-body-timeout`; also cut
-//!   short at shutdown); open health `Watch` streams, which it ends at
-//!   shutdown; and the rewriting of tonic's own refusals (message too
-//!   large, undecodable message) into statuses with an ErrorInfo. It holds
-//!   no permit for lease calls: a caller that has not been authenticated,
-//!   or whose request has not arrived, holds nothing others need.
-//! - [`CallLimits`], taken in the RPC wrapper after authentication,
-//!   validation and authorization, with the request in hand: short calls
-//!   per replica and per identity; waiting Acquires on a budget of their
-//!   own; and a reserve through which Renew and Release get past a full
-//!   short budget, so holders keep their leases while new work is shed.
-//!   KeepAlive streams take a permit of their own budget for their
-//!   lifetime, and each of their messages a renewal permit while it runs.
-//!   [`WatchLimits`] counts the lease watch streams for their lifetime.
+//! It refuses oversized metadata; gives the request message
+//! `--request-body-timeout` to arrive after the headers (and cuts it short
+//! at shutdown); counts open health `Watch` streams and ends them at
+//! shutdown; marks the connection busy while a call runs; and rewrites
+//! tonic's own refusals (message too large, undecodable message) into
+//! statuses with an ErrorInfo. It works on HTTP requests and bodies, not
+//! on lease calls, which is why it is apart from the per-call budgets: it
+//! holds no permit for them, since a caller that has not been
+//! authenticated, or whose request has not arrived, holds nothing others
+//! need.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,15 +28,12 @@ use tonic::body::Body;
 use tonic::transport::server::TlsConnectInfo;
 use tonic::{Code, Status};
 
-use super::listener::{CallGuard, ConnInfo};
+use super::watches::WATCH_RETRY;
+use crate::api::listener::{CallGuard, ConnInfo};
 use crate::config::Config;
 use crate::error::{Error, Reason};
 use crate::observe::METRICS;
 
-/// How long a caller refused for load should back off.
-pub const BUSY_RETRY: Duration = Duration::from_millis(250);
-/// How long a caller refused a watch should back off.
-pub const WATCH_RETRY: Duration = Duration::from_secs(5);
 /// What HTTP/2 and gRPC framing add per header (the HPACK entry overhead).
 const HEADER_OVERHEAD: usize = 32;
 /// The lease service's client-streaming method.
@@ -88,10 +72,10 @@ impl LimitLayer {
 }
 
 impl<S> tower::Layer<S> for LimitLayer {
-    type Service = Limit<S>;
+    type Service = LimitService<S>;
 
-    fn layer(&self, inner: S) -> Limit<S> {
-        Limit {
+    fn layer(&self, inner: S) -> LimitService<S> {
+        LimitService {
             inner,
             limits: self.clone(),
         }
@@ -100,14 +84,14 @@ impl<S> tower::Layer<S> for LimitLayer {
 
 /// The service [`LimitLayer`] wraps around the gRPC server.
 #[derive(Clone)]
-pub struct Limit<S> {
+pub struct LimitService<S> {
     /// The gRPC server.
     inner: S,
     /// The limits.
     limits: LimitLayer,
 }
 
-impl<S> tower::Service<http::Request<Body>> for Limit<S>
+impl<S> tower::Service<http::Request<Body>> for LimitService<S>
 where
     S: tower::Service<http::Request<Body>, Response = http::Response<Body>>
         + Clone
@@ -233,7 +217,7 @@ fn rewrite_refusal(response: http::Response<Body>) -> http::Response<Body> {
                 Reason::InvalidArgument,
                 format!(
                     "the request could not be decoded as a tenure.v1 message: {}; send a valid protobuf message",
-                    super::auth::clip(message)
+                    crate::api::auth::clip(message)
                 ),
             )
             .with("field", "request"),
@@ -479,349 +463,5 @@ impl http_body::Body for TimedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// Which budget a call takes its permit from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// Every call but the two below.
-    Short,
-    /// Renew and Release: the short budget, else the reserve.
-    Renewal,
-    /// An Acquire with a `wait`.
-    Waiting,
-    /// A KeepAlive stream, for its lifetime (each of its messages also
-    /// takes a [`Class::Renewal`] permit while it runs).
-    KeepAliveStream,
-}
-
-/// The in-flight budgets of lease calls, taken after authentication and
-/// once the request has been read.
-pub struct CallLimits {
-    /// Short calls.
-    short: Arc<Budget>,
-    /// Renew and Release beyond the short budget.
-    reserve: Arc<Budget>,
-    /// Waiting Acquires.
-    waiting: Arc<Budget>,
-    /// Open KeepAlive streams.
-    keepalive_streams: Arc<Budget>,
-}
-
-impl CallLimits {
-    /// The budgets of `config`; the per-identity shares apply only when
-    /// callers are authenticated (`per_identity`): without auth every
-    /// caller is `anonymous`.
-    pub fn new(config: &Config, per_identity: bool) -> Arc<CallLimits> {
-        let share = |n: usize| per_identity.then_some(n);
-        Arc::new(CallLimits {
-            short: Budget::new(
-                "concurrent_requests",
-                "--max-concurrent-requests",
-                config.max_concurrent_requests,
-                share(config.max_concurrent_requests_per_identity),
-                "--max-concurrent-requests-per-identity",
-            ),
-            reserve: Budget::new(
-                "reserved_renewals",
-                "--reserved-renewals",
-                config.reserved_renewals,
-                None,
-                "",
-            ),
-            waiting: Budget::new(
-                "waiting_acquires",
-                "--max-waiting-acquires",
-                config.max_waiting_acquires,
-                share(config.max_waiting_acquires_per_identity),
-                "--max-waiting-acquires-per-identity",
-            ),
-            keepalive_streams: Budget::new(
-                "keepalive_streams",
-                "--max-keepalive-streams",
-                config.max_keepalive_streams,
-                share(config.max_keepalive_streams_per_identity),
-                "--max-keepalive-streams-per-identity",
-            ),
-        })
-    }
-
-    /// A permit for one call of `class` by `identity`, or
-    /// RESOURCE_EXHAUSTED / TOO_MANY_REQUESTS naming the limit.
-    pub fn admit(&self, class: Class, identity: &str) -> Result<CallPermit, Error> {
-        let taken = match class {
-            Class::Short => self.short.take(identity),
-            Class::Waiting => self.waiting.take(identity),
-            Class::KeepAliveStream => self.keepalive_streams.take(identity),
-            Class::Renewal => self
-                .short
-                .take(identity)
-                .or_else(|_| self.reserve.take(identity)),
-        };
-        taken.map_err(|(metric, flag, limit)| {
-            METRICS.rejected(metric);
-            Error::new(
-                Reason::TooManyRequests,
-                format!(
-                    "this server is running as many such calls as {flag} ({limit}) allows; retry after the RetryInfo delay, or on another replica"
-                ),
-            )
-            .with("limit", flag)
-            .retry_after(BUSY_RETRY)
-        })
-    }
-}
-
-/// One budget: a total, and optionally a share per identity.
-struct Budget {
-    /// Metric label of a refusal for the total.
-    metric: &'static str,
-    /// The flag setting the total.
-    flag: &'static str,
-    /// The total.
-    total: usize,
-    /// The share per identity, when applied.
-    per_identity: Option<usize>,
-    /// The flag setting the share.
-    per_identity_flag: &'static str,
-    /// Calls running: in total, and per identity.
-    open: Mutex<(usize, HashMap<String, usize>)>,
-}
-
-/// What a refusal reports: metric label, flag, limit.
-type Refusal = (&'static str, &'static str, usize);
-
-impl Budget {
-    fn new(
-        metric: &'static str,
-        flag: &'static str,
-        total: usize,
-        per_identity: Option<usize>,
-        per_identity_flag: &'static str,
-    ) -> Arc<Budget> {
-        Arc::new(Budget {
-            metric,
-            flag,
-            total,
-            per_identity,
-            per_identity_flag,
-            open: Mutex::new((0, HashMap::new())),
-        })
-    }
-
-    fn take(self: &Arc<Self>, identity: &str) -> Result<CallPermit, Refusal> {
-        let mut open = self.open.lock().expect("call limits lock");
-        if open.0 >= self.total {
-            return Err((self.metric, self.flag, self.total));
-        }
-        if let Some(share) = self.per_identity {
-            let mine = open.1.get(identity).copied().unwrap_or(0);
-            if mine >= share {
-                let metric = match self.metric {
-                    "waiting_acquires" => "waiting_acquires_per_identity",
-                    "keepalive_streams" => "keepalive_streams_per_identity",
-                    _ => "concurrent_requests_per_identity",
-                };
-                return Err((metric, self.per_identity_flag, share));
-            }
-            *open.1.entry(identity.to_string()).or_default() += 1;
-        }
-        open.0 += 1;
-        Ok(CallPermit {
-            budget: self.clone(),
-            identity: self.per_identity.map(|_| identity.to_string()),
-        })
-    }
-}
-
-/// One running call's place in a budget; dropping it frees the place.
-pub struct CallPermit {
-    /// The budget.
-    budget: Arc<Budget>,
-    /// The identity counted, when the budget has shares.
-    identity: Option<String>,
-}
-
-impl Drop for CallPermit {
-    fn drop(&mut self) {
-        let mut open = self.budget.open.lock().expect("call limits lock");
-        open.0 -= 1;
-        if let Some(identity) = &self.identity {
-            if let Some(n) = open.1.get_mut(identity) {
-                *n -= 1;
-                if *n == 0 {
-                    open.1.remove(identity);
-                }
-            }
-        }
-    }
-}
-
-/// Counts open watch streams per identity and in total.
-pub struct WatchLimits {
-    /// One permit per open stream.
-    total: Arc<Semaphore>,
-    /// The configured total, for messages.
-    max_total: usize,
-    /// Most streams per identity.
-    max_per_identity: usize,
-    /// identity → open streams.
-    open: Mutex<HashMap<String, usize>>,
-}
-
-impl WatchLimits {
-    /// The limits of `config`.
-    pub fn new(config: &Config) -> Arc<WatchLimits> {
-        Arc::new(WatchLimits {
-            total: Arc::new(Semaphore::new(config.max_watch_streams)),
-            max_total: config.max_watch_streams,
-            max_per_identity: config.max_watch_streams_per_identity,
-            open: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// A permit for one more stream of `identity`, or RESOURCE_EXHAUSTED.
-    pub fn acquire(self: &Arc<Self>, identity: &str) -> Result<WatchPermit, Error> {
-        let mut open = self.open.lock().expect("watch limits lock");
-        let mine = open.get(identity).copied().unwrap_or(0);
-        if mine >= self.max_per_identity {
-            METRICS.rejected("watch_streams_per_identity");
-            return Err(Error::new(
-                Reason::TooManyWatches,
-                format!(
-                    "identity {identity:?} already has {mine} watch streams open on this replica, its limit; close one or watch a wider prefix"
-                ),
-            )
-            .with("limit", self.max_per_identity)
-            .retry_after(WATCH_RETRY));
-        }
-        let Ok(permit) = self.total.clone().try_acquire_owned() else {
-            METRICS.rejected("watch_streams");
-            return Err(Error::new(
-                Reason::TooManyWatches,
-                format!(
-                    "this replica has {} watch streams open, its limit; retry later or on another replica",
-                    self.max_total
-                ),
-            )
-            .with("limit", self.max_total)
-            .retry_after(WATCH_RETRY));
-        };
-        *open.entry(identity.to_string()).or_default() += 1;
-        METRICS.watch_streams.inc();
-        Ok(WatchPermit {
-            limits: self.clone(),
-            identity: identity.to_string(),
-            _permit: permit,
-        })
-    }
-}
-
-/// One open watch stream; dropping it (when the stream ends) frees it.
-pub struct WatchPermit {
-    /// The limits it counts against.
-    limits: Arc<WatchLimits>,
-    /// Whose stream it is.
-    identity: String,
-    /// The slot in the total.
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for WatchPermit {
-    fn drop(&mut self) {
-        METRICS.watch_streams.dec();
-        let mut open = self.limits.open.lock().expect("watch limits lock");
-        if let Some(n) = open.get_mut(&self.identity) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.identity);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(short: usize, per_identity: usize, reserve: usize) -> Config {
-        Config {
-            max_concurrent_requests: short,
-            max_concurrent_requests_per_identity: per_identity,
-            reserved_renewals: reserve,
-            max_waiting_acquires: 1,
-            max_waiting_acquires_per_identity: 1,
-            ..Config::for_nats("nats://127.0.0.1:4222")
-        }
-    }
-
-    fn limit(err: &Error) -> &str {
-        &err.metadata.iter().find(|(k, _)| *k == "limit").unwrap().1
-    }
-
-    /// One identity at its share is refused; another still gets in; a
-    /// dropped permit frees the share.
-    #[test]
-    fn short_calls_per_identity() {
-        let calls = CallLimits::new(&config(3, 2, 0), true);
-        let a1 = calls.admit(Class::Short, "a").unwrap();
-        let _a2 = calls.admit(Class::Short, "a").unwrap();
-        let err = calls.admit(Class::Short, "a").err().unwrap();
-        assert_eq!(err.reason, Reason::TooManyRequests);
-        assert_eq!(limit(&err), "--max-concurrent-requests-per-identity");
-        let _b = calls.admit(Class::Short, "b").unwrap();
-        let err = calls.admit(Class::Short, "c").err().unwrap();
-        assert_eq!(limit(&err), "--max-concurrent-requests");
-        drop(a1);
-        calls.admit(Class::Short, "a").unwrap();
-    }
-
-    /// Without authentication there are no shares: everyone is anonymous.
-    #[test]
-    fn no_shares_without_auth() {
-        let calls = CallLimits::new(&config(3, 1, 0), false);
-        let _held: Vec<_> = (0..3)
-            .map(|_| calls.admit(Class::Short, "anonymous").unwrap())
-            .collect();
-    }
-
-    /// KeepAlive streams count against their own budget, per identity and
-    /// per replica, whatever the short calls do; a dropped stream frees its
-    /// slot.
-    #[test]
-    fn keepalive_streams_have_their_own_budget() {
-        let config = Config {
-            max_keepalive_streams: 2,
-            max_keepalive_streams_per_identity: 1,
-            ..config(1, 1, 0)
-        };
-        let calls = CallLimits::new(&config, true);
-        let _short = calls.admit(Class::Short, "a").unwrap();
-        let a = calls.admit(Class::KeepAliveStream, "a").unwrap();
-        let err = calls.admit(Class::KeepAliveStream, "a").err().unwrap();
-        assert_eq!(err.reason, Reason::TooManyRequests);
-        assert!(err.retry_after.is_some());
-        assert_eq!(limit(&err), "--max-keepalive-streams-per-identity");
-        let _b = calls.admit(Class::KeepAliveStream, "b").unwrap();
-        let err = calls.admit(Class::KeepAliveStream, "c").err().unwrap();
-        assert_eq!(limit(&err), "--max-keepalive-streams");
-        drop(a);
-        calls.admit(Class::KeepAliveStream, "a").unwrap();
-    }
-
-    /// Renewals use the reserve once short calls are full; waiting Acquires
-    /// count against neither.
-    #[test]
-    fn renewals_and_waiting_have_their_own_room() {
-        let calls = CallLimits::new(&config(1, 1, 1), true);
-        let _short = calls.admit(Class::Short, "a").unwrap();
-        assert!(calls.admit(Class::Short, "b").is_err());
-        let _renew = calls.admit(Class::Renewal, "b").unwrap();
-        let err = calls.admit(Class::Renewal, "b").err().unwrap();
-        assert_eq!(limit(&err), "--reserved-renewals");
-        let _wait = calls.admit(Class::Waiting, "b").unwrap();
-        let err = calls.admit(Class::Waiting, "c").err().unwrap();
-        assert_eq!(limit(&err), "--max-waiting-acquires");
     }
 }
