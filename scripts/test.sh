@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test of the project: formatting, lints, the Rust unit
 # and integration tests (real nats-server processes), the benchmark smoke run,
-# and each client's tests. Installs what it needs first.
+# and each client's tests. Installs what it needs first. This full run is
+# what CI calls. `scripts/test.sh --fast` is the loop to use while changing
+# code: fmt, clippy, unit tests and the integration tests but the slow ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
@@ -10,6 +12,31 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 started=$SECONDS
 step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*" >&2; }
+
+# The integration tests (tests/it, one binary) that take longer than a few
+# seconds each: `--fast` skips them. Every other module, a new one included,
+# is in the fast tier.
+SLOW_MODULES=(expiry fencing hostile_load no_atomic shards_cluster watch_heals watch_memory)
+
+if [ "${1:-}" = "--fast" ]; then
+  step "fast tier: fmt, clippy, unit tests, the fast integration tests and the walkthroughs; under 5 minutes on a warm 2-core machine (the full run, CI's: scripts/test.sh)"
+  scripts/tools.sh --protoc
+  step "cargo fmt --check"
+  cargo fmt --all --check
+  step "cargo clippy"
+  cargo clippy --workspace --all-targets -- -D warnings
+  step "unit tests (server, Rust client, safety checker, benchmark)"
+  cargo test --workspace --lib --bins
+  step "integration tests but the slow modules (${SLOW_MODULES[*]})"
+  skips=()
+  for m in "${SLOW_MODULES[@]}"; do skips+=(--skip "$m::"); done
+  cargo test -p tenure --test it -- "${skips[@]}"
+  step "fast checks passed (the full run: scripts/test.sh)"
+  exit 0
+elif [ -n "${1:-}" ]; then
+  echo "usage: scripts/test.sh [--fast]" >&2
+  exit 2
+fi
 
 step "every check and test: about 30 minutes on a fresh 2-core machine, most of it building and the client suites"
 step "disk before the run (a clean run needs about 6 GB)"

@@ -5,8 +5,9 @@
 //! parallel; tests that need a process-global resource (a tracing
 //! subscriber, the metrics registry) drive `tenure serve` as a subprocess.
 //!
-//! `scripts/test.sh --fast` runs the modules listed in `FAST` there; the
-//! full run (`scripts/test.sh`, CI) runs all of them.
+//! `scripts/test.sh --fast` skips the slow modules listed in `SLOW_MODULES`
+//! there; the full run (`scripts/test.sh`, CI) runs all of them. One module:
+//! `cargo test --test it acquire::`.
 
 #[path = "../common/mod.rs"]
 mod common;
