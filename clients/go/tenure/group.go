@@ -3,11 +3,7 @@ package tenure
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tenure-dev/tenure/clients/go/tenurev1"
 )
@@ -26,32 +22,16 @@ import (
 //
 // All methods are safe for concurrent use.
 type GroupSession struct {
-	client   *Client
+	lifecycle[GroupRelease] // guards revisions and leases with its mu
+
 	names    []string
 	holder   string
 	tokens   []uint64 // by member, in names order
 	acquired []uint64 // revision of each member's acquiring write
 	leaseKey string
-	fraction float64
-	margin   time.Duration
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	mu        sync.Mutex // guards the fields below
-	revisions []uint64   // latest revision of each member
+	revisions []uint64 // latest revision of each member; guarded by mu
 	leases    []*tenurev1.Lease
-	ttl       time.Duration
-	lastSent  time.Time
-	deadline  time.Time
-	lost      error
-
-	rpcMu     sync.Mutex // serialises RenewGroup and ReleaseGroup
-	releaseMu sync.Mutex // serialises Release
-	released  bool
-
-	loopDone chan struct{}
-	paused   atomic.Bool // test hook: skip background renewals
 }
 
 // GroupRelease reports a group's release: the members this call released
@@ -78,29 +58,17 @@ func (c *Client) AcquireGroup(ctx context.Context, names []string, holder string
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
-		return nil, fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
-	}
-	if cfg.marginSet && (cfg.margin < 0 || (ttl > 0 && cfg.margin >= ttl)) {
-		return nil, fmt.Errorf("tenure: safety margin %v is not between 0 and the TTL %v", cfg.margin, ttl)
-	}
-	if cfg.leaseKey == "" {
-		cfg.leaseKey = mintKey()
+	if err := cfg.check(ttl); err != nil {
+		return nil, err
 	}
 	req := &tenurev1.AcquireGroupRequest{
-		Names:    names,
-		Holder:   holder,
-		LeaseKey: cfg.leaseKey,
-		Metadata: cfg.metadata,
-	}
-	if ttl > 0 {
-		req.Ttl = durationpb.New(ttl)
-	}
-	if cfg.wait > 0 {
-		req.Wait = durationpb.New(cfg.wait)
-	}
-	if cfg.lockDelay > 0 {
-		req.LockDelay = durationpb.New(cfg.lockDelay)
+		Names:     names,
+		Holder:    holder,
+		Ttl:       positive(ttl),
+		LeaseKey:  cfg.leaseKey,
+		Wait:      positive(cfg.wait),
+		Metadata:  cfg.metadata,
+		LockDelay: positive(cfg.lockDelay),
 	}
 	sent := time.Now()
 	resp, err := c.rpc.AcquireGroup(ctx, req)
@@ -112,13 +80,10 @@ func (c *Client) AcquireGroup(ctx context.Context, names []string, holder string
 		return nil, fmt.Errorf("tenure at %s: AcquireGroup: the reply has no leases", c.target)
 	}
 	g := &GroupSession{
-		client:    c,
 		holder:    holder,
 		leaseKey:  resp.GetLeaseKey(),
-		fraction:  cfg.renewFraction,
 		leases:    leases,
 		revisions: make([]uint64, len(leases)),
-		loopDone:  make(chan struct{}),
 	}
 	granted := leases[0].GetTtl().AsDuration()
 	for i, l := range leases {
@@ -128,29 +93,10 @@ func (c *Client) AcquireGroup(ctx context.Context, names []string, holder string
 		g.revisions[i] = l.GetRevision()
 		granted = min(granted, l.GetTtl().AsDuration())
 	}
-	g.margin = cfg.margin
-	if !cfg.marginSet {
-		g.margin = DefaultSafetyMargin(granted)
-	}
-	g.ttl, g.lastSent, g.deadline = granted, sent, sent.Add(granted-g.margin)
-	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	fail := func(err error) (*GroupSession, error) {
-		g.lose(err)
-		close(g.loopDone)
-		_, _ = g.releaseNow(ctx)
+	g.init(ctx, g, c, cfg, granted, sent)
+	if err := g.start(ctx); err != nil {
 		return nil, err
 	}
-	if g.margin >= granted {
-		return fail(fmt.Errorf("tenure: safety margin %v is not below the granted TTL %v", g.margin, granted))
-	}
-	// A long wait can leave no time as counted from the send time.
-	if !time.Now().Before(g.SafeDeadline()) {
-		if err := g.renewOnce(ctx); err != nil {
-			return fail(err)
-		}
-	}
-	c.loss.add(g)
-	go runRenewals(g.ctx, g, &g.paused, g.loopDone)
 	return g, nil
 }
 
@@ -187,27 +133,15 @@ func (g *GroupSession) Leases() []*tenurev1.Lease {
 }
 
 // TTL is the TTL the server granted (whole seconds).
-func (g *GroupSession) TTL() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ttl
-}
+func (g *GroupSession) TTL() time.Duration { return g.grantedTTL() }
 
 // SafeDeadline is the group's safe deadline: the send time of the last
 // successful AcquireGroup or RenewGroup, plus the TTL, minus the margin.
-func (g *GroupSession) SafeDeadline() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.deadline
-}
+func (g *GroupSession) SafeDeadline() time.Time { return g.safeDeadline() }
 
 // Held reports whether every member is still held: the group was neither
 // lost nor released and its safe deadline has not passed.
-func (g *GroupSession) Held() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.lost == nil && time.Now().Before(g.deadline)
-}
+func (g *GroupSession) Held() bool { return g.held() }
 
 // Done returns a channel closed when the group is lost or released.
 func (g *GroupSession) Done() <-chan struct{} { return g.ctx.Done() }
@@ -218,47 +152,18 @@ func (g *GroupSession) Context() context.Context { return g.ctx }
 
 // Err returns nil while the group is held, and otherwise why it is not (as
 // Session.Err).
-func (g *GroupSession) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.lost == nil && !time.Now().Before(g.deadline) {
-		return ErrDeadlinePassed
-	}
-	return g.lost
-}
+func (g *GroupSession) Err() error { return g.err() }
 
 // Renew renews every member now, in addition to the background renewals; a
 // permanent failure (LEASE_NOT_HELD: a member was lost) ends the group.
-func (g *GroupSession) Renew(ctx context.Context) error {
-	if err := g.Err(); err != nil {
-		return err
-	}
-	err := g.renewOnce(ctx)
-	if err != nil && isFatal(err) {
-		g.lose(err)
-	}
-	return err
-}
+func (g *GroupSession) Renew(ctx context.Context) error { return g.renew(ctx) }
 
 // Release stops the renewals, marks the group lost with ErrReleased (Done
 // closes first), and releases every member still held in one ReleaseGroup.
 // Members already lost are reported in NotHeld, which is not an error; err
 // is only for a failed call, after which Release may be called again. Safe
 // to call more than once (later calls release nothing).
-func (g *GroupSession) Release(ctx context.Context) (GroupRelease, error) {
-	g.releaseMu.Lock()
-	defer g.releaseMu.Unlock()
-	if g.released {
-		return GroupRelease{}, nil
-	}
-	g.lose(ErrReleased)
-	<-g.loopDone
-	out, err := g.releaseNow(ctx)
-	if err == nil {
-		g.released = true
-	}
-	return out, err
-}
+func (g *GroupSession) Release(ctx context.Context) (GroupRelease, error) { return g.release(ctx) }
 
 // members are the group's members with their latest revisions.
 func (g *GroupSession) members() []*tenurev1.GroupMember {
@@ -271,11 +176,9 @@ func (g *GroupSession) members() []*tenurev1.GroupMember {
 	return out
 }
 
-// releaseNow sends ReleaseGroup; LEASE_NOT_HELD or LEASE_NOT_FOUND for the
-// whole call means nothing was held.
-func (g *GroupSession) releaseNow(ctx context.Context) (GroupRelease, error) {
-	g.rpcMu.Lock()
-	defer g.rpcMu.Unlock()
+// sendRelease sends ReleaseGroup; LEASE_NOT_HELD or LEASE_NOT_FOUND for
+// the whole call means nothing was held.
+func (g *GroupSession) sendRelease(ctx context.Context) (GroupRelease, error) {
 	resp, err := g.client.rpc.ReleaseGroup(ctx, &tenurev1.ReleaseGroupRequest{Members: g.members(), LeaseKey: g.leaseKey})
 	switch ReasonOf(FromError(err)) {
 	case tenurev1.ErrorReason_LEASE_NOT_HELD, tenurev1.ErrorReason_LEASE_NOT_FOUND:
@@ -287,11 +190,9 @@ func (g *GroupSession) releaseNow(ctx context.Context) (GroupRelease, error) {
 	return GroupRelease{Released: resp.GetReleased(), NotHeld: resp.GetNotHeld()}, nil
 }
 
-// renewOnce sends one RenewGroup and, on success, moves every member's
+// sendRenewal sends one RenewGroup and, on success, moves every member's
 // revision and the group's safe deadline forward.
-func (g *GroupSession) renewOnce(ctx context.Context) error {
-	g.rpcMu.Lock()
-	defer g.rpcMu.Unlock()
+func (g *GroupSession) sendRenewal(ctx context.Context) error {
 	sent := time.Now()
 	resp, err := g.client.rpc.RenewGroup(ctx, &tenurev1.RenewGroupRequest{Members: g.members(), LeaseKey: g.leaseKey})
 	if err != nil {
@@ -308,46 +209,14 @@ func (g *GroupSession) renewOnce(ctx context.Context) error {
 		}
 		ttl = min(ttl, l.GetTtl().AsDuration())
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.lost != nil {
-		return g.lost
-	}
-	for i, l := range leases {
-		if l.GetRevision() > g.revisions[i] {
-			g.revisions[i] = l.GetRevision()
-			g.leases[i] = l
+	return g.renewed(sent, ttl, func() {
+		for i, l := range leases {
+			if l.GetRevision() > g.revisions[i] {
+				g.revisions[i] = l.GetRevision()
+				g.leases[i] = l
+			}
 		}
-	}
-	g.ttl = ttl
-	if d := sent.Add(ttl - g.margin); d.After(g.deadline) {
-		g.deadline, g.lastSent = d, sent
-	}
-	return nil
-}
-
-// lose ends the group with cause err, once.
-func (g *GroupSession) lose(err error) {
-	g.mu.Lock()
-	if g.lost == nil {
-		g.lost = err
-	}
-	g.mu.Unlock()
-	g.cancel(err)
-	g.client.loss.remove(g)
-}
-
-// schedule returns the safe deadline and the time of the next renewal.
-func (g *GroupSession) schedule() (deadline, renewAt time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.deadline, g.lastSent.Add(time.Duration(float64(g.ttl) * g.fraction))
-}
-
-// retryDelay is how long the loop waits after a failed renewal.
-func (g *GroupSession) retryDelay() time.Duration {
-	d := time.Duration(float64(g.TTL()) * g.fraction / 3)
-	return max(min(d, time.Second), 20*time.Millisecond)
+	})
 }
 
 // watchNames are the members' names.

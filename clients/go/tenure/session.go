@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -95,34 +93,17 @@ func WithSafetyMargin(d time.Duration) AcquireOption {
 //
 // All methods are safe for concurrent use.
 type Session struct {
-	client   *Client
+	lifecycle[bool] // guards revision and lease with its mu
+
 	name     string
 	holder   string
 	token    uint64
 	slot     uint32 // semaphore slot (1..limit); 0 for a plain lease
 	leaseKey string
-	fraction float64
-	margin   time.Duration
 	acquired uint64 // revision of the acquiring reply: older watch events are ignored
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex // guards the fields below
-	revision uint64
-	ttl      time.Duration
-	lastSent time.Time // send time of the last successful Acquire/Renew
-	deadline time.Time // safe deadline (monotonic)
+	revision uint64 // guarded by mu
 	lease    *tenurev1.Lease
-	lost     error // why the session ended; nil while held
-
-	rpcMu     sync.Mutex // serialises Renew and Release calls
-	releaseMu sync.Mutex // serialises Release
-	released  bool
-
-	loopDone chan struct{} // closed when the renewal loop has returned
-
-	paused atomic.Bool // test hook: skip background renewals
 }
 
 // Acquire takes the lease name for holder with the requested ttl (0: the
@@ -143,30 +124,18 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 
 // acquire is Acquire with its options applied (Semaphore.Acquire sets limit).
 func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Duration, cfg acquireConfig) (*Session, error) {
-	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
-		return nil, fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
-	}
-	if cfg.marginSet && (cfg.margin < 0 || (ttl > 0 && cfg.margin >= ttl)) {
-		return nil, fmt.Errorf("tenure: safety margin %v is not between 0 and the TTL %v", cfg.margin, ttl)
-	}
-	if cfg.leaseKey == "" {
-		cfg.leaseKey = mintKey()
+	if err := cfg.check(ttl); err != nil {
+		return nil, err
 	}
 	req := &tenurev1.AcquireRequest{
-		Name:     name,
-		Holder:   holder,
-		LeaseKey: cfg.leaseKey,
-		Metadata: cfg.metadata,
-		Limit:    cfg.limit,
-	}
-	if ttl > 0 {
-		req.Ttl = durationpb.New(ttl)
-	}
-	if cfg.lockDelay > 0 {
-		req.LockDelay = durationpb.New(cfg.lockDelay)
-	}
-	if cfg.wait > 0 {
-		req.Wait = durationpb.New(cfg.wait)
+		Name:      name,
+		Holder:    holder,
+		Ttl:       positive(ttl),
+		LeaseKey:  cfg.leaseKey,
+		Wait:      positive(cfg.wait),
+		Metadata:  cfg.metadata,
+		LockDelay: positive(cfg.lockDelay),
+		Limit:     cfg.limit,
 	}
 	sent := time.Now()
 	resp, err := c.rpc.Acquire(ctx, req)
@@ -174,48 +143,45 @@ func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Dura
 		return nil, callError(c.target, "Acquire", err)
 	}
 	l := resp.GetLease()
-	granted := l.GetTtl().AsDuration()
-	margin := cfg.margin
-	if !cfg.marginSet {
-		margin = DefaultSafetyMargin(granted)
-	}
 	s := &Session{
-		client:   c,
 		name:     l.GetName(),
 		holder:   l.GetHolder(),
 		token:    l.GetFencingToken(),
 		slot:     l.GetSlot(),
 		leaseKey: resp.GetLeaseKey(),
-		fraction: cfg.renewFraction,
-		margin:   margin,
 		revision: l.GetRevision(),
 		acquired: l.GetRevision(),
-		ttl:      granted,
-		lastSent: sent,
-		deadline: sent.Add(granted - margin),
 		lease:    l,
-		loopDone: make(chan struct{}),
 	}
-	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	if margin >= granted {
-		s.lose(fmt.Errorf("tenure: safety margin %v is not below the granted TTL %v", margin, granted))
-		close(s.loopDone)
-		_, _ = s.releaseNow(ctx)
-		return nil, context.Cause(s.ctx)
+	s.init(ctx, s, c, cfg, l.GetTtl().AsDuration(), sent)
+	if err := s.start(ctx); err != nil {
+		return nil, err
 	}
-	// A long wait can leave no time on the holding as counted from the send
-	// time: establish a fresh deadline before handing the session out.
-	if !time.Now().Before(s.SafeDeadline()) {
-		if err := s.renewOnce(ctx); err != nil {
-			s.lose(err)
-			close(s.loopDone)
-			_, _ = s.releaseNow(ctx)
-			return nil, err
-		}
-	}
-	c.loss.add(s)
-	go s.run()
 	return s, nil
+}
+
+// check validates the options for a requested ttl, and mints a lease key
+// when none was given.
+func (cfg *acquireConfig) check(ttl time.Duration) error {
+	if !(cfg.renewFraction > 0 && cfg.renewFraction < 1) {
+		return fmt.Errorf("tenure: renew fraction %v is not between 0 and 1", cfg.renewFraction)
+	}
+	if cfg.marginSet && (cfg.margin < 0 || (ttl > 0 && cfg.margin >= ttl)) {
+		return fmt.Errorf("tenure: safety margin %v is not between 0 and the TTL %v", cfg.margin, ttl)
+	}
+	if cfg.leaseKey == "" {
+		cfg.leaseKey = mintKey()
+	}
+	return nil
+}
+
+// positive is d as a protobuf duration, or nil (not set) when it is not
+// above zero.
+func positive(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }
 
 // Name is the lease name.
@@ -244,20 +210,12 @@ func (s *Session) Revision() uint64 {
 }
 
 // TTL is the TTL the server granted (whole seconds).
-func (s *Session) TTL() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ttl
-}
+func (s *Session) TTL() time.Duration { return s.grantedTTL() }
 
 // SafeDeadline is the time (with a monotonic clock reading) until which the
 // holding is safe: the send time of the last successful Acquire or Renew,
 // plus the granted TTL, minus the safety margin. It only moves forward.
-func (s *Session) SafeDeadline() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadline
-}
+func (s *Session) SafeDeadline() time.Time { return s.safeDeadline() }
 
 // Lease is the holding as last returned by Acquire or Renew.
 func (s *Session) Lease() *tenurev1.Lease {
@@ -270,11 +228,7 @@ func (s *Session) Lease() *tenurev1.Lease {
 // lost or released and its safe deadline has not passed. It checks the
 // clock itself, so it turns false at the safe deadline even before the
 // background loop notices.
-func (s *Session) Held() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lost == nil && time.Now().Before(s.deadline)
-}
+func (s *Session) Held() bool { return s.held() }
 
 // Done returns a channel that is closed when the lease is lost or released.
 func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
@@ -289,28 +243,12 @@ func (s *Session) Context() context.Context { return s.ctx }
 // permanent error) when the server refused a renewal; an error wrapping
 // ErrDeadlinePassed (and the last renewal error) when the safe deadline
 // passed without a successful renewal.
-func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lost == nil && !time.Now().Before(s.deadline) {
-		return ErrDeadlinePassed
-	}
-	return s.lost
-}
+func (s *Session) Err() error { return s.err() }
 
 // Renew renews the holding now, in addition to the background renewals.
 // It returns an *Error on failure; a permanent one (e.g. LEASE_NOT_HELD)
 // also ends the Session. It fails without a call once the Session is lost.
-func (s *Session) Renew(ctx context.Context) error {
-	if err := s.Err(); err != nil {
-		return err
-	}
-	err := s.renewOnce(ctx)
-	if err != nil && isFatal(err) {
-		s.lose(err)
-	}
-	return err
-}
+func (s *Session) Renew(ctx context.Context) error { return s.renew(ctx) }
 
 // Release stops the renewals, marks the Session lost with ErrReleased (so
 // Done closes before the lease can pass to anyone else), and releases the
@@ -322,25 +260,12 @@ func (s *Session) Renew(ctx context.Context) error {
 // itself (server unreachable, credentials, a bad argument), after which
 // Release may be called again. Safe to call more than once.
 func (s *Session) Release(ctx context.Context) (released bool, err error) {
-	s.releaseMu.Lock()
-	defer s.releaseMu.Unlock()
-	if s.released {
-		return false, nil
-	}
-	s.lose(ErrReleased) // first: the holder stops before anyone else can take over
-	<-s.loopDone
-	released, err = s.releaseNow(ctx)
-	if err == nil {
-		s.released = true
-	}
-	return released, err
+	return s.release(ctx)
 }
 
-// releaseNow sends Release with the current revision; LEASE_NOT_HELD and
+// sendRelease sends Release with the current revision; LEASE_NOT_HELD and
 // LEASE_NOT_FOUND mean there was nothing to release.
-func (s *Session) releaseNow(ctx context.Context) (bool, error) {
-	s.rpcMu.Lock()
-	defer s.rpcMu.Unlock()
+func (s *Session) sendRelease(ctx context.Context) (bool, error) {
 	_, err := s.client.rpc.Release(ctx, &tenurev1.ReleaseRequest{
 		Name:             s.name,
 		ExpectedRevision: s.Revision(),
@@ -357,12 +282,10 @@ func (s *Session) releaseNow(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// renewOnce renews once with the current revision, over the client's
+// sendRenewal renews once with the current revision, over the client's
 // KeepAlive stream (a unary Renew where the server has none) and, on
 // success, moves the revision and the safe deadline forward.
-func (s *Session) renewOnce(ctx context.Context) error {
-	s.rpcMu.Lock()
-	defer s.rpcMu.Unlock()
+func (s *Session) sendRenewal(ctx context.Context) error {
 	sent := time.Now()
 	l, err := s.client.ka.renew(ctx, &tenurev1.KeepAliveEntry{
 		Name:             s.name,
@@ -390,141 +313,12 @@ func (s *Session) renewOnce(ctx context.Context) error {
 	if l.GetFencingToken() != s.token {
 		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), s.token)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lost != nil {
-		return s.lost
-	}
-	if l.GetRevision() > s.revision {
-		s.revision = l.GetRevision()
-		s.lease = l
-	}
-	s.ttl = l.GetTtl().AsDuration()
-	if d := sent.Add(s.ttl - s.margin); d.After(s.deadline) {
-		s.deadline = d
-		s.lastSent = sent
-	}
-	return nil
-}
-
-// lose ends the session with cause err, once; later calls change nothing.
-func (s *Session) lose(err error) {
-	s.mu.Lock()
-	if s.lost == nil {
-		s.lost = err
-	}
-	s.mu.Unlock()
-	s.cancel(err)
-	s.client.loss.remove(s)
-}
-
-// schedule returns the safe deadline and the time of the next renewal.
-func (s *Session) schedule() (deadline, renewAt time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	interval := time.Duration(float64(s.ttl) * s.fraction)
-	return s.deadline, s.lastSent.Add(interval)
-}
-
-// retryDelay is how long the loop waits after a failed renewal.
-func (s *Session) retryDelay() time.Duration {
-	d := time.Duration(float64(s.TTL()) * s.fraction / 3)
-	return max(min(d, time.Second), 20*time.Millisecond)
-}
-
-// run is the session's renewal loop (see runRenewals).
-func (s *Session) run() { runRenewals(s.ctx, s, &s.paused, s.loopDone) }
-
-// renewer is what the renewal loop drives: a Session or a GroupSession.
-type renewer interface {
-	// schedule returns the safe deadline and the time of the next renewal.
-	schedule() (deadline, renewAt time.Time)
-	// renewOnce renews once, moving the deadline forward on success.
-	renewOnce(ctx context.Context) error
-	// lose ends the holding with err, once.
-	lose(err error)
-	// retryDelay is how long to wait after a failed renewal.
-	retryDelay() time.Duration
-}
-
-// runRenewals is the renewal loop: renew at the renew fraction of the TTL,
-// retry transient failures, end the holding on a permanent failure or when
-// the safe deadline passes. It returns when ctx (the holding's loss
-// context) ends, and closes done.
-func runRenewals(ctx context.Context, r renewer, paused *atomic.Bool, done chan struct{}) {
-	defer close(done)
-	deadline, renewAt := r.schedule()
-	deadlineTimer := time.NewTimer(time.Until(deadline))
-	defer deadlineTimer.Stop()
-	renewTimer := time.NewTimer(untilAligned(renewAt))
-	defer renewTimer.Stop()
-
-	results := make(chan error, 1)
-	inflight := func() {}
-	defer func() { inflight() }()
-	var lastErr error
-	for {
-		select {
-		case <-ctx.Done(): // released, or lost through Renew or the watch
-			return
-		case <-deadlineTimer.C:
-			deadline, _ := r.schedule()
-			if d := time.Until(deadline); d > 0 {
-				deadlineTimer.Reset(d)
-				continue
-			}
-			if lastErr != nil {
-				r.lose(fmt.Errorf("%w (last renewal error: %w)", ErrDeadlinePassed, lastErr))
-			} else {
-				r.lose(ErrDeadlinePassed)
-			}
-			return
-		case <-renewTimer.C:
-			if paused.Load() {
-				renewTimer.Reset(r.retryDelay())
-				continue
-			}
-			// A renewal that ends after the safe deadline is of no use.
-			deadline, _ := r.schedule()
-			rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-			inflight = cancel
-			go func() { results <- r.renewOnce(rctx) }()
-		case err := <-results:
-			inflight()
-			inflight = func() {}
-			if err == nil {
-				lastErr = nil
-				deadline, renewAt := r.schedule()
-				deadlineTimer.Reset(time.Until(deadline))
-				renewTimer.Reset(untilAligned(renewAt))
-				continue
-			}
-			if isFatal(err) {
-				r.lose(err)
-				return
-			}
-			lastErr = err
-			renewTimer.Reset(r.retryDelay())
+	return s.renewed(sent, l.GetTtl().AsDuration(), func() {
+		if l.GetRevision() > s.revision {
+			s.revision = l.GetRevision()
+			s.lease = l
 		}
-	}
-}
-
-// renewGrid aligns renewal times: a renewal due more than renewGridMin from
-// now runs at the last multiple of renewGrid before it (never later), so
-// the renewals of sessions acquired close together come due at the same
-// moment and share one KeepAlive request.
-const (
-	renewGrid    = 50 * time.Millisecond
-	renewGridMin = 4 * renewGrid
-)
-
-// untilAligned is how long until renewAt, moved earlier onto renewGrid.
-func untilAligned(renewAt time.Time) time.Duration {
-	d := time.Until(renewAt)
-	if d <= renewGridMin {
-		return d
-	}
-	return time.Until(renewAt.Truncate(renewGrid))
+	})
 }
 
 // errTokenChanged marks a renewal whose reply carries another fencing token:

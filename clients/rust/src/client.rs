@@ -8,36 +8,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::Code;
 
-use crate::config::{CallCredentials, ClientConfig};
+use crate::config::ClientConfig;
 use crate::error::{Error, Reason};
 use crate::follow::Follower;
 use crate::group::GroupSession;
 use crate::keepalive::KeepAlive;
+use crate::lifecycle::{
+    check_renew_fraction, check_timing, default_safety_margin, DEFAULT_RENEW_FRACTION,
+};
 use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
     AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
     RevokeLeaseRequest, WatchLeaseRequest,
 };
-use crate::session::{
-    check_renew_fraction, check_timing, default_safety_margin, Session, DEFAULT_RENEW_FRACTION,
-};
+use crate::session::Session;
+use crate::stub::{open_watch, timeout_error, ElectionStub, Stub, DEFAULT_CALL_TIMEOUT};
 use crate::watch::Watch;
-
-/// Deadline of a unary call, on top of an Acquire's wait.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The generated stub over the client's channel, with its credentials
-/// interceptor.
-pub type Stub = LeaseServiceClient<InterceptedService<Channel, CallCredentials>>;
-
-/// The generated election stub over the client's channel, with its
-/// credentials interceptor.
-pub(crate) type ElectionStub = ElectionServiceClient<InterceptedService<Channel, CallCredentials>>;
 
 /// A connection to a Tenure server.
 ///
@@ -655,20 +645,6 @@ fn checked(ttl: Duration, options: &AcquireOptions) -> Result<(f64, Duration), E
     Ok((renew_fraction, timeout))
 }
 
-/// Opens a `WatchLease` stream (the opening is bounded by
-/// [`DEFAULT_CALL_TIMEOUT`]; the stream itself is not).
-pub(crate) async fn open_watch(
-    stub: &Stub,
-    request: WatchLeaseRequest,
-) -> Result<tonic::Streaming<crate::proto::WatchLeaseResponse>, Error> {
-    let mut stub = stub.clone();
-    let stream = tokio::time::timeout(DEFAULT_CALL_TIMEOUT, stub.watch_lease(request))
-        .await
-        .map_err(|_| timeout_error(DEFAULT_CALL_TIMEOUT))??
-        .into_inner();
-    Ok(stream)
-}
-
 /// Makes a unary call with a deadline (sent to the server as `grpc-timeout`
 /// and enforced here).
 async fn unary<Req, Resp, F, Fut>(timeout: Duration, message: Req, call: F) -> Result<Resp, Error>
@@ -683,14 +659,6 @@ where
         Ok(Err(status)) => Err(Error::from(status)),
         Err(_) => Err(timeout_error(timeout)),
     }
-}
-
-fn timeout_error(timeout: Duration) -> Error {
-    Error::local(
-        Code::DeadlineExceeded,
-        Reason::Unspecified,
-        format!("no answer within {timeout:?}"),
-    )
 }
 
 /// A protobuf duration.

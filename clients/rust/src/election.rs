@@ -18,12 +18,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::client::{AcquireOptions, Client, ElectionStub};
+use crate::client::{AcquireOptions, Client};
 use crate::error::{Error, Reason};
 use crate::proto::{LeaderRequest, Leadership, Lease, ObserveRequest, ProclaimRequest};
 use crate::session::Session;
+use crate::stub::{ElectionStub, DEFAULT_CALL_TIMEOUT};
 use crate::watch::{FIRST_BACKOFF, MAX_BACKOFF};
-use crate::DEFAULT_CALL_TIMEOUT;
 
 /// The lease metadata key that holds a leader's value.
 pub const VALUE_KEY: &str = "value";

@@ -24,9 +24,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{open_watch, Stub};
 use crate::error::Reason;
 use crate::proto::{EventType, LeaseEvent, WatchLeaseRequest};
+use crate::stub::{open_watch, Stub};
 use crate::watch::{next, FIRST_BACKOFF, MAX_BACKOFF};
 
 /// The event types the stream asks for: RENEWED is not needed (a new
@@ -182,7 +182,7 @@ impl Follower {
                         let response = match item {
                             Some(Ok(response)) => response,
                             Some(Err(status))
-                                if crate::Error::from_status(&status).reason()
+                                if crate::error::Error::from_status(&status).reason()
                                     == Reason::WatchHistoryCompacted =>
                             {
                                 last = 0;

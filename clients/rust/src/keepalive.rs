@@ -32,10 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::client::Stub;
 use crate::error::{Error, Reason};
 use crate::proto::keep_alive_result::Outcome;
 use crate::proto::{KeepAliveEntry, KeepAliveRequest, KeepAliveResponse, Lease, RenewRequest};
+use crate::stub::Stub;
 
 /// Most entries in one request (the server's default
 /// `--max-keepalive-entries`; a server configured lower ends the stream
@@ -382,8 +382,8 @@ impl Stream for Outgoing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ClientConfig;
     use crate::proto::lease_service_client::LeaseServiceClient;
-    use crate::ClientConfig;
     use tonic_types::StatusExt;
 
     /// A task over a channel that is never used (batching sends nothing).
@@ -443,7 +443,7 @@ mod tests {
             "too large",
             tonic_types::ErrorDetails::with_error_info(
                 "REQUEST_TOO_LARGE",
-                crate::DOMAIN,
+                crate::error::DOMAIN,
                 std::collections::HashMap::<String, String>::new(),
             ),
         ));

@@ -43,6 +43,23 @@
 //!
 //! The helper needs a Tokio runtime (it spawns the renewal task with
 //! `tokio::spawn`).
+//!
+//! # Layout
+//!
+//! A module uses only modules before it in this order (lowest first), so
+//! there is no circle among them:
+//!
+//! 1. `proto` (generated, declared here), then `error`, `config`;
+//! 2. `stub`: the stub types, the call deadline, opening a `WatchLease`;
+//! 3. `watch`, then `follow` (the client's one watch that notices loss);
+//! 4. `keepalive` (the client's one `KeepAlive` stream);
+//! 5. `lifecycle`: what a [`Session`] and a [`GroupSession`] share (the
+//!    safe deadline, the renewal loop, loss, release, release on drop),
+//!    parameterised by a `Holding`;
+//! 6. `session`, then `group`: the two holdings;
+//! 7. `client`, then `semaphore` and `election` on top of it.
+//!
+//! `fencing` uses none of them.
 
 #![warn(missing_docs)]
 
@@ -54,9 +71,10 @@ pub mod fencing;
 mod follow;
 mod group;
 mod keepalive;
-mod renewal;
+mod lifecycle;
 mod semaphore;
 mod session;
+mod stub;
 mod watch;
 
 /// The generated protobuf types and gRPC client of `tenure.v1`
@@ -67,13 +85,31 @@ pub mod proto {
     tonic::include_proto!("tenure.v1");
 }
 
-pub use client::{AcquireOptions, Client, LeaseInfo, Stub, DEFAULT_CALL_TIMEOUT};
+pub use client::{AcquireOptions, Client, LeaseInfo};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
 pub use election::{Election, Leader, VALUE_KEY};
 pub use error::{code_name, required_nats_server, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use group::{GroupRelease, GroupSession};
+pub use lifecycle::{default_safety_margin, Loss, LossCause, DEFAULT_RENEW_FRACTION};
 pub use proto::{EventType, Lease};
 pub use semaphore::{limit_in_force, Semaphore};
-pub use session::{default_safety_margin, Loss, LossCause, Session, DEFAULT_RENEW_FRACTION};
+pub use session::Session;
+pub use stub::{Stub, DEFAULT_CALL_TIMEOUT};
 pub use watch::{Event, Watch};
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_types_can_cross_tasks() {
+        assert_send_sync::<crate::Session>();
+        assert_send_sync::<crate::GroupSession>();
+        assert_send_sync::<crate::Client>();
+        assert_send_sync::<crate::Error>();
+        assert_send_sync::<crate::FencingGuard>();
+        fn assert_send<T: Send>() {}
+        assert_send::<crate::Watch>();
+    }
+}

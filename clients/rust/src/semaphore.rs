@@ -107,7 +107,7 @@ impl Semaphore {
     pub async fn holders(&self) -> Result<Vec<Lease>, Error> {
         match self.inspect().await {
             Ok(info) => Ok(info.holders),
-            Err(err) if err.reason() == crate::Reason::LeaseNotFound => Ok(Vec::new()),
+            Err(err) if err.reason() == crate::error::Reason::LeaseNotFound => Ok(Vec::new()),
             Err(err) => Err(err),
         }
     }
@@ -116,7 +116,7 @@ impl Semaphore {
 /// The limit in force that a `LIMIT_MISMATCH` error reports (its `limit`
 /// metadata); `None` for any other error.
 pub fn limit_in_force(err: &Error) -> Option<u32> {
-    if err.reason() != crate::Reason::LimitMismatch {
+    if err.reason() != crate::error::Reason::LimitMismatch {
         return None;
     }
     err.metadata().get("limit")?.parse().ok()

@@ -15,9 +15,9 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::client::{open_watch, Stub};
 use crate::error::{Error, Reason};
 use crate::proto::{EventType, Lease, LeaseEvent, WatchLeaseRequest, WatchLeaseResponse};
+use crate::stub::{open_watch, Stub};
 
 /// First pause before reopening a failed stream; doubles up to
 /// [`MAX_BACKOFF`] and starts over once an event arrives.

@@ -14,6 +14,13 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
 - :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
 - :class:`LeaderElector`, :func:`elect`, :func:`proclaim`, :func:`leader` —
   leader election (an election is the lease of the same name).
+
+Layout: a module imports only modules before it in this order (lowest
+first), type-only imports included, so there is no import circle:
+``_gen`` → ``_errors``, ``_types`` → ``_resume`` → ``_conn`` (the
+:class:`~typing.Protocol` of what the helpers use of a client) →
+``_keepalive`` → ``_losswatch`` → ``_session`` → ``_group`` → ``_client`` →
+``_election`` → ``sync`` (and this package). ``fencing`` imports none of them.
 """
 
 from ._client import AcquireContext, LeaseWatch, Semaphore, TenureClient

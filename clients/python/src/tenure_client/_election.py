@@ -23,11 +23,11 @@ import grpc
 
 from ._errors import Reason, TenureError
 from ._gen import election_pb2, election_pb2_grpc
+from ._session import Session, _cause_of
 from ._types import Seconds, to_seconds
 
 if TYPE_CHECKING:
     from ._client import TenureClient
-    from ._session import Session
 
 #: The lease metadata key that holds a leader's value.
 VALUE_KEY = "value"
@@ -113,7 +113,7 @@ async def proclaim(term: "Session", value: str, *, timeout: float = 5.0) -> None
         reply = await _call(term._client, "Proclaim", request, timeout)
     except TenureError as err:
         if not err.retryable:
-            term._lose(_cause(err), err)
+            term._lose(_cause_of(err), err)
         raise
     leadership = reply.leadership
     if not term.lost.is_set() and leadership.revision > term.revision:
@@ -125,12 +125,6 @@ async def proclaim(term: "Session", value: str, *, timeout: float = 5.0) -> None
             lease, revision=leadership.revision, metadata=metadata, ttl=ttl
         )
         term._update(updated, sent)
-
-
-def _cause(err: TenureError) -> Any:
-    from ._session import _cause_of
-
-    return _cause_of(err)
 
 
 async def leader(client: "TenureClient", name: str, *, timeout: float = 5.0) -> Leader:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
-from ._session import LossCause, Session, lost_by
+from ._session import LossCause, Session, SessionHost, lost_by
 from ._types import Lease, LeaseEvent
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._client import TenureClient
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class GroupSession(Session):
 
     def __init__(
         self,
-        client: "TenureClient",
+        client: SessionHost,
         leases: Sequence[Lease],
         lease_key: str,
         sent: float,

@@ -18,17 +18,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING, Deque, List, Optional, Tuple
+from typing import Deque, List, Optional, Tuple
 
 import grpc
 import grpc.aio
 
+from ._conn import Connection
 from ._errors import Reason, TenureError, parse_reason
 from ._gen import lease_pb2
 from ._types import Lease
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._client import TenureClient
 
 _log = logging.getLogger("tenure_client")
 
@@ -143,7 +141,7 @@ class KeepAlive:
             many request messages and entries were written (tests, logs).
     """
 
-    def __init__(self, client: "TenureClient") -> None:
+    def __init__(self, client: Connection) -> None:
         self._client = client
         self._queue: List[_Call] = []
         self._writer: Optional[asyncio.Task[None]] = None

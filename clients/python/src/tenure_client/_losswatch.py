@@ -17,19 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Protocol, Set
 
 import grpc
 import grpc.aio
 
+from ._conn import Connection
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
 from ._resume import Backoff, ResumePoint
 from ._types import EventType, LeaseEvent
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._client import TenureClient
-    from ._session import Session
 
 _log = logging.getLogger("tenure_client")
 
@@ -71,12 +68,33 @@ def cover_of(names: Iterable[str]) -> str:
     return ".".join(common) + ".>" if common else ">"
 
 
+class Followed(Protocol):
+    """What the watch follows: a :class:`~tenure_client.Session` (one
+    holding) or a :class:`~tenure_client.GroupSession` (every member's)."""
+
+    def _watch_names(self) -> tuple[str, ...]:
+        """The names of its holdings."""
+        ...
+
+    def _holds(self, event: LeaseEvent) -> bool:
+        """Whether a CURRENT snapshot event is one of its holdings."""
+        ...
+
+    def _observe(self, event: LeaseEvent) -> None:
+        """Ends it when `event` shows one of its holdings gone."""
+        ...
+
+    def _lose_on_watch(self, event: Optional[LeaseEvent]) -> None:
+        """Ends it: the watch saw a holding end (`event`, or its absence)."""
+        ...
+
+
 class LossWatch:
     """The shared watch of one client (see the module doc)."""
 
-    def __init__(self, client: "TenureClient") -> None:
+    def __init__(self, client: Connection) -> None:
         self._client = client
-        self._sessions: Set["Session"] = set()
+        self._sessions: Set[Followed] = set()
         self._cover = ""
         self._task: Optional[asyncio.Task[None]] = None
         #: Why the server refused the watch, once it did.
@@ -86,7 +104,7 @@ class LossWatch:
         #: await it); cleared when the watch reopens.
         self.synced = asyncio.Event()
 
-    def add(self, session: "Session") -> None:
+    def add(self, session: Followed) -> None:
         """Follows `session`, widening the watch if its name is not covered."""
         if self._closed or self.refused is not None:
             return
@@ -101,7 +119,7 @@ class LossWatch:
         self.synced = asyncio.Event()
         self._task = asyncio.create_task(self._run(self._cover), name="tenure-loss-watch")
 
-    def remove(self, session: "Session") -> None:
+    def remove(self, session: Followed) -> None:
         """Stops following `session`; the watch closes with the last one."""
         self._sessions.discard(session)
         if not self._sessions and self._task is not None:
@@ -121,7 +139,7 @@ class LossWatch:
                 if current is not None and current.cancelling():
                     raise
 
-    def _covered(self, cover: str) -> List["Session"]:
+    def _covered(self, cover: str) -> List[Followed]:
         return [
             s for s in self._sessions if all(covers(cover, n) for n in s._watch_names())
         ]
@@ -138,7 +156,7 @@ class LossWatch:
         point = ResumePoint()
         while True:
             start = point.start()
-            before: List["Session"] = []
+            before: List[Followed] = []
             if start == 0:
                 point = ResumePoint()
                 before = self._covered(cover)
@@ -147,7 +165,7 @@ class LossWatch:
                 metadata=self._client._call_metadata(),
             )
             # The names of each session seen held in the snapshot.
-            seen: Dict["Session", Set[str]] = {}
+            seen: Dict[Followed, Set[str]] = {}
             try:
                 async for message in call:
                     backoff.reset()

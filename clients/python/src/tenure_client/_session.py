@@ -6,21 +6,28 @@ import asyncio
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
+from ._conn import Connection
 from ._errors import Reason, TenureError
 from ._gen import lease_pb2
-from ._keepalive import UseUnary
+from ._keepalive import KeepAlive, UseUnary
+from ._losswatch import LossWatch
 from ._types import EventType, Lease, LeaseEvent
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._client import TenureClient
 
 _log = logging.getLogger("tenure_client")
 
 #: First pause before retrying a renewal that failed with a retryable error;
 #: it doubles up to the renew interval, and never runs past the safe deadline.
 _FIRST_RETRY = 0.05
+
+
+class SessionHost(Connection, Protocol):
+    """What a session uses of its :class:`~tenure_client.TenureClient`: its
+    calls, its KeepAlive stream and its loss watch."""
+
+    _keepalive: KeepAlive
+    _loss: LossWatch
 
 
 class LossCause(enum.Enum):
@@ -89,7 +96,7 @@ class Session:
 
     def __init__(
         self,
-        client: "TenureClient",
+        client: SessionHost,
         lease: Lease,
         lease_key: str,
         sent: float,

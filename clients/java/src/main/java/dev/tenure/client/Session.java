@@ -2,7 +2,6 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
-import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
@@ -10,14 +9,8 @@ import dev.tenure.v1.RenewRequest;
 import dev.tenure.v1.RenewResponse;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Optional;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.ScheduledFuture;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
-import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
@@ -51,9 +44,6 @@ import java.util.logging.Logger;
  */
 public final class Session implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(Session.class.getName());
-
-  /** The longest pause between retries of a renewal that failed transiently. */
-  private static final long MAX_RETRY_DELAY_NANOS = TimeUnit.MILLISECONDS.toNanos(200);
 
   /** Why a session lost its lease. */
   public enum LossReason {
@@ -113,49 +103,27 @@ public final class Session implements AutoCloseable {
     void onLoss(Loss loss);
   }
 
-  private enum State {
-    HELD,
-    LOST,
-    RELEASED
-  }
-
   private final LeaseClient client;
-  private final AcquireOptions options;
   private final String name;
   private final String holder;
   private final String leaseKey;
   private final long fencingToken;
   private final int slot;
   private final LossWatch.Watched watched;
+  /** The life of the holding; its lock guards the last lease and {@code releaseRevision}. */
+  private final Lifecycle<Lease> life;
 
-  // Everything below is guarded by `this`.
-  private State state = State.HELD;
-  private long revision;
-  private Duration grantedTtl;
-  private long lastSendNanos;
-  private long deadlineNanos;
-  private Loss loss;
-  private TenureException lastError;
   private long releaseRevision;
-  private final List<LossListener> listeners = new ArrayList<>();
-  private ScheduledFuture<?> renewTask;
-  private ScheduledFuture<?> watchdogTask;
-  private boolean renewalsPaused;
-  private Consumer<Lease> renewalObserver;
 
   Session(LeaseClient client, AcquireOptions options, Lease lease, String leaseKey, long sendNanos) {
     this.client = client;
-    this.options = options;
     this.name = lease.getName();
     this.holder = lease.getHolder();
     this.leaseKey = leaseKey;
     this.fencingToken = lease.getFencingToken();
     this.slot = lease.getSlot();
-    this.watched = new LossWatch.Watched(name, slot, fencingToken, this::endedByWatch);
-    this.revision = lease.getRevision();
-    this.grantedTtl = ttlOf(lease);
-    this.lastSendNanos = sendNanos;
-    this.deadlineNanos = sendNanos + grantedTtl.toNanos() - marginNanos();
+    this.life = new Lifecycle<>(client, options, new LeaseHolding(), LOG, lease, sendNanos);
+    this.watched = new LossWatch.Watched(name, slot, fencingToken, life::endedByWatch);
   }
 
   /**
@@ -163,58 +131,7 @@ public final class Session implements AutoCloseable {
    * lease), renews once first, so the caller gets a safe deadline counted from a recent send.
    */
   void start() {
-    if (marginNanos() >= (long) (grantedTtl.toNanos() * (1 - options.getRenewFraction()))) {
-      closeQuietly();
-      throw new IllegalArgumentException(
-          "safety margin "
-              + options.marginFor(grantedTtl)
-              + " leaves no time to renew a TTL of "
-              + grantedTtl
-              + " every "
-              + options.getRenewFraction()
-              + " of it");
-    }
-    boolean slow;
-    synchronized (this) {
-      slow = System.nanoTime() - lastSendNanos >= intervalNanos();
-    }
-    if (slow) {
-      renewOnce();
-    }
-    synchronized (this) {
-      scheduleRenewLocked(lastSendNanos + intervalNanos());
-      scheduleWatchdogLocked();
-    }
-  }
-
-  /** A blocking renewal for {@link #start()}; throws when the lease cannot be kept. */
-  private void renewOnce() {
-    RenewRequest request;
-    synchronized (this) {
-      request = renewRequest();
-    }
-    long send = System.nanoTime();
-    try {
-      RenewResponse reply =
-          client
-              .blockingStub()
-              .withDeadlineAfter(options.getRpcTimeout().toNanos(), NANOSECONDS)
-              .renew(request);
-      synchronized (this) {
-        apply(send, reply.getLease());
-      }
-    } catch (StatusRuntimeException e) {
-      TenureException error = client.error(e, "Renew");
-      boolean expired;
-      synchronized (this) {
-        expired = System.nanoTime() >= deadlineNanos;
-        lastError = error;
-      }
-      if (!error.isRetryable() || expired) {
-        closeQuietly();
-        throw error;
-      }
-    }
+    life.start();
   }
 
   /** @return the lease name */
@@ -258,8 +175,8 @@ public final class Session implements AutoCloseable {
    *
    * @return the current revision
    */
-  public synchronized long getRevision() {
-    return revision;
+  public long getRevision() {
+    return life.held().getRevision();
   }
 
   /**
@@ -276,8 +193,8 @@ public final class Session implements AutoCloseable {
    *
    * @return the granted TTL
    */
-  public synchronized Duration getGrantedTtl() {
-    return grantedTtl;
+  public Duration getGrantedTtl() {
+    return life.getGrantedTtl();
   }
 
   /**
@@ -286,8 +203,8 @@ public final class Session implements AutoCloseable {
    *
    * @return the safe deadline in {@code System.nanoTime()} units
    */
-  public synchronized long getSafeDeadlineNanos() {
-    return deadlineNanos;
+  public long getSafeDeadlineNanos() {
+    return life.getSafeDeadlineNanos();
   }
 
   /**
@@ -295,11 +212,8 @@ public final class Session implements AutoCloseable {
    *
    * @return the time until the safe deadline, zero once the lease is not held
    */
-  public synchronized Duration getTimeLeft() {
-    if (state != State.HELD) {
-      return Duration.ZERO;
-    }
-    return Duration.ofNanos(Math.max(0, deadlineNanos - System.nanoTime()));
+  public Duration getTimeLeft() {
+    return life.getTimeLeft();
   }
 
   /**
@@ -309,8 +223,8 @@ public final class Session implements AutoCloseable {
    *
    * @return true while the lease is safely held
    */
-  public synchronized boolean isHeld() {
-    return state == State.HELD && System.nanoTime() - deadlineNanos < 0;
+  public boolean isHeld() {
+    return life.isHeld();
   }
 
   /**
@@ -318,8 +232,8 @@ public final class Session implements AutoCloseable {
    *
    * @return the loss, or empty while held or after a release
    */
-  public synchronized Optional<Loss> getLoss() {
-    return Optional.ofNullable(loss);
+  public Optional<Loss> getLoss() {
+    return life.getLoss();
   }
 
   /**
@@ -329,18 +243,7 @@ public final class Session implements AutoCloseable {
    * @param listener the listener
    */
   public void addLossListener(LossListener listener) {
-    Loss already;
-    synchronized (this) {
-      if (state == State.RELEASED) {
-        return;
-      }
-      if (state == State.HELD) {
-        listeners.add(listener);
-        return;
-      }
-      already = loss;
-    }
-    notify(List.of(listener), already);
+    life.addLossListener(listener);
   }
 
   /**
@@ -358,53 +261,7 @@ public final class Session implements AutoCloseable {
    *     reached: the lease then expires after its TTL)
    */
   public boolean release() {
-    ReleaseRequest request;
-    boolean wasHeld;
-    boolean refused;
-    synchronized (this) {
-      if (state == State.RELEASED) {
-        return false;
-      }
-      wasHeld = isHeld();
-      refused =
-          loss != null
-              && (loss.getReason() == LossReason.NOT_HELD
-                  || loss.getReason() == LossReason.LEASE_ENDED);
-      state = State.RELEASED;
-      listeners.clear();
-      cancelTasksLocked();
-      request =
-          ReleaseRequest.newBuilder()
-              .setName(name)
-              .setExpectedRevision(revision)
-              .setLeaseKey(leaseKey)
-              .setSlot(slot)
-              .build();
-    }
-    client.forget(this);
-    if (refused) {
-      return false;
-    }
-    try {
-      ReleaseResponse reply =
-          client
-              .blockingStub()
-              .withDeadlineAfter(options.getRpcTimeout().toNanos(), NANOSECONDS)
-              .release(request);
-      synchronized (this) {
-        releaseRevision = reply.getRevision();
-      }
-      return wasHeld;
-    } catch (StatusRuntimeException e) {
-      TenureException error = client.error(e, "Release");
-      ErrorReason reason = error.getReason();
-      if (!wasHeld
-          || reason == ErrorReason.LEASE_NOT_HELD
-          || reason == ErrorReason.LEASE_NOT_FOUND) {
-        return false;
-      }
-      throw error;
-    }
+    return life.release();
   }
 
   /**
@@ -413,34 +270,27 @@ public final class Session implements AutoCloseable {
    */
   @Override
   public void close() {
-    closeQuietly();
-  }
-
-  private void closeQuietly() {
-    try {
-      release();
-    } catch (TenureException e) {
-      LOG.log(Level.FINE, "release of lease " + name + " failed; it will expire", e);
-    }
+    life.closeQuietly();
   }
 
   @Override
-  public synchronized String toString() {
-    return "Session{name="
-        + name
-        + (slot != 0 ? ", slot=" + slot : "")
-        + ", holder="
-        + holder
-        + ", fencingToken="
-        + fencingToken
-        + ", revision="
-        + revision
-        + ", grantedTtl="
-        + grantedTtl
-        + ", state="
-        + state
-        + (loss != null ? ", loss=" + loss : "")
-        + "}";
+  public String toString() {
+    synchronized (life) {
+      return "Session{name="
+          + name
+          + (slot != 0 ? ", slot=" + slot : "")
+          + ", holder="
+          + holder
+          + ", fencingToken="
+          + fencingToken
+          + ", revision="
+          + life.held().getRevision()
+          + ", grantedTtl="
+          + life.getGrantedTtl()
+          + ", "
+          + life.stateString()
+          + "}";
+    }
   }
 
   // ---- Test hooks (package-private): simulate a stalled holder. ----
@@ -449,267 +299,133 @@ public final class Session implements AutoCloseable {
    * Stops sending renewals for good (the safe-deadline watchdog keeps running), as a holder that
    * stalled would.
    */
-  synchronized void pauseRenewals() {
-    renewalsPaused = true;
+  void pauseRenewals() {
+    life.pauseRenewals();
   }
 
   /** Called with the lease of every successful background renewal. */
-  synchronized void setRenewalObserver(Consumer<Lease> observer) {
-    this.renewalObserver = observer;
-  }
-
-  // ---- Renewal machinery. ----
-
-  private long marginNanos() {
-    return options.marginFor(grantedTtl).toNanos();
-  }
-
-  private long intervalNanos() {
-    return (long) (grantedTtl.toNanos() * options.getRenewFraction());
-  }
-
-  private RenewRequest renewRequest() {
-    return RenewRequest.newBuilder()
-        .setName(name)
-        .setExpectedRevision(revision)
-        .setLeaseKey(leaseKey)
-        .setSlot(slot)
-        .build();
-  }
-
-  /** Takes in a successful reply to a request sent at {@code send}. Caller holds the lock. */
-  private void apply(long send, Lease lease) {
-    revision = lease.getRevision();
-    grantedTtl = ttlOf(lease);
-    lastSendNanos = send;
-    long deadline = send + grantedTtl.toNanos() - marginNanos();
-    if (deadline - deadlineNanos > 0) {
-      deadlineNanos = deadline;
-    }
-    lastError = null;
-  }
-
-  private void scheduleRenewLocked(long atNanos) {
-    if (state != State.HELD) {
-      return;
-    }
-    long delay = Math.max(0, atNanos - System.nanoTime());
-    try {
-      renewTask = client.scheduler().schedule(this::renewNow, delay, NANOSECONDS);
-    } catch (RejectedExecutionException e) {
-      LOG.log(Level.FINE, "scheduler is shut down; renewals of " + name + " stop", e);
-    }
-  }
-
-  private void scheduleWatchdogLocked() {
-    if (state != State.HELD) {
-      return;
-    }
-    long delay = Math.max(0, deadlineNanos - System.nanoTime());
-    try {
-      watchdogTask = client.scheduler().schedule(this::watchdog, delay, NANOSECONDS);
-    } catch (RejectedExecutionException e) {
-      LOG.log(Level.FINE, "scheduler is shut down; watchdog of " + name + " stops", e);
-    }
-  }
-
-  /** Signals loss at the safe deadline unless a renewal has moved it since. */
-  private void watchdog() {
-    List<LossListener> toNotify;
-    Loss lost;
-    synchronized (this) {
-      watchdogTask = null;
-      if (state != State.HELD) {
-        return;
-      }
-      if (System.nanoTime() - deadlineNanos < 0) {
-        scheduleWatchdogLocked();
-        return;
-      }
-      toNotify = loseLocked(LossReason.DEADLINE_PASSED, lastError);
-      lost = loss;
-    }
-    notify(toNotify, lost);
-  }
-
-  /** Sends one renewal; its reply schedules the next one. */
-  private void renewNow() {
-    RenewRequest request;
-    long send;
-    long timeout;
-    List<LossListener> toNotify;
-    Loss lost;
-    synchronized (this) {
-      renewTask = null;
-      if (state != State.HELD) {
-        return;
-      }
-      if (renewalsPaused) {
-        return;
-      }
-      send = System.nanoTime();
-      long left = deadlineNanos - send;
-      if (left > 0) {
-        request = renewRequest();
-        timeout = Math.min(left, options.getRpcTimeout().toNanos());
-        toNotify = null;
-        lost = null;
-      } else {
-        request = null;
-        timeout = 0;
-        toNotify = loseLocked(LossReason.DEADLINE_PASSED, lastError);
-        lost = loss;
-      }
-    }
-    if (request == null) {
-      notify(toNotify, lost);
-      return;
-    }
-    client
-        .keepAlive()
-        .renew(
-            request,
-            timeout,
-            new KeepAliveStream.Callback() {
-              @Override
-              public void renewed(Lease lease) {
-                Session.this.renewed(send, lease);
-              }
-
-              @Override
-              public void failed(TenureException error) {
-                renewFailed(error);
-              }
-            });
+  void setRenewalObserver(Consumer<Lease> observer) {
+    life.setRenewalObserver(observer);
   }
 
   /**
    * Takes the reply of an election's Proclaim (a renewal that also wrote a new value): a newer
    * revision of this holding moves the session on; the renewal schedule stays as it is.
    */
-  synchronized void proclaimed(long send, Lease lease) {
-    if (state == State.HELD
-        && lease.getFencingToken() == fencingToken
-        && lease.getRevision() > revision
-        && System.nanoTime() - deadlineNanos < 0) {
-      apply(send, lease);
-    }
-  }
-
-  private void renewed(long send, Lease lease) {
-    List<LossListener> toNotify = null;
-    Loss lost = null;
-    Consumer<Lease> observer = null;
-    synchronized (this) {
-      if (state != State.HELD) {
-        return;
-      }
-      if (System.nanoTime() - deadlineNanos >= 0) {
-        // Too late: isHeld() has already said no, and loss is final.
-        toNotify = loseLocked(LossReason.DEADLINE_PASSED, lastError);
-        lost = loss;
-      } else if (lease.getFencingToken() != fencingToken) {
-        toNotify =
-            loseLocked(
-                LossReason.NOT_HELD,
-                new TenureException(
-                    io.grpc.Status.Code.FAILED_PRECONDITION,
-                    ErrorReason.LEASE_NOT_HELD,
-                    "",
-                    "renewal returned fencing token "
-                        + lease.getFencingToken()
-                        + " instead of "
-                        + fencingToken,
-                    java.util.Map.of(),
-                    null));
-        lost = loss;
-      } else {
-        apply(send, lease);
-        scheduleRenewLocked(send + intervalNanos());
-        observer = renewalObserver;
+  void proclaimed(long send, Lease lease) {
+    synchronized (life) {
+      if (life.isHeld()
+          && lease.getFencingToken() == fencingToken
+          && lease.getRevision() > life.held().getRevision()) {
+        life.apply(send, lease);
       }
     }
-    if (toNotify != null) {
-      notify(toNotify, lost);
-    } else if (observer != null) {
-      observer.accept(lease);
-    }
   }
 
-  /** Called by the client's {@link LossWatch} when an event shows this holding ended. */
-  void endedByWatch(dev.tenure.v1.LeaseEvent event) {
-    List<LossListener> toNotify;
-    Loss lost;
-    synchronized (this) {
-      if (state != State.HELD) {
-        return;
+  /** The lease of this session: renewed over the client's KeepAlive stream, released unary. */
+  private final class LeaseHolding implements Lifecycle.Holding<Lease> {
+    @Override
+    public String kind() {
+      return "lease";
+    }
+
+    @Override
+    public String label() {
+      return name;
+    }
+
+    @Override
+    public Duration ttl(Lease lease) {
+      return Duration.ofSeconds(lease.getTtl().getSeconds(), lease.getTtl().getNanos());
+    }
+
+    @Override
+    public String mismatch(Lease lease) {
+      if (lease.getFencingToken() == fencingToken) {
+        return null;
       }
-      toNotify = loseLocked(LossReason.LEASE_ENDED, null);
-      lost = loss;
+      return "renewal returned fencing token "
+          + lease.getFencingToken()
+          + " instead of "
+          + fencingToken;
     }
-    notify(toNotify, lost);
-  }
 
-  private void renewFailed(TenureException error) {
-    List<LossListener> toNotify;
-    Loss lost;
-    synchronized (this) {
-      if (state != State.HELD) {
-        return;
+    @Override
+    public void renewAsync(
+        Lease held,
+        long timeoutNanos,
+        Consumer<Lease> renewed,
+        Consumer<TenureException> failed) {
+      client
+          .keepAlive()
+          .renew(
+              renewRequest(held),
+              timeoutNanos,
+              new KeepAliveStream.Callback() {
+                @Override
+                public void renewed(Lease lease) {
+                  renewed.accept(lease);
+                }
+
+                @Override
+                public void failed(TenureException error) {
+                  failed.accept(error);
+                }
+              });
+    }
+
+    @Override
+    public Lease renewBlocking(Lease held, long timeoutNanos) {
+      try {
+        RenewResponse reply =
+            client
+                .blockingStub()
+                .withDeadlineAfter(timeoutNanos, NANOSECONDS)
+                .renew(renewRequest(held));
+        return reply.getLease();
+      } catch (StatusRuntimeException e) {
+        throw client.error(e, "Renew");
       }
-      long now = System.nanoTime();
-      if (error.getReason() == ErrorReason.LEASE_NOT_HELD) {
-        toNotify = loseLocked(LossReason.NOT_HELD, error);
-      } else if (!error.isRetryable()) {
-        toNotify = loseLocked(LossReason.RENEW_REJECTED, error);
-      } else if (now - deadlineNanos >= 0) {
-        toNotify = loseLocked(LossReason.DEADLINE_PASSED, error);
-      } else {
-        lastError = error;
-        long retryDelay = Math.min(MAX_RETRY_DELAY_NANOS, intervalNanos() / 2);
-        scheduleRenewLocked(now + retryDelay);
-        return;
+    }
+
+    @Override
+    public boolean release(Lease held, long timeoutNanos) {
+      ReleaseRequest request =
+          ReleaseRequest.newBuilder()
+              .setName(name)
+              .setExpectedRevision(held.getRevision())
+              .setLeaseKey(leaseKey)
+              .setSlot(slot)
+              .build();
+      try {
+        ReleaseResponse reply =
+            client.blockingStub().withDeadlineAfter(timeoutNanos, NANOSECONDS).release(request);
+        synchronized (life) {
+          releaseRevision = reply.getRevision();
+        }
+        return true;
+      } catch (StatusRuntimeException e) {
+        throw client.error(e, "Release");
       }
-      lost = loss;
     }
-    notify(toNotify, lost);
-  }
 
-  /** Marks the session lost; returns the listeners to tell (outside the lock). */
-  private List<LossListener> loseLocked(LossReason reason, TenureException cause) {
-    state = State.LOST;
-    loss = new Loss(reason, cause);
-    cancelTasksLocked();
-    List<LossListener> toNotify = new ArrayList<>(listeners);
-    listeners.clear();
-    return toNotify;
-  }
-
-  private void cancelTasksLocked() {
-    if (renewTask != null) {
-      renewTask.cancel(false);
-      renewTask = null;
+    @Override
+    public boolean releasesAfterLoss() {
+      return false;
     }
-    if (watchdogTask != null) {
-      watchdogTask.cancel(false);
-      watchdogTask = null;
-    }
-  }
 
-  private void notify(List<LossListener> toNotify, Loss lost) {
-    for (LossListener listener : toNotify) {
-      client.callback(
-          () -> {
-            try {
-              listener.onLoss(lost);
-            } catch (RuntimeException e) {
-              LOG.log(Level.WARNING, "loss listener of lease " + name + " failed", e);
-            }
-          });
+    @Override
+    public void forget() {
+      client.forget(Session.this);
     }
-  }
 
-  private static Duration ttlOf(Lease lease) {
-    return Duration.ofSeconds(lease.getTtl().getSeconds(), lease.getTtl().getNanos());
+    private RenewRequest renewRequest(Lease held) {
+      return RenewRequest.newBuilder()
+          .setName(name)
+          .setExpectedRevision(held.getRevision())
+          .setLeaseKey(leaseKey)
+          .setSlot(slot)
+          .build();
+    }
   }
 }
