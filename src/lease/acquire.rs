@@ -17,7 +17,7 @@ use futures::StreamExt;
 
 use super::fifo;
 use super::keys;
-use super::record::{Entry, Fence, Grant, Holding, KeyHash, Kind, Record};
+use super::record::{Entry, Fence, Holding, KeyHash, Kind, Record};
 use super::refusals::{
     behind, cas_failed, contended, delayed, held, queued, too_many_waiters, unreadable,
 };
@@ -48,19 +48,6 @@ pub struct AcquireArgs {
     pub lock_delay_s: u64,
     /// The semaphore limit (0: a plain, exclusive lease; see [`semaphore`]).
     pub limit: u32,
-}
-
-impl AcquireArgs {
-    /// What the new holding is made of, with `key` the hash of its key.
-    pub(super) fn grant<'a>(&'a self, key: &'a KeyHash) -> Grant<'a> {
-        Grant {
-            holder: &self.holder,
-            key,
-            ttl_s: self.ttl_s,
-            metadata: &self.metadata,
-            lock_delay_s: self.lock_delay_s,
-        }
-    }
 }
 
 /// Where an attempt to take a lease stands towards the name's queue.
@@ -497,7 +484,14 @@ impl Leases {
                 return Err(delayed(&args.name, free_at, now));
             }
         }
-        let record = Record::grant(args.grant(&hash), now);
+        let record = Record::grant(
+            &args.holder,
+            &hash,
+            args.ttl_s,
+            &args.metadata,
+            args.lock_delay_s,
+            now,
+        );
         let ttl = Duration::from_secs(args.ttl_s);
         let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
         // The fence (a holding with a delay always has its fence, and one
@@ -510,14 +504,12 @@ impl Leases {
             Some(fence) => {
                 let mut writes: Vec<Write> = queue_write.into_iter().collect();
                 writes.push(fence);
-                writes.push(Write {
-                    name: args.name.clone(),
-                    op: WriteOp::Put,
-                    payload: record.encode(),
-                    expected: Some(expected),
-                    expected_of: None,
+                writes.push(Write::put(
+                    args.name.clone(),
+                    record.encode(),
+                    expected,
                     ttl,
-                });
+                ));
                 self.store.batch(&writes).await
             }
             // Otherwise one conditional write: the lease first, then the

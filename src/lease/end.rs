@@ -100,14 +100,7 @@ impl Leases {
                 // batch, so that neither a release (no delay) nor a revoke
                 // (its delay is in the purge) leaves one behind for the
                 // marker that replaces this message when it ages out.
-                let fence = Write {
-                    name: keys::fence(name),
-                    op: WriteOp::Delete,
-                    payload: bytes::Bytes::new(),
-                    expected: None,
-                    expected_of: None,
-                    ttl: Duration::ZERO,
-                };
+                let fence = Write::delete(keys::fence(name), bytes::Bytes::new(), None);
                 let end = Write {
                     name: name.to_string(),
                     op,

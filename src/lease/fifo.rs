@@ -246,14 +246,7 @@ pub struct Ticket {
 impl Ticket {
     /// The write that removes the ticket in the grant's batch.
     pub fn grant_write(&self) -> Write {
-        Write {
-            name: self.key.clone(),
-            op: WriteOp::Delete,
-            payload: Bytes::new(),
-            expected: Some(self.revision),
-            expected_of: None,
-            ttl: Duration::ZERO,
-        }
+        Write::delete(self.key.clone(), Bytes::new(), Some(self.revision))
     }
 
     /// Leaves the queue now (best effort: a ticket that stays expires).

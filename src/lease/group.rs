@@ -26,7 +26,7 @@ use futures::StreamExt;
 
 use super::acquire::fence_write;
 use super::keys;
-use super::record::{Entry, Grant, KeyHash, Record, Released};
+use super::record::{Entry, KeyHash, Record, Released};
 use super::refusals::{contended, delayed, held, queued, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, Wakeups};
@@ -60,19 +60,6 @@ pub struct GroupArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of every member, whole seconds (0: none).
     pub lock_delay_s: u64,
-}
-
-impl GroupArgs {
-    /// What each member's new holding is made of.
-    fn grant<'a>(&'a self, key: &'a KeyHash) -> Grant<'a> {
-        Grant {
-            holder: &self.holder,
-            key,
-            ttl_s: self.ttl_s,
-            metadata: &self.metadata,
-            lock_delay_s: self.lock_delay_s,
-        }
-    }
 }
 
 /// One holding of a group as its holder presents it.
@@ -236,7 +223,14 @@ impl Leases {
                 Plan::Take { expected, .. } => (
                     Record {
                         group: args.names.clone(),
-                        ..Record::grant(args.grant(&hash), now)
+                        ..Record::grant(
+                            &args.holder,
+                            &hash,
+                            args.ttl_s,
+                            &args.metadata,
+                            args.lock_delay_s,
+                            now,
+                        )
                     },
                     *expected,
                 ),
@@ -248,14 +242,12 @@ impl Leases {
                     *revision,
                 ),
             };
-            writes.push(Write {
-                name: name.clone(),
-                op: WriteOp::Put,
-                payload: record.encode(),
-                expected: Some(expected),
-                expected_of: None,
-                ttl: Duration::from_secs(args.ttl_s),
-            });
+            writes.push(Write::put(
+                name.clone(),
+                record.encode(),
+                expected,
+                Duration::from_secs(args.ttl_s),
+            ));
             records.push(record);
         }
         let last = match self.store.batch(&writes).await {
@@ -315,14 +307,12 @@ impl Leases {
             let mut records = Vec::with_capacity(members.len());
             for (m, (revision, rec)) in members.iter().zip(&current) {
                 let record = rec.renewal(*revision, ttl_s, now);
-                writes.push(Write {
-                    name: m.name.clone(),
-                    op: WriteOp::Put,
-                    payload: record.encode(),
-                    expected: Some(*revision),
-                    expected_of: None,
-                    ttl: Duration::from_secs(record.ttl_s),
-                });
+                writes.push(Write::put(
+                    m.name.clone(),
+                    record.encode(),
+                    *revision,
+                    Duration::from_secs(record.ttl_s),
+                ));
                 records.push(record);
             }
             match self.store.batch(&writes).await {
@@ -361,14 +351,11 @@ impl Leases {
                 if rec.lock_delay_s > 0 {
                     // As a single release: the fence goes with the holding
                     // (a release never delays).
-                    fences.push(Write {
-                        name: keys::fence(&m.name),
-                        op: WriteOp::Delete,
-                        payload: bytes::Bytes::new(),
-                        expected: None,
-                        expected_of: None,
-                        ttl: Duration::ZERO,
-                    });
+                    fences.push(Write::delete(
+                        keys::fence(&m.name),
+                        bytes::Bytes::new(),
+                        None,
+                    ));
                 }
                 ends.push(Write {
                     name: m.name.clone(),

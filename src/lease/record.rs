@@ -61,19 +61,27 @@ impl Record {
         }
     }
 
-    /// The record of a new holding, written at `now_ms`: token 0 ("the
-    /// revision of this write"), the key kept only as its hash, no group
-    /// (a group's grant sets its members). The one place a holding starts.
-    pub fn grant(grant: Grant<'_>, now_ms: u64) -> Record {
+    /// The record of a new holding of `holder`, whose lease key hashes to
+    /// `key`, written at `now_ms`: token 0 ("the revision of this write"),
+    /// no group (a group's grant sets its members). The one place a holding
+    /// starts.
+    pub fn grant(
+        holder: &str,
+        key: &KeyHash,
+        ttl_s: u64,
+        metadata: &BTreeMap<String, String>,
+        lock_delay_s: u64,
+        now_ms: u64,
+    ) -> Record {
         Record {
-            holder: grant.holder.to_string(),
+            holder: holder.to_string(),
             token: 0,
-            key_sha256: grant.key.to_hex(),
-            ttl_s: grant.ttl_s,
+            key_sha256: key.to_hex(),
+            ttl_s,
             acquired_ms: now_ms,
             renewed_ms: now_ms,
-            metadata: grant.metadata.clone(),
-            lock_delay_s: grant.lock_delay_s,
+            metadata: metadata.clone(),
+            lock_delay_s,
             group: Vec::new(),
         }
     }
@@ -108,20 +116,6 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Option<Record> {
         serde_json::from_slice(bytes).ok()
     }
-}
-
-/// What a new holding is made of ([`Record::grant`]).
-pub struct Grant<'a> {
-    /// Who takes it.
-    pub holder: &'a str,
-    /// The hash of the caller's lease key.
-    pub key: &'a KeyHash,
-    /// The granted TTL, whole seconds.
-    pub ttl_s: u64,
-    /// The caller's metadata.
-    pub metadata: &'a BTreeMap<String, String>,
-    /// The lock delay, whole seconds (0: none).
-    pub lock_delay_s: u64,
 }
 
 /// The payload of a release tombstone: who released which holding, so that

@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::keys::{self, semaphore_slot as slot_key};
-use super::record::{Entry, Grant, Holding, KeyHash, Kind, Record};
+use super::record::{Entry, Holding, KeyHash, Kind, Record};
 use super::refusals::{cas_failed, contended, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::Wait;
@@ -135,11 +135,7 @@ impl Leases {
             };
             let (slot, expected) = free[pick];
             let now = now_ms();
-            let grant = Grant {
-                lock_delay_s: 0,
-                ..args.grant(&hash)
-            };
-            let record = Record::grant(grant, now);
+            let record = Record::grant(&args.holder, &hash, args.ttl_s, &args.metadata, 0, now);
             let key = slot_key(name, slot);
             let ttl = Duration::from_secs(args.ttl_s);
             let written = if in_force == limit {
@@ -174,23 +170,13 @@ impl Leases {
                     {
                         continue;
                     }
-                    writes.push(Write {
-                        name: slot_key(name, *n),
-                        op: WriteOp::Delete,
-                        payload: bytes::Bytes::new(),
-                        expected: Some(revision),
-                        expected_of: None,
-                        ttl: Duration::ZERO,
-                    });
+                    writes.push(Write::delete(
+                        slot_key(name, *n),
+                        bytes::Bytes::new(),
+                        Some(revision),
+                    ));
                 }
-                writes.push(Write {
-                    name: key.clone(),
-                    op: WriteOp::Put,
-                    payload: record.encode(),
-                    expected: Some(expected),
-                    expected_of: None,
-                    ttl,
-                });
+                writes.push(Write::put(key.clone(), record.encode(), expected, ttl));
                 self.store.batch(&writes).await
             };
             match written {

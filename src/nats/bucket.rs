@@ -144,6 +144,34 @@ pub struct Write {
     pub ttl: Duration,
 }
 
+impl Write {
+    /// A put of `payload` to `name` (expiring after `ttl`; zero: never),
+    /// conditional on the key's last revision being `expected`.
+    pub fn put(name: impl Into<String>, payload: Bytes, expected: u64, ttl: Duration) -> Write {
+        Write {
+            name: name.into(),
+            op: WriteOp::Put,
+            payload,
+            expected: Some(expected),
+            expected_of: None,
+            ttl,
+        }
+    }
+
+    /// A tombstone with `payload` on `name`, conditional on the key's last
+    /// revision being `expected` (`None`: the batch's other writes decide).
+    pub fn delete(name: impl Into<String>, payload: Bytes, expected: Option<u64>) -> Write {
+        Write {
+            name: name.into(),
+            op: WriteOp::Delete,
+            payload,
+            expected,
+            expected_of: None,
+            ttl: Duration::ZERO,
+        }
+    }
+}
+
 /// A handle on the lease bucket; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
