@@ -133,7 +133,8 @@ pub async fn start(
     // One shared watcher per shard: each follows its own stream.
     let mut shards = Vec::with_capacity(stores.len());
     for store in &stores {
-        let hub = Hub::start(store.clone(), budget.clone(), idle, shutdown.clone())
+        let hold = config.watcher_hold.as_ref();
+        let hub = Hub::start(store.clone(), budget.clone(), idle, shutdown.clone(), hold)
             .await
             .map_err(StartError::Nats)?;
         let leases = Leases::new(store.clone(), hub, shutdown.clone());

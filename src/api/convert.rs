@@ -94,7 +94,7 @@ pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     }
 }
 
-/// The client's deadline from the `grpc-timeout` header ("<digits><unit>").
+/// The client's deadline from the `grpc-timeout` header (`"<digits><unit>"`).
 pub fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);

@@ -1,7 +1,7 @@
 //! Settings: the `tenure serve` flags with their `TENURE_*` environment
 //! equivalents, their validation, and the plain data other layers are
 //! configured with (bucket, request limits, grants, log format). A leaf:
-//! it depends on nothing else in the crate. [`file`] adds the TOML config
+//! it depends on nothing else in the crate. [`file`](mod@file) adds the TOML config
 //! file and its precedence.
 //!
 //! Every flag has an environment equivalent; a flag wins over the variable,
@@ -15,8 +15,10 @@ use clap::{Args, FromArgMatches};
 use serde::Deserialize;
 
 mod file;
+mod test_hooks;
 
 pub use file::{resolve, ResolveError};
+pub use test_hooks::WatcherHold;
 
 /// Most shards a bucket can be split into.
 pub const MAX_SHARDS: u32 = 64;
@@ -242,6 +244,11 @@ pub struct Config {
     /// Authorization grants, from the `[[grant]]` tables of --config.
     #[arg(skip)]
     pub grants: Vec<Grant>,
+
+    /// Test-only: holds back the shared watcher of this replica (see
+    /// [`WatcherHold`]). Set from Rust code only.
+    #[arg(skip)]
+    pub watcher_hold: Option<WatcherHold>,
 
     /// KV bucket holding the leases.
     #[arg(long, env = "TENURE_BUCKET", default_value = "tenure")]

@@ -46,7 +46,7 @@ pub struct AcquireArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of the holding, whole seconds (0: none).
     pub lock_delay_s: u64,
-    /// The semaphore limit (0: a plain, exclusive lease; see [`semaphore`]).
+    /// The semaphore limit (0: a plain, exclusive lease; see [`super::semaphore`]).
     pub limit: u32,
 }
 

@@ -9,17 +9,21 @@
 //! it (0 in that first write: "this revision", like a lease's token), so the
 //! refreshes that keep the ticket alive (conditional rewrites with a TTL)
 //! keep its place. The head is the live ticket with the lowest place. Only
-//! the head writes the lease, in one atomic batch that also deletes its
-//! ticket; an Acquire without a wait writes only when no ticket is live, and
-//! its write is conditional on the queue's last revision (through the guard
-//! key `_tenure.q.<name>.plain`, written in the same batch), so it never
-//! jumps a waiter that queued meanwhile. `model/fifo.pml` checks this design.
+//! the head writes the lease: one write conditional on the lease's last
+//! revision (with its fence in one atomic batch when a lock delay is
+//! involved), then the delete of its ticket; the waiters behind it still
+//! see its ticket until then, and the lease is held meanwhile. An Acquire
+//! without a wait reads the queue from the stream leader and writes only
+//! when no ticket is live. A group's batch carries the queue's guard key
+//! `_tenure.q.<name>.plain`, conditional on the whole queue's last revision
+//! (design sections 16 and 21). `model/fifo.pml` checks this design.
 //!
-//! Each replica's shared watcher keeps a [`QueueView`] of the live tickets,
-//! from the same bucket messages it mirrors leases from: it lets a waiter
-//! know it is not the head without a read (so a release wakes one writer,
-//! not a herd of readers) and find a free slot without a scan. The view
-//! picks who tries; the conditional writes decide.
+//! Each replica's shared watcher keeps a queue view of the live tickets
+//! (`watch/queue_view.rs`), from the same bucket messages it mirrors leases
+//! from: it lets a waiter know it is not the head without a read (so a
+//! release wakes one writer, not a herd of readers), tells the head it is
+//! the head once the view has been complete since its ticket was written,
+//! and finds a free slot without a scan.
 //!
 //! Slots bound the queue structurally (at most `max_waiters` tickets, and a
 //! scan of the queue reads at most that many keys plus the guard), and a

@@ -450,3 +450,108 @@ async fn many_simultaneous_acquires_of_free_names_all_succeed() {
         failed.first()
     );
 }
+
+/// A replica whose shared watcher lags by more than a ticket refresh never
+/// lets a later waiter overtake an earlier one (issue 24 §1).
+///
+/// The earlier waiter is the test itself, writing and refreshing its ticket
+/// as a waiting Acquire does, so that it never takes the lease and the
+/// later waiter's answer alone says whether the queue was kept. The later
+/// waiter queues through replica B, whose watcher is held back
+/// ([`tenure::WatcherHold`]) while the earlier ticket is refreshed and the
+/// holder releases; B then applies the stream as a reader that far behind
+/// reads it: the earlier ticket's first write is gone (rewritten by its
+/// refresh), so B sees the later ticket before the earlier one's refresh.
+/// On the code before the fix, B's view called the later waiter the head
+/// at that point and it took the free lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
+    let name = "lag.job";
+    let t = Tenure::start_with(|c| c.watcher_idle_timeout = Duration::ZERO).await;
+    let mut a = t.client().await;
+    let (holding, key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
+
+    // Replica B, its watcher live, then held where the bucket is now.
+    let hold = tenure::WatcherHold::default();
+    let config = tenure::Config {
+        metrics_listen: None,
+        watcher_hold: Some(hold.clone()),
+        ..t.config.clone()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b_replica = tenure::start(&config, &t.nats.url(), listener)
+        .await
+        .expect("replica B starts");
+    let mut b = LeaseServiceClient::connect(format!("http://{}", b_replica.addr()))
+        .await
+        .unwrap();
+    let mut b_watch = watch(&mut b, name).await;
+    next_of(&mut b_watch, EventType::SnapshotComplete).await;
+    hold.hold_after(t.last_sequence().await);
+
+    // The earlier waiter's ticket, in slot 0.
+    let js = t.nats.jetstream().await;
+    let slot0 = format!("$KV.{}._tenure.q.{name}.0", t.config.bucket);
+    let ticket = |place: u64, expected: u64| {
+        PublishMessage::build()
+            .payload(format!(r#"{{"place":{place},"holder":"earlier"}}"#).into())
+            .expected_last_subject_sequence(expected)
+            .ttl(Duration::from_secs(TICKET_TTL_S as u64))
+    };
+    let mut queue = kv(&t)
+        .await
+        .watch(format!("_tenure.q.{name}.*"))
+        .await
+        .unwrap();
+    let first = js
+        .send_publish(slot0.clone(), ticket(0, 0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(next_ticket_change(&mut queue).await.1);
+
+    // The later waiter queues through B, and waits.
+    let later = tokio::spawn(async move {
+        b.acquire(AcquireRequest {
+            wait: Some(secs(4)),
+            ..acquire_req(name, "later", 30)
+        })
+        .await
+    });
+    let (later_key, put) = next_ticket_change(&mut queue).await;
+    assert!(put && !later_key.ends_with(".0"), "{later_key}");
+    let later_ticket = kv(&t)
+        .await
+        .entry(&later_key)
+        .await
+        .unwrap()
+        .unwrap()
+        .revision;
+    assert!(later_ticket > first.sequence);
+
+    // The earlier ticket is refreshed (its first write leaves the stream),
+    // and the holder releases: the lease is free, the earlier waiter first.
+    js.send_publish(slot0, ticket(first.sequence, first.sequence))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    a.release(release_req(name, holding.revision, key))
+        .await
+        .unwrap();
+
+    // B reads as far as the later ticket, with the rest behind it.
+    hold.let_through(later_ticket);
+    let answer = within("the later waiter's answer", later).await.unwrap();
+    let err = answer.expect_err("the later waiter took the lease over an earlier one");
+    assert_eq!(reason(&err), "LEASE_HELD", "{err:?}");
+    assert!(err.message().contains("gave up after waiting"), "{err:?}");
+    let free = a
+        .get_lease(GetLeaseRequest { name: name.into() })
+        .await
+        .unwrap_err();
+    assert_eq!(free.code(), tonic::Code::NotFound, "nobody took it");
+    hold.release();
+    b_replica.shutdown().await;
+}

@@ -2,7 +2,7 @@
 //! one NATS consumer per process.
 //!
 //! Each Tenure process follows the whole bucket with a single NATS ordered
-//! consumer, keeps a [`Mirror`] of the current holding of every name, and
+//! consumer, keeps a [`Mirror`](mirror::Mirror) of the current holding of every name, and
 //! fans each change out in-process to every `WatchLease` stream and waiting
 //! `Acquire` whose filter matches. NATS therefore serves one consumer per
 //! replica, not one per watcher, however many clients watch.
@@ -23,6 +23,7 @@
 //! at registration from a short-lived consumer ([`resume`]), so the
 //! replay and the live feed meet without a gap or an overlap.
 
+mod lag;
 mod mirror;
 mod outbox;
 mod queue_view;
@@ -41,6 +42,7 @@ use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::WatcherHold;
 use crate::error::{Error, Reason, Result};
 use crate::lease::event::{Event, EventKind, Filter};
 use crate::lease::record::Holding;
@@ -203,7 +205,7 @@ struct Registered {
     /// The hub's position at registration: later changes are live events.
     at: u64,
     /// A lower bound on the time of every message after the resumed
-    /// revision (see [`Checkpoints::after`]).
+    /// revision (see [`Checkpoints::after`](resume::Checkpoints::after)).
     since_ms: Option<u64>,
     /// The oldest revision a resume could start from (for the refusal).
     oldest: Option<u64>,
@@ -279,11 +281,13 @@ impl Hub {
     /// follows the bucket only while something needs it: from the first
     /// subscription until it has had none for that long. Without it, it
     /// follows the bucket from now on.
+    /// `hold` is a test's [`WatcherHold`] on this hub (`None` in production).
     pub async fn start(
         store: Store,
         budget: Arc<WatchBudget>,
         idle_after: Option<Duration>,
         shutdown: CancellationToken,
+        hold: Option<&WatcherHold>,
     ) -> Result<Hub> {
         let follow = match idle_after {
             None => Some(store.follow(">", Start::Snapshot).await?),
@@ -303,6 +307,7 @@ impl Hub {
             shutdown,
             healthy: healthy_tx,
             idle_after,
+            held: hold.map(lag::Held::new),
         };
         tokio::spawn(run(task, follow, state));
         Ok(Hub {

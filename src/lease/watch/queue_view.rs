@@ -29,19 +29,29 @@ pub enum Turn {
 /// without reading the queue from the stream leader: when a lease frees,
 /// only the head tries to take it and every other waiter stays asleep.
 ///
-/// The view is as good as a queue read made at its position: a ticket
-/// ahead of a waiter's was written before the waiter's (its place is
-/// lower), so once the view has applied the waiter's ticket it has applied
-/// every ticket ahead of it, and each one it still shows live was live at
-/// that position. Whatever it says, a grant is a batch conditional on the
-/// waiter's own ticket and on the lease's last revision. It holds only
-/// live tickets (bounded by the queues' slots), and nothing while the
-/// watcher is idle.
+/// The view is trusted to say "the head" only once it has been *complete*
+/// after the waiter's ticket: its consumer delivered a message at or after
+/// the ticket's last write with nothing pending behind it, i.e. it had read
+/// everything the stream held at that moment. Applying the waiter's ticket
+/// is not enough: the bucket keeps one message per key, so when the watcher
+/// lags, an earlier waiter's ticket can be rewritten (its refresh) before
+/// the watcher reads its first write; the consumer then skips that write,
+/// delivers the later waiter's ticket, and only after it the refresh. Any
+/// such skip leaves the refresh pending behind the later ticket, so a
+/// delivery with nothing pending proves that every ticket live at that
+/// moment has its last message applied (design section 16). The grant that
+/// follows a "Mine" is conditional on the lease only: the view is what
+/// keeps it fair. It holds only live tickets (bounded by the queues'
+/// slots), and nothing while the watcher is idle.
 #[derive(Debug, Default)]
 pub struct QueueView {
     /// The bucket revision the view has applied, once the watcher's
     /// initial load is done (0: not live, trust nothing).
     position: AtomicU64,
+    /// The highest position at which the watcher had read everything the
+    /// stream held (a message delivered with nothing pending behind it);
+    /// 0: not since the view last started.
+    complete: AtomicU64,
     /// name → its queue, for names with a live ticket.
     tickets: Mutex<HashMap<String, Seen>>,
 }
@@ -142,14 +152,20 @@ impl QueueView {
         free
     }
 
-    /// Marks the view as applied up to `position` (0: not live).
-    pub fn set_position(&self, position: u64) {
+    /// Marks the view as applied up to `position` (0: not live); with
+    /// `complete`, the message at `position` was delivered with nothing
+    /// pending behind it.
+    pub fn set_position(&self, position: u64, complete: bool) {
+        if complete {
+            self.complete.fetch_max(position, Ordering::AcqRel);
+        }
         self.position.store(position, Ordering::Release);
     }
 
     /// Forgets everything (the watcher stops or starts a fresh load).
     pub fn clear(&self) {
         self.position.store(0, Ordering::Release);
+        self.complete.store(0, Ordering::Release);
         self.tickets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -172,11 +188,14 @@ impl QueueView {
     /// has got: that ticket was live when the view applied it, and whatever
     /// ends it (a grant, then an end of that holding; a departure, a turn)
     /// is applied later and wakes the waiter again. "Mine" needs the view to
-    /// have applied the waiter's own ticket, and so every ticket ahead of it.
+    /// have been complete at or after the waiter's last ticket write (see
+    /// [`QueueView`]): then every ticket ahead of it that is still live
+    /// shows.
     pub fn turn(&self, name: &str, place: u64, revision: u64) -> Turn {
-        // The position first: the tickets read after it are at least as
-        // new as it says.
+        // The positions first: the tickets read after them are at least as
+        // new as they say.
         let position = self.position.load(Ordering::Acquire);
+        let complete = self.complete.load(Ordering::Acquire);
         if position == 0 {
             return Turn::Unknown;
         }
@@ -187,7 +206,7 @@ impl QueueView {
         if seen.live.iter().any(|t| t.place < place) {
             return Turn::NotMine;
         }
-        if position < revision || !seen.live.iter().any(|t| t.place == place) {
+        if complete < revision || !seen.live.iter().any(|t| t.place == place) {
             return Turn::Unknown;
         }
         Turn::Mine
@@ -221,7 +240,7 @@ mod tests {
             .apply(&keys::queue_slot("n", 1), 11, &ticket(0))
             .is_none());
         assert_eq!(view.turn("n", 10, 10), Turn::Unknown, "not live yet");
-        view.set_position(11);
+        view.set_position(11, true);
         assert_eq!(view.turn("n", 10, 10), Turn::Mine);
         assert_eq!(view.turn("n", 11, 11), Turn::NotMine);
         assert_eq!(view.turn("n", 11, 12), Turn::NotMine, "10 is ahead anyway");
@@ -235,14 +254,14 @@ mod tests {
         assert!(view
             .apply(&keys::queue_slot("n", 4), 12, &ticket(10))
             .is_none());
-        view.set_position(12);
+        view.set_position(12, true);
         assert_eq!(view.turn("n", 11, 11), Turn::NotMine);
         assert_eq!(
             view.apply(&keys::queue_slot("n", 4), 13, &Op::Expired)
                 .as_deref(),
             Some("n")
         );
-        view.set_position(13);
+        view.set_position(13, true);
         assert_eq!(view.turn("n", 11, 11), Turn::Mine);
         assert!(view.has_waiters("n"));
         assert_eq!(view.turn("n", 10, 10), Turn::Unknown, "gone");
@@ -271,5 +290,35 @@ mod tests {
             .apply(&keys::queue_slot("n", 2), 16, &ticket(0))
             .is_none());
         assert_eq!(view.turn("n", 16, 16), Turn::Unknown, "cleared: not live");
+    }
+
+    /// A lagging watcher that skipped an earlier waiter's first ticket write
+    /// (rewritten by its refresh before the watcher read it) sees the later
+    /// waiter's ticket first: the view must not call that one the head
+    /// until it has read everything the stream held after it.
+    #[test]
+    fn a_skipped_earlier_ticket_keeps_the_view_from_naming_the_head() {
+        let view = QueueView::default();
+        // Written: slot 0 at 10 (place 10), slot 1 at 11 (place 11), then
+        // slot 0's refresh at 12, which removed 10 from the stream. The
+        // watcher delivers 11 with the refresh still pending behind it.
+        assert!(view
+            .apply(&keys::queue_slot("n", 1), 11, &ticket(0))
+            .is_none());
+        view.set_position(11, false);
+        assert_eq!(view.turn("n", 11, 11), Turn::Unknown, "not complete");
+        assert!(view
+            .apply(&keys::queue_slot("n", 0), 12, &ticket(10))
+            .is_none());
+        view.set_position(12, true);
+        assert_eq!(view.turn("n", 11, 11), Turn::NotMine, "10 is ahead");
+        assert_eq!(view.turn("n", 10, 12), Turn::Mine);
+        // Complete once is complete for every ticket written before.
+        view.set_position(13, false);
+        assert_eq!(view.turn("n", 10, 12), Turn::Mine);
+        assert_eq!(view.turn("n", 10, 13), Turn::Unknown, "a newer write");
+        view.clear();
+        view.set_position(14, false);
+        assert_eq!(view.turn("n", 10, 12), Turn::Unknown, "cleared");
     }
 }

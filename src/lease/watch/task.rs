@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use super::lag::Held;
 use super::mirror::Mirror;
 use super::outbox::{Outbox, Refused, WatchBudget};
 use super::queue_view::QueueView;
@@ -127,6 +128,8 @@ pub(super) struct Task {
     /// Stop following the bucket after this long without subscribers and
     /// pending snapshots (`None`: never).
     pub(super) idle_after: Option<Duration>,
+    /// Test-only: what a held watcher received and has not applied yet.
+    pub(super) held: Option<Held>,
 }
 
 /// The hub task: applies bucket messages to the mirror and fans them out;
@@ -141,7 +144,10 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
         shutdown,
         healthy,
         idle_after,
+        mut held,
     } = task;
+    let mut hold_limit = held.as_ref().map(Held::limit);
+    let mut let_through = false;
     if follow.as_ref().is_some_and(|f| f.initially_pending == 0) {
         state.mirror.live = true;
     }
@@ -160,6 +166,11 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     });
     let mut sweep = tokio::time::interval(sweep_every);
     loop {
+        if std::mem::take(&mut let_through) {
+            for (message, pending) in held.as_mut().map(Held::ready).unwrap_or_default() {
+                state.apply_message(message, pending);
+            }
+        }
         // Snapshots are served early only from a live mirror.
         let next_deadline = match state.mirror.live {
             true => state.pending.iter().map(|p| p.deadline).min(),
@@ -172,8 +183,19 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                 None => std::future::pending().await,
             }
         };
+        let hold_moved = async {
+            match hold_limit.as_mut() {
+                Some(limit) => {
+                    if limit.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = hold_moved => let_through = true,
             command = commands.recv() => match command {
                 Some(command) => {
                     if !active {
@@ -192,7 +214,14 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                 None => break,
             },
             message = message => match message {
-                Some(Ok((message, pending))) => state.apply_message(message, pending),
+                Some(Ok((message, pending))) => match held.as_mut() {
+                    None => state.apply_message(message, pending),
+                    Some(held) => {
+                        for (message, pending) in held.admit(message, pending) {
+                            state.apply_message(message, pending);
+                        }
+                    }
+                },
                 failed => {
                     let why = match failed {
                         Some(Err(err)) => err.message,
@@ -489,7 +518,7 @@ impl HubState {
             );
         }
         if self.mirror.live {
-            self.view.set_position(self.mirror.position);
+            self.view.set_position(self.mirror.position, pending == 0);
         }
         if let Some(event) = event {
             let event = Arc::new(event);
