@@ -35,7 +35,7 @@ use super::limits::{CallLimits, Class, WatchLimits};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
-use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Shards, MAX_GROUP_SIZE};
+use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Shards};
 use crate::observe::{self, METRICS};
 use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
@@ -78,8 +78,9 @@ pub(super) trait Call {
     /// The lease name, prefix or watch filter the call touches.
     fn subject(&self) -> &str;
     /// Checks the subject's syntax (before authorization, so that
-    /// refusals never quote an invalid name).
-    fn check(&self) -> Result<(), Error> {
+    /// refusals never quote an invalid name), against the server's
+    /// `limits` where a limit applies.
+    fn check(&self, _limits: &Limits) -> Result<(), Error> {
         validate::name(self.subject()).map(drop)
     }
     /// Which in-flight budget the call counts against.
@@ -158,7 +159,7 @@ impl LeaseApi {
         let result = async {
             let caller = self.auth.authenticate(&request)?;
             Span::current().record("identity", clip(&caller.identity));
-            request.get_ref().check()?;
+            request.get_ref().check(&self.limits)?;
             for target in request.get_ref().targets() {
                 if let Err(err) = self.auth.authorize(&caller, Req::ACTION, target) {
                     tracing::info!(method = Req::METHOD, lease.name = clip(request.get_ref().subject()), identity = %caller.identity, action = Req::ACTION.as_str(), "permission denied: {}", err.message);
@@ -531,7 +532,7 @@ impl Call for proto::WatchLeaseRequest {
     fn subject(&self) -> &str {
         &self.name
     }
-    fn check(&self) -> Result<(), Error> {
+    fn check(&self, _limits: &Limits) -> Result<(), Error> {
         validate::watch_filter(&self.name).map(drop)
     }
     /// "jobs.>" covers every name under "jobs.", ">" every name.
@@ -549,7 +550,7 @@ impl Call for proto::ListLeasesRequest {
     fn subject(&self) -> &str {
         &self.prefix
     }
-    fn check(&self) -> Result<(), Error> {
+    fn check(&self, _limits: &Limits) -> Result<(), Error> {
         validate::prefix(&self.prefix).map(drop)
     }
     fn target(&self) -> Target<'_> {
@@ -571,8 +572,13 @@ impl Call for proto::AcquireGroupRequest {
     fn subject(&self) -> &str {
         self.names.first().map_or("", String::as_str)
     }
-    fn check(&self) -> Result<(), Error> {
-        validate::group(self.names.iter().map(String::as_str), 2, MAX_GROUP_SIZE).map(drop)
+    fn check(&self, limits: &Limits) -> Result<(), Error> {
+        validate::group(
+            self.names.iter().map(String::as_str),
+            2,
+            limits.max_group_size,
+        )
+        .map(drop)
     }
     fn targets(&self) -> Vec<Target<'_>> {
         self.names.iter().map(|n| Target::Name(n)).collect()
@@ -591,8 +597,8 @@ impl Call for proto::RenewGroupRequest {
     fn subject(&self) -> &str {
         self.members.first().map_or("", |m| m.name.as_str())
     }
-    fn check(&self) -> Result<(), Error> {
-        check_members(&self.members)
+    fn check(&self, limits: &Limits) -> Result<(), Error> {
+        check_members(&self.members, limits)
     }
     fn targets(&self) -> Vec<Target<'_>> {
         self.members.iter().map(|m| Target::Name(&m.name)).collect()
@@ -608,8 +614,8 @@ impl Call for proto::ReleaseGroupRequest {
     fn subject(&self) -> &str {
         self.members.first().map_or("", |m| m.name.as_str())
     }
-    fn check(&self) -> Result<(), Error> {
-        check_members(&self.members)
+    fn check(&self, limits: &Limits) -> Result<(), Error> {
+        check_members(&self.members, limits)
     }
     fn targets(&self) -> Vec<Target<'_>> {
         self.members.iter().map(|m| Target::Name(&m.name)).collect()
@@ -620,9 +626,14 @@ impl Call for proto::ReleaseGroupRequest {
 }
 
 /// The syntax check of a RenewGroup's or ReleaseGroup's members (before
-/// authorization): 1 to the hard cap of valid, distinct names.
-fn check_members(members: &[proto::GroupMember]) -> Result<(), Error> {
-    validate::group(members.iter().map(|m| m.name.as_str()), 1, MAX_GROUP_SIZE).map(drop)
+/// authorization): 1 to `--max-group-size` valid, distinct names.
+fn check_members(members: &[proto::GroupMember], limits: &Limits) -> Result<(), Error> {
+    validate::group(
+        members.iter().map(|m| m.name.as_str()),
+        1,
+        limits.max_group_size,
+    )
+    .map(drop)
 }
 
 /// The members of a RenewGroup or ReleaseGroup, validated against the

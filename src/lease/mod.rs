@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 pub use acquire::AcquireArgs;
 pub use election::{ttl_left, value_of, CampaignArgs, Change, ChangeKind, Elections, VALUE_KEY};
 pub use event::{Event, EventKind, Filter};
-pub use group::{GroupArgs, GroupMember, MAX_GROUP_SIZE};
+pub use group::{GroupArgs, GroupMember};
 pub use keys::is_reserved;
 pub use list::{parse_token as parse_page_token, Page};
 pub use record::{Holding, KeyHash, Record, Released};

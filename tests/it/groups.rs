@@ -603,6 +603,12 @@ async fn invalid_groups_are_refused() {
         assert_eq!(s.code(), Code::InvalidArgument, "{why}: {s:?}");
         assert_eq!(reason(&s), "INVALID_ARGUMENT", "{why}");
     }
+    // A size refusal states the limit in force, not the hard cap.
+    for names in [vec!["v.a"], vec!["v.a", "v.b", "v.c", "v.d"]] {
+        let s = c.acquire_group(group_req(&names, "g")).await.unwrap_err();
+        assert!(s.message().contains("2 to 3 names"), "{s:?}");
+        assert_eq!(meta(&s, "max_group_size"), "3", "{s:?}");
+    }
     let s = c
         .acquire_group(group_req(&["v.a", "_tenure.q.v.a.0"], "g"))
         .await
@@ -618,6 +624,8 @@ async fn invalid_groups_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(reason(&s), "INVALID_ARGUMENT");
+    assert!(s.message().contains("1 to 3 names"), "{s:?}");
+    assert_eq!(meta(&s, "max_group_size"), "3", "{s:?}");
     let s = c
         .release_group(ReleaseGroupRequest {
             members: vec![GroupMember {
