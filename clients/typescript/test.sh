@@ -7,7 +7,8 @@
 # target/debug/tenure and .tools/bin/nats-server exist (or TENURE_BIN and
 # NATS_SERVER point elsewhere). test/group.test.ts runs against
 # TENURE_GROUPS_BIN when set (a server with the group RPCs), and skips its
-# tests, saying so, when the server answers AcquireGroup with UNIMPLEMENTED.
+# tests, saying so, when the server answers AcquireGroup with UNIMPLEMENTED
+# (in CI, CI=true, that fails instead).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

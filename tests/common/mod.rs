@@ -24,6 +24,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
+/// Whether this run is CI's (`CI=true`), where nothing may pass by
+/// skipping.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Skips a test that cannot run here, saying why; in CI ([`in_ci`]) the
+/// test fails instead.
+pub fn skip_or_fail(why: &str) {
+    assert!(!in_ci(), "cannot run in CI: {why}");
+    eprintln!("SKIPPED: {why}");
+}
+
 /// A nats-server with a temporary store.
 pub struct Nats {
     /// The running process (None while killed).

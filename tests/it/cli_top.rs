@@ -120,7 +120,7 @@ fn ttl_left(screen: &str, name: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_shows_leases_draining_and_expiring() {
     if !have_tmux() {
-        eprintln!("SKIPPED: tmux is not installed and could not be installed with apt-get");
+        skip_or_fail("tmux is not installed and could not be installed with apt-get");
         return;
     }
     let t = Tenure::start().await;
@@ -233,7 +233,7 @@ async fn top_shows_leases_draining_and_expiring() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_gives_an_interactive_command_the_terminal() {
     if !have_tmux() {
-        eprintln!("SKIPPED: tmux is not installed and could not be installed with apt-get");
+        skip_or_fail("tmux is not installed and could not be installed with apt-get");
         return;
     }
     let t = Tenure::start().await;

@@ -4,6 +4,7 @@ Tenure. The group tests skip on a server without groups (UNIMPLEMENTED)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import List
 
 import grpc
@@ -26,6 +27,8 @@ async def _group(client: TenureClient, names: List[str], **kwargs) -> GroupSessi
         return await client.acquire_group(names, "grouper", **kwargs)
     except TenureError as err:
         if err.code == grpc.StatusCode.UNIMPLEMENTED:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"the server has no groups (in CI nothing passes by skipping): {err}")
             pytest.skip(f"the server has no groups yet: {err}")
         raise
 

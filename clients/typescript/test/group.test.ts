@@ -30,6 +30,8 @@ before(async () => {
   } catch (err) {
     if (!(err instanceof TenureError && err.code === GrpcStatus.UNIMPLEMENTED)) throw err;
     unsupported = `the server has no AcquireGroup (${err.details}): set TENURE_GROUPS_BIN`;
+    // In CI nothing passes by skipping.
+    if (process.env.CI === "true") throw new Error(unsupported);
   }
 });
 after(async () => {

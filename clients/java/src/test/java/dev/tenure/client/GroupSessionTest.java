@@ -46,6 +46,10 @@ class GroupSessionTest {
         client.acquireGroup(List.of(name(), name()), "probe", TTL, Duration.ZERO)) {
       assertTrue(probe.isHeld());
     } catch (TenureException e) {
+      // In CI nothing passes by skipping: the exception fails the class.
+      if ("true".equals(System.getenv("CI"))) {
+        throw e;
+      }
       Assumptions.assumeFalse(
           e.getStatusCode() == Status.Code.UNIMPLEMENTED,
           "this Tenure has no AcquireGroup yet: " + e.getMessage());
