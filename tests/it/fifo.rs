@@ -425,10 +425,11 @@ async fn the_queue_is_bounded() {
     }
 }
 
-/// Every Acquire of a free name is an atomic batch (guard + record), and
-/// JetStream keeps at most 50 batches open per stream: 300 Acquires of
-/// distinct free names sent at once all succeed (a batch refused for too
-/// many open batches is sent again, not failed).
+/// 300 Acquires of distinct free names sent at once all succeed. Each is a
+/// queue read and one conditional write (no batch: only a grant with a
+/// lock-delay fence and a group are atomic batches, of which JetStream
+/// keeps at most 50 open per stream; one refused for that is sent again,
+/// not failed).
 #[tokio::test]
 async fn many_simultaneous_acquires_of_free_names_all_succeed() {
     let t = Tenure::start().await;
