@@ -27,8 +27,9 @@ pub enum ClientCommand {
     /// group gets SIGTERM at once and SIGKILL after --kill-grace. Exit codes:
     /// the command's own; 128+N when it died of signal N; 75 when the lease
     /// was not acquired; 76 when it was lost while the command ran; 69 when
-    /// the server cannot be reached; 77 when access is refused; 2 for usage
-    /// errors; 126/127 when the command cannot be run.
+    /// the server cannot be reached; 77 when access is refused; 70 when the
+    /// server granted a TTL no Tenure server grants; 2 for usage errors;
+    /// 126/127 when the command cannot be run.
     Lock(LockArgs),
     /// Show the current holding of a lease.
     Get(GetArgs),
@@ -56,7 +57,9 @@ pub enum ClientCommand {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct Connection {
-    /// The Tenure server: http://HOST:PORT, or https://HOST:PORT for TLS.
+    /// The Tenure server: http://HOST:PORT, or https://HOST:PORT for TLS (a
+    /// bare HOST:PORT is TLS when a TLS flag is given). Other schemes are
+    /// refused.
     #[arg(
         long,
         env = "TENURE_SERVER",
@@ -74,7 +77,8 @@ pub struct Connection {
     )]
     pub token: Option<String>,
 
-    /// File whose first line is the bearer token (keeps it out of `ps`).
+    /// File whose first line is the bearer token (keeps it out of `ps`); at
+    /// most 64 KiB.
     #[arg(
         long,
         env = "TENURE_TOKEN_FILE",
@@ -83,8 +87,8 @@ pub struct Connection {
     )]
     pub token_file: Option<PathBuf>,
 
-    /// CA certificate (PEM) that the server's TLS certificate must chain to;
-    /// turns TLS on. Needed for https:// servers.
+    /// CA certificate (PEM, at most 1 MiB) that the server's TLS certificate
+    /// must chain to. Needed for https:// servers; refused with http://.
     #[arg(long, env = "TENURE_CLIENT_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
 
@@ -390,7 +394,17 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-/// Parses "1500ms", "10s", "1.5s", "5m", "1h" (a bare number means seconds).
+/// The longest duration any flag takes, 8760h (365 days): the ceiling
+/// `tenure serve` puts on its own duration settings, so no TTL a Tenure
+/// server grants is longer. Far below where adding a duration to a clock
+/// reading could overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(8760 * 3600);
+
+/// [`MAX_DURATION`] as the messages and docs spell it.
+pub const MAX_DURATION_TEXT: &str = "8760h (365 days)";
+
+/// Parses "1500ms", "10s", "1.5s", "5m", "1h" (a bare number means
+/// seconds), up to [`MAX_DURATION`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let bad = || format!("{text:?} is not a duration; use e.g. 500ms, 10s, 1.5s, 5m, 1h");
@@ -413,7 +427,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ))
         }
     };
-    Duration::try_from_secs_f64(n * scale).map_err(|_| bad())
+    let secs = n * scale;
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!(
+            "{text:?} is too long: durations go up to {MAX_DURATION_TEXT}"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 /// Parses a `--wait` value: a duration or `forever`.
@@ -453,9 +473,13 @@ mod tests {
             "1..2s",
             "-1s",
             "99999999999999999999h",
+            "8761h",
+            "5000000000000000h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
+        assert_eq!(parse_duration("8760h"), Ok(MAX_DURATION));
+        assert!(parse_duration("8761h").unwrap_err().contains("8760h"));
     }
 
     /// `--wait forever` and `--wait 30s`.

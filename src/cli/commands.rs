@@ -20,17 +20,20 @@ use crate::proto::{
     ReleaseRequest, RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
 };
 
-/// `print!` that does not panic when stdout is a closed pipe.
+/// `print!` of a rendered table (already escaped cell by cell) that does
+/// not panic when stdout is a closed pipe.
 macro_rules! out {
     ($($t:tt)*) => {{
         let _ = super::output::write_out(&format!($($t)*));
     }};
 }
 
-/// `println!` that does not panic when stdout is a closed pipe.
+/// `println!` of one human-readable line, [escaped](super::output::escape)
+/// (it may quote names, holders and keys from the server), that does not
+/// panic when stdout is a closed pipe.
 macro_rules! outln {
     ($($t:tt)*) => {{
-        let _ = super::output::write_out(&format!("{}\n", format_args!($($t)*)));
+        let _ = super::output::write_line(&format!($($t)*));
     }};
 }
 
@@ -38,12 +41,10 @@ macro_rules! outln {
 /// so `--wait forever` never runs into the server's --max-wait.
 pub const WAIT_CHUNK: Duration = Duration::from_secs(30);
 
-/// Prints JSON, pretty for one object.
+/// Prints JSON, pretty for one object (exact, in printable characters:
+/// see [`output::json_text`]).
 fn print_json(v: &serde_json::Value) {
-    outln!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+    let _ = output::write_json(v, true);
 }
 
 /// A protobuf duration of (at least one millisecond of) `d`.
@@ -166,12 +167,12 @@ pub async fn watch(a: WatchArgs) -> Result<(), CliError> {
         if a.no_snapshot && event.r#type == EventType::SnapshotComplete as i32 {
             continue;
         }
-        let line = if table {
-            event_line(&event)
+        let written = if table {
+            output::write_line(&event_line(&event))
         } else {
-            event_json(&event).to_string()
+            output::write_json(&event_json(&event), false)
         };
-        if !output::write_out(&format!("{line}\n")) {
+        if !written {
             // stdout is gone (`| head`): nobody reads any more.
             return Ok(());
         }

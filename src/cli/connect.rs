@@ -5,6 +5,8 @@
 //! fails the same way (exit 69 with the URL and what to check) when it
 //! cannot.
 
+use std::io::Read;
+use std::path::Path;
 use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
@@ -34,7 +36,34 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-/// Reads the token from --token or the first line of --token-file.
+/// Largest --token-file read: no token comes near it.
+pub const MAX_TOKEN_FILE: u64 = 64 << 10;
+/// Largest PEM file read (--tls-ca, --tls-cert, --tls-key): room for a
+/// long chain or CA bundle.
+pub const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// Reads a file of at most `limit` bytes (`size` names the limit in the
+/// message), refusing a larger one: a file that never ends (`/dev/zero`)
+/// or is not the one meant is never read into memory whole.
+fn read_bounded(flag: &str, path: &Path, limit: u64, size: &str) -> Result<Vec<u8>, CliError> {
+    let cannot =
+        |e: std::io::Error| CliError::usage(format!("cannot read {flag} {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut data = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(cannot)?;
+    if data.len() as u64 > limit {
+        return Err(CliError::usage(format!(
+            "{flag} {} is larger than {size}, the most it may hold: point it at the right file",
+            path.display()
+        )));
+    }
+    Ok(data)
+}
+
+/// Reads the token from --token or the first line of --token-file (at
+/// most [`MAX_TOKEN_FILE`] bytes).
 fn token(conn: &Connection) -> Result<Option<String>, CliError> {
     if let Some(t) = &conn.token {
         return Ok(Some(t.trim().to_string()));
@@ -42,8 +71,12 @@ fn token(conn: &Connection) -> Result<Option<String>, CliError> {
     let Some(path) = &conn.token_file else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        CliError::usage(format!("cannot read --token-file {}: {e}", path.display()))
+    let data = read_bounded("--token-file", path, MAX_TOKEN_FILE, "64 KiB")?;
+    let text = String::from_utf8(data).map_err(|_| {
+        CliError::usage(format!(
+            "--token-file {} is not UTF-8 text: put the token on its first line",
+            path.display()
+        ))
     })?;
     let line = text.lines().next().unwrap_or("").trim().to_string();
     if line.is_empty() {
@@ -55,19 +88,42 @@ fn token(conn: &Connection) -> Result<Option<String>, CliError> {
     Ok(Some(line))
 }
 
-/// Builds the endpoint: URL, TLS and timeouts. No I/O but reading files.
+/// The server URL and whether it uses TLS: `https://` does, `http://` does
+/// not (and then a TLS flag is a contradiction, refused), a bare
+/// `HOST:PORT` does when a TLS flag is given. Any other scheme is refused:
+/// it would otherwise be spoken to as plaintext HTTP/2.
+fn url(conn: &Connection) -> Result<(String, bool), CliError> {
+    let server = conn.server.trim();
+    let tls_flag = [
+        ("--tls-ca", conn.tls_ca.is_some()),
+        ("--tls-cert", conn.tls_cert.is_some()),
+        ("--tls-domain", conn.tls_domain.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, set)| set.then_some(flag));
+    let Some((scheme, rest)) = server.split_once("://") else {
+        let tls = tls_flag.is_some();
+        let scheme = if tls { "https" } else { "http" };
+        return Ok((format!("{scheme}://{server}"), tls));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "https" => Ok((format!("https://{rest}"), true)),
+        "http" => match tls_flag {
+            Some(flag) => Err(CliError::usage(format!(
+                "{flag} is for TLS, but --server {server} is plaintext: use --server https://{rest}"
+            ))),
+            None => Ok((format!("http://{rest}"), false)),
+        },
+        _ => Err(CliError::usage(format!(
+            "--server {server} has an unsupported scheme: use http://HOST:PORT, or https://HOST:PORT for TLS"
+        ))),
+    }
+}
+
+/// Builds the endpoint: URL, TLS and timeouts. No I/O but reading files
+/// (each at most [`MAX_PEM_FILE`] bytes).
 pub fn endpoint(conn: &Connection) -> Result<Endpoint, CliError> {
-    let url = if conn.server.contains("://") {
-        conn.server.clone()
-    } else {
-        format!("http://{}", conn.server)
-    };
-    let tls = url.starts_with("https://") || conn.tls_ca.is_some();
-    let url = if tls && url.starts_with("http://") {
-        url.replacen("http://", "https://", 1)
-    } else {
-        url
-    };
+    let (url, tls) = url(conn)?;
     let mut ep = Endpoint::from_shared(url.clone())
         .map_err(|e| CliError::usage(format!("--server {url:?} is not a URL: {e}")))?
         .connect_timeout(conn.timeout)
@@ -76,10 +132,7 @@ pub fn endpoint(conn: &Connection) -> Result<Endpoint, CliError> {
         .keep_alive_timeout(Duration::from_secs(5))
         .keep_alive_while_idle(true);
     if tls {
-        let read = |flag: &str, p: &std::path::Path| {
-            std::fs::read(p)
-                .map_err(|e| CliError::usage(format!("cannot read {flag} {}: {e}", p.display())))
-        };
+        let read = |flag: &str, p: &Path| read_bounded(flag, p, MAX_PEM_FILE, "1 MiB");
         let Some(ca) = &conn.tls_ca else {
             return Err(CliError::usage(format!(
                 "--server {url} uses TLS: give the CA that signed its certificate with --tls-ca"
@@ -180,6 +233,47 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    /// Only http and https (in any case) are spoken; a bare HOST:PORT is
+    /// TLS when a TLS flag asks for it; an explicit http:// with a TLS flag
+    /// is a contradiction.
+    #[test]
+    fn schemes() {
+        let url_of = |args: &[&str]| url(&conn(args));
+        assert_eq!(
+            url_of(&["--server", "HTTP://h:1"]).unwrap(),
+            ("http://h:1".to_string(), false)
+        );
+        assert_eq!(
+            url_of(&["--server", "h:1", "--tls-ca", "ca.pem"]).unwrap(),
+            ("https://h:1".to_string(), true)
+        );
+        for server in ["ftp://h:1", "unix:///run/t.sock", "grpc://h:1", "://h"] {
+            let err = url_of(&["--server", server]).unwrap_err();
+            assert_eq!(err.code, super::super::error::EXIT_USAGE, "{server}");
+            assert!(err.to_string().contains("https://"), "{err}");
+        }
+        for flag in ["--tls-ca", "--tls-domain"] {
+            let err = url_of(&["--server", "http://h:1", flag, "x"]).unwrap_err();
+            assert!(
+                err.to_string().contains("use --server https://h:1"),
+                "{err}"
+            );
+        }
+    }
+
+    /// Files are read up to their bound, and a larger one is refused
+    /// without being read whole.
+    #[test]
+    fn bounded_reads() {
+        let data = read_bounded("--tls-ca", Path::new("/dev/zero"), 1024, "1 KiB").unwrap_err();
+        assert!(data.to_string().contains("larger than 1 KiB"), "{data}");
+        let dir = std::env::temp_dir().join(format!("tenure-cli-bounded-{}", std::process::id()));
+        std::fs::write(&dir, vec![b'a'; 1024]).unwrap();
+        let read = read_bounded("--tls-ca", &dir, 1024, "1 KiB");
+        std::fs::remove_file(&dir).ok();
+        assert_eq!(read.unwrap().len(), 1024);
     }
 
     /// The token comes from the first line of --token-file.

@@ -23,6 +23,11 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit code: the server cannot be reached or is unavailable
 /// (sysexits EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit code: the server answered with what no Tenure server sends (a TTL
+/// above the 8760h ceiling): it is broken or not Tenure. `tenure lock`
+/// releases what it was granted and does not run the command (sysexits
+/// EX_SOFTWARE: an error in the software, the server's).
+pub const EXIT_BAD_RESPONSE: u8 = 70;
 /// Exit code: the lease was not acquired, it is held by another and the
 /// wait (if any) ran out (sysexits EX_TEMPFAIL: try again later).
 pub const EXIT_NOT_ACQUIRED: u8 = 75;

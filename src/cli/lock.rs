@@ -27,14 +27,17 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, sleep_until, Instant};
 
-use super::args::{Connection, LockArgs};
+use super::args::{Connection, LockArgs, MAX_DURATION, MAX_DURATION_TEXT};
 use super::commands::{acquire_waiting, default_holder, to_proto};
 use super::connect::{connect, request, Client};
 use super::error::{
-    permanent, CliError, EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_USAGE,
+    permanent, CliError, EXIT_BAD_RESPONSE, EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_FOUND,
+    EXIT_USAGE,
 };
 use super::output::{event_name, proto_duration, secs};
-use crate::proto::{AcquireRequest, EventType, ReleaseRequest, RenewRequest, WatchLeaseRequest};
+use crate::proto::{
+    AcquireRequest, EventType, Lease, ReleaseRequest, RenewRequest, WatchLeaseRequest,
+};
 
 /// The signals forwarded to the command's process group.
 const FORWARDED: [(SignalKind, i32); 4] = [
@@ -60,9 +63,24 @@ pub fn margin(ttl: Duration) -> Duration {
     (ttl / 10).min(Duration::from_secs(1))
 }
 
-/// The safe deadline of a grant sent at `sent` for `ttl`.
+/// The safe deadline of a grant sent at `sent` for `ttl`; `sent` itself
+/// (the lease counts as lost at once) if the clock cannot represent it.
 fn safe_deadline(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl - margin(ttl)
+    sent.checked_add(ttl - margin(ttl)).unwrap_or(sent)
+}
+
+/// The TTL an Acquire or Renew granted (`fallback` when it names none),
+/// refused when no Tenure server grants it: longer than [`MAX_DURATION`].
+/// A deadline is never computed from a TTL the server could not mean.
+fn granted_ttl(lease: &Lease, fallback: Duration) -> Result<Duration, String> {
+    let ttl = lease.ttl.map(proto_duration).unwrap_or(fallback);
+    if ttl > MAX_DURATION {
+        return Err(format!(
+            "a TTL of {}s, longer than the {MAX_DURATION_TEXT} any Tenure server grants",
+            ttl.as_secs()
+        ));
+    }
+    Ok(ttl)
 }
 
 /// How often to renew: every third of the TTL.
@@ -74,11 +92,12 @@ fn renew_every(ttl: Duration) -> Duration {
 fn unix_ms(at: Instant) -> u128 {
     let now = Instant::now();
     let wall = if at >= now {
-        SystemTime::now() + (at - now)
+        SystemTime::now().checked_add(at - now)
     } else {
-        SystemTime::now() - (now - at)
+        SystemTime::now().checked_sub(now - at)
     };
-    wall.duration_since(UNIX_EPOCH)
+    wall.unwrap_or_else(SystemTime::now)
+        .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis()
 }
@@ -141,7 +160,32 @@ pub async fn lock(a: LockArgs) -> u8 {
             return e.code;
         }
     };
-    let ttl = lease.ttl.map(proto_duration).unwrap_or(a.ttl);
+    let ttl = match granted_ttl(&lease, a.ttl) {
+        Ok(ttl) => ttl,
+        Err(why) => {
+            // Whatever the server thinks it granted is handed back first.
+            release(
+                client,
+                &a.conn,
+                (&a.name, lease.slot),
+                lease.revision,
+                &key,
+                true,
+            )
+            .await;
+            CliError {
+                code: EXIT_BAD_RESPONSE,
+                reason: "BAD_RESPONSE".into(),
+                message: format!(
+                    "the server granted {} with {why}; the command did not run",
+                    a.name
+                ),
+                hint: Some("the server is broken or not Tenure: check --server".into()),
+            }
+            .print();
+            return EXIT_BAD_RESPONSE;
+        }
+    };
     let sent = Instant::from_std(sent);
     let held = Held {
         revision: lease.revision,
@@ -461,7 +505,13 @@ async fn keep(
         match tokio::time::timeout(budget, client.renew(req)).await {
             Ok(Ok(resp)) => {
                 let lease = resp.into_inner().lease.unwrap_or_default();
-                let ttl = lease.ttl.map(proto_duration).unwrap_or(held.ttl);
+                let ttl = match granted_ttl(&lease, held.ttl) {
+                    Ok(ttl) => ttl,
+                    Err(why) => {
+                        let _ = lost.send(format!("a renewal granted {why}")).await;
+                        return;
+                    }
+                };
                 state.send_replace(Held {
                     revision: lease.revision,
                     deadline: safe_deadline(sent, ttl),

@@ -24,7 +24,7 @@ use super::args::TopArgs;
 use super::commands::default_reason;
 use super::connect::{connect, request, Client};
 use super::error::CliError;
-use super::output::{clock, event_name, proto_duration, proto_time, secs, ttl_left};
+use super::output::{clock, escape, event_name, proto_duration, proto_time, secs, ttl_left};
 use crate::proto::{
     EventType, Lease, LeaseEvent, ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest,
 };
@@ -189,7 +189,7 @@ impl App {
             return;
         }
         self.feed.push_back(FeedItem {
-            time: e.time.map(proto_time).unwrap_or_else(SystemTime::now),
+            time: e.time.and_then(proto_time).unwrap_or_else(SystemTime::now),
             kind: event_name(e.r#type),
             name: e.name,
             holder: e.holder,
@@ -345,8 +345,8 @@ impl App {
                     Color::Green
                 };
                 Row::new(vec![
-                    Cell::from(l.name.clone()),
-                    Cell::from(l.holder.clone()),
+                    Cell::from(escape(&l.name).into_owned()),
+                    Cell::from(escape(&l.holder).into_owned()),
                     Cell::from(l.fencing_token.to_string()),
                     Cell::from(l.revision.to_string()),
                     Cell::from(Line::from(vec![
@@ -388,13 +388,13 @@ impl App {
         let recent: Vec<&FeedItem> = self.feed.iter().rev().take(lines).rev().collect();
         let name_w = recent
             .iter()
-            .map(|e| e.name.chars().count())
+            .map(|e| escape(&e.name).chars().count())
             .max()
             .unwrap_or(0)
             .min(48);
         let holder_w = recent
             .iter()
-            .map(|e| e.holder.chars().count())
+            .map(|e| escape(&e.holder).chars().count())
             .max()
             .unwrap_or(1)
             .min(32);
@@ -414,8 +414,12 @@ impl App {
                     Span::styled(format!("{:<8}", e.kind), Style::new().fg(color)),
                     Span::raw(format!(
                         "  {:<name_w$}  {:<holder_w$}  token {}",
-                        e.name,
-                        if e.holder.is_empty() { "-" } else { &e.holder },
+                        escape(&e.name),
+                        if e.holder.is_empty() {
+                            "-".into()
+                        } else {
+                            escape(&e.holder)
+                        },
                         e.token
                     )),
                 ])
@@ -435,7 +439,7 @@ impl App {
             };
             format!(
                 "q quit  / filter  s sort  ↑↓ select{revoke}   {}",
-                self.status
+                escape(&self.status)
             )
         };
         f.render_widget(Paragraph::new(help), foot);
@@ -443,7 +447,9 @@ impl App {
         if let Some(c) = &self.confirm {
             let q = format!(
                 " Revoke {} held by {} (token {})? y/n ",
-                c.name, c.holder, c.token
+                escape(&c.name),
+                escape(&c.holder),
+                c.token
             );
             let w = (q.chars().count() as u16 + 2).min(area.width);
             let r = Rect {
@@ -506,6 +512,11 @@ enum Msg {
 
 /// Runs `tenure top`; returns the exit code.
 pub async fn top(a: TopArgs) -> Result<(), CliError> {
+    if a.refresh.is_zero() {
+        return Err(CliError::usage(
+            "--refresh 0 would redraw without pause: give e.g. 250ms",
+        ));
+    }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(CliError::usage(
             "tenure top needs a terminal; use `tenure watch` for a stream of events",

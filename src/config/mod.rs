@@ -23,6 +23,13 @@ pub use test_hooks::WatcherHold;
 /// Most shards a bucket can be split into.
 pub const MAX_SHARDS: u32 = 64;
 
+/// The longest any duration setting may be, 8760h (365 days): far beyond
+/// any sensible TTL, wait or timeout, and far below where adding one to a
+/// clock reading, or counting it in nanoseconds, could overflow. The
+/// `tenure` client caps its own duration flags, and the TTLs it trusts, at
+/// the same value.
+pub const MAX_DURATION: Duration = Duration::from_secs(8760 * 3600);
+
 /// Everything `tenure serve` needs. Precedence: flag, then `TENURE_*`
 /// variable, then the `--config` file, then the default.
 #[derive(Debug, Clone, Args)]
@@ -344,6 +351,27 @@ impl Config {
                 self.replicas
             ));
         }
+        for (flag, d) in [
+            ("--min-ttl", self.min_ttl),
+            ("--max-ttl", self.max_ttl),
+            ("--default-ttl", self.default_ttl),
+            ("--marker-ttl", self.marker_ttl),
+            ("--max-wait", self.max_wait),
+            ("--max-lock-delay", self.max_lock_delay),
+            ("--request-body-timeout", self.request_body_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--handshake-timeout", self.handshake_timeout),
+            ("--keepalive-idle-timeout", self.keepalive_idle_timeout),
+            ("--watcher-idle-timeout", self.watcher_idle_timeout),
+            ("--shutdown-grace", self.shutdown_grace),
+        ] {
+            if d > MAX_DURATION {
+                return Err(format!(
+                    "{flag} {}s is too long: durations go up to 8760h (365 days)",
+                    d.as_secs()
+                ));
+            }
+        }
         if self.shards > MAX_SHARDS {
             return Err(format!(
                 "--shards {} is invalid: use 1 to {MAX_SHARDS} (0 adopts the bucket's count)",
@@ -607,21 +635,33 @@ pub struct Grant {
     pub actions: Vec<Action>,
 }
 
-/// Parses "1500ms", "10s", "5m", "1h" (or a bare number of seconds).
+/// Parses "1500ms", "10s", "5m", "1h" (or a bare number of seconds). A
+/// number too large to count is refused here; [`MAX_DURATION`] is checked
+/// by [`Config::validate`], whatever the source of the value.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (num, unit) = text.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; use e.g. 500ms, 10s, 5m, 1h"))?;
+    let too_long = || format!("{text:?} is too long: durations go up to 8760h (365 days)");
+    let n: u64 = num.parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            too_long()
+        } else {
+            format!("{text:?} is not a duration; use e.g. 500ms, 10s, 5m, 1h")
+        }
+    })?;
+    let scaled = |per: u64| {
+        n.checked_mul(per)
+            .map(Duration::from_secs)
+            .ok_or_else(too_long)
+    };
     let d = match unit {
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
+        "m" => scaled(60)?,
+        "h" => scaled(3600)?,
         _ => {
             return Err(format!(
                 "{text:?} has unknown unit {unit:?}; use ms, s, m or h"
@@ -647,6 +687,57 @@ mod tests {
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("s").is_err());
+        // Too large to count: refused, not a panic (or a wrapped value).
+        for huge in [
+            "6000000000000000h",
+            "400000000000000000m",
+            "99999999999999999999s",
+        ] {
+            let err = parse_duration(huge).unwrap_err();
+            assert!(err.contains("8760h"), "{huge}: {err}");
+        }
+    }
+
+    /// Every duration setting is capped at MAX_DURATION (8760h): the
+    /// `--max-ttl 2562047788015h` that used to be accepted is refused.
+    #[test]
+    fn durations_have_a_ceiling() {
+        let c = Config::for_nats("nats://127.0.0.1:4222");
+        let huge = Duration::from_secs(2_562_047_788_015 * 3600);
+        type Set = fn(&mut Config, Duration);
+        let cases: [(&str, Set); 12] = [
+            ("--min-ttl", |c, d| c.min_ttl = d),
+            ("--max-ttl", |c, d| c.max_ttl = d),
+            ("--default-ttl", |c, d| c.default_ttl = d),
+            ("--marker-ttl", |c, d| c.marker_ttl = d),
+            ("--max-wait", |c, d| c.max_wait = d),
+            ("--max-lock-delay", |c, d| c.max_lock_delay = d),
+            ("--request-body-timeout", |c, d| c.request_body_timeout = d),
+            ("--idle-timeout", |c, d| c.idle_timeout = d),
+            ("--handshake-timeout", |c, d| c.handshake_timeout = d),
+            ("--keepalive-idle-timeout", |c, d| {
+                c.keepalive_idle_timeout = d
+            }),
+            ("--watcher-idle-timeout", |c, d| c.watcher_idle_timeout = d),
+            ("--shutdown-grace", |c, d| c.shutdown_grace = d),
+        ];
+        for (flag, set) in cases {
+            for d in [huge, MAX_DURATION + Duration::from_secs(1)] {
+                let mut bad = c.clone();
+                set(&mut bad, d);
+                let err = bad.validate().unwrap_err();
+                assert!(err.starts_with(flag) && err.contains("8760h"), "{err}");
+            }
+        }
+        // The ceiling itself is accepted.
+        let at_ceiling = Config {
+            max_ttl: MAX_DURATION,
+            marker_ttl: MAX_DURATION,
+            max_wait: MAX_DURATION,
+            max_lock_delay: MAX_DURATION,
+            ..c
+        };
+        assert!(at_ceiling.validate().is_ok());
     }
 
     /// Defaults are valid; sub-second and inverted TTL bounds are not.

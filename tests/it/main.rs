@@ -16,6 +16,7 @@ mod acquire;
 mod admin;
 mod check_config;
 mod cli;
+mod cli_hostile;
 mod cli_top;
 mod contract;
 mod deadline;
