@@ -37,6 +37,51 @@ pub fn skip_or_fail(why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// The `tenure` binary as a client of `server`, with no client settings
+/// leaking in from the environment, killed if the test drops it.
+pub fn tenure_cli(server: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+    c.env("TENURE_SERVER", server);
+    for var in [
+        "TENURE_TOKEN",
+        "TENURE_TOKEN_FILE",
+        "TENURE_OUTPUT",
+        "TENURE_CLIENT_TLS_CA",
+        "TENURE_CLIENT_TLS_CERT",
+        "TENURE_CLIENT_TLS_KEY",
+        "TENURE_CLIENT_TLS_DOMAIN",
+        "TENURE_LEASE_KEY",
+        "TENURE_TIMEOUT",
+    ] {
+        c.env_remove(var);
+    }
+    c.kill_on_drop(true);
+    c
+}
+
+/// What a finished command printed and how it exited.
+#[derive(Debug)]
+pub struct Out {
+    /// Exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `command` to completion.
+pub async fn run_to_end(command: &mut tokio::process::Command) -> Out {
+    let out = within("tenure to finish", command.output())
+        .await
+        .expect("run tenure");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
 /// A nats-server with a temporary store.
 pub struct Nats {
     /// The running process (None while killed).

@@ -18,46 +18,12 @@ use tokio::process::{Child, ChildStdout, Command};
 /// The binary under test, pointed at `t`, with no client settings leaking
 /// in from the environment.
 fn tenure(t: &Tenure) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tenure"));
-    c.env(
-        "TENURE_SERVER",
-        format!("http://{}", t.running.as_ref().unwrap().addr()),
-    );
-    for var in [
-        "TENURE_TOKEN",
-        "TENURE_TOKEN_FILE",
-        "TENURE_OUTPUT",
-        "TENURE_CLIENT_TLS_CA",
-        "TENURE_CLIENT_TLS_CERT",
-        "TENURE_CLIENT_TLS_KEY",
-        "TENURE_LEASE_KEY",
-    ] {
-        c.env_remove(var);
-    }
-    c.kill_on_drop(true);
-    c
-}
-
-/// What a finished run printed and how it exited.
-struct Out {
-    /// Exit code (-1 when killed by a signal).
-    code: i32,
-    /// Standard output.
-    stdout: String,
-    /// Standard error.
-    stderr: String,
+    tenure_cli(&format!("http://{}", t.running.as_ref().unwrap().addr()))
 }
 
 /// Runs `tenure ARGS...` to completion.
 async fn run(t: &Tenure, args: &[&str]) -> Out {
-    let out = within("tenure to finish", tenure(t).args(args).output())
-        .await
-        .expect("run tenure");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
+    run_to_end(tenure(t).args(args)).await
 }
 
 /// Starts `tenure lock` with the command's stdout piped to the test, so the

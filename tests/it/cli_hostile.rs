@@ -31,7 +31,7 @@ use tenure::proto::{
 use tokio::process::Command;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::common::within;
+use crate::common::{run_to_end, tenure_cli, Out};
 
 /// A boxed response stream.
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -204,21 +204,8 @@ async fn serve(fake: Fake) -> Running {
 /// space bounded (1 GiB) so that a file read without a bound fails fast
 /// instead of eating the machine's memory.
 fn tenure(server: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tenure"));
-    c.env("TENURE_SERVER", server).env("MALLOC_ARENA_MAX", "2");
-    for var in [
-        "TENURE_TOKEN",
-        "TENURE_TOKEN_FILE",
-        "TENURE_OUTPUT",
-        "TENURE_CLIENT_TLS_CA",
-        "TENURE_CLIENT_TLS_CERT",
-        "TENURE_CLIENT_TLS_KEY",
-        "TENURE_CLIENT_TLS_DOMAIN",
-        "TENURE_LEASE_KEY",
-        "TENURE_TIMEOUT",
-    ] {
-        c.env_remove(var);
-    }
+    let mut c = tenure_cli(server);
+    c.env("MALLOC_ARENA_MAX", "2");
     // SAFETY: setrlimit is async-signal-safe and touches only its argument.
     unsafe {
         c.pre_exec(|| {
@@ -230,28 +217,12 @@ fn tenure(server: &str) -> Command {
             Ok(())
         });
     }
-    c.kill_on_drop(true);
     c
-}
-
-/// What a finished run printed and how it exited.
-#[derive(Debug)]
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
 }
 
 /// Runs the binary to completion.
 async fn run(server: &str, args: &[&str]) -> Out {
-    let out = within("tenure to finish", tenure(server).args(args).output())
-        .await
-        .expect("run tenure");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
+    run_to_end(tenure(server).args(args)).await
 }
 
 /// A one-line error: `tenure: ...`, nothing else on stderr, no panic.
@@ -567,10 +538,8 @@ async fn endless_token_and_pem_files_are_refused() {
     env_token
         .env("TENURE_TOKEN_FILE", "/dev/zero")
         .args(["get", "jobs.a"]);
-    let out = within("tenure to finish", env_token.output())
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = run_to_end(&mut env_token).await;
+    assert_eq!(out.code, 2, "{out:?}");
 
     for flag in ["--tls-ca", "--tls-cert"] {
         let mut args = vec![
