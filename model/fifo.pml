@@ -40,6 +40,23 @@
  * batch. P's arrival is its queue read: a waiter that queues after it
  * arrived after P and may be served after P.
  *
+ * The queue view (-DVIEW; run with two waiters, -DNW=2, and no plain
+ * Acquire, -DPLAIN=0; -DNR replicas, waiter w on replica w % NR): each
+ * replica's shared watcher reads the whole stream with one ordered consumer,
+ * in sequence order, as far behind the writers as scheduling lets it fall.
+ * The stream keeps one message per subject (history 1), so a message
+ * superseded (rewritten, deleted, aged out) before the watcher reaches it
+ * is never delivered: the consumer skips it. Each delivered message carries
+ * its pending count, the messages the stream holds after it at that moment.
+ * The view keeps the place of the live ticket it last saw in each slot, its
+ * position (the last delivered sequence) and complete (the highest position
+ * delivered with nothing pending). A waiter's try (QueueView::turn, with
+ * its place and its ticket's last revision) asks the view first: NotMine (a
+ * live ticket with a lower place shows) -> it sleeps; Mine (own ticket
+ * shows, none lower, complete >= its revision) -> it grants itself with the
+ * lease write alone, no queue read; Unknown -> it reads the queue from the
+ * leader as above.
+ *
  * Properties:
  *   F1 no overtaking: a queued waiter is granted only if no waiter that
  *      arrived before it (an earlier first ticket) still waits; a plain
@@ -61,11 +78,18 @@
  *   NO_LEASE_CONDITION       the head's lease write is unconditional
  *   DELETE_ON_LOST_GRANT     the head deletes its ticket even when its lease
  *                            write failed
+ *   VIEW_POSITION_RULE       (with VIEW) the view says Mine once its position
+ *                            reaches the waiter's revision, complete or not
  * A variant that is NOT a violation (checked by hand, see model/README.md):
  *   RELEASE_BEFORE_DELETE    the grantee may release before its ticket delete
  */
 
-#define NW 3            /* waiters W0, W1, W2 */
+#ifndef NW
+#define NW 3            /* waiters W0, W1, W2 (2 or 3) */
+#endif
+#ifndef PLAIN
+#define PLAIN 1         /* 1: the plain Acquire P runs; 0: waiters only */
+#endif
 #define NS 2            /* queue slots (--max-waiters): fewer than waiters */
 #ifndef MAXSEQ
 #define MAXSEQ 16       /* stream sequence bound: writes past it fail */
@@ -130,8 +154,26 @@ byte refreshes = REFRESHES, giveups = GIVEUPS, failed_deletes = FAILED_DELETES;
 byte pst;               /* the plain client P: P_NEW ... P_DONE */
 byte p_arr;             /* ghost: the stream position of P's queue read (its arrival) */
 byte undeleted;         /* ghost, probes only: the grantee (w + 1) whose ticket delete failed */
+#ifdef VIEW
+/* the replica's shared watcher and its queue view */
+#ifndef NR
+#define NR 1            /* replicas, each with its watcher; waiter w asks replica w % NR */
+#endif
+byte rd_pos[NR];        /* position: the sequence of the last message delivered (0: none yet) */
+byte rd_complete[NR];   /* the highest position delivered with nothing pending after it */
+byte vw_place[NR * NS]; /* the place of the live ticket the view shows in each slot (0: none) */
+byte by_view;           /* ghost, probes only: the waiter (w + 1) whose try the view answered Mine */
+bool overtaken;         /* ghost, probes only: a refresh superseded a ticket write the watcher had not read */
+#endif
 
 #define CH(w) ('0' + (w))
+
+/* m(v) for some waiter v */
+#if NW > 2
+#define ANYW(m) (m(0) || m(1) || m(2))
+#else
+#define ANYW(m) (m(0) || m(1))
+#endif
 
 /* v's ticket is live in a snapshot as of sequence sn (ghost view) */
 #define SHOWN(v, sn) (created[v] != 0 && created[v] <= (sn) && (gone[v] == 0 || gone[v] > (sn)))
@@ -189,11 +231,16 @@ inline check_grant(w) {
   od;
   CHECK(pst != P_HOLDING, "VIOLATED F2: two clients hold the lease\n");
   /* probe 1: granted past an earlier waiter that gave up and whose ticket expired */
-  REACH(1, (arrival[0] != 0 && arrival[0] < arrival[w] && st[0] == W_LEFT && gone[0] != 0) ||
-           (arrival[1] != 0 && arrival[1] < arrival[w] && st[1] == W_LEFT && gone[1] != 0) ||
-           (arrival[2] != 0 && arrival[2] < arrival[w] && st[2] == W_LEFT && gone[2] != 0));
+#define LEFT_AHEAD(v) (arrival[v] != 0 && arrival[v] < arrival[w] && st[v] == W_LEFT && gone[v] != 0)
+  REACH(1, ANYW(LEFT_AHEAD));
   /* probe 7: granted after the ticket a failed delete left live expired */
   REACH(7, undeleted != 0 && undeleted != w + 1 && gone[undeleted - 1] != 0);
+#ifdef VIEW
+  /* probe 8: granted on a Mine of the view (no queue read) that was answered
+     while a later waiter waited, after the watcher skipped a superseded
+     ticket write */
+  REACH(8, by_view == w + 1);
+#endif
   v = 0
 }
 
@@ -214,9 +261,81 @@ inline delete_ticket(w) {
   s = 0
 }
 
+/*
+ * The queue read from the stream leader: head = w's ticket is live at its
+ * known revision and no live ticket has a lower place.
+ */
+inline leader_head(w) {
+  head = HOLDS(w);
+#ifndef NO_HEAD_CHECK
+#ifdef STALE_QUEUE_READ
+  v = 0;
+  do
+  :: v < NW ->
+     if
+     :: v != w && SHOWN(v, snap) && created[v] < created[w] -> head = 0
+     :: else -> skip
+     fi;
+     v++
+  :: else -> break
+  od;
+#else
+  s = 0;
+  do
+  :: s < NS ->
+     if
+     :: s != my_slot[w] && sl_kind[s] == S_LIVE && PLACE(s) < PLACE(my_slot[w]) -> head = 0
+     :: else -> skip
+     fi;
+     s++
+  :: else -> break
+  od;
+#endif
+#endif
+  skip
+}
+
+#ifdef VIEW
+#define T_UNKNOWN 0
+#define T_MINE    1
+#define T_NOTMINE 2
+
+/* the view shows a live ticket ahead of w's place in slot s; w's own ticket */
+#define VR(w) ((w) % NR)                          /* w's replica */
+#define POS rd_pos[VR(w)]
+#define CPL rd_complete[VR(w)]
+#define VP(s) vw_place[VR(w) * NS + (s)]
+#define VW_AHEAD(s) (VP(s) != 0 && VP(s) < arrival[w])
+#define VW_OWN (VP(0) == arrival[w] || VP(1) == arrival[w])
+
+/* what the view must have read before it may say Mine */
+#ifdef VIEW_POSITION_RULE
+#define VIEW_UP_TO POS                  /* today's rule: position >= revision */
+#else
+#define VIEW_UP_TO CPL                  /* the fix: complete >= revision */
+#endif
+
+/*
+ * QueueView::turn for w: its place is the revision of its first ticket
+ * write (arrival: a waiter writes one ticket), its revision the last write
+ * of that ticket (my_rev, moved on by refreshes).
+ */
+inline view_turn(w) {
+  if
+  :: POS == 0 -> vt = T_UNKNOWN                       /* not live */
+  :: POS != 0 && (VW_AHEAD(0) || VW_AHEAD(1)) -> vt = T_NOTMINE
+  :: POS != 0 && !(VW_AHEAD(0) || VW_AHEAD(1)) && VIEW_UP_TO >= my_rev[w] && VW_OWN -> vt = T_MINE
+  :: else -> vt = T_UNKNOWN
+  fi
+}
+#endif
+
 proctype Waiter(byte w) {
   byte ex, el, v, s, snap;
   bool head;
+#ifdef VIEW
+  byte vt;      /* the view's answer: T_UNKNOWN, T_MINE, T_NOTMINE */
+#endif
 end:
   do
   /* read the queue and pick a free slot (any of them), or be refused */
@@ -279,6 +398,9 @@ end:
        refreshes--;
        if
        :: HOLDS(w) ->
+#if defined(VIEW) && defined(PROBE)
+          if :: rd_pos[0] < my_rev[w] || rd_pos[NR - 1] < my_rev[w] -> overtaken = 1 :: else -> skip fi;
+#endif
           seq++;
           printf("W%c: ticket refreshed rev %d (place %d)\n", CH(w), seq, sl_place[my_slot[w]]);
           sl_rev[my_slot[w]] = seq; my_rev[w] = seq
@@ -325,37 +447,49 @@ end:
 #endif
        d_step {
          /* probe 6: another waiter holds the lease with its ticket still live */
-         REACH(6, (w != 0 && st[0] == W_GRANTED) || (w != 1 && st[1] == W_GRANTED) ||
-                  (w != 2 && st[2] == W_GRANTED));
-         head = HOLDS(w);
-#ifndef NO_HEAD_CHECK
-#ifdef STALE_QUEUE_READ
-         v = 0;
-         do
-         :: v < NW ->
-            if
-            :: v != w && SHOWN(v, snap) && created[v] < created[w] -> head = 0
-            :: else -> skip
-            fi;
-            v++
-         :: else -> break
-         od;
-#else
-         s = 0;
-         do
-         :: s < NS ->
-            if
-            :: s != my_slot[w] && sl_kind[s] == S_LIVE && PLACE(s) < PLACE(my_slot[w]) -> head = 0
-            :: else -> skip
-            fi;
-            s++
-         :: else -> break
-         od;
+#define OTHER_GRANTED(v) (w != v && st[v] == W_GRANTED)
+         REACH(6, ANYW(OTHER_GRANTED));
+#ifdef VIEW
+         /* first the view (QueueView::turn); only Unknown reads the queue */
+         view_turn(w);
+         if
+         :: vt == T_MINE ->
+#ifdef PROBE
+#define WAITS_BEHIND(v) (v != w && WAITS(v) && arrival[v] > arrival[w])
+            by_view = (overtaken && ANYW(WAITS_BEHIND) -> w + 1 : 0);
 #endif
+            printf("W%c: reads lease rev %d free; view at rev %d, complete at %d: Mine (no queue read)\n",
+                   CH(w), el, POS, CPL);
+            head = 1
+         :: vt == T_NOTMINE ->
+#ifdef PROBE
+            by_view = 0;
+#endif
+            head = 0
+         :: else ->
+            printf("W%c: reads lease rev %d free; view at rev %d, complete at %d: Unknown\n",
+                   CH(w), el, POS, CPL);
+#ifdef PROBE
+            by_view = 0;
+            /* probe 9: the overtake of the control, answered Unknown: the
+               position rule would say Mine, yet an earlier waiter waits */
+#define WAITS_AHEAD(v) (v != w && WAITS(v) && arrival[v] < arrival[w])
+            REACH(9, overtaken && POS >= my_rev[w] && CPL < my_rev[w] &&
+                     !(VW_AHEAD(0) || VW_AHEAD(1)) && VW_OWN && ANYW(WAITS_AHEAD));
+#endif
+            leader_head(w)
+         fi;
+#else
+         leader_head(w);
 #endif
          if
          :: head ->
-#ifdef SPLIT_READ
+#ifdef VIEW
+            if
+            :: vt == T_UNKNOWN -> printf("W%c: reads the queue as of rev %d: head\n", CH(w), snap)
+            :: else -> skip
+            fi;
+#elif defined(SPLIT_READ)
             printf("W%c: reads the queue as of rev %d: head\n", CH(w), snap);
 #else
             printf("W%c: reads lease rev %d free and the queue as of rev %d: head\n", CH(w), el, snap);
@@ -368,6 +502,9 @@ end:
             st[w] = W_QUEUED; el = 0
          fi;
          v = 0; s = 0; snap = 0; head = 0
+#ifdef VIEW
+         ; vt = 0
+#endif
        }
      }
   /* the grant */
@@ -529,8 +666,8 @@ end:
           od;
           v = 0;
           /* probe 2: a waiter queued between P's queue read and P's write, and P is granted */
-          REACH(2, (WAITS(0) && arrival[0] > p_arr) || (WAITS(1) && arrival[1] > p_arr) ||
-                   (WAITS(2) && arrival[2] > p_arr));
+#define QUEUED_AFTER_P(v) (WAITS(v) && arrival[v] > p_arr)
+          REACH(2, ANYW(QUEUED_AFTER_P));
           seq++;
           lk_kind = S_LIVE; lk_rev = seq; lk_holder = NW + 1;
           pst = P_HOLDING
@@ -544,7 +681,8 @@ end:
        pst == P_HOLDING && seq < MAXSEQ ->
        seq++;
        printf("P: released rev %d\n", seq);
-       REACH(3, st[0] == W_DONE && st[1] == W_DONE && st[2] == W_DONE);   /* everyone was served */
+#define NOT_SERVED(v) (st[v] != W_DONE)
+       REACH(3, !ANYW(NOT_SERVED));   /* everyone was served */
        lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
        pst = P_DONE
      }
@@ -558,6 +696,66 @@ end:
  */
 #define EXPIRES(s) (sl_kind[s] == S_LIVE && sl_owner[s] != 0 && \
                     st[sl_owner[s] - 1] >= W_GRANTED && st[sl_owner[s] - 1] != W_REFUSED)
+
+#ifdef VIEW
+/* a message after sequence p is still in the stream: the lease's, slot s's */
+#define LK_AFTER(p) (lk_kind != S_NONE && lk_rev > (p))
+#define SL_AFTER(s, p) (sl_kind[s] != S_NONE && sl_rev[s] > (p))
+
+/*
+ * The replica's shared watcher: an ordered consumer over the whole stream
+ * (src/nats/consumer.rs) feeding the queue view (QueueView::apply,
+ * set_position). Each step delivers the next message: the lowest sequence
+ * above its position that the stream still holds (history 1: the last
+ * message of each subject that has one). A message superseded before the
+ * watcher reached it is gone, so the consumer skips it. The pending count
+ * is the number of messages the stream holds after the delivered one at
+ * that moment. The watcher takes steps whenever the scheduler lets it, so
+ * it may lag any distance behind the writers.
+ */
+proctype Watcher(byte r) {
+  byte s, next, pend;
+end:
+  do
+  :: d_step {
+       LK_AFTER(rd_pos[r]) || SL_AFTER(0, rd_pos[r]) || SL_AFTER(1, rd_pos[r]) ->
+       next = 255;
+       if :: LK_AFTER(rd_pos[r]) -> next = lk_rev :: else -> skip fi;
+       if :: SL_AFTER(0, rd_pos[r]) && sl_rev[0] < next -> next = sl_rev[0] :: else -> skip fi;
+       if :: SL_AFTER(1, rd_pos[r]) && sl_rev[1] < next -> next = sl_rev[1] :: else -> skip fi;
+       pend = 0;
+       if :: LK_AFTER(next) -> pend++ :: else -> skip fi;
+       if :: SL_AFTER(0, next) -> pend++ :: else -> skip fi;
+       if :: SL_AFTER(1, next) -> pend++ :: else -> skip fi;
+       if
+       :: next == rd_pos[r] + 2 ->
+          printf("watcher@R%d: rev %d gone from the stream: skipped\n", r, rd_pos[r] + 1)
+       :: next > rd_pos[r] + 2 ->
+          printf("watcher@R%d: revs %d..%d gone from the stream: skipped\n", r, rd_pos[r] + 1, next - 1)
+       :: else -> skip
+       fi;
+       if
+       :: lk_kind != S_NONE && lk_rev == next ->
+          printf("watcher@R%d: delivers lease rev %d, %d pending after it\n", r, next, pend)
+       :: else ->
+          if :: sl_kind[0] != S_NONE && sl_rev[0] == next -> s = 0 :: else -> s = 1 fi;
+          if
+          :: sl_kind[s] == S_LIVE ->
+             vw_place[r * NS + s] = sl_place[s];
+             printf("watcher@R%d: delivers slot %d rev %d, ticket place %d, %d pending after it\n",
+                    r, s, next, sl_place[s], pend)
+          :: else ->
+             vw_place[r * NS + s] = 0;
+             printf("watcher@R%d: delivers slot %d rev %d, ticket gone, %d pending after it\n", r, s, next, pend)
+          fi
+       fi;
+       rd_pos[r] = next;
+       if :: pend == 0 -> rd_complete[r] = next :: else -> skip fi;
+       s = 0; next = 0; pend = 0
+     }
+  od
+}
+#endif
 
 /*
  * NATS: a ticket expires only after its waiter stopped waiting (the timing
@@ -601,7 +799,15 @@ init {
     :: w < NW -> run Waiter(w); w++
     :: else -> break
     od;
+#if PLAIN
     run Plain();
+#endif
+#ifdef VIEW
+    do
+    :: w < NW + NR -> run Watcher(w - NW); w++
+    :: else -> break
+    od;
+#endif
     run Nature()
   }
 }
