@@ -331,9 +331,9 @@ export class TenureClient {
    * - A `TOO_MANY_WAITERS` refusal (the name's queue is full) is retried
    *   after the server's RetryInfo delay (2 s when it gives none) when the
    *   wait lasts beyond it; otherwise it is thrown.
-   * - A grant whose reply came after its own safe deadline is asked again
-   *   with the same key for a fresh send time (the server renews the same
-   *   holding), at most {@link MAX_REANCHORS} times.
+   * - A grant whose reply came after half of its safe time had passed (a
+   *   long wait) is asked again with the same key for a fresh send time (the
+   *   server renews the same holding), at most {@link MAX_REANCHORS} times.
    */
   async #grant<S extends Session | GroupSession>(
     options: GroupAcquireOptions,
@@ -364,9 +364,11 @@ export class TenureClient {
         continue;
       }
       const session = granted.session(sentAt, rpcTimeoutMs);
-      if (session.isHeld()) return session;
-      // Granted, but the reply came too late to trust: ask again with the
-      // same key for a fresh send time (the server renews the same holding).
+      if (session.freshEnough()) return session;
+      // Granted, but the reply came too late to trust, or so late that the
+      // first renewal could not get through in the time left: ask again with
+      // the same key for a fresh send time (the server renews the same
+      // holding).
       if (++attempt >= MAX_REANCHORS) {
         await session.release().catch(() => undefined);
         throw new LeaseLostError("SAFE_DEADLINE_PASSED", granted.name, granted.token);

@@ -79,6 +79,21 @@ export abstract class Renewing<R> implements AsyncDisposable {
   /** Called once when the session ends (stop following it on the loss watch...). */
   protected abstract ended(): void;
 
+  /**
+   * Whether a fresh grant leaves the session at least half of its safe time
+   * (TTL minus the margin), so that its first renewal has time to get
+   * through; a grant whose reply came late (after a long wait) does not,
+   * and is anchored again. A session that is not fresh enough is ended
+   * here, without a release.
+   * @internal
+   */
+  freshEnough(): boolean {
+    const margin = this.#marginOption ?? this.#ttlMs / 10;
+    if (this.isHeld() && (this.#safeDeadline - performance.now()) * 2 >= this.#ttlMs - margin) return true;
+    this.lose("SAFE_DEADLINE_PASSED", this.#lastError);
+    return false;
+  }
+
   /** The granted TTL in milliseconds (whole seconds on the server). */
   get ttlMs(): number {
     return this.#ttlMs;
