@@ -53,7 +53,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test (server, Rust client, safety checker, benchmark)"
 cargo build --workspace --quiet
-cargo test --workspace
+# The 3-node cluster tests time a cluster forming (Tenure's 20 s start-up
+# patience): run them alone, not beside the 170 other integration tests.
+cargo test --workspace -- --skip shards_cluster::
+
+step "the 3-node cluster tests, alone (tests/it/shards_cluster.rs)"
+cargo test -p tenure --test it shards_cluster::
 
 step "README quick start: scripts/serve.sh serves and stops (debug build)"
 scripts/check-serve.sh

@@ -5,6 +5,10 @@
 //! parallel; tests that need a process-global resource (a tracing
 //! subscriber, the metrics registry) drive `tenure serve` as a subprocess.
 //!
+//! The full run runs `shards_cluster` on its own after the rest: its tests
+//! time a 3-node cluster forming, which 170 tests beside it can slow past
+//! Tenure's start-up patience.
+//!
 //! `scripts/test.sh --fast` skips the slow modules listed in `SLOW_MODULES`
 //! there; the full run (`scripts/test.sh`, CI) runs all of them. One module:
 //! `cargo test --test it acquire::`.
