@@ -54,7 +54,8 @@ impl Reason {
     }
 
     /// The reason actually sent: `Unspecified` becomes `Internal`.
-    fn sent(self) -> Reason {
+    /// The reason as sent: `Unspecified` never is (it is sent as INTERNAL).
+    pub fn sent(self) -> Reason {
         match self {
             Reason::Unspecified => Reason::Internal,
             other => other,
@@ -64,7 +65,7 @@ impl Reason {
 
 /// A failure with its reason, a one-line message for a person, and
 /// machine-readable details that go into `ErrorInfo.metadata`.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
     /// Why it failed.

@@ -33,6 +33,8 @@ pub const SERVICE_NAME: &str = "tenure.v1.LeaseService";
 pub const ELECTION_SERVICE_NAME: &str = "tenure.v1.ElectionService";
 /// How often an HTTP/2 ping checks that a client is still there.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// The HTTP/2 flow-control window of each call, in bytes.
+const STREAM_WINDOW: u32 = 64 * 1024;
 /// How long a client has to answer the ping before its connection closes.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -193,6 +195,11 @@ pub async fn start(
         )
         // Calls one connection may have open at once.
         .max_concurrent_streams(config.max_streams_per_connection)
+        // What one call may send before Tenure reads it: a few request
+        // messages (--max-request-bytes), not HTTP/2's default megabyte,
+        // so a stream Tenure stops reading (a KeepAlive whose client does
+        // not read its replies) holds little of its memory.
+        .initial_stream_window_size(STREAM_WINDOW)
         // Dead peers: a ping every 30 s must be answered within 10 s.
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

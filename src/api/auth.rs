@@ -54,6 +54,10 @@ pub enum Target<'a> {
     Name(&'a str),
     /// Every name starting with this.
     Prefix(&'a str),
+    /// The lease name of a KeepAlive entry: a refusal does not quote it
+    /// (the entry's id says which it is), so that many entries refused
+    /// alike answer alike and compactly.
+    Entry(&'a str),
 }
 
 /// Authentication and authorization settings, loaded once at start.
@@ -134,14 +138,25 @@ impl Auth {
         ))
     }
 
+    /// Whether `caller` may take `action` on some name: a caller that may
+    /// not is refused before it is given anything to hold.
+    pub fn may_ever(&self, caller: &Caller, action: Action) -> bool {
+        !self.enabled()
+            || self.grants.iter().any(|g| {
+                (g.identity == "*" || caller.names.contains(&g.identity))
+                    && g.actions.iter().any(|a| *a == action || *a == Action::All)
+                    && !g.prefixes.is_empty()
+            })
+    }
+
     /// Checks that `caller` may take `action` on `target`.
     pub fn authorize(&self, caller: &Caller, action: Action, target: Target<'_>) -> Result<()> {
         if !self.enabled() {
             return Ok(());
         }
-        let (subject, path) = match target {
-            Target::Name(n) => (n, n),
-            Target::Prefix(p) => (p, p),
+        let path = match target {
+            Target::Name(n) | Target::Entry(n) => n,
+            Target::Prefix(p) => p,
         };
         let allowed = self.grants.iter().any(|g| {
             (g.identity == "*" || caller.names.contains(&g.identity))
@@ -152,16 +167,16 @@ impl Auth {
             return Ok(());
         }
         let what = match target {
-            Target::Name(_) => "lease",
-            Target::Prefix(_) => "prefix",
+            Target::Name(n) => format!("lease {:?}", clip(n)),
+            Target::Prefix(p) => format!("prefix {:?}", clip(p)),
+            Target::Entry(_) => "this entry's lease".to_string(),
         };
         Err(Error::new(
             Reason::PermissionDenied,
             format!(
-                "identity {:?} may not {} {what} {:?}; add a [[grant]] for it to the server's config",
+                "identity {:?} may not {} {what}; add a [[grant]] for it to the server's config",
                 clip(&caller.identity),
                 action.as_str(),
-                clip(subject),
             ),
         )
         .with("identity", clip(&caller.identity))

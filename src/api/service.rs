@@ -30,8 +30,8 @@ use tracing::{Instrument, Span};
 
 use super::auth::{clip, Auth, Caller, Target};
 use super::convert::{self, lease};
-use super::keepalive::{self, renew, KeepAliveStream};
-use super::limits::{CallLimits, Class, WatchLimits};
+use super::keepalive::{self, KeepAliveStream, Opening, Renewal};
+use super::limits::{CallLimits, Class, ReplyBudget, WatchLimits};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
@@ -59,6 +59,8 @@ pub struct LeaseApi {
     shutdown: CancellationToken,
     /// The bounds of each KeepAlive stream.
     keepalive: KeepAliveBounds,
+    /// The bytes of KeepAlive replies owed across the replica.
+    replies: Arc<ReplyBudget>,
 }
 
 /// What the wrapper knows of the caller of one RPC.
@@ -129,6 +131,7 @@ impl LeaseApi {
             calls,
             shutdown,
             keepalive,
+            replies: ReplyBudget::new(keepalive.reply_bytes, keepalive.reply_total_bytes),
         }
     }
 
@@ -312,15 +315,15 @@ impl LeaseService for LeaseApi {
         request: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
         self.rpc(request, |req, _| async move {
-            let holding = renew(
-                &self.shards,
+            let holding = Renewal::check(
                 &self.limits,
                 &req.name,
                 req.expected_revision,
                 &req.lease_key,
                 req.ttl.as_ref(),
                 req.slot,
-            )
+            )?
+            .run(&self.shards)
             .await?;
             Ok(proto::RenewResponse {
                 lease: Some(lease(&holding)),
@@ -463,12 +466,15 @@ impl LeaseService for LeaseApi {
     ) -> Result<Response<KeepAliveStream>, Status> {
         keepalive::open(
             request,
-            &self.shards,
-            &self.limits,
-            &self.auth,
-            &self.calls,
-            &self.shutdown,
-            self.keepalive,
+            Opening {
+                shards: &self.shards,
+                limits: &self.limits,
+                auth: &self.auth,
+                calls: &self.calls,
+                replies: &self.replies,
+                shutdown: &self.shutdown,
+                bounds: self.keepalive,
+            },
         )
     }
 }

@@ -134,6 +134,17 @@ pub struct Config {
     #[arg(long, env = "TENURE_RESERVED_RENEWALS", default_value_t = 200)]
     pub reserved_renewals: usize,
 
+    /// Most of --reserved-renewals one authenticated identity may use at
+    /// once (each KeepAlive entry counts as one renewal), so that one
+    /// identity's renewals cannot use up the reserve that keeps every other
+    /// holder's leases (not applied without authentication).
+    #[arg(
+        long,
+        env = "TENURE_RESERVED_RENEWALS_PER_IDENTITY",
+        default_value_t = 50
+    )]
+    pub reserved_renewals_per_identity: usize,
+
     /// Most Acquires waiting (`wait` > 0) at once on this replica; they do
     /// not count against --max-concurrent-requests.
     #[arg(long, env = "TENURE_MAX_WAITING_ACQUIRES", default_value_t = 10_000)]
@@ -215,6 +226,19 @@ pub struct Config {
     /// results are sent. At least --max-keepalive-entries.
     #[arg(long, env = "TENURE_MAX_KEEPALIVE_IN_FLIGHT", default_value_t = 4_096)]
     pub max_keepalive_in_flight: usize,
+
+    /// Most bytes of replies one KeepAlive stream may owe its client (being
+    /// computed, or not yet read by it); past it the server stops reading
+    /// the stream until the client reads. A stream that owes nothing is
+    /// always read.
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_REPLY_BYTES", default_value_t = 1 << 20)]
+    pub max_keepalive_reply_bytes: usize,
+
+    /// Most bytes of replies all KeepAlive streams of this replica may owe
+    /// together; past it, streams whose clients left replies unread are not
+    /// read (streams whose clients read everything still are).
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_REPLY_TOTAL_BYTES", default_value_t = 64 << 20)]
+    pub max_keepalive_reply_total_bytes: usize,
 
     /// A KeepAlive stream with no request message and nothing pending for
     /// this long is ended (INVALID_ARGUMENT); the client reopens it.
@@ -489,6 +513,8 @@ impl Config {
             max_entries: self.max_keepalive_entries,
             max_in_flight: self.max_keepalive_in_flight,
             idle_timeout: self.keepalive_idle_timeout,
+            reply_bytes: self.max_keepalive_reply_bytes,
+            reply_total_bytes: self.max_keepalive_reply_total_bytes,
         }
     }
 
@@ -552,6 +578,10 @@ pub struct KeepAliveBounds {
     pub max_in_flight: usize,
     /// How long a stream with nothing pending may stay silent.
     pub idle_timeout: Duration,
+    /// Most reply bytes one stream may owe its client.
+    pub reply_bytes: usize,
+    /// Most reply bytes all streams of the replica may owe together.
+    pub reply_total_bytes: usize,
 }
 
 /// The server's TTL and wait bounds that requests are checked against.

@@ -19,16 +19,16 @@ use tonic::{Code, Status, Streaming};
 use tonic_types::StatusExt;
 
 /// An open KeepAlive stream: requests go in through `tx`.
-struct Stream {
+pub(crate) struct Stream {
     /// Sends requests; dropping it half-closes the stream.
-    tx: Option<mpsc::Sender<KeepAliveRequest>>,
+    pub(crate) tx: Option<mpsc::Sender<KeepAliveRequest>>,
     /// The responses.
-    rx: Streaming<KeepAliveResponse>,
+    pub(crate) rx: Streaming<KeepAliveResponse>,
 }
 
 impl Stream {
     /// Opens a stream, with `token` as bearer token when given.
-    async fn open(
+    pub(crate) async fn open(
         client: &mut LeaseServiceClient<Channel>,
         token: Option<&str>,
     ) -> Result<Stream, Status> {
@@ -44,7 +44,7 @@ impl Stream {
     }
 
     /// Sends one request.
-    async fn send(&self, entries: Vec<KeepAliveEntry>) {
+    pub(crate) async fn send(&self, entries: Vec<KeepAliveEntry>) {
         self.tx
             .as_ref()
             .expect("not half-closed")
@@ -54,19 +54,19 @@ impl Stream {
     }
 
     /// The next response, or the status the stream ended with.
-    async fn next(&mut self) -> Result<Option<KeepAliveResponse>, Status> {
+    pub(crate) async fn next(&mut self) -> Result<Option<KeepAliveResponse>, Status> {
         within("a KeepAlive response", self.rx.message()).await
     }
 
     /// Sends one request and returns its response.
-    async fn call(&mut self, entries: Vec<KeepAliveEntry>) -> KeepAliveResponse {
+    pub(crate) async fn call(&mut self, entries: Vec<KeepAliveEntry>) -> KeepAliveResponse {
         self.send(entries).await;
         self.next().await.expect("response").expect("not ended")
     }
 }
 
 /// An entry renewing `lease` with `key`.
-fn entry(id: u64, lease: &Lease, key: &str) -> KeepAliveEntry {
+pub(crate) fn entry(id: u64, lease: &Lease, key: &str) -> KeepAliveEntry {
     KeepAliveEntry {
         id,
         name: lease.name.clone(),
@@ -78,7 +78,7 @@ fn entry(id: u64, lease: &Lease, key: &str) -> KeepAliveEntry {
 }
 
 /// The renewed lease of a result, or a panic with its error.
-fn renewed(outcome: &Option<Outcome>) -> &Lease {
+pub(crate) fn renewed(outcome: &Option<Outcome>) -> &Lease {
     match outcome {
         Some(Outcome::Lease(l)) => l,
         other => panic!("expected a renewal, got {other:?}"),

@@ -33,6 +33,7 @@ mod fifo;
 mod fuzz;
 mod groups;
 mod hostile_connections;
+mod hostile_keepalive;
 mod hostile_load;
 mod hostile_requests;
 mod keepalive;

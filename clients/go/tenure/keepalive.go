@@ -193,26 +193,36 @@ func (st *kaStream) read(k *keepAlive) {
 				c.done <- kaResult{err: callError(k.c.target, "KeepAlive", status.Error(codes.Internal, "KeepAlive answered with results that do not match the request"))}
 				continue
 			}
-			c.done <- k.result(results[i])
+			c.done <- k.result(results, i)
 		}
 	}
 }
 
-// result turns one entry's result into the holding or a typed *Error.
-func (k *keepAlive) result(r *tenurev1.KeepAliveResult) kaResult {
-	if e := r.GetError(); e != nil {
-		raw := e.GetReason()
-		return kaResult{err: &Error{
-			Code:      codes.Code(e.GetCode()),
-			Reason:    parseReason(raw),
-			RawReason: raw,
-			Message:   e.GetMessage(),
-			Metadata:  e.GetMetadata(),
-			Target:    k.c.target,
-			RPC:       "KeepAlive",
-		}}
+// result turns the i-th result of a response into the holding or a typed
+// *Error. An error that repeats an earlier one of the same response
+// (same_as: the server sends it as code, reason and that result's index)
+// takes its message and metadata from that one.
+func (k *keepAlive) result(results []*tenurev1.KeepAliveResult, i int) kaResult {
+	e := results[i].GetError()
+	if e == nil {
+		return kaResult{lease: results[i].GetLease()}
 	}
-	return kaResult{lease: r.GetLease()}
+	full := e
+	if e.SameAs != nil && int(e.GetSameAs()) < i {
+		if first := results[e.GetSameAs()].GetError(); first != nil {
+			full = first
+		}
+	}
+	raw := e.GetReason()
+	return kaResult{err: &Error{
+		Code:      codes.Code(e.GetCode()),
+		Reason:    parseReason(raw),
+		RawReason: raw,
+		Message:   full.GetMessage(),
+		Metadata:  full.GetMetadata(),
+		Target:    k.c.target,
+		RPC:       "KeepAlive",
+	}}
 }
 
 // failed returns why the stream ended, or nil while it is open.

@@ -1668,7 +1668,13 @@ type KeepAliveError struct {
 	Metadata map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// retry_delay, when present, is how long to back off before retrying this
 	// entry (the RetryInfo of a status).
-	RetryDelay    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	RetryDelay *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	// same_as, when set, is the index in this response's results of an earlier
+	// entry whose error this one repeats exactly: code and reason are given,
+	// and message, metadata and retry_delay are that entry's (left empty here),
+	// so that a message of many entries failing alike is answered in a few
+	// bytes per entry.
+	SameAs        *uint32 `protobuf:"varint,6,opt,name=same_as,json=sameAs,proto3,oneof" json:"same_as,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1736,6 +1742,13 @@ func (x *KeepAliveError) GetRetryDelay() *durationpb.Duration {
 		return x.RetryDelay
 	}
 	return nil
+}
+
+func (x *KeepAliveError) GetSameAs() uint32 {
+	if x != nil && x.SameAs != nil {
+		return *x.SameAs
+	}
+	return 0
 }
 
 // AcquireGroupRequest asks for several plain leases at once.
@@ -2302,17 +2315,20 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12(\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseH\x00R\x05lease\x121\n" +
 	"\x05error\x18\x03 \x01(\v2\x19.tenure.v1.KeepAliveErrorH\x00R\x05errorB\t\n" +
-	"\aoutcome\"\x94\x02\n" +
+	"\aoutcome\"\xbe\x02\n" +
 	"\x0eKeepAliveError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12C\n" +
 	"\bmetadata\x18\x04 \x03(\v2'.tenure.v1.KeepAliveError.MetadataEntryR\bmetadata\x12:\n" +
 	"\vretry_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryDelay\x1a;\n" +
+	"retryDelay\x12\x1c\n" +
+	"\asame_as\x18\x06 \x01(\rH\x00R\x06sameAs\x88\x01\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
+	"\n" +
+	"\b_same_as\"\xfd\x02\n" +
 	"\x13AcquireGroupRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -2498,6 +2514,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*KeepAliveResult_Lease)(nil),
 		(*KeepAliveResult_Error)(nil),
 	}
+	file_tenure_v1_lease_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -403,6 +403,7 @@ mod tests {
             message: "held by b".into(),
             metadata: [("state".to_string(), "HELD_BY_OTHER".to_string())].into(),
             retry_delay: None,
+            same_as: None,
         });
         assert_eq!(err.code(), Code::FailedPrecondition);
         assert_eq!(err.reason(), Reason::LeaseNotHeld);

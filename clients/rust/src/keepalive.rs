@@ -339,7 +339,8 @@ fn request_of(batch: &[Pending]) -> KeepAliveRequest {
 }
 
 /// Hands each entry of `batch` its result from `response`.
-fn answer(batch: Vec<Pending>, response: KeepAliveResponse) {
+fn answer(batch: Vec<Pending>, mut response: KeepAliveResponse) {
+    expand(&mut response.results);
     let mut results: Vec<Option<Outcome>> = vec![None; batch.len()];
     for result in response.results {
         if let Some(slot) = results.get_mut(result.id as usize) {
@@ -353,6 +354,29 @@ fn answer(batch: Vec<Pending>, response: KeepAliveResponse) {
             None => Err(broken("the KeepAlive response has no result for the entry")),
         };
         let _ = p.reply.send(Answer::Done(Box::new(result)));
+    }
+}
+
+/// Fills in each error that repeats an earlier one of the same response
+/// (`same_as`: the server sends those as code, reason and the earlier
+/// result's index) with that one's message, metadata and retry delay.
+fn expand(results: &mut [crate::proto::KeepAliveResult]) {
+    for i in 0..results.len() {
+        let Some(Outcome::Error(e)) = &results[i].outcome else {
+            continue;
+        };
+        let Some(j) = e.same_as.map(|j| j as usize).filter(|&j| j < i) else {
+            continue;
+        };
+        let Some(Outcome::Error(first)) = results[j].outcome.clone() else {
+            continue;
+        };
+        if let Some(Outcome::Error(e)) = &mut results[i].outcome {
+            e.message = first.message;
+            e.metadata = first.metadata;
+            e.retry_delay = first.retry_delay;
+            e.same_as = None;
+        }
     }
 }
 
@@ -396,6 +420,30 @@ mod tests {
             shared: keepalive.shared.clone(),
             carry: None,
         }
+    }
+
+    /// An error sent as a reference to an earlier one gets its message,
+    /// metadata and retry delay.
+    #[test]
+    fn repeated_errors_are_expanded() {
+        use crate::proto::{KeepAliveError, KeepAliveResult};
+        let error = |message: &str, field: &str, same_as| KeepAliveResult {
+            id: 0,
+            outcome: Some(Outcome::Error(KeepAliveError {
+                code: 3,
+                reason: "INVALID_NAME".into(),
+                message: message.into(),
+                metadata: [("field".to_string(), field.to_string())]
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect(),
+                retry_delay: None,
+                same_as,
+            })),
+        };
+        let mut results = vec![error("bad name", "name", None), error("", "", Some(0))];
+        expand(&mut results);
+        assert_eq!(results[1], error("bad name", "name", None));
     }
 
     #[tokio::test]

@@ -25,6 +25,7 @@ import { performance } from "node:perf_hooks";
 import { ErrorReason, TenureError } from "./errors";
 import {
   KeepAliveEntry,
+  type KeepAliveError,
   KeepAliveRequest,
   type KeepAliveResponse,
   type KeepAliveResult,
@@ -244,12 +245,12 @@ export class Renewer {
   /** One response: the results of the oldest message still unanswered. */
   #answered(stream: Stream, response: KeepAliveResponse): void {
     const batch = stream.sent.shift() ?? [];
-    const byId = new Map<bigint, KeepAliveResult>(response.results.map((r) => [r.id, r]));
+    const byId = new Map<bigint, [KeepAliveResult, number]>(response.results.map((r, i) => [r.id, [r, i]]));
     for (const entry of batch) {
-      const result = byId.get(entry.id);
+      const [result, index] = byId.get(entry.id) ?? [undefined, -1];
       if (result?.lease !== undefined) this.#settle(entry, result.lease);
       else if (result?.error !== undefined) {
-        const e = result.error;
+        const e = expanded(response.results, index);
         const retryDelayMs = e.retryDelay === undefined ? undefined : durationToMs(e.retryDelay);
         const error = new TenureError(e.code, e.reason, e.message, e.metadata, { target: this.#ctx.target, rpc: "KeepAlive", retryDelayMs });
         this.#settle(entry, undefined, error);
@@ -301,4 +302,16 @@ export class Renewer {
     });
     return { result, cancel: pending.cancel };
   }
+}
+
+/**
+ * The error of result `i`: one that repeats an earlier error of the same
+ * response (`sameAs`: sent as code, reason and that result's index) gets
+ * its message, metadata and retry delay.
+ */
+function expanded(results: KeepAliveResult[], i: number): KeepAliveError {
+  const e = results[i].error!;
+  const first = e.sameAs !== undefined && e.sameAs < i ? results[e.sameAs].error : undefined;
+  if (first === undefined) return e;
+  return { ...e, message: first.message, metadata: first.metadata, retryDelay: first.retryDelay, sameAs: undefined };
 }

@@ -6,8 +6,10 @@
 //! waiting Acquires have a budget of their own, so a crowd of waiters
 //! cannot starve short calls; Renew and Release get past a full short
 //! budget through a reserve, so holders keep their leases while new work
-//! is shed; KeepAlive streams hold a permit of their own budget for their
-//! lifetime, and each of their messages a renewal permit while it runs.
+//! is shed (the reserve has a share per identity too, so one identity
+//! cannot use it all up); KeepAlive streams hold a permit of their own
+//! budget for their lifetime, and each of their entries a renewal permit
+//! while it runs.
 //! A refusal is RESOURCE_EXHAUSTED / TOO_MANY_REQUESTS naming the flag of
 //! the limit, with a RetryInfo of [`BUSY_RETRY`].
 
@@ -31,7 +33,7 @@ pub enum Class {
     Renewal,
     /// An Acquire with a `wait`.
     Waiting,
-    /// A KeepAlive stream, for its lifetime (each of its messages also
+    /// A KeepAlive stream, for its lifetime (each of its entries also
     /// takes a [`Class::Renewal`] permit while it runs).
     KeepAliveStream,
 }
@@ -67,8 +69,8 @@ impl CallLimits {
                 "reserved_renewals",
                 "--reserved-renewals",
                 config.reserved_renewals,
-                None,
-                "",
+                share(config.reserved_renewals_per_identity),
+                "--reserved-renewals-per-identity",
             ),
             waiting: PermitBudget::new(
                 "waiting_acquires",
@@ -162,6 +164,7 @@ impl PermitBudget {
                 let metric = match self.metric {
                     "waiting_acquires" => "waiting_acquires_per_identity",
                     "keepalive_streams" => "keepalive_streams_per_identity",
+                    "reserved_renewals" => "reserved_renewals_per_identity",
                     _ => "concurrent_requests_per_identity",
                 };
                 return Err((metric, self.per_identity_flag, share));

@@ -21,15 +21,20 @@
 //!   own; and a reserve through which Renew and Release get past a full
 //!   short budget, so holders keep their leases while new work is shed.
 //!   KeepAlive streams take a permit of their own budget for their
-//!   lifetime, and each of their messages a renewal permit while it runs.
-//!   [`WatchLimits`] counts the lease watch streams for their lifetime.
+//!   lifetime, and each of their entries a renewal permit while it runs.
+//!   [`WatchLimits`] counts the lease watch streams for their lifetime,
+//!   and [`ReplyBudget`] the bytes of KeepAlive replies not yet taken by
+//!   their clients.
 //!
-//! The last three have a file each: [`layer`], [`calls`] and [`watches`].
+//! The last four have a file each: [`layer`], [`calls`], [`watches`] and
+//! [`replies`].
 
 mod calls;
 mod layer;
+mod replies;
 mod watches;
 
 pub use calls::{CallLimits, CallPermit, Class};
 pub use layer::LimitLayer;
+pub use replies::{ReplyBudget, Sent, StreamReplies};
 pub use watches::WatchLimits;

@@ -275,7 +275,7 @@ class KeepAliveResult(_message.Message):
     def __init__(self, id: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., error: _Optional[_Union[KeepAliveError, _Mapping]] = ...) -> None: ...
 
 class KeepAliveError(_message.Message):
-    __slots__ = ("code", "reason", "message", "metadata", "retry_delay")
+    __slots__ = ("code", "reason", "message", "metadata", "retry_delay", "same_as")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -288,12 +288,14 @@ class KeepAliveError(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    SAME_AS_FIELD_NUMBER: _ClassVar[int]
     code: int
     reason: str
     message: str
     metadata: _containers.ScalarMap[str, str]
     retry_delay: _duration_pb2.Duration
-    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    same_as: int
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., same_as: _Optional[int] = ...) -> None: ...
 
 class AcquireGroupRequest(_message.Message):
     __slots__ = ("names", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay")

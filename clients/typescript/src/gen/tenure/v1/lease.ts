@@ -615,7 +615,17 @@ export interface KeepAliveError {
    * retry_delay, when present, is how long to back off before retrying this
    * entry (the RetryInfo of a status).
    */
-  retryDelay: Duration | undefined;
+  retryDelay:
+    | Duration
+    | undefined;
+  /**
+   * same_as, when set, is the index in this response's results of an earlier
+   * entry whose error this one repeats exactly: code and reason are given,
+   * and message, metadata and retry_delay are that entry's (left empty here),
+   * so that a message of many entries failing alike is answered in a few
+   * bytes per entry.
+   */
+  sameAs?: number | undefined;
 }
 
 export interface KeepAliveError_MetadataEntry {
@@ -3452,7 +3462,7 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
 };
 
 function createBaseKeepAliveError(): KeepAliveError {
-  return { code: 0, reason: "", message: "", metadata: {}, retryDelay: undefined };
+  return { code: 0, reason: "", message: "", metadata: {}, retryDelay: undefined, sameAs: undefined };
 }
 
 export const KeepAliveError: MessageFns<KeepAliveError> = {
@@ -3471,6 +3481,9 @@ export const KeepAliveError: MessageFns<KeepAliveError> = {
     });
     if (message.retryDelay !== undefined) {
       Duration.encode(message.retryDelay, writer.uint32(42).fork()).join();
+    }
+    if (message.sameAs !== undefined) {
+      writer.uint32(48).uint32(message.sameAs);
     }
     return writer;
   },
@@ -3531,6 +3544,14 @@ export const KeepAliveError: MessageFns<KeepAliveError> = {
             message.retryDelay = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.sameAs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3567,6 +3588,11 @@ export const KeepAliveError: MessageFns<KeepAliveError> = {
         : isSet(object.retry_delay)
         ? Duration.fromJSON(object.retry_delay)
         : undefined,
+      sameAs: isSet(object.sameAs)
+        ? globalThis.Number(object.sameAs)
+        : isSet(object.same_as)
+        ? globalThis.Number(object.same_as)
+        : undefined,
     };
   },
 
@@ -3593,6 +3619,9 @@ export const KeepAliveError: MessageFns<KeepAliveError> = {
     if (message.retryDelay !== undefined) {
       obj.retryDelay = Duration.toJSON(message.retryDelay);
     }
+    if (message.sameAs !== undefined) {
+      obj.sameAs = Math.round(message.sameAs);
+    }
     return obj;
   },
 
@@ -3616,6 +3645,7 @@ export const KeepAliveError: MessageFns<KeepAliveError> = {
     message.retryDelay = (object.retryDelay !== undefined && object.retryDelay !== null)
       ? Duration.fromPartial(object.retryDelay)
       : undefined;
+    message.sameAs = object.sameAs ?? undefined;
     return message;
   },
 };

@@ -133,7 +133,9 @@ final class KeepAliveStream {
       for (Pending p : batch) {
         byId.put(p.id, p);
       }
-      for (KeepAliveResult result : response.getResultsList()) {
+      List<KeepAliveResult> results = response.getResultsList();
+      for (int i = 0; i < results.size(); i++) {
+        KeepAliveResult result = results.get(i);
         Pending p = byId.remove(result.getId());
         if (p == null) {
           continue;
@@ -141,12 +143,34 @@ final class KeepAliveStream {
         if (result.hasLease()) {
           p.succeed(result.getLease());
         } else {
-          p.fail(error(result.getError()));
+          p.fail(error(expanded(results, i)));
         }
       }
       for (Pending p : byId.values()) {
         p.fail(streamError(Status.Code.INTERNAL, "the KeepAlive response had no result for it"));
       }
+    }
+
+    /**
+     * The error of result {@code i}: one that repeats an earlier error of the same response
+     * ({@code same_as}: sent as code, reason and that result's index) gets its message, metadata
+     * and retry delay.
+     */
+    private KeepAliveError expanded(List<KeepAliveResult> results, int i) {
+      KeepAliveError e = results.get(i).getError();
+      if (!e.hasSameAs() || e.getSameAs() >= i || !results.get(e.getSameAs()).hasError()) {
+        return e;
+      }
+      KeepAliveError first = results.get(e.getSameAs()).getError();
+      KeepAliveError.Builder full =
+          e.toBuilder()
+              .clearSameAs()
+              .setMessage(first.getMessage())
+              .putAllMetadata(first.getMetadataMap());
+      if (first.hasRetryDelay()) {
+        full.setRetryDelay(first.getRetryDelay());
+      }
+      return full.build();
     }
 
     @Override
