@@ -4,11 +4,14 @@
 # `go install`. Safe to run again: each tool is skipped when the pinned
 # version is already there. With --protoc, also Debian's protobuf-compiler
 # (etcd-client in bench/ needs protoc to build), installed with apt-get as
-# root.
+# root. With --deploy, also helm and kubeconform via `go install` (for
+# scripts/check-deploy.sh); building helm takes minutes the first time.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.15.1
 GRPCURL_VERSION=v1.9.3
+HELM_VERSION=v4.3.2
+KUBECONFORM_VERSION=v0.8.0
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/.tools"
@@ -39,6 +42,25 @@ if [ "${1:-}" = "--protoc" ] && ! command -v protoc >/dev/null; then
   echo "tools: installing protobuf-compiler (apt-get)" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+fi
+
+deploy=0
+for arg in "$@"; do case "$arg" in --deploy) deploy=1 ;; esac; done
+if [ "$deploy" = 1 ]; then
+  # `go install` builds from source (measured from empty Go caches on a
+  # busy 2-core machine: 6 min for both, of which kubeconform 1.3); the
+  # .version files record what was built (such a helm reports only "v4.3").
+  if ! [ -x "$bin/helm" ] || ! grep -qsx "$HELM_VERSION" "$tools/helm.version"; then
+    echo "tools: installing helm $HELM_VERSION (go install: downloads and builds helm from source," \
+      "about 5 minutes on a fresh 2-core machine)" >&2
+    GOBIN="$bin" go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+    echo "$HELM_VERSION" > "$tools/helm.version"
+  fi
+  if ! [ -x "$bin/kubeconform" ] || ! grep -qsx "$KUBECONFORM_VERSION" "$tools/kubeconform.version"; then
+    echo "tools: installing kubeconform $KUBECONFORM_VERSION (go install, about a minute on a fresh machine)" >&2
+    GOBIN="$bin" go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+    echo "$KUBECONFORM_VERSION" > "$tools/kubeconform.version"
+  fi
 fi
 
 "$bin/nats-server" --version >&2
