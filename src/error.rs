@@ -36,6 +36,7 @@ impl Reason {
             Reason::LeaseHeld
             | Reason::LeaseNotHeld
             | Reason::LimitMismatch
+            | Reason::GroupMember
             | Reason::AtomicBatchUnsupported => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,

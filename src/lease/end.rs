@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::keys;
 use super::record::{Entry, Holding, KeyHash, Kind, Record, Released, Revoked};
-use super::refusals::{contended, not_revocable, unreadable};
+use super::refusals::{contended, group_member, not_revocable, unreadable};
 use super::{Leases, MAX_CAS_ATTEMPTS};
 use crate::error::Result;
 use crate::nats::{CasError, Write, WriteOp};
@@ -79,6 +79,9 @@ impl Leases {
                 },
                 Ending::Revoke { token, .. } => self.revocable(name, *token).await?,
             };
+            if matches!(ending, Ending::Release { .. }) && !rec.group.is_empty() {
+                return Err(group_member(name, &rec.group, "Release"));
+            }
             let token = rec.token_at(revision);
             let holder = rec.holder.clone();
             let (op, payload) = match &ending {

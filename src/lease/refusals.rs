@@ -17,6 +17,23 @@ pub(super) fn cas_failed(err: CasError) -> Error {
     }
 }
 
+/// `GROUP_MEMBER`: Renew or Release of one member of a group holding,
+/// which would leave the others of its group in another state.
+pub(super) fn group_member(name: &str, group: &[String], rpc: &str) -> Error {
+    let mut names = group.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    if group.len() > 3 {
+        names.push_str(&format!(" and {} more", group.len() - 3));
+    }
+    Error::new(
+        Reason::GroupMember,
+        format!(
+            "lease {name:?} is one member of a group of {} ({names}) taken with AcquireGroup; {rpc} every member at once with {rpc}Group, so that nobody sees part of the group",
+            group.len()
+        ),
+    )
+    .with("group_size", group.len())
+}
+
 /// `LEASE_HELD` naming the current holder.
 pub(super) fn held(name: &str, rec: &Record, revision: u64) -> Error {
     let token = rec.token_at(revision);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::record::{Entry, Holding, KeyHash, Kind, Record};
-use super::refusals::{cas_failed, contended, not_held, unreadable};
+use super::refusals::{cas_failed, contended, group_member, not_held, unreadable};
 use super::rules;
 use super::{now_ms, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::Result;
@@ -32,6 +32,9 @@ impl Leases {
         let hash = KeyHash::of(key);
         if let Some(rec) = self.cache.get(name, expected) {
             if rec.key_matches(&hash) {
+                if !rec.group.is_empty() {
+                    return Err(group_member(name, &rec.group, "Renew"));
+                }
                 match self.write_renewal(name, expected, &rec, ttl_s).await {
                     Err(CasError::Conflict) => {}
                     other => return other.map_err(cas_failed),
@@ -40,6 +43,9 @@ impl Leases {
         }
         for _ in 0..MAX_CAS_ATTEMPTS {
             let (revision, rec) = self.verify_holding(name, expected, &hash).await?;
+            if !rec.group.is_empty() {
+                return Err(group_member(name, &rec.group, "Renew"));
+            }
             match self.write_renewal(name, revision, &rec, ttl_s).await {
                 Err(CasError::Conflict) => continue,
                 other => return other.map_err(cas_failed),

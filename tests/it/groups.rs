@@ -688,3 +688,58 @@ async fn the_cli_acquires_a_group() {
     let mut c = t.client().await;
     assert!(get(&mut c, "cli.c").await.is_none());
 }
+
+/// A group is renewed and released as a whole: Renew, Release and a
+/// KeepAlive entry naming one member are refused GROUP_MEMBER
+/// (FAILED_PRECONDITION) and change nothing, so the other members still
+/// show the group held by its holder.
+#[tokio::test]
+async fn one_member_is_not_renewed_or_released_alone() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let names = ["alone.a", "alone.b"];
+    let got = c
+        .acquire_group(group_req(&names, "g"))
+        .await
+        .unwrap()
+        .into_inner();
+    let a = &got.leases[0];
+    let released = c
+        .release(release_req(&a.name, a.revision, &got.lease_key))
+        .await
+        .unwrap_err();
+    let renewed = c
+        .renew(renew_req(&a.name, a.revision, &got.lease_key))
+        .await
+        .unwrap_err();
+    for refused in [&released, &renewed] {
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+        assert_eq!(reason(refused), "GROUP_MEMBER");
+        assert_eq!(meta(refused, "group_size"), "2");
+        assert!(refused.message().contains("Group"), "{}", refused.message());
+    }
+    assert!(released.message().contains("ReleaseGroup"));
+    let mut stream = crate::keepalive::Stream::open(&mut c, None).await.unwrap();
+    let r = stream
+        .call(vec![crate::keepalive::entry(1, a, &got.lease_key)])
+        .await;
+    match &r.results[0].outcome {
+        Some(proto::keep_alive_result::Outcome::Error(e)) => {
+            assert_eq!(e.reason, "GROUP_MEMBER")
+        }
+        other => panic!("expected GROUP_MEMBER, got {other:?}"),
+    }
+    for name in names {
+        let shown = get(&mut c, name).await.expect("still held");
+        assert_eq!((shown.holder.as_str(), shown.group.clone()), ("g", names.map(String::from).to_vec()));
+        assert_eq!(shown.revision, got.leases.iter().find(|l| l.name == name).unwrap().revision);
+    }
+    // The group's own calls still work.
+    c.release_group(ReleaseGroupRequest {
+        members: members(&got.leases),
+        lease_key: got.lease_key.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(get(&mut c, "alone.a").await.is_none());
+}

@@ -160,6 +160,12 @@ const (
 	// (metadata: required_nats_server, bucket, stream). FAILED_PRECONDITION;
 	// permanent until nats-server is upgraded or allow_atomic is enabled.
 	ErrorReason_ATOMIC_BATCH_UNSUPPORTED ErrorReason = 31
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// GROUP_MEMBER: a Renew, Release or KeepAlive entry named one member of a
+	// group holding (taken with AcquireGroup); a group is renewed and released
+	// as a whole, with RenewGroup and ReleaseGroup, so that no observer sees
+	// part of it (metadata: group_size). FAILED_PRECONDITION; permanent.
+	ErrorReason_GROUP_MEMBER ErrorReason = 32
 )
 
 // Enum value maps for ErrorReason.
@@ -192,6 +198,7 @@ var (
 		27: "LIMIT_MISMATCH",
 		30: "WATCH_HISTORY_COMPACTED",
 		31: "ATOMIC_BATCH_UNSUPPORTED",
+		32: "GROUP_MEMBER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -221,6 +228,7 @@ var (
 		"LIMIT_MISMATCH":           27,
 		"WATCH_HISTORY_COMPACTED":  30,
 		"ATOMIC_BATCH_UNSUPPORTED": 31,
+		"GROUP_MEMBER":             32,
 	}
 )
 
@@ -255,7 +263,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xd3\x04\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xe5\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -285,7 +293,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x10TOO_MANY_WAITERS\x10\x19\x12\x12\n" +
 	"\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n" +
 	"\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n" +
-	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1fB^\n" +
+	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1f\x12\x10\n" +
+	"\fGROUP_MEMBER\x10 B^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xd3\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n\x0cINVALID_NAME\x10\x01\x12\x12\n\x0eINVALID_HOLDER\x10\x02\x12\x0f\n\x0bINVALID_TTL\x10\x03\x12\x15\n\x11INVALID_LEASE_KEY\x10\x04\x12\x14\n\x10INVALID_REVISION\x10\x05\x12\x14\n\x10INVALID_METADATA\x10\x06\x12\x10\n\x0cINVALID_WAIT\x10\x07\x12\x14\n\x10INVALID_ARGUMENT\x10\x08\x12\x0e\n\nLEASE_HELD\x10\t\x12\x12\n\x0eLEASE_NOT_HELD\x10\n\x12\x13\n\x0fLEASE_NOT_FOUND\x10\x0b\x12\x15\n\x11RECORD_UNREADABLE\x10\x0c\x12\x14\n\x10NATS_UNAVAILABLE\x10\r\x12\x10\n\x0cWATCH_LAGGED\x10\x0e\x12\x11\n\rSHUTTING_DOWN\x10\x0f\x12\x13\n\x0fUNAUTHENTICATED\x10\x10\x12\x15\n\x11PERMISSION_DENIED\x10\x11\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x12\x12\x14\n\x10TOO_MANY_WATCHES\x10\x13\x12\x15\n\x11REQUEST_TOO_LARGE\x10\x14\x12\x16\n\x12METADATA_TOO_LARGE\x10\x15\x12\x0c\n\x08INTERNAL\x10\x16\x12\x14\n\x10TOO_MANY_WAITERS\x10\x19\x12\x12\n\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n\x18\x41TOMIC_BATCH_UNSUPPORTED\x10\x1f\x42^\n\rdev.tenure.v1B\x10\x45rrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xe5\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n\x0cINVALID_NAME\x10\x01\x12\x12\n\x0eINVALID_HOLDER\x10\x02\x12\x0f\n\x0bINVALID_TTL\x10\x03\x12\x15\n\x11INVALID_LEASE_KEY\x10\x04\x12\x14\n\x10INVALID_REVISION\x10\x05\x12\x14\n\x10INVALID_METADATA\x10\x06\x12\x10\n\x0cINVALID_WAIT\x10\x07\x12\x14\n\x10INVALID_ARGUMENT\x10\x08\x12\x0e\n\nLEASE_HELD\x10\t\x12\x12\n\x0eLEASE_NOT_HELD\x10\n\x12\x13\n\x0fLEASE_NOT_FOUND\x10\x0b\x12\x15\n\x11RECORD_UNREADABLE\x10\x0c\x12\x14\n\x10NATS_UNAVAILABLE\x10\r\x12\x10\n\x0cWATCH_LAGGED\x10\x0e\x12\x11\n\rSHUTTING_DOWN\x10\x0f\x12\x13\n\x0fUNAUTHENTICATED\x10\x10\x12\x15\n\x11PERMISSION_DENIED\x10\x11\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x12\x12\x14\n\x10TOO_MANY_WATCHES\x10\x13\x12\x15\n\x11REQUEST_TOO_LARGE\x10\x14\x12\x16\n\x12METADATA_TOO_LARGE\x10\x15\x12\x0c\n\x08INTERNAL\x10\x16\x12\x14\n\x10TOO_MANY_WAITERS\x10\x19\x12\x12\n\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n\x18\x41TOMIC_BATCH_UNSUPPORTED\x10\x1f\x12\x10\n\x0cGROUP_MEMBER\x10 B^\n\rdev.tenure.v1B\x10\x45rrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rdev.tenure.v1B\020ErrorReasonProtoP\001Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1'
   _globals['_ERRORREASON']._serialized_start=44
-  _globals['_ERRORREASON']._serialized_end=639
+  _globals['_ERRORREASON']._serialized_end=657
 # @@protoc_insertion_point(module_scope)

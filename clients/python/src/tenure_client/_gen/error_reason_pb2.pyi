@@ -33,6 +33,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LIMIT_MISMATCH: _ClassVar[ErrorReason]
     WATCH_HISTORY_COMPACTED: _ClassVar[ErrorReason]
     ATOMIC_BATCH_UNSUPPORTED: _ClassVar[ErrorReason]
+    GROUP_MEMBER: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -60,3 +61,4 @@ TOO_MANY_WAITERS: ErrorReason
 LIMIT_MISMATCH: ErrorReason
 WATCH_HISTORY_COMPACTED: ErrorReason
 ATOMIC_BATCH_UNSUPPORTED: ErrorReason
+GROUP_MEMBER: ErrorReason

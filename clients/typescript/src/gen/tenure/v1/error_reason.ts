@@ -203,6 +203,14 @@ export enum ErrorReason {
    * permanent until nats-server is upgraded or allow_atomic is enabled.
    */
   ATOMIC_BATCH_UNSUPPORTED = "ATOMIC_BATCH_UNSUPPORTED",
+  /**
+   * GROUP_MEMBER - buf:lint:ignore ENUM_VALUE_PREFIX
+   * GROUP_MEMBER: a Renew, Release or KeepAlive entry named one member of a
+   * group holding (taken with AcquireGroup); a group is renewed and released
+   * as a whole, with RenewGroup and ReleaseGroup, so that no observer sees
+   * part of it (metadata: group_size). FAILED_PRECONDITION; permanent.
+   */
+  GROUP_MEMBER = "GROUP_MEMBER",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -289,6 +297,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 31:
     case "ATOMIC_BATCH_UNSUPPORTED":
       return ErrorReason.ATOMIC_BATCH_UNSUPPORTED;
+    case 32:
+    case "GROUP_MEMBER":
+      return ErrorReason.GROUP_MEMBER;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -352,6 +363,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "WATCH_HISTORY_COMPACTED";
     case ErrorReason.ATOMIC_BATCH_UNSUPPORTED:
       return "ATOMIC_BATCH_UNSUPPORTED";
+    case ErrorReason.GROUP_MEMBER:
+      return "GROUP_MEMBER";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -414,6 +427,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 30;
     case ErrorReason.ATOMIC_BATCH_UNSUPPORTED:
       return 31;
+    case ErrorReason.GROUP_MEMBER:
+      return 32;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

@@ -205,8 +205,12 @@ export interface Lease {
    * group lists every name of the AcquireGroup call that created this
    * holding, in request order (this name included); empty for a holding
    * acquired alone. All members of a group share one lease key and are
-   * written in one atomic batch, so an observer that sees one member of a
-   * group holding sees every other member held by the same holder.
+   * written, renewed and released in one atomic batch each (a Renew or
+   * Release of one member alone is refused GROUP_MEMBER), so an observer
+   * that sees one member of a group holding sees every other member held by
+   * the same holder; the exceptions are an operator's RevokeLease of one
+   * member and expiry, which NATS applies to each member's record on its own
+   * (at the same deadline, seconds apart at most).
    */
   group: string[];
 }
