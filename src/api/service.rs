@@ -89,6 +89,12 @@ pub(super) trait Call {
     fn class(&self) -> Class {
         Class::Short
     }
+    /// How many places of that budget it takes: one, but a waiting
+    /// AcquireGroup waits for every member, so it counts as that many
+    /// waiters.
+    fn weight(&self) -> usize {
+        1
+    }
     /// What authorization checks the grant against.
     fn target(&self) -> Target<'_> {
         Target::Name(self.subject())
@@ -177,7 +183,11 @@ impl LeaseApi {
             }
             let _permit = self
                 .calls
-                .admit(request.get_ref().class(), &caller.identity)?;
+                .admit_n(
+                    request.get_ref().class(),
+                    &caller.identity,
+                    request.get_ref().weight(),
+                )?;
             let deadline = convert::grpc_timeout(request.metadata());
             let reply = handle(request.into_inner(), Context { caller, deadline }).await?;
             reply.record(&Span::current());
@@ -594,6 +604,12 @@ impl Call for proto::AcquireGroupRequest {
     }
     fn class(&self) -> Class {
         wait_class(self.wait.as_ref())
+    }
+    fn weight(&self) -> usize {
+        match self.class() {
+            Class::Waiting => self.names.len().max(1),
+            _ => 1,
+        }
     }
 }
 

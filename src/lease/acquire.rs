@@ -22,7 +22,7 @@ use super::refusals::{
     behind, cas_failed, contended, delayed, held, queued, too_many_waiters, unreadable,
 };
 use super::rules::{self, AcquirePlan};
-use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE};
+use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE, WAIT_POLL};
 use super::watch::Turn;
 use super::{now_ms, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Reason, Result};
@@ -139,6 +139,7 @@ impl Leases {
                     &held,
                     Some(&mut refresh),
                     queued_now,
+                    WAIT_POLL,
                 )
                 .await;
             let t = match (woke, ticket.as_mut()) {

@@ -11,8 +11,9 @@
 //! reader of any member (GetLease, WatchLease, ListLeases) can tell.
 //!
 //! A waiting AcquireGroup holds nothing while it waits: it tries again when
-//! a member's holding ends (the shared watcher wakes it) or on the poll
-//! tick, so groups cannot deadlock whatever order callers list names in.
+//! a member's holding ends or its queue loses a waiter (the shared watcher
+//! wakes it), or on the backstop tick, so groups cannot deadlock whatever
+//! order callers list names in.
 //! A group waiter takes no queue tickets: it is not FIFO-ordered, and it
 //! never jumps a queue either (it only writes while no member has a queued
 //! waiter, checked in its batch through each member's queue guard).
@@ -121,7 +122,14 @@ impl Leases {
     async fn follow_group(&self, names: &[String]) -> Wakeups {
         let mut merged = futures::stream::SelectAll::new();
         for name in names {
-            let ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
+            // A turn: a member's queue lost a waiter while the name is free,
+            // which may be what kept the group out.
+            let ends = vec![
+                EventKind::Released,
+                EventKind::Expired,
+                EventKind::Revoked,
+                EventKind::Turn,
+            ];
             let sub = self
                 .hub
                 .follow(Filter::Name(name.clone()), ends)

@@ -96,6 +96,11 @@ pub struct Leases {
     queue_reads: Arc<fifo::SharedReads>,
     /// Names this replica released, for Acquires in one round trip.
     free: Arc<FreeHints>,
+    /// Waiters without a queue ticket (semaphore slots) on this replica,
+    /// per name, bounded by `max_waiters` like a queue.
+    unqueued: Arc<wait::Unqueued>,
+    /// Turns for semaphore slot reads ([`semaphore::SLOT_READS`] at once).
+    slot_reads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Leases {
@@ -110,6 +115,8 @@ impl Leases {
             max_waiters: DEFAULT_MAX_WAITERS,
             queue_reads: Arc::default(),
             free: Arc::default(),
+            unqueued: Arc::default(),
+            slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),
         }
     }
 

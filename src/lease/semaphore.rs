@@ -9,10 +9,14 @@
 //! most one holder, and a holder that stops renewing loses its slot within its
 //! TTL. The definition (`{"limit":N}`, no TTL) says which limit is in force.
 //!
-//! An Acquire reads the definition and the slots, picks a free slot and writes
-//! one atomic batch: the definition rewritten conditional on the revision it
-//! read (which serialises every Acquire of the semaphore, on any replica) and
-//! the slot's record conditional on the slot's revision. The limit cannot be
+//! An Acquire reads the slots and the definition and picks a free slot. While
+//! the limit stands it writes the slot's record alone, conditional on the
+//! slot's revision. An Acquire that defines the limit writes one atomic
+//! batch: the definition conditional on the revision it read (which
+//! serialises every definer of the semaphore, on any replica), tombstones
+//! over the other free slots of the old and new limits when an old
+//! definition exists, and the slot's record. A first definition is two
+//! messages, whatever the limit. The limit cannot be
 //! exceeded: a holding is a live record in a slot key, there are only N slot
 //! keys for limit N, and a slot key has one last message. The limit can only
 //! change in a batch that read every slot of the old limit free, and any
@@ -31,11 +35,18 @@ use super::keys::{self, semaphore_slot as slot_key};
 use super::record::{Entry, Holding, KeyHash, Kind, Record};
 use super::refusals::{cas_failed, contended, unreadable};
 use super::rules::{self, AcquirePlan};
-use super::wait::Wait;
-use super::{now_ms, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
+use super::wait::{Wait, FOLLOW_PATIENCE};
+use super::{now_ms, AcquireArgs, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Op, Write, WriteOp};
 use crate::observe::METRICS;
+
+/// Slot reads of one replica's semaphore calls in flight at once, so that
+/// reads of large semaphores cannot flood NATS.
+pub(super) const SLOT_READS: usize = 256;
+
+/// Slots read at a time while looking for a live holder.
+const LIVE_PROBE: u32 = 16;
 
 /// The value of a semaphore's definition key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,10 +76,20 @@ struct Read {
 impl Leases {
     /// Takes a semaphore slot, waiting for one to free if the wait allows:
     /// every end of a holding of the name wakes the waiters, who race for
-    /// the free slot (semaphores do not queue yet).
+    /// the free slot (semaphores do not queue yet). At most `--max-waiters`
+    /// wait for one semaphore on this replica; more are refused
+    /// TOO_MANY_WAITERS.
     pub(super) async fn acquire_slot(&self, args: &AcquireArgs, wait: Wait) -> Result<Holding> {
+        match self.try_acquire_slot(args).await {
+            Err(err) if err.reason == Reason::LeaseHeld => {}
+            other => return other,
+        }
+        let _place = self
+            .unqueued
+            .join(&args.name, self.max_waiters)
+            .map_err(|n| too_many_slot_waiters(&args.name, n, self.max_waiters))?;
         let wakeups = self.follow_ends(&args.name, false);
-        self.wait_for(wait, wakeups, || self.try_acquire_slot(args))
+        self.wait_after(wait, wakeups, || self.try_acquire_slot(args))
             .await
     }
 
@@ -79,6 +100,16 @@ impl Leases {
         let limit = args.limit;
         let hash = KeyHash::of(&args.key);
         'attempt: for _ in 0..MAX_CAS_ATTEMPTS {
+            // Another limit in force is refused as soon as one live holder
+            // of it is found, before the slots of a large limit are read
+            // (a small one's are read as cheaply as the probe).
+            if limit > LIVE_PROBE {
+                if let Some(in_force) = self.definition(name).await?.limit {
+                    if in_force != limit && self.any_holder(name, in_force).await? {
+                        return Err(mismatch(name, limit, in_force));
+                    }
+                }
+            }
             // The slots first, then the definition: a limit change committed
             // after the slots were read rewrote them, so a write over a
             // slot's read revision fails if the limit changed since.
@@ -143,10 +174,17 @@ impl Leases {
                 self.store.put(&key, record.encode(), expected, ttl).await
             } else {
                 // (Re)defining the limit: the definition over its read
-                // revision, and every free slot of both limits over its read
-                // revision (the taken one gets the record, the others a
-                // tombstone), so that any Acquire that read the old limit
-                // fails on its slot.
+                // revision, and, when an old definition exists, every free
+                // slot of both limits over its read revision (the taken one
+                // gets the record, the others a tombstone), so that any
+                // Acquire that read the old limit fails on its slot. A first
+                // definition (no definition message yet) needs no
+                // tombstones: an Acquire that writes a slot without the
+                // definition in its batch read a definition of its own
+                // limit, which cannot have existed before this one, so it
+                // read this one, after this batch; the definition and the
+                // slot are the whole write.
+                let fresh = def.revision == 0;
                 let mut writes = vec![Write {
                     name: keys::semaphore_definition(name),
                     op: WriteOp::Put,
@@ -159,7 +197,8 @@ impl Leases {
                 }];
                 for (n, entry) in &slots {
                     let revision = entry.as_ref().map_or(0, |e| e.revision);
-                    if *n == slot
+                    if fresh
+                        || *n == slot
                         || matches!(
                             entry,
                             Some(Entry {
@@ -242,26 +281,85 @@ impl Leases {
         Ok((revision, holding.in_slot(name, slot)))
     }
 
-    /// The semaphore `name`, when it has a definition and live holders.
+    /// The semaphore `name`, when it has a definition and live holders. The
+    /// holders come from the shared watcher's snapshot of the name (one
+    /// NATS read for the bucket's position, however many slots: a
+    /// semaphore's reads cost what a plain lease's do); only when the
+    /// watcher cannot serve one are the slots read, a bounded number at a
+    /// time.
     pub async fn semaphore(&self, name: &str) -> Result<Option<Semaphore>> {
         let def = self.definition(name).await?;
         let Some(limit) = def.limit else {
             return Ok(None);
         };
-        let holders: Vec<Holding> = self
-            .slots(name, 1, limit)
-            .await?
-            .into_iter()
-            .filter_map(|(slot, e)| match e {
-                Some(Entry {
-                    revision,
-                    kind: Kind::Held(r),
-                    ..
-                }) => Some(Holding::at(&slot_key(name, slot), revision, r).in_slot(name, slot)),
-                _ => None,
-            })
-            .collect();
+        let holders = match self.seen_holders(name, limit).await {
+            Some(holders) => holders,
+            None => self
+                .slots(name, 1, limit)
+                .await?
+                .into_iter()
+                .filter_map(|(slot, e)| match e {
+                    Some(Entry {
+                        revision,
+                        kind: Kind::Held(r),
+                        ..
+                    }) => Some(Holding::at(&slot_key(name, slot), revision, r).in_slot(name, slot)),
+                    _ => None,
+                })
+                .collect(),
+        };
         Ok((!holders.is_empty()).then_some(Semaphore { limit, holders }))
+    }
+
+    /// The live holders of semaphore `name` in slots 1 to `limit`, from the
+    /// shared watcher's snapshot, which covers every write committed before
+    /// this call; `None` when the watcher cannot give one soon.
+    async fn seen_holders(&self, name: &str, limit: u32) -> Option<Vec<Holding>> {
+        let watch = self
+            .hub
+            .watch(Filter::Name(name.to_string()), vec![EventKind::Current]);
+        let mut sub = tokio::time::timeout(FOLLOW_PATIENCE, watch)
+            .await
+            .ok()?
+            .ok()?;
+        let mut holders = Vec::new();
+        loop {
+            let event = tokio::time::timeout(FOLLOW_PATIENCE, sub.next())
+                .await
+                .ok()?
+                .ok()?;
+            match (&event.kind, &event.holding) {
+                (EventKind::SnapshotComplete, _) => return Some(holders),
+                (EventKind::Current, Some(h)) if h.slot > 0 && h.slot <= limit => {
+                    holders.push((**h).clone())
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether semaphore `name` has a live holder in slots 1 to `limit`:
+    /// the slots are read a few at a time, and the first live one ends the
+    /// search.
+    async fn any_holder(&self, name: &str, limit: u32) -> Result<bool> {
+        let mut from = 1;
+        while from <= limit {
+            let to = (from + LIVE_PROBE - 1).min(limit);
+            let slots = self.slots(name, from, to).await?;
+            if slots.iter().any(|(_, e)| {
+                matches!(
+                    e,
+                    Some(Entry {
+                        kind: Kind::Held(_),
+                        ..
+                    })
+                )
+            }) {
+                return Ok(true);
+            }
+            from = to + 1;
+        }
+        Ok(false)
     }
 
     /// Reads the definition of semaphore `name` from the stream leader.
@@ -286,9 +384,11 @@ impl Leases {
     }
 
     /// Reads slots `from` to `to` of semaphore `name` from the stream
-    /// leader, concurrently.
+    /// leader, concurrently, at most [`SLOT_READS`] of this replica's slot
+    /// reads at a time (a read waits for its turn).
     async fn slots(&self, name: &str, from: u32, to: u32) -> Result<Vec<(u32, Option<Entry>)>> {
         let reads = (from..=to).map(|slot| async move {
+            let _turn = self.slot_reads.acquire().await;
             let last = self.store.last(&slot_key(name, slot)).await?;
             Ok::<_, Error>((slot, last.map(Entry::from)))
         });
@@ -304,6 +404,21 @@ fn in_slot_terms(mut err: Error, name: &str, slot: u32) -> Error {
         &format!("{name:?} (semaphore slot {slot})"),
     );
     err
+}
+
+/// `TOO_MANY_WAITERS` when a semaphore has as many waiters on this replica
+/// as `--max-waiters`.
+fn too_many_slot_waiters(name: &str, waiters: usize, max: usize) -> Error {
+    Error::new(
+        Reason::TooManyWaiters,
+        format!(
+            "semaphore {name:?} already has {waiters} Acquires waiting for a slot on this replica (--max-waiters {max}); retry later, or Acquire without a wait"
+        ),
+    )
+    .with("waiters", waiters)
+    .with("limit", "--max-waiters")
+    .with("max_waiters", max)
+    .retry_after(Duration::from_secs(2))
 }
 
 /// `LIMIT_MISMATCH`: the semaphore's live holders use another limit.

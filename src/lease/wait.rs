@@ -10,7 +10,9 @@
 //! whole loop of [`Leases::wait_for`]; the fair Acquire (`acquire.rs`) runs
 //! its ticket logic around the same sleep.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -24,6 +26,12 @@ use crate::error::{Error, Reason, Result};
 /// How often a waiting call re-checks even without a bucket event: a safety
 /// net should the event stream break.
 pub(super) const WAIT_POLL: Duration = Duration::from_secs(1);
+/// How often a call without a queue (a semaphore slot, an AcquireGroup, a
+/// plain Acquire on a bucket without atomic batches) re-checks while the
+/// shared watcher follows its names: each check costs NATS reads (a group
+/// one per member, a semaphore one per slot), and every end of a holding it
+/// waits for wakes it anyway, so the tick is only a backstop.
+pub(super) const EVENTED_POLL: Duration = Duration::from_secs(15);
 /// How long a waiting call waits for the shared watcher to follow its names
 /// (it may be loading the bucket after idling) before it polls instead.
 pub(super) const FOLLOW_PATIENCE: Duration = Duration::from_secs(2);
@@ -91,7 +99,7 @@ impl Wait {
 
     /// Sleeps until something may have changed since `held` refused the
     /// waiter: an event of `wakeups` (a broken stream is dropped and the
-    /// waiter polls), the poll tick or the end of `held`'s lock delay,
+    /// waiter polls), the `poll` tick or the end of `held`'s lock delay,
     /// whichever is sooner, a `refresh` tick, or at once when `at_once`.
     /// Ends the wait (an error) at the deadline, with what held it, or at
     /// shutdown.
@@ -102,8 +110,9 @@ impl Wait {
         held: &Error,
         refresh: Option<&mut Interval>,
         at_once: bool,
+        poll: Duration,
     ) -> Result<Woke> {
-        let tick = held.retry_after.map_or(WAIT_POLL, |d| d.min(WAIT_POLL));
+        let tick = held.retry_after.map_or(poll, |d| d.min(poll));
         let (refreshing, refresh) = match refresh {
             Some(interval) => (true, Some(interval)),
             None => (false, None),
@@ -141,7 +150,9 @@ impl Leases {
     /// anything but LEASE_HELD; after the first refusal, follow `wakeups`
     /// (bounded by [`FOLLOW_PATIENCE`]) and try once more before sleeping,
     /// so that an end between the first try and the subscription is not
-    /// missed; then sleep and try again until the wait runs out.
+    /// missed; then sleep and try again until the wait runs out. While the
+    /// wakeups flow the poll is only the [`EVENTED_POLL`] backstop: an
+    /// attempt costs NATS reads, and the events say when one can succeed.
     pub(super) async fn wait_for<T, A, F>(
         &self,
         wait: Wait,
@@ -156,6 +167,20 @@ impl Leases {
             Err(err) if err.reason == Reason::LeaseHeld => {}
             other => return other,
         }
+        self.wait_after(wait, wakeups, attempt).await
+    }
+
+    /// [`Leases::wait_for`] once the first attempt was refused LEASE_HELD.
+    pub(super) async fn wait_after<T, A, F>(
+        &self,
+        wait: Wait,
+        wakeups: impl Future<Output = Wakeups>,
+        mut attempt: A,
+    ) -> Result<T>
+    where
+        A: FnMut() -> F,
+        F: Future<Output = Result<T>>,
+    {
         let mut wakeups = tokio::time::timeout(FOLLOW_PATIENCE, wakeups)
             .await
             .ok()
@@ -165,8 +190,59 @@ impl Leases {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             };
-            wait.sleep(&self.shutdown, &mut wakeups, &held, None, false)
+            let poll = match wakeups {
+                Some(_) => EVENTED_POLL,
+                None => WAIT_POLL,
+            };
+            wait.sleep(&self.shutdown, &mut wakeups, &held, None, false, poll)
                 .await?;
+        }
+    }
+}
+
+/// Waiters that hold no queue ticket (semaphore slots), counted per name
+/// on this replica, so that `--max-waiters` bounds them as a name's queue
+/// bounds its waiters (a queue bounds them across replicas; this, per
+/// replica).
+#[derive(Default)]
+pub(super) struct Unqueued {
+    /// name → waiters now.
+    names: Mutex<HashMap<String, usize>>,
+}
+
+impl Unqueued {
+    /// A place among the waiters of `name`, or `None` when it has `max`
+    /// already (with the count).
+    pub(super) fn join(self: &Arc<Self>, name: &str, max: usize) -> Result<Place, usize> {
+        let mut names = self.names.lock().expect("waiters lock");
+        let n = names.entry(name.to_string()).or_default();
+        if *n >= max {
+            return Err(*n);
+        }
+        *n += 1;
+        Ok(Place {
+            of: self.clone(),
+            name: name.to_string(),
+        })
+    }
+}
+
+/// One waiter's place in [`Unqueued`]; dropping it leaves.
+pub(super) struct Place {
+    /// The counts.
+    of: Arc<Unqueued>,
+    /// The name waited for.
+    name: String,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut names = self.of.names.lock().expect("waiters lock");
+        if let Some(n) = names.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                names.remove(&self.name);
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ mod hostile_connections;
 mod hostile_keepalive;
 mod hostile_load;
 mod hostile_requests;
+mod hostile_waiters;
 mod keepalive;
 mod layers;
 mod limits;

@@ -92,14 +92,20 @@ impl CallLimits {
     /// A permit for one call of `class` by `identity`, or
     /// RESOURCE_EXHAUSTED / TOO_MANY_REQUESTS naming the limit.
     pub fn admit(&self, class: Class, identity: &str) -> Result<CallPermit, Error> {
+        self.admit_n(class, identity, 1)
+    }
+
+    /// A permit worth `n` places of `class`'s budget (a waiting
+    /// AcquireGroup: one per member), all or none.
+    pub fn admit_n(&self, class: Class, identity: &str, n: usize) -> Result<CallPermit, Error> {
         let taken = match class {
-            Class::Short => self.short.take(identity),
-            Class::Waiting => self.waiting.take(identity),
-            Class::KeepAliveStream => self.keepalive_streams.take(identity),
+            Class::Short => self.short.take(identity, n),
+            Class::Waiting => self.waiting.take(identity, n),
+            Class::KeepAliveStream => self.keepalive_streams.take(identity, n),
             Class::Renewal => self
                 .short
-                .take(identity)
-                .or_else(|_| self.reserve.take(identity)),
+                .take(identity, n)
+                .or_else(|_| self.reserve.take(identity, n)),
         };
         taken.map_err(|(metric, flag, limit)| {
             METRICS.rejected(metric);
@@ -153,14 +159,14 @@ impl PermitBudget {
         })
     }
 
-    fn take(self: &Arc<Self>, identity: &str) -> Result<CallPermit, Refusal> {
+    fn take(self: &Arc<Self>, identity: &str, n: usize) -> Result<CallPermit, Refusal> {
         let mut open = self.open.lock().expect("call limits lock");
-        if open.0 >= self.total {
+        if open.0 + n > self.total {
             return Err((self.metric, self.flag, self.total));
         }
         if let Some(share) = self.per_identity {
             let mine = open.1.get(identity).copied().unwrap_or(0);
-            if mine >= share {
+            if mine + n > share {
                 let metric = match self.metric {
                     "waiting_acquires" => "waiting_acquires_per_identity",
                     "keepalive_streams" => "keepalive_streams_per_identity",
@@ -169,12 +175,13 @@ impl PermitBudget {
                 };
                 return Err((metric, self.per_identity_flag, share));
             }
-            *open.1.entry(identity.to_string()).or_default() += 1;
+            *open.1.entry(identity.to_string()).or_default() += n;
         }
-        open.0 += 1;
+        open.0 += n;
         Ok(CallPermit {
             budget: self.clone(),
             identity: self.per_identity.map(|_| identity.to_string()),
+            places: n,
         })
     }
 }
@@ -185,15 +192,17 @@ pub struct CallPermit {
     budget: Arc<PermitBudget>,
     /// The identity counted, when the budget has shares.
     identity: Option<String>,
+    /// The places it takes.
+    places: usize,
 }
 
 impl Drop for CallPermit {
     fn drop(&mut self) {
         let mut open = self.budget.open.lock().expect("call limits lock");
-        open.0 -= 1;
+        open.0 -= self.places;
         if let Some(identity) = &self.identity {
             if let Some(n) = open.1.get_mut(identity) {
-                *n -= 1;
+                *n -= self.places;
                 if *n == 0 {
                     open.1.remove(identity);
                 }
@@ -284,5 +293,26 @@ mod tests {
         let _wait = calls.admit(Class::Waiting, "b").unwrap();
         let err = calls.admit(Class::Waiting, "c").err().unwrap();
         assert_eq!(limit(&err), "--max-waiting-acquires");
+    }
+
+    /// A permit worth several places takes them all or none, and frees
+    /// them all.
+    #[test]
+    fn weighted_permits_take_all_places_or_none() {
+        let config = Config {
+            max_waiting_acquires: 10,
+            max_waiting_acquires_per_identity: 6,
+            ..config(1, 1, 0)
+        };
+        let calls = CallLimits::new(&config, true);
+        let group = calls.admit_n(Class::Waiting, "a", 4).unwrap();
+        let err = calls.admit_n(Class::Waiting, "a", 3).err().unwrap();
+        assert_eq!(limit(&err), "--max-waiting-acquires-per-identity");
+        let _two = calls.admit_n(Class::Waiting, "a", 2).unwrap();
+        let _b = calls.admit_n(Class::Waiting, "b", 4).unwrap();
+        let err = calls.admit_n(Class::Waiting, "c", 1).err().unwrap();
+        assert_eq!(limit(&err), "--max-waiting-acquires");
+        drop(group);
+        calls.admit_n(Class::Waiting, "c", 4).unwrap();
     }
 }
