@@ -731,8 +731,14 @@ async fn one_member_is_not_renewed_or_released_alone() {
     }
     for name in names {
         let shown = get(&mut c, name).await.expect("still held");
-        assert_eq!((shown.holder.as_str(), shown.group.clone()), ("g", names.map(String::from).to_vec()));
-        assert_eq!(shown.revision, got.leases.iter().find(|l| l.name == name).unwrap().revision);
+        assert_eq!(
+            (shown.holder.as_str(), shown.group.clone()),
+            ("g", names.map(String::from).to_vec())
+        );
+        assert_eq!(
+            shown.revision,
+            got.leases.iter().find(|l| l.name == name).unwrap().revision
+        );
     }
     // The group's own calls still work.
     c.release_group(ReleaseGroupRequest {

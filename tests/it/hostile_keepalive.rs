@@ -162,7 +162,10 @@ async fn each_entry_takes_a_renewal_permit() {
         "{} of 1,000 entries refused for load",
         busy.len()
     );
-    let whole = busy.iter().find(|e| e.same_as.is_none()).expect("one whole");
+    let whole = busy
+        .iter()
+        .find(|e| e.same_as.is_none())
+        .expect("one whole");
     assert_eq!(
         whole.metadata.get("limit").map(String::as_str),
         Some("--reserved-renewals-per-identity")

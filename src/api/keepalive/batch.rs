@@ -39,9 +39,8 @@ const METHOD: &str = "KeepAlive";
 /// The bytes charged per entry while its message runs: the entry and its
 /// result as they sit in memory, and a renewed plain lease's text (the
 /// reply's real [`weight`] replaces the estimate once it is computed).
-pub(super) const ENTRY_ESTIMATE: usize = size_of::<proto::KeepAliveEntry>()
-    + size_of::<proto::KeepAliveResult>()
-    + 256;
+pub(super) const ENTRY_ESTIMATE: usize =
+    size_of::<proto::KeepAliveEntry>() + size_of::<proto::KeepAliveResult>() + 256;
 
 /// What a computed reply weighs until the transport takes it: its results
 /// as they sit in memory and the bytes they point to (about their encoded
@@ -171,7 +170,8 @@ impl Compact {
                 self.failed += 1;
                 if err.reason == Reason::PermissionDenied {
                     self.denied += 1;
-                    self.first_denied.get_or_insert_with(|| clip(&e.name).to_string());
+                    self.first_denied
+                        .get_or_insert_with(|| clip(&e.name).to_string());
                 }
                 Outcome::Error(match self.first.get(&err) {
                     Some(&first) => proto::KeepAliveError {
@@ -292,15 +292,30 @@ mod tests {
         let r = &c.results;
         let first = error(&r[0]);
         assert_eq!(first.message, "bad");
-        assert_eq!(first.metadata.get("field").map(String::as_str), Some("name"));
-        assert_eq!((first.code, first.same_as), (Code::InvalidArgument as i32, None));
+        assert_eq!(
+            first.metadata.get("field").map(String::as_str),
+            Some("name")
+        );
+        assert_eq!(
+            (first.code, first.same_as),
+            (Code::InvalidArgument as i32, None)
+        );
         let e = error(&r[2]);
         assert_eq!((e.same_as, e.message.as_str()), (Some(0), ""));
         assert!(e.metadata.is_empty());
-        assert_eq!((e.code, e.reason.as_str()), (Code::InvalidArgument as i32, "INVALID_NAME"));
-        assert_eq!((error(&r[3]).same_as, error(&r[3]).message.as_str()), (None, "worse"));
+        assert_eq!(
+            (e.code, e.reason.as_str()),
+            (Code::InvalidArgument as i32, "INVALID_NAME")
+        );
+        assert_eq!(
+            (error(&r[3]).same_as, error(&r[3]).message.as_str()),
+            (None, "worse")
+        );
         assert_eq!(error(&r[4]).same_as, Some(0));
-        assert_eq!(r.iter().map(|r| r.id).collect::<Vec<_>>(), [7, 8, 9, 10, 11]);
+        assert_eq!(
+            r.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [7, 8, 9, 10, 11]
+        );
         assert_eq!(c.failed, 4);
     }
 }

@@ -113,9 +113,7 @@ pub(super) fn open(
     if with.shutdown.is_cancelled() {
         return Err(shutting_down().into());
     }
-    let slot = with
-        .calls
-        .admit(Class::KeepAliveStream, &caller.identity)?;
+    let slot = with.calls.admit(Class::KeepAliveStream, &caller.identity)?;
     let renewer = Arc::new(Renewer {
         shards: with.shards.clone(),
         limits: *with.limits,
@@ -135,10 +133,9 @@ pub(super) fn open(
         with.shutdown.clone(),
         slot,
     ));
-    Ok(Response::new(Box::pin(Sent::new(
-        ReceiverStream::new(rx),
-        replies,
-    )) as KeepAliveStream))
+    Ok(Response::new(
+        Box::pin(Sent::new(ReceiverStream::new(rx), replies)) as KeepAliveStream,
+    ))
 }
 
 /// One renewal's fields, checked: what Renew and each KeepAlive entry

@@ -181,7 +181,10 @@ mod tests {
         fast.computing(60);
         assert_eq!(budget.owed(), 110);
         assert!(!slow.room_for(45), "unread replies and the replica full");
-        assert!(fast.room_for(30), "everything read: the replica's bound does not stop it");
+        assert!(
+            fast.room_for(30),
+            "everything read: the replica's bound does not stop it"
+        );
         fast.computed(60, 40);
         assert_eq!(budget.owed(), 90);
         assert!(fast.room_for(30));
