@@ -49,6 +49,7 @@ impl Reason {
             | Reason::TooManyWatches
             | Reason::TooManyWaiters
             | Reason::RequestTooLarge
+            | Reason::BucketFull
             | Reason::MetadataTooLarge => Code::ResourceExhausted,
             Reason::Internal | Reason::Unspecified => Code::Internal,
         }

@@ -289,6 +289,14 @@ pub struct Config {
     #[arg(long, env = "TENURE_REPLICAS", default_value_t = 1)]
     pub replicas: usize,
 
+    /// Most bytes the bucket's stream (each shard's) may store, set when
+    /// Tenure creates it (0: no limit). When it is full, writes of new keys
+    /// (an Acquire of a free name, a ticket, a semaphore definition) are
+    /// refused BUCKET_FULL; renewals and releases, which replace a key's
+    /// message, still succeed.
+    #[arg(long, env = "TENURE_BUCKET_MAX_BYTES", default_value_t = 1 << 30)]
+    pub bucket_max_bytes: u64,
+
     /// Streams the bucket is split into, fixed when Tenure creates it: a
     /// name always lives in the same shard, and shards are separate streams
     /// whose leaders can sit on different cluster nodes. 0 adopts the
@@ -538,6 +546,7 @@ impl Config {
             replicas: self.replicas,
             marker_ttl: self.marker_ttl,
             shards: self.shards,
+            max_bytes: self.bucket_max_bytes,
         }
     }
 
@@ -615,6 +624,8 @@ pub struct BucketConfig {
     pub marker_ttl: Duration,
     /// Shards asked for (0: whatever the bucket has, 1 for a new one).
     pub shards: u32,
+    /// Most bytes each shard's stream stores, set at creation (0: none).
+    pub max_bytes: u64,
 }
 
 /// What a call does, for authorization.

@@ -63,6 +63,9 @@ const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
 /// stored: a lost race, like [`ERR_WRONG_LAST_SEQUENCE`]. Found by the
 /// 3-node cluster test, in ~13% of two replicas racing for one name.
 const ERR_WRONG_LAST_SEQUENCE_IN_PROCESS: u64 = 10164;
+/// JetStream error: the stream could not store the message; with
+/// "maximum bytes exceeded", the bucket is at its max_bytes.
+const ERR_STORE_FAILED: u64 = 10077;
 /// JetStream error: atomic batch publish is not enabled on the stream.
 const ERR_BATCH_DISABLED: u64 = 10174;
 /// JetStream error code: the stream (or server) has too many atomic batches
@@ -263,6 +266,10 @@ impl Store {
                         storage: stream::StorageType::File,
                         num_replicas: cfg.replicas,
                         limit_markers: Some(cfg.marker_ttl),
+                        max_bytes: match cfg.max_bytes {
+                            0 => -1,
+                            n => i64::try_from(n).unwrap_or(i64::MAX),
+                        },
                         ..Default::default()
                     })
                     .await;
@@ -612,6 +619,11 @@ impl Store {
                     METRICS.cas_conflicts.inc();
                     Err(CasError::Conflict)
                 }
+                _ if jetstream_code(&err) == Some(ERR_STORE_FAILED)
+                    && err.to_string().contains("maximum bytes") =>
+                {
+                    Err(CasError::Failed(bucket_full(&self.bucket)))
+                }
                 _ => Err(CasError::Failed(Error::nats("the write", err))),
             },
         }
@@ -872,6 +884,18 @@ fn no_atomic_batches(bucket: &str) -> Error {
     .with("stream", stream)
 }
 
+/// `BUCKET_FULL`: the bucket's stream is at its max_bytes, so a write of a
+/// new key was refused (writes that replace a key's message still fit).
+fn bucket_full(bucket: &str) -> Error {
+    Error::new(
+        Reason::BucketFull,
+        format!(
+            "bucket {bucket:?} is full (its max_bytes, --bucket-max-bytes when Tenure created it): no new lease, ticket or semaphore fits until holdings end or markers age out; an operator can raise it with `nats stream edit KV_{bucket} --max-bytes ...`"
+        ),
+    )
+    .with("bucket", bucket)
+}
+
 /// Reads a reply to a batch message: empty (accepted, not the last), a
 /// PubAck with the last sequence, or a JetStream error.
 fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, BatchError> {
@@ -902,6 +926,9 @@ fn batch_reply(payload: &[u8], bucket: &str) -> Result<Option<u64>, BatchError> 
                 BatchError::Cas(CasError::Conflict)
             }
             ERR_BATCH_DISABLED => BatchError::Cas(CasError::Failed(no_atomic_batches(bucket))),
+            ERR_STORE_FAILED if description.contains("maximum bytes") => {
+                BatchError::Cas(CasError::Failed(bucket_full(bucket)))
+            }
             ERR_BATCH_INFLIGHT => BatchError::Inflight(failed()),
             _ => BatchError::Cas(CasError::Failed(failed())),
         });

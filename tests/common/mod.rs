@@ -107,6 +107,28 @@ impl Nats {
         }
     }
 
+    /// A fresh server with its HTTP monitoring endpoint on; returns it
+    /// and the monitoring address (`/varz` counts the messages clients
+    /// sent it: each NATS request of Tenure's is one).
+    pub async fn start_monitored() -> (Nats, SocketAddr) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = http.local_addr().unwrap();
+        drop(http);
+        let config = dir.path().join("monitored.conf");
+        std::fs::write(&config, format!("http: \"{addr}\"\n")).unwrap();
+        let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
+        let process = NatsProcess::spawn_with_config(&bin, dir.path(), None, Some(&config))
+            .await
+            .expect("start nats-server");
+        let nats = Nats {
+            port: process.port,
+            process: Some(process),
+            dir,
+        };
+        (nats, addr)
+    }
+
     /// The client URL.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
@@ -157,7 +179,11 @@ impl Tenure {
 
     /// Tenure with adjusted settings.
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Tenure {
-        let nats = Nats::start().await;
+        Tenure::start_on(Nats::start().await, adjust).await
+    }
+
+    /// Tenure with adjusted settings over `nats`.
+    pub async fn start_on(nats: Nats, adjust: impl FnOnce(&mut Config)) -> Tenure {
         let mut config = Config::for_nats(&nats.url());
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -445,6 +471,19 @@ impl Serve {
         self.child.start_kill().unwrap();
         let _ = self.child.wait().await;
     }
+}
+
+/// The messages clients have sent the nats-server whose monitoring
+/// endpoint is `addr` (`in_msgs` of `/varz`).
+pub async fn nats_in_msgs(addr: SocketAddr) -> u64 {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    // HTTP/1.0: the whole body, not chunked, and the connection closes.
+    conn.write_all(b"GET /varz HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let varz: serde_json::Value = serde_json::from_str(body).expect("varz JSON");
+    varz["in_msgs"].as_u64().expect("in_msgs")
 }
 
 /// The resident set size of a process, in MiB.

@@ -185,26 +185,16 @@ async fn defining_a_semaphore_is_two_messages() {
     assert_eq!(t.last_sequence().await - before, 2);
 }
 
-/// JetStream API requests the account has made so far.
-async fn api_requests(t: &Tenure) -> u64 {
-    t.nats
-        .jetstream()
-        .await
-        .query_account()
-        .await
-        .unwrap()
-        .requests
-        .total
-}
-
 /// Reading a 256-slot semaphore with two holders is served from the
-/// shared watcher's snapshot: a GetLease costs a few JetStream requests,
-/// not one per slot (it cost 257); and an Acquire with another limit is
+/// shared watcher's snapshot: a GetLease costs a few NATS requests, not
+/// one per slot (it cost 257); and an Acquire with another limit is
 /// refused LIMIT_MISMATCH after reading the first slots that show a
-/// holder, not every slot of both limits.
+/// holder, not every slot of both limits (it read 356).
 #[tokio::test]
 async fn semaphore_reads_cost_little() {
-    let t = Tenure::start().await;
+    let (nats, monitoring) = Nats::start_monitored().await;
+    let t = Tenure::start_on(nats, |_| {}).await;
+    let sent = || nats_in_msgs(monitoring);
     let mut c = t.client().await;
     let sem = |holder: &str, limit| AcquireRequest {
         limit,
@@ -217,22 +207,61 @@ async fn semaphore_reads_cost_little() {
     };
     // The first read starts the shared watcher; count the next ones.
     c.get_lease(get()).await.unwrap();
-    let before = api_requests(&t).await;
+    let before = sent().await;
     let shown = c.get_lease(get()).await.unwrap().into_inner();
-    let cost = api_requests(&t).await - before - 1;
+    let cost = sent().await - before;
     assert_eq!((shown.limit, shown.holders.len()), (256, 2));
     assert_eq!(shown.free_slots, 254);
+    println!("GetLease of a 256-slot semaphore: {cost} NATS messages");
     assert!(
-        cost <= 8,
-        "a GetLease of a 256-slot semaphore made {cost} JetStream requests"
+        cost <= 12,
+        "a GetLease of a 256-slot semaphore sent {cost} NATS messages"
     );
 
-    let before = api_requests(&t).await;
+    let before = sent().await;
     let refused = c.acquire(sem("c", 100)).await.unwrap_err();
-    let cost = api_requests(&t).await - before - 1;
+    let cost = sent().await - before;
     assert_eq!(reason(&refused), "LIMIT_MISMATCH");
-    assert!(
-        cost <= 40,
-        "a mismatched Acquire made {cost} JetStream requests"
-    );
+    println!("Acquire with a mismatched limit: {cost} NATS messages");
+    assert!(cost <= 40, "a mismatched Acquire sent {cost} NATS messages");
+}
+
+/// A bucket at its max_bytes refuses new keys with BUCKET_FULL
+/// (RESOURCE_EXHAUSTED, naming the bucket and what to do), while holders
+/// still renew and release: those writes replace a key's message.
+#[tokio::test]
+async fn a_full_bucket_refuses_new_leases_and_keeps_holders() {
+    let t = Tenure::start_with(|c| c.bucket_max_bytes = 32 * 1024).await;
+    let mut c = t.client().await;
+    let metadata: std::collections::HashMap<String, String> =
+        [("blob".to_string(), "m".repeat(1000))].into();
+    let mut held = Vec::new();
+    let full = loop {
+        let name = format!("full.{}", held.len());
+        let req = AcquireRequest {
+            metadata: metadata.clone(),
+            ..acquire_req(&name, "h", 60)
+        };
+        match c.acquire(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                held.push((r.lease.unwrap(), r.lease_key));
+            }
+            Err(s) => break s,
+        }
+        assert!(
+            held.len() < 100,
+            "32 KiB holds fewer than 100 leases of 1 KB"
+        );
+    };
+    assert_eq!(full.code(), Code::ResourceExhausted, "{full:?}");
+    assert_eq!(reason(&full), "BUCKET_FULL");
+    assert!(full.message().contains("max-bytes"), "{}", full.message());
+    assert!(held.len() >= 10, "only {} leases fit", held.len());
+    let (lease, key) = &held[0];
+    let renewed = renew(&mut c, renew_req(&lease.name, lease.revision, key)).await;
+    assert_eq!(renewed.fencing_token, lease.fencing_token);
+    c.release(release_req(&lease.name, renewed.revision, key))
+        .await
+        .unwrap();
 }

@@ -166,6 +166,13 @@ const (
 	// as a whole, with RenewGroup and ReleaseGroup, so that no observer sees
 	// part of it (metadata: group_size). FAILED_PRECONDITION; permanent.
 	ErrorReason_GROUP_MEMBER ErrorReason = 32
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// BUCKET_FULL: the bucket's stream is at its max_bytes, so a write of a new
+	// key (an Acquire of a free name, a queue ticket, a semaphore definition)
+	// was refused; renewals and releases still succeed (metadata: bucket).
+	// RESOURCE_EXHAUSTED; not retried by clients: it clears when holdings end
+	// and markers age out, or when an operator raises max_bytes.
+	ErrorReason_BUCKET_FULL ErrorReason = 33
 )
 
 // Enum value maps for ErrorReason.
@@ -199,6 +206,7 @@ var (
 		30: "WATCH_HISTORY_COMPACTED",
 		31: "ATOMIC_BATCH_UNSUPPORTED",
 		32: "GROUP_MEMBER",
+		33: "BUCKET_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -229,6 +237,7 @@ var (
 		"WATCH_HISTORY_COMPACTED":  30,
 		"ATOMIC_BATCH_UNSUPPORTED": 31,
 		"GROUP_MEMBER":             32,
+		"BUCKET_FULL":              33,
 	}
 )
 
@@ -263,7 +272,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xe5\x04\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xf6\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -294,7 +303,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x0eLIMIT_MISMATCH\x10\x1b\x12\x1b\n" +
 	"\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n" +
 	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1f\x12\x10\n" +
-	"\fGROUP_MEMBER\x10 B^\n" +
+	"\fGROUP_MEMBER\x10 \x12\x0f\n" +
+	"\vBUCKET_FULL\x10!B^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

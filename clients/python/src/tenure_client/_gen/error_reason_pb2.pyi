@@ -34,6 +34,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WATCH_HISTORY_COMPACTED: _ClassVar[ErrorReason]
     ATOMIC_BATCH_UNSUPPORTED: _ClassVar[ErrorReason]
     GROUP_MEMBER: _ClassVar[ErrorReason]
+    BUCKET_FULL: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -62,3 +63,4 @@ LIMIT_MISMATCH: ErrorReason
 WATCH_HISTORY_COMPACTED: ErrorReason
 ATOMIC_BATCH_UNSUPPORTED: ErrorReason
 GROUP_MEMBER: ErrorReason
+BUCKET_FULL: ErrorReason

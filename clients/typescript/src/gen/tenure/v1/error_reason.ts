@@ -211,6 +211,15 @@ export enum ErrorReason {
    * part of it (metadata: group_size). FAILED_PRECONDITION; permanent.
    */
   GROUP_MEMBER = "GROUP_MEMBER",
+  /**
+   * BUCKET_FULL - buf:lint:ignore ENUM_VALUE_PREFIX
+   * BUCKET_FULL: the bucket's stream is at its max_bytes, so a write of a new
+   * key (an Acquire of a free name, a queue ticket, a semaphore definition)
+   * was refused; renewals and releases still succeed (metadata: bucket).
+   * RESOURCE_EXHAUSTED; not retried by clients: it clears when holdings end
+   * and markers age out, or when an operator raises max_bytes.
+   */
+  BUCKET_FULL = "BUCKET_FULL",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -300,6 +309,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 32:
     case "GROUP_MEMBER":
       return ErrorReason.GROUP_MEMBER;
+    case 33:
+    case "BUCKET_FULL":
+      return ErrorReason.BUCKET_FULL;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -365,6 +377,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ATOMIC_BATCH_UNSUPPORTED";
     case ErrorReason.GROUP_MEMBER:
       return "GROUP_MEMBER";
+    case ErrorReason.BUCKET_FULL:
+      return "BUCKET_FULL";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -429,6 +443,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 31;
     case ErrorReason.GROUP_MEMBER:
       return 32;
+    case ErrorReason.BUCKET_FULL:
+      return 33;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;
