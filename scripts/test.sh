@@ -45,6 +45,16 @@ df -h . >&2 || true
 step "tools (first run on a fresh machine: a few minutes of installs and builds)"
 scripts/tools.sh --protoc
 
+# helm and kubeconform (go install) and cargo-cyclonedx (cargo install)
+# build from source for ~8 minutes of CPU on a fresh machine; they build
+# beside the Rust build and tests, and the checks that need them
+# (release archive, deploy manifests) run near the end.
+tools_log=$(mktemp)
+step "deploy and release tools (helm, kubeconform, cargo-cyclonedx) start building in the background"
+scripts/tools.sh --deploy --release >"$tools_log" 2>&1 &
+tools_pid=$!
+trap 'kill "$tools_pid" 2>/dev/null || true; rm -f "$tools_log"' EXIT
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
@@ -78,7 +88,7 @@ model_log=$(mktemp)
 step "model check of the lease and fair-queue protocols starts in the background (spin; about 6 minutes)"
 scripts/model-check.sh >"$model_log" 2>&1 &
 model_pid=$!
-trap 'kill "$model_pid" 2>/dev/null || true; rm -f "$model_log"' EXIT
+trap 'kill "$model_pid" "$tools_pid" 2>/dev/null || true; rm -f "$model_log" "$tools_log"' EXIT
 
 step "benchmark smoke runs (debug builds; the full runs: scripts/bench.sh, cargo bench)"
 cargo test --bench latency -- --quick
@@ -98,6 +108,21 @@ model_status=0
 wait "$model_pid" || model_status=$?
 cat "$model_log"
 [ "$model_status" = 0 ] || { echo "test.sh: model check failed (exit $model_status)" >&2; exit "$model_status"; }
+
+step "deploy and release tools (started in the background at the beginning)"
+tools_status=0
+wait "$tools_pid" || tools_status=$?
+cat "$tools_log" >&2
+[ "$tools_status" = 0 ] || { echo "test.sh: scripts/tools.sh --deploy --release failed (exit $tools_status)" >&2; exit "$tools_status"; }
+
+step "release archive from the debug build, unpacked and run from an empty folder (the release build: scripts/release.sh)"
+scripts/check-release.sh --profile dev
+
+step "container image: buildah build, podman run, one Acquire from the host"
+scripts/check-image.sh --binary target/debug/tenure
+
+step "deploy manifests: systemd unit, Helm chart (lint, template, kubeconform offline)"
+scripts/check-deploy.sh
 
 step "buf lint (proto/)"
 scripts/buf-lint.sh

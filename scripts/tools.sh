@@ -6,12 +6,15 @@
 # (etcd-client in bench/ needs protoc to build), installed with apt-get as
 # root. With --deploy, also helm and kubeconform via `go install` (for
 # scripts/check-deploy.sh); building helm takes minutes the first time.
+# With --release, also cargo-cyclonedx (the SBOM of scripts/release.sh) via
+# `cargo install`, about 3 minutes the first time.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.15.1
 GRPCURL_VERSION=v1.9.3
 HELM_VERSION=v4.3.2
 KUBECONFORM_VERSION=v0.8.0
+CYCLONEDX_VERSION=0.5.9
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/.tools"
@@ -45,7 +48,12 @@ if [ "${1:-}" = "--protoc" ] && ! command -v protoc >/dev/null; then
 fi
 
 deploy=0
-for arg in "$@"; do case "$arg" in --deploy) deploy=1 ;; esac; done
+release=0
+for arg in "$@"; do case "$arg" in --deploy) deploy=1 ;; --release) release=1 ;; esac; done
+if [ "$release" = 1 ] && ! "$bin/cargo-cyclonedx" cyclonedx --version 2>/dev/null | grep -q " $CYCLONEDX_VERSION\$"; then
+  echo "tools: installing cargo-cyclonedx $CYCLONEDX_VERSION (cargo install --locked: builds from source, about 3 minutes on a fresh 2-core machine)" >&2
+  cargo install --quiet --locked --root "$tools" --version "$CYCLONEDX_VERSION" cargo-cyclonedx
+fi
 if [ "$deploy" = 1 ]; then
   # `go install` builds from source (measured from empty Go caches on a
   # busy 2-core machine: 6 min for both, of which kubeconform 1.3); the

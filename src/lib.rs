@@ -22,14 +22,17 @@
 //!   section 20) and hands the command line to `cli`.
 //! - `cli/`: the `tenure` command line: `serve`, `check-config`, and the
 //!   client subcommands for people (`lock`, `get`, `list`, `watch`, `top`,
-//!   ...), which use only the generated [`proto`] types.
+//!   `health` for probes, ...), which use only the generated [`proto`]
+//!   types; `man` (hidden) writes the man pages of the release archive.
 //! - `server.rs`: wiring only: connect, open the bucket, start the shared
 //!   watcher, serve the API with health and reflection, shut down.
 //! - `api/`: the gRPC glue: every RPC written once behind one wrapper
 //!   (authentication, authorization, spans, metrics; `service.rs`), the
 //!   ElectionService through the same wrapper (`election.rs`), the
-//!   KeepAlive stream (`keepalive.rs`), request validation, proto ↔ domain
-//!   conversion, the connection listener and the limits layer.
+//!   KeepAlive stream (`keepalive/`: the stream's loop and the batch of
+//!   entries), request validation, proto ↔ domain conversion, the
+//!   connection listener and the limits (`limits/`: the tower layer, call
+//!   budgets, watch slots, KeepAlive reply bytes).
 //! - `lease/`: the protocol. It knows no proto or gRPC types: it takes
 //!   validated arguments and returns holdings or reasoned errors. Its
 //!   `mod.rs` is the public face (`Leases`); the rooms along the call
@@ -49,7 +52,8 @@
 //!   classifies a message by its headers (value, `DEL`, `PURGE`, a marker)
 //!   and hands back the payload (decoding records is the lease layer's
 //!   job); the connection; the managed local nats-server.
-//! - Leaves: `observe/` (metrics and their HTTP listener, logs, traces),
+//! - Leaves: `observe/` (metrics and their HTTP listener, logs, traces,
+//!   `version.rs`: which build this is),
 //!   `config/` (flags, `TENURE_*` environment, the config file, grants as
 //!   plain data that `api` interprets), `error.rs` (the error type and the
 //!   one reason → gRPC code mapping), and [`proto`] (the generated types).

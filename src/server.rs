@@ -22,7 +22,7 @@ use crate::error::StartError;
 use crate::lease::{Hub, Leases, Shards, WatchBudget, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
 use crate::nats::Store;
-use crate::observe::METRICS;
+use crate::observe::{version, METRICS};
 use crate::proto::election_service_server::ElectionServiceServer;
 use crate::proto::lease_service_server::LeaseServiceServer;
 
@@ -211,7 +211,15 @@ pub async fn start(
         .add_service(elections)
         .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
     let task = tokio::spawn(server);
-    tracing::info!(%addr, bucket = %config.bucket, shards = stores.len(), "serving tenure.v1.LeaseService and tenure.v1.ElectionService");
+    tracing::info!(
+        %addr,
+        bucket = %config.bucket,
+        shards = stores.len(),
+        version = %version::VERSION,
+        commit = %version::COMMIT,
+        built = %version::BUILD_DATE,
+        "serving tenure.v1.LeaseService and tenure.v1.ElectionService"
+    );
     Ok(Running {
         addr,
         metrics_addr,

@@ -48,8 +48,20 @@ pub enum ClientCommand {
     Revoke(RevokeArgs),
     /// A live view of the leases under a prefix and their events.
     Top(TopArgs),
+    /// Ask a server whether it serves (gRPC health Check), for probes and
+    /// container health checks.
+    ///
+    /// Prints the status the server answered. Exit codes: 0 SERVING; 1 any
+    /// other answer (NOT_SERVING: it cannot reach NATS or is shutting down)
+    /// or a --service the server does not know; 69 when the server cannot be
+    /// reached; 2 for usage errors.
+    Health(HealthArgs),
     /// Print a shell completion script: `tenure completions bash > ...`.
     Completions(CompletionsArgs),
+    /// Write the manual pages (roff), for packagers: tenure(1) to stdout,
+    /// or every page into --dir.
+    #[command(hide = true)]
+    Man(ManArgs),
 }
 
 /// How to reach and authenticate to the Tenure server; shared by every
@@ -385,6 +397,30 @@ pub struct TopArgs {
     /// Connection flags.
     #[command(flatten)]
     pub conn: Connection,
+}
+
+/// `tenure health`.
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// The service whose health to ask for: empty for the server as a whole,
+    /// or tenure.v1.LeaseService, tenure.v1.ElectionService.
+    #[arg(long, default_value = "", value_name = "NAME")]
+    pub service: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure man`.
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// Write tenure.1 and one page per subcommand (tenure-serve.1, ...) into
+    /// this folder instead of tenure(1) to stdout.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `tenure completions`.

@@ -159,6 +159,13 @@ pub fn endpoint(conn: &Connection) -> Result<Endpoint, CliError> {
 /// Connects now, so that an unreachable server is reported before anything
 /// else happens. The channel reconnects by itself afterwards.
 pub async fn connect(conn: &Connection) -> Result<Client, CliError> {
+    Ok(LeaseServiceClient::new(channel(conn).await?))
+}
+
+/// [`connect`] for any service: the connected channel with the bearer
+/// token added to every call (`tenure health` puts the gRPC health client
+/// on it).
+pub async fn channel(conn: &Connection) -> Result<InterceptedService<Channel, Bearer>, CliError> {
     let ep = endpoint(conn)?;
     let header = match token(conn)? {
         Some(t) => Some(
@@ -180,10 +187,7 @@ pub async fn connect(conn: &Connection) -> Result<Client, CliError> {
             return Err(e);
         }
     };
-    Ok(LeaseServiceClient::with_interceptor(
-        channel,
-        Bearer { header },
-    ))
+    Ok(InterceptedService::new(channel, Bearer { header }))
 }
 
 /// A request with a deadline: `--timeout`, plus `extra` for calls that

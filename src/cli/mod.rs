@@ -5,10 +5,12 @@
 //! SIGTERM; `check-config` resolves a config file the same way and reports.
 //!
 //! The other subcommands are for people and scripts: `lock`, `get`, `list`,
-//! `watch`, `acquire`, `renew`, `release`, `revoke`, `top` and
-//! `completions`. They use nothing of the server but the generated
-//! `crate::proto` types: a gRPC client that happens to ship in the same
-//! binary, talking to every replica the way any other client does.
+//! `watch`, `acquire`, `renew`, `release`, `revoke`, `top`, `health` and
+//! `completions` (and, hidden, `man`). They use nothing of the server but
+//! the generated `crate::proto` types and the gRPC health client: a gRPC
+//! client that happens to ship in the same binary, talking to every replica
+//! the way any other client does. `tenure --version` names the build
+//! (`crate::observe::version`).
 //!
 //! - `args`: the command line of each client subcommand and the shared
 //!   connection flags.
@@ -18,12 +20,16 @@
 //! - `commands`: the one-shot subcommands.
 //! - `lock`: run a command under a lease.
 //! - `top`: the live terminal view.
+//! - `health`: the gRPC health check, for probes and containers.
+//! - `man`: the manual pages, generated from these definitions.
 
 mod args;
 mod commands;
 mod connect;
 mod error;
+mod health;
 mod lock;
+mod man;
 mod output;
 mod top;
 
@@ -36,11 +42,12 @@ use clap::{CommandFactory, Parser, Subcommand};
 use args::ClientCommand;
 
 use crate::config::{self, Config, ResolveError};
+use crate::observe::version::LONG_VERSION;
 use crate::{observe, server};
 
 /// Tenure: lease coordination with fencing tokens over NATS JetStream.
 #[derive(Debug, Parser)]
-#[command(name = "tenure", version, about)]
+#[command(name = "tenure", version = LONG_VERSION, about)]
 struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -94,6 +101,8 @@ async fn run_client(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Release(a) => commands::release(a).await,
         ClientCommand::Revoke(a) => commands::revoke(a).await,
         ClientCommand::Top(a) => top::top(a).await,
+        ClientCommand::Health(a) => health::health(a).await,
+        ClientCommand::Man(a) => man::man(Cli::command(), a),
         ClientCommand::Completions(a) => {
             // The whole command line, `serve` and `check-config` included.
             let mut root = Cli::command();

@@ -20,25 +20,34 @@ pub const PINNED_VERSION: &str = "2.15.1";
 
 /// What to tell a person whose machine lacks nats-server.
 pub const INSTALL_HINT: &str =
-    "run `scripts/tools.sh` (installs nats-server into .tools/bin), pass --nats-server PATH, or use --nats-url";
+    "install nats-server 2.11 or newer and put it on the PATH (in a checkout of Tenure, `scripts/tools.sh` installs it into .tools/bin), pass --nats-server PATH (TENURE_NATS_SERVER), or use --nats-url for an existing NATS";
 
-/// Finds nats-server: the explicit path, then `.tools/bin/nats-server`
-/// (in this folder or the crate's), then the PATH.
+/// Finds nats-server: the explicit path, then `.tools/bin/nats-server` in
+/// this folder, then the PATH. A binary that still runs from this crate's
+/// own build folder (tests, benchmarks, `cargo run`) also looks in the
+/// crate's `.tools/bin`; a binary installed or copied elsewhere never looks
+/// at a path of the machine it was built on.
 pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(path) = explicit {
         return if path.is_file() {
             Ok(path.to_path_buf())
         } else {
             Err(format!(
-                "nats-server not found at {}: {INSTALL_HINT}",
+                "nats-server not found at {} (--nats-server): {INSTALL_HINT}",
                 path.display()
             ))
         };
     }
-    let local = [
-        PathBuf::from(".tools/bin/nats-server"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/nats-server"),
-    ];
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let in_build_tree = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok())
+        .zip(crate_dir.canonicalize().ok())
+        .is_some_and(|(exe, dir)| exe.starts_with(dir));
+    let mut local = vec![PathBuf::from(".tools/bin/nats-server")];
+    if in_build_tree {
+        local.push(crate_dir.join(".tools/bin/nats-server"));
+    }
     let on_path = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
@@ -46,11 +55,11 @@ pub fn find_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
-    local
-        .into_iter()
-        .chain(on_path)
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("nats-server not found: {INSTALL_HINT}"))
+    local.into_iter().chain(on_path).find(|p| p.is_file()).ok_or_else(|| {
+        format!(
+            "nats-server not found in ./.tools/bin or on the PATH, and Tenure needs it to run a local NATS (no --nats-url given): {INSTALL_HINT}"
+        )
+    })
 }
 
 /// Checks that the binary is nats-server 2.11 or newer (per-message TTL).

@@ -10,7 +10,8 @@
 //!
 //! No metric carries a lease key, a holder or a lease name as a label:
 //! labels are the RPC method, the gRPC code and the limit name, all from
-//! small fixed sets, so the series count stays bounded.
+//! small fixed sets, so the series count stays bounded; the one exception,
+//! `tenure_build_info`, has one series whose labels say which build runs.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -28,6 +29,8 @@ use prometheus::{
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use super::version;
 
 /// Longest request head the metrics listener reads (hyper's minimum buffer).
 const MAX_HEAD_BYTES: usize = 8192;
@@ -141,6 +144,22 @@ impl Metrics {
         .expect("valid metric");
         registry
             .register(Box::new(limit_rejections.clone()))
+            .expect("unique metric");
+        // `tenure_build_info{version, commit, build_date}`: always 1; its
+        // labels say which build runs (`super::version`).
+        let build_info = IntGauge::with_opts(
+            Opts::new(
+                "tenure_build_info",
+                "always 1; the labels say which build of Tenure runs",
+            )
+            .const_label("version", version::VERSION)
+            .const_label("commit", version::COMMIT)
+            .const_label("build_date", version::BUILD_DATE),
+        )
+        .expect("valid metric");
+        build_info.set(1);
+        registry
+            .register(Box::new(build_info))
             .expect("unique metric");
         Metrics {
             rpc_requests,

@@ -18,6 +18,7 @@ mod common;
 
 mod acquire;
 mod admin;
+mod build_info;
 mod check_config;
 mod cli;
 mod cli_hostile;
@@ -32,6 +33,7 @@ mod fencing;
 mod fifo;
 mod fuzz;
 mod groups;
+mod health;
 mod hostile_connections;
 mod hostile_keepalive;
 mod hostile_load;
