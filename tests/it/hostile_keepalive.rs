@@ -280,3 +280,59 @@ async fn invalid_keepalive_entries(server: &Serve) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Denied KeepAlive entries are logged like unary denials, with the
+/// identity and a count, at most one line a second: 3,000 denied entries
+/// in three messages leave at least one line and far fewer than one per
+/// entry. (They used to leave none.)
+#[tokio::test]
+async fn denied_entries_are_logged_at_a_bounded_rate() {
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice alice-token-0123456789abcdef\n").unwrap();
+    let config = dir.path().join("tenure.toml");
+    std::fs::write(
+        &config,
+        "[[grant]]\nidentity = \"alice\"\nprefixes = [\"alice.\"]\nactions = [\"*\"]\n",
+    )
+    .unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let stderr = std::process::Stdio::from(log.reopen().unwrap());
+    let args = [
+        "--auth-tokens",
+        tokens.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--max-request-bytes",
+        "65536",
+    ];
+    let server = Serve::start_adjusted(&nats, &args, |cmd| {
+        cmd.env("RUST_LOG", "info").stderr(stderr);
+    })
+    .await;
+    let mut c = server.client().await;
+    let mut s = Stream::open(&mut c, Some("alice-token-0123456789abcdef"))
+        .await
+        .unwrap();
+    for m in 0..3 {
+        let entries = (0..1000)
+            .map(|i| bare(i, &format!("bob.{m}.{i}")))
+            .collect();
+        let r = s.call(entries).await;
+        assert!(r
+            .results
+            .iter()
+            .all(|r| error(r).reason == "PERMISSION_DENIED"));
+    }
+    server.stop().await;
+    let text = String::from_utf8_lossy(&std::fs::read(log.path()).unwrap()).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("KeepAlive entries since the last such line"))
+        .collect();
+    assert!(!lines.is_empty(), "no denial logged:\n{text}");
+    assert!(lines.len() <= 3, "{} lines for 3 messages", lines.len());
+    assert!(lines[0].contains("alice"), "{}", lines[0]);
+    assert!(lines[0].contains("1000"), "{}", lines[0]);
+}
