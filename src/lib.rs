@@ -25,14 +25,17 @@
 //!   `health` for probes, ...), which use only the generated [`proto`]
 //!   types; `man` (hidden) writes the man pages of the release archive.
 //! - `server.rs`: wiring only: connect, open the bucket, start the shared
-//!   watcher, serve the API with health and reflection, shut down.
+//!   watcher, serve the API with health and reflection (gRPC, and on the
+//!   same port gRPC-Web and Connect), shut down.
 //! - `api/`: the gRPC glue: every RPC written once behind one wrapper
 //!   (authentication, authorization, spans, metrics; `service.rs`), the
 //!   ElectionService through the same wrapper (`election.rs`), the
 //!   KeepAlive stream (`keepalive/`: the stream's loop and the batch of
 //!   entries), request validation, proto ↔ domain conversion, the
 //!   connection listener and the limits (`limits/`: the tower layer, call
-//!   budgets, watch slots, KeepAlive reply bytes).
+//!   budgets, watch slots, KeepAlive reply bytes); `connect/`, the Connect
+//!   protocol (JSON or protobuf over HTTP/1.1 or HTTP/2) as a tower layer
+//!   that makes each Connect call a gRPC call of the same services.
 //! - `lease/`: the protocol. It knows no proto or gRPC types: it takes
 //!   validated arguments and returns holdings or reasoned errors. Its
 //!   `mod.rs` is the public face (`Leases`); the rooms along the call

@@ -1,7 +1,8 @@
 //! Wiring: connect to NATS, open the bucket, start the shared watcher,
-//! serve the gRPC API with health and reflection behind the limit layer,
-//! follow the NATS connection in the health status, and shut down
-//! gracefully. Nothing here decides anything about leases.
+//! serve the gRPC API with health and reflection behind the limit layer
+//! (and on the same port gRPC-Web and the Connect protocol, translated in
+//! front of it), follow the NATS connection in the health status, and
+//! shut down gracefully. Nothing here decides anything about leases.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::api::{Auth, CallLimits, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits};
+use crate::api::{
+    Auth, CallLimits, ConnectLayer, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits,
+};
 use crate::config::Config;
 use crate::error::StartError;
 use crate::lease::{Hub, Leases, Shards, WatchBudget, WATCH_BUFFER_EVENTS};
@@ -179,6 +182,7 @@ pub async fn start(
     // Caps connections, backs off on accept errors, closes silent and idle
     // connections.
     let incoming = Incoming::new(listener, config);
+    let connect = ConnectLayer::new(config).map_err(StartError::Internal)?;
     let stop = shutdown.clone();
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
@@ -203,6 +207,13 @@ pub async fn start(
         // Dead peers: a ping every 30 s must be answered within 10 s.
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        // HTTP/1.1 too, for gRPC-Web and Connect callers (browsers, curl).
+        .accept_http1(true)
+        // Outermost first: Connect calls become gRPC calls (over HTTP/1.1
+        // too, which tonic-web would refuse), gRPC-Web calls become gRPC
+        // calls, and every call then meets the same limits and services.
+        .layer(connect)
+        .layer(tonic_web::GrpcWebLayer::new())
         .layer(LimitLayer::new(config, shutdown.clone()))
         .add_service(health_service)
         .add_service(reflection_v1)

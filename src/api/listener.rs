@@ -13,7 +13,13 @@
 //! `--handshake-timeout`, and when no call has run on it for
 //! `--idle-timeout`. Which calls are running is counted by
 //! [`super::limits::LimitLayer`] through the [`ConnInfo`] that tonic puts
-//! in every request's extensions.
+//! in every request's extensions. A plaintext HTTP/1.1 connection
+//! (gRPC-Web and Connect callers) also closes when it sends more than a
+//! request's worth of bytes (the HTTP/2 header backstop,
+//! `--max-request-bytes` and a little) without a call starting: HTTP/1.1
+//! has no header-list limit of its own short of hyper's buffer (about half
+//! a megabyte), so without this each open connection could make the
+//! server hold that much unparsed header.
 
 use std::future::Future;
 use std::io;
@@ -57,14 +63,22 @@ pub struct Incoming {
     timeouts: Timeouts,
 }
 
-/// When connections are closed for doing nothing.
+/// When connections are closed for doing nothing (or too much of it).
 #[derive(Clone, Copy)]
 struct Timeouts {
     /// Until the first bytes.
     handshake: Duration,
     /// Without any call running.
     idle: Duration,
+    /// Most bytes an HTTP/1.1 connection may send before a call starts.
+    http1_bytes: usize,
 }
+
+/// What an HTTP/2 connection sends first.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+/// Slack over one request (request line, HTTP/1.1 framing) for
+/// [`Timeouts::http1_bytes`].
+const HTTP1_SLACK: usize = 4096;
 
 impl Incoming {
     /// Serves connections from `listener` with the limits of `config`.
@@ -78,6 +92,19 @@ impl Incoming {
             log: RateLog::default(),
             timeouts: Timeouts {
                 handshake: config.handshake_timeout,
+                // The HTTP/2 header backstop of server.rs, and a request.
+                // Under TLS the bytes here are encrypted (and TLS
+                // negotiates HTTP/2): no bound.
+                http1_bytes: if config.tls_cert.is_some() {
+                    usize::MAX
+                } else {
+                    config
+                        .max_metadata_bytes
+                        .saturating_mul(4)
+                        .max(16 * 1024)
+                        .saturating_add(config.max_request_bytes)
+                        .saturating_add(HTTP1_SLACK)
+                },
                 idle: config.idle_timeout,
             },
         }
@@ -184,6 +211,8 @@ pub struct Activity {
     epoch: Instant,
     /// Calls running.
     running: AtomicUsize,
+    /// Calls started, ever.
+    started: AtomicU64,
     /// When the last call started or ended, in ms after `epoch`.
     last_ms: AtomicU64,
 }
@@ -218,6 +247,7 @@ impl ConnInfo {
     /// Marks a call running on the connection until the guard drops.
     pub fn call(&self) -> CallGuard {
         self.activity.running.fetch_add(1, Ordering::Relaxed);
+        self.activity.started.fetch_add(1, Ordering::Relaxed);
         self.activity.touch();
         CallGuard(self.activity.clone())
     }
@@ -248,6 +278,13 @@ pub struct Conn {
     silent: bool,
     /// The timeouts.
     timeouts: Timeouts,
+    /// Whether the connection speaks HTTP/1.1 (None until its first bytes
+    /// tell).
+    http1: Option<bool>,
+    /// HTTP/1.1: bytes read while no call ran, since the last call started.
+    idle_bytes: usize,
+    /// [`Activity::started`] when `idle_bytes` was last reset.
+    seen_started: u64,
 }
 
 impl Conn {
@@ -261,6 +298,7 @@ impl Conn {
                 activity: Arc::new(Activity {
                     epoch: now,
                     running: AtomicUsize::new(0),
+                    started: AtomicU64::new(0),
                     last_ms: AtomicU64::new(0),
                 }),
             },
@@ -268,7 +306,40 @@ impl Conn {
             timer: Box::pin(tokio::time::sleep_until(now + timeouts.handshake)),
             silent: true,
             timeouts,
+            http1: None,
+            idle_bytes: 0,
+            seen_started: 0,
         }
+    }
+
+    /// Counts `read`, just read, against the HTTP/1.1 bound; Err when the
+    /// connection is over it.
+    fn count(&mut self, read: &[u8]) -> Result<(), &'static str> {
+        if self.http1.is_none() {
+            let n = read.len().min(H2_PREFACE.len());
+            if read[..n] != H2_PREFACE[..n] {
+                self.http1 = Some(true);
+            } else if n == H2_PREFACE.len() {
+                self.http1 = Some(false);
+            }
+        }
+        if self.http1 != Some(true) {
+            return Ok(());
+        }
+        let activity = &self.info.activity;
+        let started = activity.started.load(Ordering::Relaxed);
+        if started != self.seen_started {
+            self.seen_started = started;
+            self.idle_bytes = 0;
+        }
+        if activity.running.load(Ordering::Relaxed) > 0 {
+            return Ok(());
+        }
+        self.idle_bytes = self.idle_bytes.saturating_add(read.len());
+        if self.idle_bytes > self.timeouts.http1_bytes {
+            return Err("sent more than a request's bytes over HTTP/1.1 before any call started");
+        }
+        Ok(())
     }
 
     /// Whether the connection is due to close: silent past the handshake
@@ -314,8 +385,13 @@ impl AsyncRead for Conn {
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if self.silent && matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.silent = false;
+            if let Err(why) = self.count(&buf.filled()[before..]) {
+                METRICS.rejected("metadata_bytes");
+                tracing::debug!(peer = ?self.info.tcp.remote_addr, "closing connection: {why}");
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, why)));
+            }
         }
         polled
     }

@@ -4,9 +4,12 @@
 //! ([`auth`]), spans and metrics, which [`election`]'s ElectionService
 //! RPCs go through too; [`keepalive`] is the KeepAlive stream, which
 //! renews many holdings per message; [`limits`] and [`listener`] bound what
-//! callers can make the server hold.
+//! callers can make the server hold; [`connect`] serves the Connect
+//! protocol (JSON over HTTP/1.1 or HTTP/2) by turning each Connect call
+//! into a gRPC call of the same services.
 
 mod auth;
+mod connect;
 mod convert;
 mod election;
 mod keepalive;
@@ -16,6 +19,7 @@ mod service;
 mod validate;
 
 pub use auth::{server_tls, Auth};
+pub use connect::ConnectLayer;
 pub use election::ElectionApi;
 pub use limits::{CallLimits, LimitLayer, WatchLimits};
 pub use listener::Incoming;

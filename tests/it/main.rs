@@ -23,6 +23,7 @@ mod check_config;
 mod cli;
 mod cli_hostile;
 mod cli_top;
+mod connect;
 mod contract;
 mod deadline;
 mod docs;

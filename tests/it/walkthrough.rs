@@ -1,7 +1,7 @@
 //! The documented grpcurl walkthroughs, run for real against the `tenure`
 //! binary with its managed local nats-server: the lease walkthrough of
-//! README.md, and the semaphore and leader election walkthroughs of
-//! docs/api.md.
+//! README.md (and its curl version, over the Connect protocol), and the
+//! semaphore and leader election walkthroughs of docs/api.md.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,8 +10,9 @@ use std::time::Duration;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-/// The grpcurl commands between the `<!-- {marker}:start -->` and
-/// `<!-- {marker}:end -->` lines of `page` (relative to the repository).
+/// The grpcurl (or curl) commands between the `<!-- {marker}:start -->`
+/// and `<!-- {marker}:end -->` lines of `page` (relative to the
+/// repository).
 fn walkthrough_commands(page: &str, marker: &str) -> Vec<String> {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page))
         .unwrap_or_else(|e| panic!("read {page}: {e}"));
@@ -23,7 +24,7 @@ fn walkthrough_commands(page: &str, marker: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("{page} has the {marker} end marker"));
     text[start..end]
         .lines()
-        .filter(|l| l.starts_with("grpcurl "))
+        .filter(|l| l.starts_with("grpcurl ") || l.starts_with("curl "))
         .map(str::to_string)
         .collect()
 }
@@ -43,6 +44,23 @@ const EXPECTED: &[&[&str]] = &[
     &["EVENT_TYPE_CURRENT", "EVENT_TYPE_SNAPSHOT_COMPLETE"],
     &["\"revision\": \"3\""],
     &["\"holder\": \"worker-2\"", "\"fencingToken\": \"4\""],
+];
+
+/// What each command of the README's curl walkthrough must print, in order
+/// (Connect JSON: compact, camelCase, 64-bit numbers as strings).
+const CURL_EXPECTED: &[&[&str]] = &[
+    &[
+        "\"fencingToken\":\"1\"",
+        "\"revision\":\"1\"",
+        "\"leaseKey\":\"my-secret-lease-key-1\"",
+    ],
+    &["\"fencingToken\":\"1\"", "\"revision\":\"2\""],
+    &[
+        "\"code\":\"failed_precondition\"",
+        "\"reason\":\"LEASE_HELD\"",
+        "\"holder\":\"worker-1\"",
+    ],
+    &["\"revision\":\"3\""],
 ];
 
 /// What each election walkthrough command must print, in order.
@@ -70,12 +88,12 @@ const ELECTION_EXPECTED: &[&[&str]] = &[
 const SEMAPHORE_EXPECTED: &[&[&str]] = &[
     &[
         "\"holder\": \"worker-1\"",
-        "\"fencingToken\": \"3\"",
+        "\"fencingToken\": \"2\"",
         "\"slot\": 1",
     ],
     &[
         "\"holder\": \"worker-2\"",
-        "\"fencingToken\": \"4\"",
+        "\"fencingToken\": \"3\"",
         "\"slot\": 2",
     ],
     &[
@@ -87,14 +105,14 @@ const SEMAPHORE_EXPECTED: &[&[&str]] = &[
     &["\"code\": 9", "LIMIT_MISMATCH", "\"limit\": \"2\""],
     &["\"holders\": [", "\"holder\": \"worker-2\"", "\"limit\": 2"],
     &["\"slot\": 1", "\"slot\": 2", "\"holder\": \"worker-2\""],
-    &["\"revision\": \"5\""],
+    &["\"revision\": \"4\""],
     &[
         "\"holder\": \"worker-3\"",
-        "\"fencingToken\": \"6\"",
+        "\"fencingToken\": \"5\"",
         "\"slot\": 1",
     ],
     &[
-        "\"revision\": \"7\"",
+        "\"revision\": \"6\"",
         "\"holder\": \"worker-2\"",
         "\"slot\": 2",
     ],
@@ -105,6 +123,13 @@ const SEMAPHORE_EXPECTED: &[&[&str]] = &[
 #[tokio::test]
 async fn readme_walkthrough_runs() {
     run_walkthrough("README.md", "walkthrough", EXPECTED).await;
+}
+
+/// The README's curl walkthrough (the Connect protocol, JSON over
+/// HTTP/1.1) runs and prints what the README says.
+#[tokio::test]
+async fn readme_curl_walkthrough_runs() {
+    run_walkthrough("README.md", "curl-walkthrough", CURL_EXPECTED).await;
 }
 
 /// The leader election walkthrough of docs/api.md runs and prints what it

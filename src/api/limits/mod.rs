@@ -7,8 +7,9 @@
 //!
 //! - [`super::listener`]: open connections, and how long a connection may
 //!   stay silent or idle.
-//! - [`LimitLayer`], a tower layer around the whole gRPC server, before a
-//!   request is decoded: metadata size; how long the request message may
+//! - [`LimitLayer`], a tower layer around the whole gRPC server (behind
+//!   the Connect and gRPC-Web layers, so their calls meet it as gRPC
+//!   calls), before a request is decoded: metadata size; how long the request message may
 //!   take to arrive after the headers (`--request-body-timeout`; also cut
 //!   short at shutdown); open health `Watch` streams, which it ends at
 //!   shutdown; and the rewriting of tonic's own refusals (message too
