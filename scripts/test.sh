@@ -103,6 +103,9 @@ for lang in go python typescript java rust; do
   "clients/$lang/test.sh"
 done
 
+step "the Connect TypeScript client and gRPC-Web against a real Tenure (tests/connect-ts)"
+tests/connect-ts/test.sh
+
 step "model check of the lease and fair-queue protocols (its report; started before the smoke runs)"
 model_status=0
 wait "$model_pid" || model_status=$?
