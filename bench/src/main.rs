@@ -17,6 +17,7 @@
 //! `BENCHMARKS.md` explains every number. `--quick` is the CI smoke run.
 
 mod ghz;
+mod hostile;
 mod procs;
 mod report;
 mod shards;
@@ -90,6 +91,11 @@ struct Args {
     /// Also write the table (Markdown) to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Run the hostile-client attacks of issue 30 instead (bench/src/hostile.rs):
+    /// `--only` picks attacks (0 baseline, 1 to 7), `--duration-ms` sets
+    /// each window (default 10000).
+    #[arg(long)]
+    hostile: bool,
 }
 
 /// The repository root (this crate lives in `bench/`).
@@ -238,6 +244,9 @@ fn rotation(systems: &[Arc<Sys>], run: usize) -> Vec<Arc<Sys>> {
 
 /// Runs the benchmark and prints the table.
 async fn run(args: Args) -> R<()> {
+    if args.hostile {
+        return hostile::run(&args).await;
+    }
     let began = Instant::now();
     let quick = args.quick;
     let runs = args.runs.unwrap_or(if quick { 1 } else { 3 }).max(1);

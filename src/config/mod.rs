@@ -204,15 +204,18 @@ pub struct Config {
     )]
     pub max_watch_streams_per_identity: usize,
 
-    /// Most KeepAlive streams open at once on this replica.
-    #[arg(long, env = "TENURE_MAX_KEEPALIVE_STREAMS", default_value_t = 10_000)]
+    /// Most KeepAlive streams open at once on this replica. (A client's
+    /// session helpers share one stream per connection; a stream whose
+    /// client stops reading holds up to ~0.7 MiB, measured, so this bounds
+    /// that memory too.)
+    #[arg(long, env = "TENURE_MAX_KEEPALIVE_STREAMS", default_value_t = 2_000)]
     pub max_keepalive_streams: usize,
 
     /// Most KeepAlive streams one identity may have open on this replica.
     #[arg(
         long,
         env = "TENURE_MAX_KEEPALIVE_STREAMS_PER_IDENTITY",
-        default_value_t = 1_000
+        default_value_t = 100
     )]
     pub max_keepalive_streams_per_identity: usize,
 
