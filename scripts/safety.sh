@@ -3,7 +3,7 @@
 # prints the results table (see docs/safety.md).
 #
 #   scripts/safety.sh            the long run: 120 s of load per scenario
-#   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 8 s for some (~6 min)
+#   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 8 s for some (~7 min)
 #
 # Other flags go to `tenure-safety run` (e.g. --only baseline,r3-sigstop,
 # --seconds 300, --margin-ms 0). Installs what it needs: nats-server via
@@ -33,7 +33,7 @@ export TENURE_SAFETY_PG
 TENURE_SAFETY_PG=$(scripts/postgres.sh start "$pg")
 
 status=0
-target/debug/tenure-safety run --work-dir "$work/runs" "$@" || status=$?
+"${CARGO_TARGET_DIR:-target}/debug/tenure-safety" run --work-dir "$work/runs" "$@" || status=$?
 if [ "$status" != 0 ]; then
   keep=1
   echo "safety: FAILED (exit $status); histories and logs kept in $work/runs" >&2

@@ -73,7 +73,7 @@ mod nats;
 mod observe;
 mod server;
 
-pub use config::{Action, Config, Grant, LogFormat, WatcherHold};
+pub use config::{Action, Config, Grant, LogFormat, TestFault, WatcherHold};
 pub use error::{Reason, StartError};
 pub use lease::{shard_of, KeyHash, Record, Released};
 pub use nats::embedded::{find_binary, NatsProcess, PINNED_VERSION};

@@ -143,7 +143,11 @@ pub async fn start(
             .await
             .map_err(StartError::Nats)?;
         let leases = Leases::new(store.clone(), hub, shutdown.clone());
-        shards.push(leases.with_max_waiters(config.max_waiters.into()));
+        shards.push(
+            leases
+                .with_max_waiters(config.max_waiters.into())
+                .with_test_faults(config.test_faults()),
+        );
     }
     let shards = Shards::new(shards);
     tokio::spawn(follow_connection(

@@ -7,6 +7,15 @@
 //!    holdings share a token.
 //! 2. **The store is fenced.** Per resource, in the store's commit order,
 //!    no accepted write carries a token lower than one accepted before it.
+//!    This checks the store (with the fenced statement it cannot fail; it
+//!    fails with the unfenced one), not Tenure. Beside it the run counts
+//!    *stale writes accepted*: writes the store took although they were
+//!    sent after their holding's lease deadline (send time of its last
+//!    successful Acquire/Renew + TTL) and after a holding of the same name
+//!    with a higher token had been granted (its Acquire answered). Fencing
+//!    lets such a write in when the newer holder has not written yet; it
+//!    is not a violation, and a correct client never sends one unless it
+//!    pauses between its deadline check and its write.
 //! 3. **No overlap.** Per name, no two holdings' intervals overlap. A
 //!    holding's interval runs from the Acquire reply to its safe deadline
 //!    (send time of its last successful Acquire/Renew + TTL − margin), cut
@@ -41,11 +50,15 @@
 //!    first, B may not be granted before A: a violation is A granted with
 //!    a higher token than B, or A's wait ending without the lease although
 //!    B's reply came before A's wait could have run out (A's send + its
-//!    wait). Only pairs where B was sent before A was answered (contended)
+//!    wait). A grant that took no ticket (an Acquire that found the name
+//!    free, a group member) is a B too, arrived when it was sent: judged
+//!    against every A whose ticket was written (its latest, should it have
+//!    queued twice) before that send, on the one wall clock of the machine.
+//!    Only pairs where B was sent before A was answered (contended)
 //!    are judged; Acquires retried after an unknown outcome (a new ticket
 //!    on another replica) are left out, and a pair with a fault window
 //!    between A's send and B's reply is excused (a ticket may expire while
-//!    NATS is down).
+//!    NATS is down). Semaphore holdings (no queue) are not judged.
 //! 7. **Semaphore limit.** Of the holdings of a semaphore (Acquire with a
 //!    limit N), at no instant do more than N acting intervals (property 3's
 //!    intervals, by client deadlines) overlap. Each slot of a semaphore is
@@ -149,6 +162,10 @@ pub struct Report {
     pub p1_tokens: usize,
     /// Property 2 violations.
     pub p2_store: usize,
+    /// Writes the store accepted after their holding's lease deadline once
+    /// a higher token had been granted (property 2's limit: not a
+    /// violation).
+    pub stale_accepted: usize,
     /// Property 3 violations.
     pub p3_overlap: usize,
     /// Property 4 violations (late, or unbounded under a fault).
@@ -166,8 +183,13 @@ pub struct Report {
     pub fifo_pairs: usize,
     /// Contended waiter pairs excused by a fault window.
     pub fifo_excused: usize,
+    /// Grants without a queue ticket judged as later arrivals (property 6).
+    pub fifo_ticketless: usize,
     /// Property 8 violations (a group granted or held in part).
     pub p8_group: usize,
+    /// Of those, group members granted outside a complete block of the
+    /// watch stream (property 8's watch half).
+    pub p8_watch: usize,
     /// Groups clients took, judged by property 8.
     pub groups_taken: usize,
     /// Complete group blocks seen in the watch stream.
@@ -586,6 +608,10 @@ pub fn check(input: &Input) -> Report {
         }
     }
 
+    // Property 2's limit: writes accepted from a holding whose lease had
+    // ended, after a higher token was granted.
+    stale_accepted(ops, &all, &mut r);
+
     // Property 2: the store's log never goes back in tokens per resource.
     let mut highest: HashMap<&str, i64> = HashMap::new();
     for a in input.accepted {
@@ -616,12 +642,44 @@ pub fn check(input: &Input) -> Report {
     r
 }
 
+/// Counts the writes the store accepted although they were sent after
+/// their holding's lease deadline (last successful send + TTL) and after a
+/// holding of the same lease (or slot) with a higher token was granted.
+fn stale_accepted(ops: &[Op], all: &[Holding], r: &mut Report) {
+    let by_id: HashMap<&str, &Holding> = all.iter().map(|h| (h.id.as_str(), h)).collect();
+    let mut per_key: HashMap<String, Vec<&Holding>> = HashMap::new();
+    for h in all.iter().filter(|h| h.token > 0 && h.start > 0) {
+        per_key.entry(h.key()).or_default().push(h);
+    }
+    for w in ops
+        .iter()
+        .filter(|o| o.op == OpKind::Write && o.phase == Phase::Ok)
+    {
+        let Some(h) = by_id.get(w.holding.as_str()) else {
+            continue;
+        };
+        if h.last_ok_t0 == 0 || w.t0 <= h.server_deadline() {
+            continue;
+        }
+        let newer = per_key
+            .get(&h.key())
+            .is_some_and(|hs| hs.iter().any(|g| g.token > w.token && g.start < w.t0));
+        if newer {
+            r.stale_accepted += 1;
+        }
+    }
+}
+
 /// One waiting Acquire for property 6.
 struct Waiter<'a> {
     /// Holding id.
     holding: &'a str,
-    /// Its place in the queue (its first ticket's revision).
-    place: u64,
+    /// Its place in the queue (its first ticket's revision); `None`: a
+    /// grant that took no ticket.
+    place: Option<u64>,
+    /// Its arrival on the wall clock, ms: its latest ticket's write (NATS's
+    /// time), or the send of a grant without a ticket.
+    arrived_ms: u64,
     /// Send time, mono ns.
     t0: u64,
     /// Reply time, mono ns.
@@ -633,6 +691,10 @@ struct Waiter<'a> {
     /// The token it was granted (`None`: its wait ended without the lease).
     granted: Option<u64>,
 }
+
+/// Slack when comparing a ticket's time (NATS's millisecond stamp) with a
+/// client's wall-clock send time, ms.
+const STAMP_SLACK_MS: u64 = 5;
 
 /// Property 6: no waiter is overtaken by a later arrival.
 fn fifo(input: &Input, r: &mut Report) {
@@ -652,27 +714,37 @@ fn fifo(input: &Input, r: &mut Report) {
             && matches!(o.phase, Phase::Ok | Phase::Fail)
             && attempts.get(o.holding.as_str()) == Some(&1)
             && (o.phase == Phase::Ok || o.detail.starts_with("LEASE_HELD"))
+            && o.slot == 0
     }) {
         // The tickets this holder wrote for this name while the call was
         // in flight (same machine, one wall clock; a few ms of slack for
         // NATS's millisecond stamps).
         let w1 = o.w0 + (o.t1.saturating_sub(o.t0)) / 1_000_000;
-        let place = input
+        let tied: Vec<&Ticket> = input
             .tickets
             .iter()
             .filter(|t| {
                 t.name == o.name
                     && t.holder == o.client
-                    && t.time_ms + 5 >= o.w0
-                    && t.time_ms <= w1 + 5
+                    && t.time_ms + STAMP_SLACK_MS >= o.w0
+                    && t.time_ms <= w1 + STAMP_SLACK_MS
             })
-            .map(|t| t.place)
-            .min();
-        let Some(place) = place else { continue };
-        r.fifo_waiters += 1;
+            .collect();
+        let place = tied.iter().map(|t| t.place).min();
+        let arrived_ms = match place {
+            Some(_) => tied.iter().map(|t| t.time_ms).max().unwrap_or(o.w0),
+            // No ticket: a grant is a later arrival from its send on; a
+            // refusal waited for nothing anyone could take from it.
+            None if o.phase == Phase::Ok => o.w0,
+            None => continue,
+        };
+        if place.is_some() {
+            r.fifo_waiters += 1;
+        }
         per_name.entry(&o.name).or_default().push(Waiter {
             holding: &o.holding,
             place,
+            arrived_ms,
             t0: o.t0,
             t1: o.t1,
             w0: o.w0,
@@ -680,10 +752,20 @@ fn fifo(input: &Input, r: &mut Report) {
             granted: (o.phase == Phase::Ok).then_some(o.token),
         });
     }
+    let mut ticketless_judged = std::collections::HashSet::new();
     for (name, ws) in &mut per_name {
-        ws.sort_by_key(|w| w.place);
-        for (i, a) in ws.iter().enumerate() {
-            for b in &ws[i + 1..] {
+        let (mut queued, ticketless): (Vec<&Waiter>, Vec<&Waiter>) =
+            ws.iter().partition(|w| w.place.is_some());
+        queued.sort_by_key(|w| w.place);
+        for (i, a) in queued.iter().enumerate() {
+            // Later arrivals: waiters with a later place, and grants
+            // without a ticket sent after A's (latest) ticket was written.
+            let later = queued[i + 1..].iter().chain(
+                ticketless
+                    .iter()
+                    .filter(|b| a.arrived_ms + STAMP_SLACK_MS < b.arrived_ms),
+            );
+            for b in later {
                 let Some(b_token) = b.granted else { continue };
                 // Contended: B was sent before A had its answer.
                 if b.t0 >= a.t1 {
@@ -703,14 +785,20 @@ fn fifo(input: &Input, r: &mut Report) {
                     continue;
                 }
                 r.fifo_pairs += 1;
+                if b.place.is_none() {
+                    ticketless_judged.insert(b.holding);
+                }
                 if overtaken {
                     r.p6_fifo += 1;
                     r.example(format!(
-                        "P6 {name}: {} (place {}) was granted token {b_token} before {} (place {}) {}",
+                        "P6 {name}: {} ({}) was granted token {b_token} before {} (place {}) {}",
                         b.holding,
-                        b.place,
+                        match b.place {
+                            Some(p) => format!("place {p}"),
+                            None => "no ticket, sent after the other's ticket".into(),
+                        },
                         a.holding,
-                        a.place,
+                        a.place.unwrap_or_default(),
                         match a.granted {
                             Some(t) => format!("got token {t}"),
                             None => "gave up while still within its wait".into(),
@@ -720,6 +808,7 @@ fn fifo(input: &Input, r: &mut Report) {
             }
         }
     }
+    r.fifo_ticketless = ticketless_judged.len();
 }
 
 /// Property 8: groups are granted and held all together or not at all.
@@ -795,6 +884,7 @@ fn groups(input: &Input, r: &mut Report) {
     for (i, e) in ev.iter().enumerate() {
         if e.kind == "ACQUIRED" && !e.group.is_empty() && !in_block[i] {
             r.p8_group += 1;
+            r.p8_watch += 1;
             r.example(format!(
                 "P8 {}: granted to {} (revision {}) outside a complete block of its group {:?}",
                 e.name, e.holder, e.revision, e.group
@@ -976,7 +1066,7 @@ mod tests {
             granted("y", &["x", "y"], 9, 0),
         ];
         let r = check_ops(&[], &[], &events, &[]);
-        assert_eq!(r.p8_group, 2, "{:?}", r.examples);
+        assert_eq!((r.p8_group, r.p8_watch), (2, 2), "{:?}", r.examples);
 
         // A block cut by a broken watch stream is not judged.
         let events = vec![granted("x", &["x", "y"], 7, 0)];
@@ -1109,6 +1199,116 @@ mod tests {
         // a ticket written outside the call's flight is not the call's.
         let r = check_fifo(&ops, &[ticket("a", 10, 900), ticket("b", 12, 1102)], &[]);
         assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 0), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_grant_without_a_ticket_after_a_queued_waiter_breaks_fifo() {
+        // a queued at 1001 (place 10); b sent at 1100 and granted at once,
+        // without a ticket (a plain Acquire that skipped the queue), token
+        // 20; a granted later with token 30.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 30),
+            waited("b#1", 1100, 1105, 500, 20),
+        ]
+        .concat();
+        let tickets = [ticket("a", 10, 1001)];
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!(
+            (r.p6_fifo, r.fifo_pairs, r.fifo_ticketless),
+            (1, 1, 1),
+            "{:?}",
+            r.examples
+        );
+
+        // a gave up (its wait ran out at 2500) though b was granted at
+        // 1105: overtaken too.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 0),
+            waited("b#1", 1100, 1105, 500, 20),
+        ]
+        .concat();
+        assert_eq!(check_fifo(&ops, &tickets, &[]).p6_fifo, 1);
+    }
+
+    #[test]
+    fn a_grant_without_a_ticket_in_order_or_first_passes_fifo() {
+        let tickets = [ticket("a", 10, 1001)];
+        // b granted after a (higher token): in order, and judged.
+        let ops = [
+            waited("a#1", 1000, 1500, 1500, 20),
+            waited("b#1", 1100, 1600, 500, 30),
+        ]
+        .concat();
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 1), "{:?}", r.examples);
+
+        // b sent (1003) before a's ticket was written (1001) + the slack:
+        // not known to be a later arrival, not judged.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 30),
+            waited("b#1", 1003, 1008, 500, 20),
+        ]
+        .concat();
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 0), "{:?}", r.examples);
+
+        // b sent after a had its answer: not contended.
+        let ops = [
+            waited("a#1", 1000, 1500, 1500, 20),
+            waited("b#1", 1600, 1605, 500, 30),
+        ]
+        .concat();
+        assert_eq!(check_fifo(&ops, &tickets, &[]).fifo_pairs, 0);
+
+        // A semaphore holding (slot 1) never queues: not judged.
+        let ops = [
+            waited("a#1", 1000, 2500, 1500, 30),
+            waited("b#1", 1100, 1105, 500, 20)
+                .into_iter()
+                .map(|o| Op { slot: 1, ..o })
+                .collect(),
+        ]
+        .concat();
+        assert_eq!(check_fifo(&ops, &tickets, &[]).fifo_pairs, 0);
+    }
+
+    /// A fenced write of `holding` with `token` sent at `t0`, answered at
+    /// `t0 + 2` (ms), accepted.
+    fn wrote(holding: &str, token: u64, t0: u64) -> Op {
+        Op {
+            token,
+            ..op(holding, OpKind::Write, Phase::Ok, t0, t0 + 2)
+        }
+    }
+
+    #[test]
+    fn writes_accepted_after_the_lease_ended_and_a_newer_grant_are_counted() {
+        // a: sent 1000, TTL 1000: its lease ends at 2000 at the earliest.
+        // b took the name with token 3 (answered at 2100).
+        let base = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, -500),
+            acquired("b#1", 3, 2050, 2100, 1000, 50),
+        ];
+        // a wrote at 1900 (in time) and at 2200 (after both): one stale.
+        let ops = [
+            base.clone(),
+            vec![wrote("a#1", 1, 1900), wrote("a#1", 1, 2200)],
+        ]
+        .concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.stale_accepted, 1, "{:?}", r.examples);
+        // Not a violation of property 2 (the store took no lower token
+        // after a higher one).
+        assert_eq!(r.p2_store, 0);
+
+        // After its deadline but before b was granted: not counted (no
+        // newer token existed yet).
+        let ops = [base.clone(), vec![wrote("a#1", 1, 2060)]].concat();
+        assert_eq!(check_ops(&ops, &[], &[], &[]).stale_accepted, 0);
+
+        // b's own writes are not stale.
+        let ops = [base, vec![wrote("b#1", 3, 2200)]].concat();
+        assert_eq!(check_ops(&ops, &[], &[], &[]).stale_accepted, 0);
     }
 
     /// A semaphore holding: slot, token, acquired at `t0` (reply `t0+2`),

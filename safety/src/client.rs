@@ -86,12 +86,6 @@ pub struct ClientArgs {
     /// lock). Each holding gets a slot; the store keeps one fence per slot.
     #[arg(long, default_value_t = 0)]
     pub limit: u32,
-    /// Negative control of the semaphore limit: send every Acquire for
-    /// `<name>.split` while recording `<name>`, so this client's semaphore
-    /// is another one than the other clients' and the holders of "one"
-    /// semaphore exceed its limit.
-    #[arg(long)]
-    pub split: bool,
     /// Take groups of this many names with AcquireGroup (renewed and
     /// released with RenewGroup/ReleaseGroup) instead of single leases
     /// (0: single leases). Each member is recorded as its own holding
@@ -102,6 +96,10 @@ pub struct ClientArgs {
     /// with single Acquires and still record them as one group.
     #[arg(long)]
     pub fake_group: bool,
+    /// Poll instead of waiting: Acquire without a wait, and after a
+    /// refusal try again within 2 ms (a client that polls for a name).
+    #[arg(long)]
+    pub poll: bool,
 }
 
 /// Tenure replicas with failover.
@@ -310,16 +308,6 @@ impl Client {
         }
     }
 
-    /// The name the service is asked for: the recorded name, or in the
-    /// split control another semaphore's.
-    fn wire_name(&self, name: &str) -> String {
-        if self.args.split {
-            format!("{name}.split")
-        } else {
-            name.to_string()
-        }
-    }
-
     /// `t0 + ttl - margin`, saturating.
     fn deadline(&self, t0: u64, ttl_ms: u64) -> u64 {
         let d = t0 as i64 + ms_to_ns(ttl_ms as i64) - ms_to_ns(self.args.margin_ms);
@@ -359,7 +347,10 @@ impl Client {
             if let Some(held) = got {
                 self.hold(held).await;
             } else {
-                let pause = self.rng.random_range(5..40);
+                let pause = match self.args.poll {
+                    true => self.rng.random_range(0..2),
+                    false => self.rng.random_range(5..40),
+                };
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
         }
@@ -379,14 +370,17 @@ impl Client {
             .take(32)
             .map(char::from)
             .collect();
-        // Half the TTL, and never past the end of the run.
+        // Half the TTL, and never past the end of the run (a poller: none).
         let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
-        let wait = Duration::from_millis((ttl_s * 500).min(left_ms));
+        let wait = match self.args.poll {
+            true => Duration::ZERO,
+            false => Duration::from_millis((ttl_s * 500).min(left_ms)),
+        };
         let timeout = wait + Duration::from_millis(1500);
         let give_up = mono_ns() + 3_000_000_000;
         loop {
             let req = AcquireRequest {
-                name: self.wire_name(name),
+                name: name.to_string(),
                 limit: self.args.limit,
                 holder: self.args.id.clone(),
                 ttl: Some(prost_types::Duration {
@@ -394,7 +388,7 @@ impl Client {
                     nanos: 0,
                 }),
                 lease_key: key.clone(),
-                wait: Some(prost_types::Duration {
+                wait: (!wait.is_zero()).then(|| prost_types::Duration {
                     seconds: wait.as_secs() as i64,
                     nanos: wait.subsec_nanos() as i32,
                 }),
@@ -889,7 +883,7 @@ impl Client {
         let ttl_ns = held.ttl_ms * 1_000_000;
         let timeout = Duration::from_nanos((ttl_ns / 3).clamp(200_000_000, 1_000_000_000));
         let req = RenewRequest {
-            name: self.wire_name(&held.name),
+            name: held.name.clone(),
             expected_revision: held.revision,
             lease_key: held.key.clone(),
             ttl: None,
@@ -974,7 +968,7 @@ impl Client {
         for _ in 0..2 {
             let timeout = Duration::from_secs(1);
             let req = ReleaseRequest {
-                name: self.wire_name(&held.name),
+                name: held.name.clone(),
                 expected_revision: held.revision,
                 lease_key: held.key.clone(),
                 slot: held.slot,

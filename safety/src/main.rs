@@ -213,10 +213,11 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         );
         let r = &outcome.report;
         eprintln!(
-            "   {} holdings, {} writes accepted, {} stale writes refused, {} early losses; expiries: {} measured (max lag {} ms), {} under faults (max lag {} ms, bounded), {} by handoff, {} unverified",
+            "   {} holdings, {} writes accepted, {} stale writes refused, {} stale writes accepted, {} early losses; expiries: {} measured (max lag {} ms), {} under faults (max lag {} ms, bounded), {} by handoff, {} unverified",
             r.holdings,
             r.writes_accepted,
             r.stale_refused,
+            r.stale_accepted,
             r.early_losses,
             r.expiries_measured,
             r.max_expiry_lag_ms,
@@ -226,9 +227,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.expiry_unverified
         );
         eprintln!(
-            "   FIFO: {} queued waiters, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit; groups: {} taken, {} complete blocks watched, {} in part",
+            "   FIFO: {} queued waiters, {} grants without a ticket judged, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit; groups: {} taken, {} complete blocks watched, {} in part ({} in the watch stream)",
             r.fifo_waiters,
-            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group
+            r.fifo_ticketless,
+            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
         );
         for e in &outcome.report.examples {
             eprintln!("   {e}");
@@ -250,10 +252,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---|"
     );
     for o in outcomes {
         let r = &o.report;
@@ -267,7 +269,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -278,6 +280,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.stale_refused,
             r.p1_tokens,
             r.p2_store,
+            r.stale_accepted,
             r.p3_overlap,
             r.p4_expiry,
             r.p5_early,

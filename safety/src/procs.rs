@@ -424,20 +424,24 @@ pub struct Replica {
     log: PathBuf,
     /// Restarts so far (to name log files).
     starts: usize,
+    /// Whether it runs with a test fault (`TENURE_TEST_FAULTS=1` set).
+    test_fault: bool,
     /// The running process.
     child: Option<Child>,
 }
 
 impl Replica {
     /// Starts `tenure serve` on a free port over `nats_urls` (bucket
-    /// `replicas`, `shards` when not 0), and waits until it answers.
+    /// `replicas`, `shards` when not 0), broken on purpose by `test_fault`
+    /// when given (`--test-fault`, allowed by `TENURE_TEST_FAULTS=1`), and
+    /// waits until it answers.
     pub async fn start(
         bin: &Path,
         dir: &Path,
         index: usize,
         nats_urls: &str,
-        replicas: usize,
-        shards: u32,
+        (replicas, shards): (usize, u32),
+        test_fault: Option<&str>,
     ) -> Result<Replica, String> {
         let addr = format!("127.0.0.1:{}", free_port()?);
         let mut args = vec![
@@ -456,12 +460,16 @@ impl Replica {
         if shards > 0 {
             args.extend(["--shards".to_string(), shards.to_string()]);
         }
+        if let Some(fault) = test_fault {
+            args.extend(["--test-fault".to_string(), fault.to_string()]);
+        }
         let mut replica = Replica {
             addr,
             args,
             bin: bin.to_path_buf(),
             log: dir.join(format!("tenure-{index}")),
             starts: 0,
+            test_fault: test_fault.is_some(),
             child: None,
         };
         replica.restart().await?;
@@ -472,7 +480,12 @@ impl Replica {
     pub async fn restart(&mut self) -> Result<(), String> {
         self.starts += 1;
         let log = self.log.with_extension(format!("{}.log", self.starts));
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        command.env_remove("TENURE_TEST_FAULTS");
+        if self.test_fault {
+            command.env("TENURE_TEST_FAULTS", "1");
+        }
+        let child = command
             .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -52,20 +52,35 @@ pub struct Minimums {
     /// Groups taken by clients (and, for real groups, as many complete
     /// blocks in the watch stream).
     pub groups: usize,
+    /// Unreleased holdings whose end property 4 judged (an expiry control
+    /// must have expiries to judge).
+    pub expiries: usize,
 }
 
-/// The property a negative control must be caught breaking.
+/// The property a negative control must be caught breaking: its verdict
+/// is a pass only when the checker reports violations of that property
+/// (violations of others, which a broken server may cause too, do not
+/// count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expected {
     /// Holders act past their lease (overlap, and the store refuses or,
     /// unfenced, takes stale writes).
     Overlap,
+    /// Tokens that do not increase (property 1).
+    Tokens,
+    /// Leases that end late (property 4).
+    LateExpiry,
+    /// Leases granted again before the previous holding's TTL ran out
+    /// (property 5).
+    EarlyExpiry,
     /// Waiters overtaken by later arrivals (FIFO order).
     Fifo,
     /// More holders of a semaphore than its limit.
     Limit,
     /// A group granted in part.
     Group,
+    /// A group seen in part in the watch stream (property 8's watch half).
+    GroupWatch,
 }
 
 /// What goes wrong in a scenario.
@@ -120,9 +135,16 @@ pub struct Scenario {
     /// Every client contends for the first name only: long queues (FIFO)
     /// and a limit that binds (semaphores).
     pub one_name: bool,
-    /// Negative control of the limit: half the clients take another
-    /// semaphore while recording the same name.
-    pub split: bool,
+    /// Clients (the last ones) that poll with Acquires without a wait
+    /// instead of waiting: new arrivals at any moment.
+    pub pollers: usize,
+    /// The longest TTL clients ask for, seconds (0: the clients' default,
+    /// 3): shorter holdings, more handoffs in a short run.
+    pub ttl_max_s: u64,
+    /// The deliberate bug the Tenure replicas run with
+    /// (`--test-fault NAME`, with `TENURE_TEST_FAULTS=1`): the negative
+    /// controls that break Tenure itself.
+    pub test_fault: Option<&'static str>,
     /// Members per group taken with AcquireGroup by every client but the
     /// last, which takes single leases on the same names (0: no groups).
     pub group: usize,
@@ -158,7 +180,9 @@ pub fn all() -> Vec<Scenario> {
         election: false,
         limit: 0,
         one_name: false,
-        split: false,
+        test_fault: None,
+        pollers: 0,
+        ttl_max_s: 0,
         group: 0,
         fake_group: false,
         fault,
@@ -172,6 +196,7 @@ pub fn all() -> Vec<Scenario> {
             stale_refused: 0,
             fifo_pairs: 0,
             groups: 0,
+            expiries: 0,
         },
         quick_secs: None,
     };
@@ -197,6 +222,22 @@ pub fn all() -> Vec<Scenario> {
             stale_refused: 1,
             ..sc.min
         },
+        ..sc
+    };
+    let expiring = |sc: Scenario| Scenario {
+        min: Minimums {
+            expiries: 2,
+            ..sc.min
+        },
+        ..sc
+    };
+    // A negative control that breaks Tenure itself (a test fault), caught
+    // breaking `expected`; 8 s in the quick variant.
+    let broken = |sc: Scenario, fault: &'static str, expected: Expected| Scenario {
+        test_fault: Some(fault),
+        expect_violations: true,
+        expected,
+        quick_secs: Some(8),
         ..sc
     };
     vec![
@@ -229,6 +270,21 @@ pub fn all() -> Vec<Scenario> {
             expect_violations: true,
             ..s("negative-unfenced", 1, 1, Fault::None)
         },
+        broken(
+            s("negative-tokens", 1, 1, Fault::None),
+            "tokens-go-back",
+            Expected::Tokens,
+        ),
+        broken(
+            expiring(s("negative-late-expiry", 1, 1, Fault::None)),
+            "late-expiry",
+            Expected::LateExpiry,
+        ),
+        broken(
+            s("negative-early-expiry", 1, 1, Fault::None),
+            "early-expiry",
+            Expected::EarlyExpiry,
+        ),
         stale(Scenario {
             work_ms: 150,
             election: true,
@@ -246,6 +302,16 @@ pub fn all() -> Vec<Scenario> {
             expected: Expected::Fifo,
             ..s("negative-fifo-lost-tickets", 1, 1, Fault::DropOlderTickets)
         },
+        broken(
+            fifo(Scenario {
+                one_name: true,
+                pollers: 3,
+                ttl_max_s: 1,
+                ..s("negative-barging", 1, 1, Fault::None)
+            }),
+            "barging",
+            Expected::Fifo,
+        ),
         Scenario {
             limit: SEMAPHORE_LIMIT,
             one_name: true,
@@ -258,15 +324,15 @@ pub fn all() -> Vec<Scenario> {
             work_ms: 150,
             ..s("semaphore-holder-sigstop", 1, 1, Fault::PauseHolder)
         }),
-        Scenario {
-            limit: SEMAPHORE_LIMIT,
-            one_name: true,
-            split: true,
-            expect_violations: true,
-            expected: Expected::Limit,
-            quick_secs: Some(8),
-            ..s("negative-semaphore-split", 1, 1, Fault::None)
-        },
+        broken(
+            Scenario {
+                limit: SEMAPHORE_LIMIT,
+                one_name: true,
+                ..s("negative-semaphore-split", 1, 1, Fault::None)
+            },
+            "semaphore-over-limit",
+            Expected::Limit,
+        ),
         grouped(s("group-tenure-sigkill", 1, 2, Fault::KillTenure)),
         grouped(Scenario {
             fake_group: true,
@@ -275,6 +341,11 @@ pub fn all() -> Vec<Scenario> {
             quick_secs: Some(8),
             ..s("negative-group-one-by-one", 1, 1, Fault::None)
         }),
+        grouped(broken(
+            s("negative-watch-group", 1, 1, Fault::None),
+            "split-groups",
+            Expected::GroupWatch,
+        )),
     ]
 }
 
@@ -369,9 +440,11 @@ impl Outcome {
         need("stale writes refused", r.stale_refused, min.stale_refused);
         need("contended FIFO pairs", r.fifo_pairs, min.fifo_pairs);
         need("groups taken", r.groups_taken, min.groups);
-        if !self.scenario.fake_group {
+        // (The group controls break blocks: they need groups, not blocks.)
+        if !self.scenario.expect_violations {
             need("complete group blocks watched", r.group_blocks, min.groups);
         }
+        need("expiries judged", r.expiries_judged(), min.expiries);
         if !self.scenario.expect_violations && r.unverified_share() > MAX_UNVERIFIED_SHARE {
             out.push(format!(
                 "{} of {} expiries unverified ({:.0}%, at most {:.0}% allowed)",
@@ -398,9 +471,13 @@ impl Outcome {
                         && r.stale_refused + r.p2_store > 0
                         && (!self.scenario.unfenced || r.p2_store > 0)
                 }
+                Expected::Tokens => r.p1_tokens > 0,
+                Expected::LateExpiry => r.p4_expiry > 0,
+                Expected::EarlyExpiry => r.p5_early > 0,
                 Expected::Fifo => r.p6_fifo > 0,
                 Expected::Limit => r.p7_limit > 0,
                 Expected::Group => r.p8_group > 0,
+                Expected::GroupWatch => r.p8_watch > 0,
             }
         } else {
             self.report.violations() == 0
@@ -528,8 +605,17 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         } else {
             nats.urls()
         };
-        replicas
-            .push(Replica::start(&set.tenure_bin, &dir, i, &urls, sc.nats_nodes, sc.shards).await?);
+        replicas.push(
+            Replica::start(
+                &set.tenure_bin,
+                &dir,
+                i,
+                &urls,
+                (sc.nats_nodes, sc.shards),
+                sc.test_fault,
+            )
+            .await?,
+        );
     }
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
 
@@ -680,6 +766,18 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let accepted = fenced::accepted(&pg, &prefix).await?;
     let events = events.lock().map(|e| e.clone()).unwrap_or_default();
     let tickets = tickets.lock().map(|t| t.seen.clone()).unwrap_or_default();
+    // The queue tickets seen, kept beside the histories for a reader of a
+    // failed run (property 6's input).
+    let lines: String = tickets
+        .iter()
+        .map(|t| {
+            format!(
+                "{}\n",
+                serde_json::json!({"name": t.name, "holder": t.holder, "place": t.place, "time_ms": t.time_ms})
+            )
+        })
+        .collect();
+    let _ = std::fs::write(dir.join("tickets.jsonl"), lines);
     let report = checker::check(&Input {
         tickets: &tickets,
         limit: (sc.limit > 0).then_some(sc.limit),
@@ -781,9 +879,11 @@ fn spawn_client(
     if sc.limit > 0 {
         cmd.args(["--limit", &sc.limit.to_string()]);
     }
-    // The split control: every other client takes "another" semaphore.
-    if sc.split && slot % 2 == 1 {
-        cmd.arg("--split");
+    if slot + sc.pollers >= set.clients {
+        cmd.arg("--poll");
+    }
+    if sc.ttl_max_s > 0 {
+        cmd.args(["--ttl-max", &sc.ttl_max_s.to_string()]);
     }
     // Groups: every client but the last takes groups, the last single
     // leases on the same names, racing them (more single waiters, queued
@@ -1200,6 +1300,7 @@ mod tests {
                 fifo_pairs: min.fifo_pairs,
                 groups_taken: min.groups,
                 group_blocks: min.groups,
+                expiries_measured: min.expiries,
                 ..Report::default()
             },
             scenario,
@@ -1207,6 +1308,46 @@ mod tests {
             problems: Vec::new(),
             first_try: None,
         }
+    }
+
+    /// Each control that breaks Tenure (a test fault) passes only when
+    /// the checker reports its own property: violations of another, which
+    /// a broken server may cause too, do not make it a pass.
+    #[test]
+    fn a_control_is_caught_only_by_its_own_property() {
+        type Own = fn(&mut Report) -> &mut usize;
+        let controls: [(&str, &str, Own); 6] = [
+            ("negative-tokens", "tokens-go-back", |r| &mut r.p1_tokens),
+            ("negative-late-expiry", "late-expiry", |r| &mut r.p4_expiry),
+            ("negative-early-expiry", "early-expiry", |r| &mut r.p5_early),
+            ("negative-barging", "barging", |r| &mut r.p6_fifo),
+            ("negative-semaphore-split", "semaphore-over-limit", |r| {
+                &mut r.p7_limit
+            }),
+            ("negative-watch-group", "split-groups", |r| &mut r.p8_watch),
+        ];
+        for (name, fault, own) in controls {
+            let mut o = met(name);
+            assert_eq!(o.scenario.test_fault, Some(fault), "{name}");
+            assert!(o.scenario.expect_violations, "{name}");
+            // Every property broken but its own: missed.
+            let r = &mut o.report;
+            (r.p1_tokens, r.p2_store, r.p3_overlap, r.p4_expiry) = (1, 1, 1, 1);
+            (r.p5_early, r.p6_fifo, r.p7_limit, r.p8_group) = (1, 1, 1, 1);
+            *own(r) = 0;
+            assert!(!o.passed(), "{name} passed on other properties");
+            *own(&mut o.report) = 1;
+            assert!(o.passed(), "{name}: {:?}", o.shortfalls());
+        }
+        // A group held in part by the clients is not the watch half.
+        let mut o = met("negative-watch-group");
+        o.report.p8_group = 3;
+        assert!(!o.passed());
+        // The late-expiry control needs expiries to judge.
+        let mut o = met("negative-late-expiry");
+        o.report.p4_expiry = 1;
+        o.report.expiries_measured = 0;
+        assert!(o.short_only().is_some());
     }
 
     #[test]

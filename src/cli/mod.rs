@@ -136,6 +136,13 @@ async fn serve(args: Vec<OsString>) -> ExitCode {
         eprintln!("tenure: {err}");
         return ExitCode::from(2);
     }
+    if !config.test_fault.is_empty() {
+        let faults: Vec<String> = config.test_fault.iter().map(|f| f.name()).collect();
+        tracing::warn!(
+            faults = %faults.join(","),
+            "TEST FAULTS ON: this server breaks lease safety on purpose (--test-fault); never use it outside a test"
+        );
+    }
     match server::run(config, server::shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -18,7 +18,7 @@ mod file;
 mod test_hooks;
 
 pub use file::{resolve, ResolveError};
-pub use test_hooks::WatcherHold;
+pub use test_hooks::{check_test_faults, TestFault, TestFaults, WatcherHold, TEST_FAULTS_ENV};
 
 /// Most shards a bucket can be split into.
 pub const MAX_SHARDS: u32 = 64;
@@ -284,6 +284,12 @@ pub struct Config {
     #[arg(skip)]
     pub watcher_hold: Option<WatcherHold>,
 
+    /// Test-only: break the server on purpose (see [`TestFault`]), for the
+    /// safety checker's negative controls. Hidden; refused unless
+    /// TENURE_TEST_FAULTS=1 is set.
+    #[arg(long = "test-fault", value_enum, value_delimiter = ',', hide = true)]
+    pub test_fault: Vec<TestFault>,
+
     /// KV bucket holding the leases.
     #[arg(long, env = "TENURE_BUCKET", default_value = "tenure")]
     pub bucket: String,
@@ -367,7 +373,12 @@ pub struct Config {
 
 impl Config {
     /// Checks the settings against each other; the message says what to fix.
+    /// A `--test-fault` is refused unless `TENURE_TEST_FAULTS=1` is set.
     pub fn validate(&self) -> Result<(), String> {
+        check_test_faults(
+            &self.test_fault,
+            std::env::var(TEST_FAULTS_ENV).ok().as_deref(),
+        )?;
         let whole = |d: Duration| d.subsec_nanos() == 0;
         if self.bucket.is_empty()
             || !self
@@ -540,6 +551,11 @@ impl Config {
             max_semaphore_limit: self.max_semaphore_limit,
             max_group_size: self.max_group_size.into(),
         }
+    }
+
+    /// The test faults in force (none unless `--test-fault`).
+    pub fn test_faults(&self) -> TestFaults {
+        TestFaults::of(&self.test_fault)
     }
 
     /// The bucket settings.

@@ -25,6 +25,7 @@ use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE, WAIT_POLL};
 use super::watch::Turn;
 use super::{now_ms, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
+use crate::config::TestFault;
 use crate::error::{Reason, Result};
 use crate::nats::{CasError, Op, Write, WriteOp};
 use crate::observe::METRICS;
@@ -75,6 +76,13 @@ impl Leases {
     /// On a bucket with atomic batches a wait is fair (first come, first
     /// served across replicas: see [`fifo`]); otherwise it polls.
     pub async fn acquire(&self, args: &AcquireArgs) -> Result<Holding> {
+        self.acquire_as_written(args)
+            .await
+            .map(|holding| self.reported(holding))
+    }
+
+    /// [`Leases::acquire`], with the holding as written.
+    async fn acquire_as_written(&self, args: &AcquireArgs) -> Result<Holding> {
         let Some(wait) = args.wait else {
             return self.try_once(args).await;
         };
@@ -90,7 +98,11 @@ impl Leases {
         }
         // Waiters are queued already (as this replica's watcher sees them):
         // an Acquire without a ticket would be refused, so queue at once.
-        let seen = self.hub.waiting(&args.name);
+        let mut seen = self.hub.waiting(&args.name);
+        // TEST FAULT barging: try without a ticket first, whoever is queued.
+        if self.faults.contains(TestFault::Barging) {
+            seen = 0;
+        }
         let mut held = if seen > 0 {
             queued(&args.name, seen)
         } else {
@@ -436,8 +448,10 @@ impl Leases {
             AcquirePlan::Held { revision, record } => {
                 let mut err = held(&args.name, record, revision);
                 // The queue length, for an Acquire that does not wait (one
-                // that waits learns its place by queueing: no second scan).
-                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() {
+                // that waits learns its place by queueing: no second scan;
+                // TEST FAULT barging: no queue read at all).
+                let barging = self.faults.contains(TestFault::Barging);
+                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() && !barging {
                     err = err.with("waiters", self.waiting(&args.name).await?);
                 }
                 return Err(err);
@@ -447,6 +461,9 @@ impl Leases {
         // The queue decides who may write: nobody queued (plain), or the
         // head (queued); the batch re-checks what this read saw.
         let queue_write = match place {
+            // TEST FAULT barging: an Acquire without a ticket does not
+            // read the queue, and takes a free name ahead of its waiters.
+            Place::Plain if self.faults.contains(TestFault::Barging) => None,
             Place::Plain if self.fair() => {
                 let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
                 if queue.waiting() > 0 {
@@ -493,7 +510,7 @@ impl Leases {
             args.lock_delay_s,
             now,
         );
-        let ttl = Duration::from_secs(args.ttl_s);
+        let ttl = self.nats_ttl(args.ttl_s);
         let (fence_revision, fence_live) = (fence.0, fence.1.is_some());
         // The fence (a holding with a delay always has its fence, and one
         // without never inherits an older holding's) goes in one atomic

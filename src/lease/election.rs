@@ -157,7 +157,7 @@ impl Elections {
             record
                 .metadata
                 .insert(VALUE_KEY.to_string(), value.to_string());
-            let ttl = Duration::from_secs(record.ttl_s);
+            let ttl = self.leases.nats_ttl(record.ttl_s);
             match self
                 .leases
                 .store

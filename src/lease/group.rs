@@ -32,6 +32,7 @@ use super::refusals::{contended, delayed, held, queued, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, Wakeups};
 use super::{fifo, now_ms, EventKind, Filter, Holding, Leases, MAX_CAS_ATTEMPTS};
+use crate::config::TestFault;
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Write, WriteOp};
 use crate::observe::METRICS;
@@ -42,6 +43,10 @@ use crate::observe::METRICS;
 pub const MAX_GROUP_SIZE: usize = 64;
 // Three writes per member must fit one JetStream batch.
 const _: () = assert!(MAX_GROUP_SIZE * 3 < 1000);
+
+/// The pause between two members of a group under the test fault
+/// `split-groups`.
+const SPLIT_GROUP_PAUSE: Duration = Duration::from_millis(20);
 
 /// What AcquireGroup asks for, already validated.
 #[derive(Debug, Clone)]
@@ -254,9 +259,14 @@ impl Leases {
                 name.clone(),
                 record.encode(),
                 expected,
-                Duration::from_secs(args.ttl_s),
+                self.nats_ttl(args.ttl_s),
             ));
             records.push(record);
+        }
+        // TEST FAULT split-groups: the records one by one, not one batch.
+        if self.faults.contains(TestFault::SplitGroups) {
+            let puts = &writes[writes.len() - records.len()..];
+            return self.write_one_by_one(&args.names, puts, records).await;
         }
         let last = match self.store.batch(&writes).await {
             Ok(last) => last,
@@ -271,6 +281,53 @@ impl Leases {
         METRICS.acquired.inc_by(taken as u64);
         METRICS.group_acquired.inc();
         tracing::debug!(names = ?args.names, holder = %args.holder, revision = last, "group acquired");
+        Ok(Some(holdings))
+    }
+
+    /// The test fault `split-groups`: a group's record writes `puts` made
+    /// one by one (no queue guards, no fences), 20 ms apart, so that
+    /// watchers see part of the group and other writes come between its
+    /// members. A lost race releases the members written so far and is a
+    /// lost race (`None`: the caller reads again).
+    async fn write_one_by_one(
+        &self,
+        names: &[String],
+        puts: &[Write],
+        records: Vec<Record>,
+    ) -> Result<Option<Vec<Holding>>> {
+        let mut holdings: Vec<Holding> = Vec::with_capacity(records.len());
+        for ((name, put), record) in names.iter().zip(puts).zip(records) {
+            if !holdings.is_empty() {
+                tokio::time::sleep(SPLIT_GROUP_PAUSE).await;
+            }
+            let expected = put.expected.unwrap_or(0);
+            let written = self
+                .store
+                .put(name, put.payload.clone(), expected, put.ttl)
+                .await;
+            let failed = match written {
+                Ok(revision) => {
+                    self.cache.insert(name, revision, &record);
+                    holdings.push(Holding::at(name, revision, record));
+                    continue;
+                }
+                Err(CasError::Conflict) => None,
+                Err(CasError::Failed(err)) => Some(err),
+            };
+            for h in &holdings {
+                let released = Released {
+                    holder: h.record.holder.clone(),
+                    token: h.token,
+                };
+                let _ = self
+                    .store
+                    .delete(&h.name, released.encode(), h.revision)
+                    .await;
+                self.cache.remove(&h.name);
+            }
+            return failed.map_or(Ok(None), Err);
+        }
+        METRICS.group_acquired.inc();
         Ok(Some(holdings))
     }
 
@@ -319,7 +376,7 @@ impl Leases {
                     m.name.clone(),
                     record.encode(),
                     *revision,
-                    Duration::from_secs(record.ttl_s),
+                    self.nats_ttl(record.ttl_s),
                 ));
                 records.push(record);
             }

@@ -8,6 +8,11 @@
 //! against the exact record that the write replaces. A lost race (a CAS
 //! conflict) re-reads and tries again, a bounded number of times.
 //!
+//! The safety checker's negative controls break this module on purpose
+//! with test faults (`tenure serve --test-fault`, refused unless
+//! `TENURE_TEST_FAULTS=1`; see [`TestFault`]): each is a branch marked
+//! `TEST FAULT`, never taken without the flag.
+//!
 //! The only memory here is the [`cache::KeyCache`], the watcher's mirror
 //! and the queue reads in flight ([`fifo::SharedReads`]); none decides
 //! anything a conditional write does not confirm. The protocol counts what
@@ -50,8 +55,9 @@ mod shards;
 mod wait;
 mod watch;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
@@ -69,6 +75,7 @@ use cache::{FreeHints, KeyCache};
 use record::{Entry, Kind};
 use refusals::unreadable;
 
+use crate::config::{TestFault, TestFaults};
 use crate::error::{Error, Reason, Result};
 use crate::nats::Store;
 
@@ -101,6 +108,11 @@ pub struct Leases {
     unqueued: Arc<wait::Unqueued>,
     /// Turns for semaphore slot reads ([`semaphore::SLOT_READS`] at once).
     slot_reads: Arc<tokio::sync::Semaphore>,
+    /// Deliberate bugs for the safety checker's negative controls (none in
+    /// production; see [`TestFault`]).
+    faults: TestFaults,
+    /// Grants so far, for the `tokens-go-back` test fault.
+    grants: Arc<AtomicU64>,
 }
 
 impl Leases {
@@ -117,6 +129,8 @@ impl Leases {
             free: Arc::default(),
             unqueued: Arc::default(),
             slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),
+            faults: TestFaults::default(),
+            grants: Arc::default(),
         }
     }
 
@@ -124,6 +138,42 @@ impl Leases {
     pub fn with_max_waiters(mut self, max_waiters: usize) -> Leases {
         self.max_waiters = max_waiters.max(1);
         self
+    }
+
+    /// The same, broken on purpose by `faults` (`tenure serve
+    /// --test-fault`, for the safety checker's negative controls only).
+    pub fn with_test_faults(mut self, faults: TestFaults) -> Leases {
+        self.faults = faults;
+        self
+    }
+
+    /// The TTL NATS stores a record of `ttl_s` with: the TTL granted, but
+    /// for the test faults `late-expiry` and `early-expiry`.
+    fn nats_ttl(&self, ttl_s: u64) -> Duration {
+        // TEST FAULT late-expiry: NATS keeps the record 3 s longer than
+        // the holder was told.
+        if self.faults.contains(TestFault::LateExpiry) {
+            return Duration::from_secs(ttl_s + 3);
+        }
+        // TEST FAULT early-expiry: NATS keeps it half as long (whole
+        // seconds, at least 1).
+        if self.faults.contains(TestFault::EarlyExpiry) {
+            return Duration::from_secs((ttl_s / 2).max(1));
+        }
+        Duration::from_secs(ttl_s)
+    }
+
+    /// A grant as its holder is told of it: as written, but for the test
+    /// fault `tokens-go-back`.
+    fn reported(&self, mut holding: Holding) -> Holding {
+        // TEST FAULT tokens-go-back: every third grant reports a token
+        // 1,000 below the real one (at least 1).
+        if self.faults.contains(TestFault::TokensGoBack)
+            && self.grants.fetch_add(1, Ordering::Relaxed) % 3 == 2
+        {
+            holding.token = holding.token.saturating_sub(1000).max(1);
+        }
+        holding
     }
 
     /// Whether waits are fair: the bucket takes the atomic batches that

@@ -10,7 +10,6 @@
 //! cost no read.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::record::{Entry, Holding, KeyHash, Kind, Record};
 use super::refusals::{cas_failed, contended, group_member, not_held, unreadable};
@@ -117,7 +116,7 @@ impl Leases {
         ttl_s: Option<u64>,
     ) -> Result<Holding, CasError> {
         let record = rec.renewal(revision, ttl_s, now_ms());
-        let ttl = Duration::from_secs(record.ttl_s);
+        let ttl = self.nats_ttl(record.ttl_s);
         let new_revision = self.store.put(name, record.encode(), revision, ttl).await?;
         self.cache.insert(name, new_revision, &record);
         Ok(Holding::at(name, new_revision, record))

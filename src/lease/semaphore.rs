@@ -37,6 +37,7 @@ use super::refusals::{cas_failed, contended, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, FOLLOW_PATIENCE};
 use super::{now_ms, AcquireArgs, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
+use crate::config::TestFault;
 use crate::error::{Error, Reason, Result};
 use crate::nats::{CasError, Op, Write, WriteOp};
 use crate::observe::METRICS;
@@ -110,14 +111,20 @@ impl Leases {
                     }
                 }
             }
+            // The slots a holder may take: as many as the limit (TEST
+            // FAULT semaphore-over-limit: one more).
+            let mut slots_open = limit;
+            if self.faults.contains(TestFault::SemaphoreOverLimit) {
+                slots_open = limit + 1;
+            }
             // The slots first, then the definition: a limit change committed
             // after the slots were read rewrote them, so a write over a
             // slot's read revision fails if the limit changed since.
-            let mut slots = self.slots(name, 1, limit).await?;
+            let mut slots = self.slots(name, 1, slots_open).await?;
             let def = self.definition(name).await?;
             let in_force = def.limit.unwrap_or(0);
-            if in_force > limit {
-                slots.extend(self.slots(name, limit + 1, in_force).await?);
+            if in_force > slots_open {
+                slots.extend(self.slots(name, slots_open + 1, in_force).await?);
             }
             let live: Vec<(u32, u64, &Record)> = slots
                 .iter()
@@ -134,7 +141,7 @@ impl Leases {
                 return Err(mismatch(name, limit, in_force));
             }
             let mut free = Vec::new();
-            for (slot, entry) in slots.iter().take(limit as usize) {
+            for (slot, entry) in slots.iter().take(slots_open as usize) {
                 match rules::plan_acquire(entry.as_ref(), &args.holder, &hash) {
                     AcquirePlan::Retry { revision, record } => {
                         let key = slot_key(name, *slot);
@@ -168,7 +175,7 @@ impl Leases {
             let now = now_ms();
             let record = Record::grant(&args.holder, &hash, args.ttl_s, &args.metadata, 0, now);
             let key = slot_key(name, slot);
-            let ttl = Duration::from_secs(args.ttl_s);
+            let ttl = self.nats_ttl(args.ttl_s);
             let written = if in_force == limit {
                 // The limit stands: only the slot is written.
                 self.store.put(&key, record.encode(), expected, ttl).await

@@ -56,6 +56,7 @@ mod semaphore;
 mod shards;
 mod shards_cluster;
 mod startup;
+mod test_faults;
 mod traces;
 mod validation;
 mod walkthrough;
