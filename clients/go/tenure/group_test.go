@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-dev/tenure/clients/go/tenure"
 	"github.com/tenure-dev/tenure/clients/go/tenurev1"
@@ -133,19 +135,25 @@ func TestGroupStalledIsLostBeforeTakeover(t *testing.T) {
 	}
 }
 
-// A member ended behind the group's back (a Release with the group's key,
-// as a crashed twin could send) ends the group: through the shared watch,
-// or through RenewGroup answering LEASE_NOT_HELD, whichever comes first.
+// A member cannot be released alone, even with the group's key (as a
+// crashed twin could try): the server refuses GROUP_MEMBER. An operator's
+// revoke of one member, the one way to end it alone, ends the group:
+// through the shared watch, or through RenewGroup answering
+// LEASE_NOT_HELD, whichever comes first.
 func TestGroupMemberReleasedBehindItsBack(t *testing.T) {
 	ctx := testCtx(t)
 	c := newClient(t, shared.addr)
 	names := []string{leaseName(t, "a"), leaseName(t, "b")}
 	g := acquireGroupOrSkip(ctx, t, c, names, "grouper", 30*time.Second, tenure.WithRenewFraction(0.9))
 	l := g.Leases()[1]
-	if _, err := c.Stub().Release(ctx, &tenurev1.ReleaseRequest{Name: l.GetName(), ExpectedRevision: l.GetRevision(), LeaseKey: g.LeaseKey()}); err != nil {
+	_, err := c.Stub().Release(ctx, &tenurev1.ReleaseRequest{Name: l.GetName(), ExpectedRevision: l.GetRevision(), LeaseKey: g.LeaseKey()})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "ReleaseGroup") {
+		t.Fatalf("Release of one member = %v, want FAILED_PRECONDITION (GROUP_MEMBER)", err)
+	}
+	if _, err := c.Stub().RevokeLease(ctx, &tenurev1.RevokeLeaseRequest{Name: l.GetName(), Reason: "test: end one member"}); err != nil {
 		t.Fatal(err)
 	}
-	err := g.Renew(ctx)
+	err = g.Renew(ctx)
 	if err == nil {
 		t.Fatal("Renew of a group missing a member succeeded")
 	}

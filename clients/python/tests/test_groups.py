@@ -107,13 +107,21 @@ async def test_group_member_released_behind_its_back(client: TenureClient, name:
     names = [name + ".a", name + ".b"]
     g = await _group(client, names, ttl=30, renew_fraction=0.9, safety_margin=1)
     member = g.leases[1]
-    await client.stub.Release(
-        lease_pb2.ReleaseRequest(
-            name=member.name, expected_revision=member.revision, lease_key=g.lease_key
+    # One member cannot be released alone, even with the group's key.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.stub.Release(
+            lease_pb2.ReleaseRequest(
+                name=member.name, expected_revision=member.revision, lease_key=g.lease_key
+            )
         )
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "ReleaseGroup" in (refused.value.details() or "")
+    # An operator's revoke, the one way to end it alone, ends the group.
+    await client.stub.RevokeLease(
+        lease_pb2.RevokeLeaseRequest(name=member.name, reason="test: end one member")
     )
     # RenewGroup answers LEASE_NOT_HELD; so does renew() when the watch saw
-    # the release first (the group is then already lost).
+    # the revoke first (the group is then already lost).
     with pytest.raises(TenureError) as info:
         await g.renew()
     assert info.value.reason is Reason.LEASE_NOT_HELD
