@@ -32,6 +32,7 @@ pub fn lease(h: &Holding) -> proto::Lease {
         }),
         slot: h.slot,
         group: h.record.group.clone(),
+        fence_proof: Vec::new(),
     }
 }
 

@@ -98,6 +98,7 @@ fn leadership(h: &Holding, with_ttl_left: bool) -> proto::Leadership {
                 nanos: (left.subsec_millis() * 1_000_000) as i32,
             }
         }),
+        fence_proof: Vec::new(),
     }
 }
 

@@ -468,6 +468,13 @@ impl LeaseService for LeaseApi {
         .await
     }
 
+    async fn get_fence_keys(
+        &self,
+        _request: Request<proto::GetFenceKeysRequest>,
+    ) -> Result<Response<proto::GetFenceKeysResponse>, Status> {
+        Ok(Response::new(proto::GetFenceKeysResponse::default()))
+    }
+
     type KeepAliveStream = KeepAliveStream;
 
     async fn keep_alive(

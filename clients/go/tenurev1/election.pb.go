@@ -132,7 +132,10 @@ type Leadership struct {
 	// ttl_left is how long the leadership lasts from when it was read
 	// without another write, by the server's clock (whole milliseconds);
 	// set by Leader and Observe.
-	TtlLeft       *durationpb.Duration `protobuf:"bytes,9,opt,name=ttl_left,json=ttlLeft,proto3" json:"ttl_left,omitempty"`
+	TtlLeft *durationpb.Duration `protobuf:"bytes,9,opt,name=ttl_left,json=ttlLeft,proto3" json:"ttl_left,omitempty"`
+	// fence_proof is the term's fence proof (see Lease.fence_proof), set in
+	// CampaignResponse when the server has a fence signing key.
+	FenceProof    []byte `protobuf:"bytes,10,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +229,13 @@ func (x *Leadership) GetRenewTime() *timestamppb.Timestamp {
 func (x *Leadership) GetTtlLeft() *durationpb.Duration {
 	if x != nil {
 		return x.TtlLeft
+	}
+	return nil
+}
+
+func (x *Leadership) GetFenceProof() []byte {
+	if x != nil {
+		return x.FenceProof
 	}
 	return nil
 }
@@ -840,7 +850,7 @@ var File_tenure_v1_election_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_election_proto_rawDesc = "" +
 	"\n" +
-	"\x18tenure/v1/election.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x02\n" +
+	"\x18tenure/v1/election.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x03\n" +
 	"\n" +
 	"Leadership\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -852,7 +862,10 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\felected_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\velectedTime\x129\n" +
 	"\n" +
 	"renew_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x124\n" +
-	"\bttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\attlLeft\"\xcc\x01\n" +
+	"\bttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\attlLeft\x12\x1f\n" +
+	"\vfence_proof\x18\n" +
+	" \x01(\fR\n" +
+	"fenceProof\"\xcc\x01\n" +
 	"\x0fCampaignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +

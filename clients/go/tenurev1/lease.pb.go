@@ -152,7 +152,17 @@ type Lease struct {
 	// the same holder; the exceptions are an operator's RevokeLease of one
 	// member and expiry, which NATS applies to each member's record on its own
 	// (at the same deadline, seconds apart at most).
-	Group         []string `protobuf:"bytes,11,rep,name=group,proto3" json:"group,omitempty"`
+	Group []string `protobuf:"bytes,11,rep,name=group,proto3" json:"group,omitempty"`
+	// fence_proof is this holding's fence proof: an Ed25519-signed statement
+	// of (bucket, name, slot, fencing_token, holder, acquire time, TTL) that a
+	// downstream store verifies offline against the keys of GetFenceKeys, so
+	// that it only ever records tokens Tenure granted for the name it guards
+	// (format: docs/fencing.md; send it as the Tenure-Fence header in its
+	// text form, base64url without padding). Set in the replies that grant a
+	// holding (Acquire, AcquireGroup) when the server has a fence signing key
+	// (--fence-signing-key); empty otherwise and in every other reply.
+	// Renewals do not change it.
+	FenceProof    []byte `protobuf:"bytes,12,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +270,13 @@ func (x *Lease) GetSlot() uint32 {
 func (x *Lease) GetGroup() []string {
 	if x != nil {
 		return x.Group
+	}
+	return nil
+}
+
+func (x *Lease) GetFenceProof() []byte {
+	if x != nil {
+		return x.FenceProof
 	}
 	return nil
 }
@@ -2204,11 +2221,169 @@ func (x *ReleaseGroupResponse) GetRevision() uint64 {
 	return 0
 }
 
+// GetFenceKeysRequest asks for the fence verification keys.
+type GetFenceKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFenceKeysRequest) Reset() {
+	*x = GetFenceKeysRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFenceKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFenceKeysRequest) ProtoMessage() {}
+
+func (x *GetFenceKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFenceKeysRequest.ProtoReflect.Descriptor instead.
+func (*GetFenceKeysRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
+}
+
+// GetFenceKeysResponse lists the fence verification keys.
+type GetFenceKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys are the keys, the active one first.
+	Keys []*FenceKey `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// keyset is the same keys in the text form the fence verifiers read: one
+	// base64url public key per line, each with a comment giving its id.
+	Keyset        string `protobuf:"bytes,2,opt,name=keyset,proto3" json:"keyset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFenceKeysResponse) Reset() {
+	*x = GetFenceKeysResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFenceKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFenceKeysResponse) ProtoMessage() {}
+
+func (x *GetFenceKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFenceKeysResponse.ProtoReflect.Descriptor instead.
+func (*GetFenceKeysResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetFenceKeysResponse) GetKeys() []*FenceKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *GetFenceKeysResponse) GetKeyset() string {
+	if x != nil {
+		return x.Keyset
+	}
+	return ""
+}
+
+// FenceKey is one Ed25519 public key fence proofs may be signed with.
+type FenceKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key_id is the id proofs name the key by: the first 8 bytes of SHA-256
+	// of public_key, as 16 lower-case hex digits.
+	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// public_key is the 32-byte Ed25519 public key.
+	PublicKey []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// active is true for the key new proofs are signed with.
+	Active        bool `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceKey) Reset() {
+	*x = FenceKey{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceKey) ProtoMessage() {}
+
+func (x *FenceKey) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceKey.ProtoReflect.Descriptor instead.
+func (*FenceKey) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *FenceKey) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *FenceKey) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *FenceKey) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
@@ -2223,7 +2398,9 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
 	"\x04slot\x18\n" +
 	" \x01(\rR\x04slot\x12\x14\n" +
-	"\x05group\x18\v \x03(\tR\x05group\x1a;\n" +
+	"\x05group\x18\v \x03(\tR\x05group\x12\x1f\n" +
+	"\vfence_proof\x18\f \x01(\fR\n" +
+	"fenceProof\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x03\n" +
@@ -2363,7 +2540,16 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x14ReleaseGroupResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x03(\tR\breleased\x12\x19\n" +
 	"\bnot_held\x18\x02 \x03(\tR\anotHeld\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision*\xdb\x01\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\x15\n" +
+	"\x13GetFenceKeysRequest\"W\n" +
+	"\x14GetFenceKeysResponse\x12'\n" +
+	"\x04keys\x18\x01 \x03(\v2\x13.tenure.v1.FenceKeyR\x04keys\x12\x16\n" +
+	"\x06keyset\x18\x02 \x01(\tR\x06keyset\"X\n" +
+	"\bFenceKey\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active*\xdb\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -2372,7 +2558,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_RENEWED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_REVOKED\x10\a2\xb2\x06\n" +
+	"\x12EVENT_TYPE_REVOKED\x10\a2\x83\a\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -2387,7 +2573,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\fAcquireGroup\x12\x1e.tenure.v1.AcquireGroupRequest\x1a\x1f.tenure.v1.AcquireGroupResponse\x12I\n" +
 	"\n" +
 	"RenewGroup\x12\x1c.tenure.v1.RenewGroupRequest\x1a\x1d.tenure.v1.RenewGroupResponse\x12O\n" +
-	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponseBX\n" +
+	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponse\x12O\n" +
+	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -2404,7 +2591,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
 	(*Lease)(nil),                 // 1: tenure.v1.Lease
@@ -2435,25 +2622,28 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*RenewGroupResponse)(nil),    // 26: tenure.v1.RenewGroupResponse
 	(*ReleaseGroupRequest)(nil),   // 27: tenure.v1.ReleaseGroupRequest
 	(*ReleaseGroupResponse)(nil),  // 28: tenure.v1.ReleaseGroupResponse
-	nil,                           // 29: tenure.v1.Lease.MetadataEntry
-	nil,                           // 30: tenure.v1.AcquireRequest.MetadataEntry
-	nil,                           // 31: tenure.v1.KeepAliveError.MetadataEntry
-	nil,                           // 32: tenure.v1.AcquireGroupRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*GetFenceKeysRequest)(nil),   // 29: tenure.v1.GetFenceKeysRequest
+	(*GetFenceKeysResponse)(nil),  // 30: tenure.v1.GetFenceKeysResponse
+	(*FenceKey)(nil),              // 31: tenure.v1.FenceKey
+	nil,                           // 32: tenure.v1.Lease.MetadataEntry
+	nil,                           // 33: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 34: tenure.v1.KeepAliveError.MetadataEntry
+	nil,                           // 35: tenure.v1.AcquireGroupRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	33, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	29, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	34, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	34, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	33, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	33, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	30, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	33, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	36, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	32, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	37, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	37, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	36, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	36, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	33, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	36, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	1,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	33, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
@@ -2461,52 +2651,55 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	12, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
 	1,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	34, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	37, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
 	1,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	1,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
 	18, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
-	33, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	36, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
 	20, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
 	1,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
 	21, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
-	31, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
-	33, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
-	33, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
-	32, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
-	33, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
+	34, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	36, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	36, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	35, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
+	36, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
 	1,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
 	24, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
-	33, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
 	24, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
-	2,  // 37: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 38: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 39: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 40: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 41: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 42: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 43: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	17, // 44: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	22, // 45: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
-	25, // 46: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
-	27, // 47: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
-	3,  // 48: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 49: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 50: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 51: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 52: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 53: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 54: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	19, // 55: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	23, // 56: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
-	26, // 57: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
-	28, // 58: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	31, // 37: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
+	2,  // 38: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	4,  // 39: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	6,  // 40: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	8,  // 41: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	10, // 42: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	13, // 43: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	15, // 44: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	17, // 45: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	22, // 46: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
+	25, // 47: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
+	27, // 48: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
+	29, // 49: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
+	3,  // 50: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	5,  // 51: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	7,  // 52: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	9,  // 53: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	11, // 54: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	14, // 55: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	16, // 56: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	19, // 57: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	23, // 58: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
+	26, // 59: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
+	28, // 60: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
+	30, // 61: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
+	50, // [50:62] is the sub-list for method output_type
+	38, // [38:50] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -2525,7 +2718,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,7 @@ const (
 	LeaseService_AcquireGroup_FullMethodName = "/tenure.v1.LeaseService/AcquireGroup"
 	LeaseService_RenewGroup_FullMethodName   = "/tenure.v1.LeaseService/RenewGroup"
 	LeaseService_ReleaseGroup_FullMethodName = "/tenure.v1.LeaseService/ReleaseGroup"
+	LeaseService_GetFenceKeys_FullMethodName = "/tenure.v1.LeaseService/GetFenceKeys"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -103,6 +104,11 @@ type LeaseServiceClient interface {
 	// ReleaseGroup ends every holding of a group that is still held, in one
 	// atomic batch; members already lost are reported, not an error.
 	ReleaseGroup(ctx context.Context, in *ReleaseGroupRequest, opts ...grpc.CallOption) (*ReleaseGroupResponse, error)
+	// GetFenceKeys lists the public keys fence proofs are signed with, for
+	// downstream stores to pin: the active signing key and the older keys
+	// still accepted during a rotation. Open to every caller allowed to watch
+	// any name; empty when the server signs no proofs.
+	GetFenceKeys(ctx context.Context, in *GetFenceKeysRequest, opts ...grpc.CallOption) (*GetFenceKeysResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -235,6 +241,16 @@ func (c *leaseServiceClient) ReleaseGroup(ctx context.Context, in *ReleaseGroupR
 	return out, nil
 }
 
+func (c *leaseServiceClient) GetFenceKeys(ctx context.Context, in *GetFenceKeysRequest, opts ...grpc.CallOption) (*GetFenceKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFenceKeysResponse)
+	err := c.cc.Invoke(ctx, LeaseService_GetFenceKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -297,6 +313,11 @@ type LeaseServiceServer interface {
 	// ReleaseGroup ends every holding of a group that is still held, in one
 	// atomic batch; members already lost are reported, not an error.
 	ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error)
+	// GetFenceKeys lists the public keys fence proofs are signed with, for
+	// downstream stores to pin: the active signing key and the older keys
+	// still accepted during a rotation. Open to every caller allowed to watch
+	// any name; empty when the server signs no proofs.
+	GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -339,6 +360,9 @@ func (UnimplementedLeaseServiceServer) RenewGroup(context.Context, *RenewGroupRe
 }
 func (UnimplementedLeaseServiceServer) ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseGroup not implemented")
+}
+func (UnimplementedLeaseServiceServer) GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFenceKeys not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -541,6 +565,24 @@ func _LeaseService_ReleaseGroup_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_GetFenceKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFenceKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).GetFenceKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_GetFenceKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).GetFenceKeys(ctx, req.(*GetFenceKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -583,6 +625,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseGroup",
 			Handler:    _LeaseService_ReleaseGroup_Handler,
+		},
+		{
+			MethodName: "GetFenceKeys",
+			Handler:    _LeaseService_GetFenceKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

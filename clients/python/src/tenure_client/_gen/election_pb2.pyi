@@ -28,7 +28,7 @@ CHANGE_TYPE_EXPIRED: ChangeType
 CHANGE_TYPE_REVOKED: ChangeType
 
 class Leadership(_message.Message):
-    __slots__ = ("name", "holder", "value", "fencing_token", "revision", "ttl", "elected_time", "renew_time", "ttl_left")
+    __slots__ = ("name", "holder", "value", "fencing_token", "revision", "ttl", "elected_time", "renew_time", "ttl_left", "fence_proof")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Leadership(_message.Message):
     ELECTED_TIME_FIELD_NUMBER: _ClassVar[int]
     RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
     TTL_LEFT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_PROOF_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     value: str
@@ -47,7 +48,8 @@ class Leadership(_message.Message):
     elected_time: _timestamp_pb2.Timestamp
     renew_time: _timestamp_pb2.Timestamp
     ttl_left: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., elected_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    fence_proof: bytes
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., elected_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fence_proof: _Optional[bytes] = ...) -> None: ...
 
 class CampaignRequest(_message.Message):
     __slots__ = ("name", "holder", "value", "ttl", "lease_key", "wait")

@@ -31,7 +31,7 @@ EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
 
 class Lease(_message.Message):
-    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group")
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group", "fence_proof")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Lease(_message.Message):
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    FENCE_PROOF_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     fencing_token: int
@@ -61,7 +62,8 @@ class Lease(_message.Message):
     lock_delay: _duration_pb2.Duration
     slot: int
     group: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ...) -> None: ...
+    fence_proof: bytes
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ..., fence_proof: _Optional[bytes] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
     __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit")
@@ -371,3 +373,25 @@ class ReleaseGroupResponse(_message.Message):
     not_held: _containers.RepeatedScalarFieldContainer[str]
     revision: int
     def __init__(self, released: _Optional[_Iterable[str]] = ..., not_held: _Optional[_Iterable[str]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class GetFenceKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetFenceKeysResponse(_message.Message):
+    __slots__ = ("keys", "keyset")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    KEYSET_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[FenceKey]
+    keyset: str
+    def __init__(self, keys: _Optional[_Iterable[_Union[FenceKey, _Mapping]]] = ..., keyset: _Optional[str] = ...) -> None: ...
+
+class FenceKey(_message.Message):
+    __slots__ = ("key_id", "public_key", "active")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    public_key: bytes
+    active: bool
+    def __init__(self, key_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., active: _Optional[bool] = ...) -> None: ...

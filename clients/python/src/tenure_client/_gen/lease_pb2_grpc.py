@@ -94,6 +94,11 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.FromString,
                 _registered_method=True)
+        self.GetFenceKeys = channel.unary_unary(
+                '/tenure.v1.LeaseService/GetFenceKeys',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -211,6 +216,16 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetFenceKeys(self, request, context):
+        """GetFenceKeys lists the public keys fence proofs are signed with, for
+        downstream stores to pin: the active signing key and the older keys
+        still accepted during a rotation. Open to every caller allowed to watch
+        any name; empty when the server signs no proofs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -268,6 +283,11 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.ReleaseGroup,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.SerializeToString,
+            ),
+            'GetFenceKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFenceKeys,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -572,6 +592,33 @@ class LeaseService:
             '/tenure.v1.LeaseService/ReleaseGroup',
             tenure_dot_v1_dot_lease__pb2.ReleaseGroupRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.ReleaseGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFenceKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/GetFenceKeys',
+            tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -183,7 +183,14 @@ export interface Leadership {
    * without another write, by the server's clock (whole milliseconds);
    * set by Leader and Observe.
    */
-  ttlLeft: Duration | undefined;
+  ttlLeft:
+    | Duration
+    | undefined;
+  /**
+   * fence_proof is the term's fence proof (see Lease.fence_proof), set in
+   * CampaignResponse when the server has a fence signing key.
+   */
+  fenceProof: Buffer;
 }
 
 /** CampaignRequest asks to lead an election. */
@@ -326,6 +333,7 @@ function createBaseLeadership(): Leadership {
     electedTime: undefined,
     renewTime: undefined,
     ttlLeft: undefined,
+    fenceProof: Buffer.alloc(0),
   };
 }
 
@@ -363,6 +371,9 @@ export const Leadership: MessageFns<Leadership> = {
     }
     if (message.ttlLeft !== undefined) {
       Duration.encode(message.ttlLeft, writer.uint32(74).fork()).join();
+    }
+    if (message.fenceProof.length !== 0) {
+      writer.uint32(82).bytes(message.fenceProof);
     }
     return writer;
   },
@@ -452,6 +463,14 @@ export const Leadership: MessageFns<Leadership> = {
             message.ttlLeft = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.fenceProof = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -491,6 +510,11 @@ export const Leadership: MessageFns<Leadership> = {
         : isSet(object.ttl_left)
         ? Duration.fromJSON(object.ttl_left)
         : undefined,
+      fenceProof: isSet(object.fenceProof)
+        ? Buffer.from(bytesFromBase64(object.fenceProof))
+        : isSet(object.fence_proof)
+        ? Buffer.from(bytesFromBase64(object.fence_proof))
+        : Buffer.alloc(0),
     };
   },
 
@@ -523,6 +547,9 @@ export const Leadership: MessageFns<Leadership> = {
     if (message.ttlLeft !== undefined) {
       obj.ttlLeft = Duration.toJSON(message.ttlLeft);
     }
+    if (message.fenceProof.length !== 0) {
+      obj.fenceProof = base64FromBytes(message.fenceProof);
+    }
     return obj;
   },
 
@@ -544,6 +571,7 @@ export const Leadership: MessageFns<Leadership> = {
     message.ttlLeft = (object.ttlLeft !== undefined && object.ttlLeft !== null)
       ? Duration.fromPartial(object.ttlLeft)
       : undefined;
+    message.fenceProof = object.fenceProof ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -1753,6 +1781,14 @@ export const ElectionServiceClient = makeGenericClientConstructor(
   service: typeof ElectionServiceService;
   serviceName: string;
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | bigint | undefined;
 

@@ -213,6 +213,18 @@ export interface Lease {
    * (at the same deadline, seconds apart at most).
    */
   group: string[];
+  /**
+   * fence_proof is this holding's fence proof: an Ed25519-signed statement
+   * of (bucket, name, slot, fencing_token, holder, acquire time, TTL) that a
+   * downstream store verifies offline against the keys of GetFenceKeys, so
+   * that it only ever records tokens Tenure granted for the name it guards
+   * (format: docs/fencing.md; send it as the Tenure-Fence header in its
+   * text form, base64url without padding). Set in the replies that grant a
+   * holding (Acquire, AcquireGroup) when the server has a fence signing key
+   * (--fence-signing-key); empty otherwise and in every other reply.
+   * Renewals do not change it.
+   */
+  fenceProof: Buffer;
 }
 
 export interface Lease_MetadataEntry {
@@ -742,6 +754,34 @@ export interface ReleaseGroupResponse {
   revision: bigint;
 }
 
+/** GetFenceKeysRequest asks for the fence verification keys. */
+export interface GetFenceKeysRequest {
+}
+
+/** GetFenceKeysResponse lists the fence verification keys. */
+export interface GetFenceKeysResponse {
+  /** keys are the keys, the active one first. */
+  keys: FenceKey[];
+  /**
+   * keyset is the same keys in the text form the fence verifiers read: one
+   * base64url public key per line, each with a comment giving its id.
+   */
+  keyset: string;
+}
+
+/** FenceKey is one Ed25519 public key fence proofs may be signed with. */
+export interface FenceKey {
+  /**
+   * key_id is the id proofs name the key by: the first 8 bytes of SHA-256
+   * of public_key, as 16 lower-case hex digits.
+   */
+  keyId: string;
+  /** public_key is the 32-byte Ed25519 public key. */
+  publicKey: Buffer;
+  /** active is true for the key new proofs are signed with. */
+  active: boolean;
+}
+
 function createBaseLease(): Lease {
   return {
     name: "",
@@ -755,6 +795,7 @@ function createBaseLease(): Lease {
     lockDelay: undefined,
     slot: 0,
     group: [],
+    fenceProof: Buffer.alloc(0),
   };
 }
 
@@ -798,6 +839,9 @@ export const Lease: MessageFns<Lease> = {
     }
     for (const v of message.group) {
       writer.uint32(90).string(v!);
+    }
+    if (message.fenceProof.length !== 0) {
+      writer.uint32(98).bytes(message.fenceProof);
     }
     return writer;
   },
@@ -906,6 +950,14 @@ export const Lease: MessageFns<Lease> = {
             message.group.push(reader.string());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.fenceProof = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -962,6 +1014,11 @@ export const Lease: MessageFns<Lease> = {
       group: globalThis.Array.isArray(object?.group)
         ? object.group.map((e: any) => globalThis.String(e))
         : [],
+      fenceProof: isSet(object.fenceProof)
+        ? Buffer.from(bytesFromBase64(object.fenceProof))
+        : isSet(object.fence_proof)
+        ? Buffer.from(bytesFromBase64(object.fence_proof))
+        : Buffer.alloc(0),
     };
   },
 
@@ -1006,6 +1063,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.group?.length) {
       obj.group = message.group;
     }
+    if (message.fenceProof.length !== 0) {
+      obj.fenceProof = base64FromBytes(message.fenceProof);
+    }
     return obj;
   },
 
@@ -1037,6 +1097,7 @@ export const Lease: MessageFns<Lease> = {
       : undefined;
     message.slot = object.slot ?? 0;
     message.group = object.group?.map((e) => e) || [];
+    message.fenceProof = object.fenceProof ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -4585,6 +4646,252 @@ export const ReleaseGroupResponse: MessageFns<ReleaseGroupResponse> = {
   },
 };
 
+function createBaseGetFenceKeysRequest(): GetFenceKeysRequest {
+  return {};
+}
+
+export const GetFenceKeysRequest: MessageFns<GetFenceKeysRequest> = {
+  encode(_: GetFenceKeysRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetFenceKeysRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetFenceKeysRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetFenceKeysRequest {
+    return {};
+  },
+
+  toJSON(_: GetFenceKeysRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetFenceKeysRequest>, I>>(base?: I): GetFenceKeysRequest {
+    return GetFenceKeysRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetFenceKeysRequest>, I>>(_: I): GetFenceKeysRequest {
+    const message = createBaseGetFenceKeysRequest();
+    return message;
+  },
+};
+
+function createBaseGetFenceKeysResponse(): GetFenceKeysResponse {
+  return { keys: [], keyset: "" };
+}
+
+export const GetFenceKeysResponse: MessageFns<GetFenceKeysResponse> = {
+  encode(message: GetFenceKeysResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.keys) {
+      FenceKey.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.keyset !== "") {
+      writer.uint32(18).string(message.keyset);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetFenceKeysResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetFenceKeysResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.keys.push(FenceKey.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.keyset = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetFenceKeysResponse {
+    return {
+      keys: globalThis.Array.isArray(object?.keys) ? object.keys.map((e: any) => FenceKey.fromJSON(e)) : [],
+      keyset: isSet(object.keyset) ? globalThis.String(object.keyset) : "",
+    };
+  },
+
+  toJSON(message: GetFenceKeysResponse): unknown {
+    const obj: any = {};
+    if (message.keys?.length) {
+      obj.keys = message.keys.map((e) => FenceKey.toJSON(e));
+    }
+    if (message.keyset !== "") {
+      obj.keyset = message.keyset;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetFenceKeysResponse>, I>>(base?: I): GetFenceKeysResponse {
+    return GetFenceKeysResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetFenceKeysResponse>, I>>(object: I): GetFenceKeysResponse {
+    const message = createBaseGetFenceKeysResponse();
+    message.keys = object.keys?.map((e) => FenceKey.fromPartial(e)) || [];
+    message.keyset = object.keyset ?? "";
+    return message;
+  },
+};
+
+function createBaseFenceKey(): FenceKey {
+  return { keyId: "", publicKey: Buffer.alloc(0), active: false };
+}
+
+export const FenceKey: MessageFns<FenceKey> = {
+  encode(message: FenceKey, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.keyId !== "") {
+      writer.uint32(10).string(message.keyId);
+    }
+    if (message.publicKey.length !== 0) {
+      writer.uint32(18).bytes(message.publicKey);
+    }
+    if (message.active !== false) {
+      writer.uint32(24).bool(message.active);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FenceKey {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFenceKey();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.keyId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.publicKey = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.active = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FenceKey {
+    return {
+      keyId: isSet(object.keyId)
+        ? globalThis.String(object.keyId)
+        : isSet(object.key_id)
+        ? globalThis.String(object.key_id)
+        : "",
+      publicKey: isSet(object.publicKey)
+        ? Buffer.from(bytesFromBase64(object.publicKey))
+        : isSet(object.public_key)
+        ? Buffer.from(bytesFromBase64(object.public_key))
+        : Buffer.alloc(0),
+      active: isSet(object.active) ? globalThis.Boolean(object.active) : false,
+    };
+  },
+
+  toJSON(message: FenceKey): unknown {
+    const obj: any = {};
+    if (message.keyId !== "") {
+      obj.keyId = message.keyId;
+    }
+    if (message.publicKey.length !== 0) {
+      obj.publicKey = base64FromBytes(message.publicKey);
+    }
+    if (message.active !== false) {
+      obj.active = message.active;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FenceKey>, I>>(base?: I): FenceKey {
+    return FenceKey.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FenceKey>, I>>(object: I): FenceKey {
+    const message = createBaseFenceKey();
+    message.keyId = object.keyId ?? "";
+    message.publicKey = object.publicKey ?? Buffer.alloc(0);
+    message.active = object.active ?? false;
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -4756,6 +5063,22 @@ export const LeaseServiceService = {
       Buffer.from(ReleaseGroupResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseGroupResponse => ReleaseGroupResponse.decode(value),
   },
+  /**
+   * GetFenceKeys lists the public keys fence proofs are signed with, for
+   * downstream stores to pin: the active signing key and the older keys
+   * still accepted during a rotation. Open to every caller allowed to watch
+   * any name; empty when the server signs no proofs.
+   */
+  getFenceKeys: {
+    path: "/tenure.v1.LeaseService/GetFenceKeys" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetFenceKeysRequest): Buffer => Buffer.from(GetFenceKeysRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetFenceKeysRequest => GetFenceKeysRequest.decode(value),
+    responseSerialize: (value: GetFenceKeysResponse): Buffer =>
+      Buffer.from(GetFenceKeysResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetFenceKeysResponse => GetFenceKeysResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -4831,6 +5154,13 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * atomic batch; members already lost are reported, not an error.
    */
   releaseGroup: handleUnaryCall<ReleaseGroupRequest, ReleaseGroupResponse>;
+  /**
+   * GetFenceKeys lists the public keys fence proofs are signed with, for
+   * downstream stores to pin: the active signing key and the older keys
+   * still accepted during a rotation. Open to every caller allowed to watch
+   * any name; empty when the server signs no proofs.
+   */
+  getFenceKeys: handleUnaryCall<GetFenceKeysRequest, GetFenceKeysResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -5042,6 +5372,27 @@ export interface LeaseServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseGroupResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * GetFenceKeys lists the public keys fence proofs are signed with, for
+   * downstream stores to pin: the active signing key and the older keys
+   * still accepted during a rotation. Open to every caller allowed to watch
+   * any name; empty when the server signs no proofs.
+   */
+  getFenceKeys(
+    request: GetFenceKeysRequest,
+    callback: (error: ServiceError | null, response: GetFenceKeysResponse) => void,
+  ): ClientUnaryCall;
+  getFenceKeys(
+    request: GetFenceKeysRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetFenceKeysResponse) => void,
+  ): ClientUnaryCall;
+  getFenceKeys(
+    request: GetFenceKeysRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetFenceKeysResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const LeaseServiceClient = makeGenericClientConstructor(
@@ -5052,6 +5403,14 @@ export const LeaseServiceClient = makeGenericClientConstructor(
   service: typeof LeaseServiceService;
   serviceName: string;
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | bigint | undefined;
 
