@@ -18,7 +18,8 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::{
-    Auth, CallLimits, ConnectLayer, ElectionApi, Incoming, LeaseApi, LimitLayer, WatchLimits,
+    Auth, CallLimits, ConnectLayer, ElectionApi, Fences, Incoming, LeaseApi, LimitLayer,
+    WatchLimits,
 };
 use crate::config::Config;
 use crate::error::StartError;
@@ -170,15 +171,21 @@ pub async fn start(
     };
     warn_if_open(&auth, tls.is_some(), addr);
     let calls = CallLimits::new(config, auth.enabled());
-    let api = Arc::new(LeaseApi::new(
-        shards,
-        config.limits(),
-        auth,
-        WatchLimits::new(config),
-        calls,
-        shutdown.clone(),
-        config.keepalive(),
-    ));
+    let fences = Arc::new(Fences::load(config).map_err(StartError::Config)?);
+    tracing::info!("{}", fences.summary());
+    tokio::spawn(reload_on_hangup(fences.clone(), shutdown.clone()));
+    let api = Arc::new(
+        LeaseApi::new(
+            shards,
+            config.limits(),
+            auth,
+            WatchLimits::new(config),
+            calls,
+            shutdown.clone(),
+            config.keepalive(),
+        )
+        .with_fences(fences),
+    );
     // Elections share the lease service's wrapper, limits and watch slots.
     let elections = ElectionServiceServer::new(ElectionApi::new(api.clone()))
         .max_decoding_message_size(config.max_request_bytes);
@@ -289,6 +296,7 @@ pub fn check_config(config: &Config) -> Result<String, StartError> {
     config.validate().map_err(StartError::Config)?;
     let auth = Auth::load(config).map_err(StartError::Config)?;
     let tls = crate::api::server_tls(config).map_err(StartError::Config)?;
+    let fences = Fences::load(config).map_err(StartError::Config)?;
     let mode = match (&tls, config.tls_client_ca.is_some()) {
         (None, _) => "plaintext gRPC",
         (Some(_), false) => "TLS",
@@ -308,7 +316,30 @@ pub fn check_config(config: &Config) -> Result<String, StartError> {
     } else {
         "auth OFF: every caller may do everything".to_string()
     };
-    Ok(format!("ok: {mode}; {auth_line}"))
+    Ok(format!("ok: {mode}; {auth_line}; {}", fences.summary()))
+}
+
+/// Re-reads the fence key files on each SIGHUP until shutdown (the
+/// operator's key rotation: docs/fencing.md); a failed reload is logged
+/// and the keys in force stay.
+async fn reload_on_hangup(fences: Arc<Fences>, shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("SIGHUP cannot be caught: fence keys reload only on restart");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match fences.reload() {
+            Ok(summary) => tracing::info!("SIGHUP: fence keys reloaded: {summary}"),
+            Err(e) => {
+                tracing::error!("SIGHUP: fence keys not reloaded, the keys in force stay: {e}")
+            }
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -145,7 +145,10 @@ impl ElectionService for ElectionApi {
                 };
                 let holding = self.of(&args.name).campaign(&args).await?;
                 Ok(proto::CampaignResponse {
-                    leadership: Some(leadership(&holding, false)),
+                    leadership: Some(proto::Leadership {
+                        fence_proof: self.api.fences.proof(&holding),
+                        ..leadership(&holding, false)
+                    }),
                     lease_key: args.key,
                 })
             })

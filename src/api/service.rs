@@ -30,6 +30,7 @@ use tracing::{Instrument, Span};
 
 use super::auth::{clip, Auth, Caller, Target};
 use super::convert::{self, lease};
+use super::fence::Fences;
 use super::keepalive::{self, KeepAliveStream, Opening, Renewal};
 use super::limits::{CallLimits, Class, ReplyBudget, WatchLimits};
 use super::validate;
@@ -61,6 +62,8 @@ pub struct LeaseApi {
     keepalive: KeepAliveBounds,
     /// The bytes of KeepAlive replies owed across the replica.
     replies: Arc<ReplyBudget>,
+    /// Signs the fence proof of each grant; serves the keys.
+    pub(super) fences: Arc<Fences>,
 }
 
 /// What the wrapper knows of the caller of one RPC.
@@ -138,6 +141,22 @@ impl LeaseApi {
             shutdown,
             keepalive,
             replies: ReplyBudget::new(keepalive.reply_bytes, keepalive.reply_total_bytes),
+            fences: Arc::new(Fences::none()),
+        }
+    }
+
+    /// The service signing grants' fence proofs with `fences` (none by
+    /// default).
+    pub fn with_fences(mut self, fences: Arc<Fences>) -> LeaseApi {
+        self.fences = fences;
+        self
+    }
+
+    /// A granted holding as a proto `Lease`, with its fence proof.
+    pub(super) fn granted(&self, holding: &crate::lease::Holding) -> proto::Lease {
+        proto::Lease {
+            fence_proof: self.fences.proof(holding),
+            ..lease(holding)
         }
     }
 
@@ -234,7 +253,7 @@ impl LeaseService for LeaseApi {
                 .of_group(args.names.iter().map(String::as_str))?;
             let holdings = leases.acquire_group(&args).await?;
             Ok(proto::AcquireGroupResponse {
-                leases: holdings.iter().map(lease).collect(),
+                leases: holdings.iter().map(|h| self.granted(h)).collect(),
                 lease_key: args.key,
             })
         })
@@ -313,7 +332,7 @@ impl LeaseService for LeaseApi {
             };
             let holding = self.shards.of(&args.name).acquire(&args).await?;
             Ok(proto::AcquireResponse {
-                lease: Some(lease(&holding)),
+                lease: Some(self.granted(&holding)),
                 lease_key: args.key,
             })
         })
@@ -470,9 +489,10 @@ impl LeaseService for LeaseApi {
 
     async fn get_fence_keys(
         &self,
-        _request: Request<proto::GetFenceKeysRequest>,
+        request: Request<proto::GetFenceKeysRequest>,
     ) -> Result<Response<proto::GetFenceKeysResponse>, Status> {
-        Ok(Response::new(proto::GetFenceKeysResponse::default()))
+        self.rpc(request, |_, _| async move { Ok(self.fences.keys()) })
+            .await
     }
 
     type KeepAliveStream = KeepAliveStream;
@@ -540,6 +560,24 @@ impl Call for proto::ReleaseRequest {
         Class::Renewal
     }
 }
+
+impl Call for proto::GetFenceKeysRequest {
+    const METHOD: &'static str = "GetFenceKeys";
+    const ACTION: Action = Action::Watch;
+    fn subject(&self) -> &str {
+        ""
+    }
+    fn check(&self, _limits: &Limits) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Public keys are no secret, but an identity with no grant at all
+    /// gets nothing from this server.
+    fn target(&self) -> Target<'_> {
+        Target::Any
+    }
+}
+
+impl Reply for proto::GetFenceKeysResponse {}
 
 impl Call for proto::GetLeaseRequest {
     const METHOD: &'static str = "GetLease";

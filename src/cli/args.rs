@@ -20,8 +20,9 @@ use clap::{Args, Subcommand, ValueEnum};
 pub enum ClientCommand {
     /// Run a command while holding a lease; stop it when the lease is lost.
     ///
-    /// The command gets TENURE_LEASE_NAME, TENURE_FENCING_TOKEN, TENURE_HOLDER
-    /// and TENURE_DEADLINE_UNIX_MS in its environment. The lease is renewed in
+    /// The command gets TENURE_LEASE_NAME, TENURE_FENCING_TOKEN, TENURE_FENCE
+    /// (the fence proof's text form, empty when the server signs none),
+    /// TENURE_HOLDER and TENURE_DEADLINE_UNIX_MS in its environment. The lease is renewed in
     /// the background; when it is lost (revoked, expired, taken) or renewals
     /// cannot get through before the safe deadline, the command's process
     /// group gets SIGTERM at once and SIGKILL after --kill-grace. Exit codes:
@@ -56,6 +57,10 @@ pub enum ClientCommand {
     /// or a --service the server does not know; 69 when the server cannot be
     /// reached; 2 for usage errors.
     Health(HealthArgs),
+    /// Print the public keys fence proofs are signed with (the keyset a
+    /// store pins: docs/fencing.md), or, with --generate FILE, write a new
+    /// signing key for `tenure serve --fence-signing-key`.
+    FenceKeys(FenceKeysArgs),
     /// Print a shell completion script: `tenure completions bash > ...`.
     Completions(CompletionsArgs),
     /// Write the manual pages (roff), for packagers: tenure(1) to stdout,
@@ -406,6 +411,22 @@ pub struct HealthArgs {
     /// or tenure.v1.LeaseService, tenure.v1.ElectionService.
     #[arg(long, default_value = "", value_name = "NAME")]
     pub service: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure fence-keys`.
+#[derive(Debug, Clone, Args)]
+pub struct FenceKeysArgs {
+    /// Write a new Ed25519 signing key (PKCS#8 PEM, mode 0600) to FILE and
+    /// print its public key as a keyset line; asks no server. An existing
+    /// FILE is never overwritten.
+    #[arg(long, value_name = "FILE")]
+    pub generate: Option<PathBuf>,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

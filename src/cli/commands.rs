@@ -311,6 +311,12 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         OutputFormat::Table => {
             out!("{}", lease_table(std::slice::from_ref(&lease)));
             outln!("LEASE KEY  {key}");
+            if !lease.fence_proof.is_empty() {
+                outln!(
+                    "FENCE      {}",
+                    super::output::fence_text(&lease.fence_proof)
+                );
+            }
             let slot = match lease.slot {
                 0 => String::new(),
                 n => format!(" --slot {n}"),

@@ -193,6 +193,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         ttl,
     };
     let token = lease.fencing_token;
+    let fence = super::output::fence_text(&lease.fence_proof);
     let slot = lease.slot;
     say(
         a.quiet,
@@ -282,6 +283,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         .args(&a.command[1..])
         .env("TENURE_LEASE_NAME", &a.name)
         .env("TENURE_FENCING_TOKEN", token.to_string())
+        .env("TENURE_FENCE", &fence)
         .env("TENURE_HOLDER", &holder)
         .env(
             "TENURE_DEADLINE_UNIX_MS",

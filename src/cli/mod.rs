@@ -27,6 +27,7 @@ mod args;
 mod commands;
 mod connect;
 mod error;
+mod fence_keys;
 mod health;
 mod lock;
 mod man;
@@ -102,6 +103,7 @@ async fn run_client(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Revoke(a) => commands::revoke(a).await,
         ClientCommand::Top(a) => top::top(a).await,
         ClientCommand::Health(a) => health::health(a).await,
+        ClientCommand::FenceKeys(a) => fence_keys::fence_keys(a).await,
         ClientCommand::Man(a) => man::man(Cli::command(), a),
         ClientCommand::Completions(a) => {
             // The whole command line, `serve` and `check-config` included.

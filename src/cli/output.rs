@@ -225,7 +225,17 @@ pub fn lease_json(l: &Lease) -> Value {
     if !l.group.is_empty() {
         v["group"] = l.group.clone().into();
     }
+    if !l.fence_proof.is_empty() {
+        v["fence_proof"] = fence_text(&l.fence_proof).into();
+    }
     v
+}
+
+/// A fence proof's text form (the `Tenure-Fence` header): base64url
+/// without padding; empty for no proof.
+pub fn fence_text(proof: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(proof)
 }
 
 /// An event as JSON.

@@ -14,9 +14,11 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches};
 use serde::Deserialize;
 
+mod fence_keys;
 mod file;
 mod test_hooks;
 
+pub use fence_keys::FenceKeyFiles;
 pub use file::{resolve, ResolveError};
 pub use test_hooks::{check_test_faults, TestFault, TestFaults, WatcherHold, TEST_FAULTS_ENV};
 
@@ -103,6 +105,21 @@ pub struct Config {
     /// Static bearer token file: one `IDENTITY TOKEN` pair per line.
     #[arg(long, env = "TENURE_AUTH_TOKENS")]
     pub auth_tokens: Option<PathBuf>,
+
+    /// Ed25519 private key (PKCS#8 PEM, as `openssl genpkey -algorithm
+    /// ed25519` or `tenure fence-keys --generate` writes it) that signs the
+    /// fence proof of every grant (docs/fencing.md). Re-read on SIGHUP.
+    /// Absent: grants carry no proof.
+    #[arg(long, env = "TENURE_FENCE_SIGNING_KEY")]
+    pub fence_signing_key: Option<PathBuf>,
+
+    /// Files of further fence public keys that GetFenceKeys serves beside
+    /// the signing key's, so that stores accept them during a rotation (the
+    /// next key before it signs, the previous one after): keyset files (one
+    /// base64url key per line, as `tenure fence-keys` prints) or PEM public
+    /// keys, comma-separated. Re-read on SIGHUP.
+    #[arg(long, env = "TENURE_FENCE_VERIFY_KEYS", value_delimiter = ',')]
+    pub fence_verify_keys: Vec<PathBuf>,
 
     /// Address of the Prometheus `/metrics` HTTP listener (off when unset).
     #[arg(long, env = "TENURE_METRICS_LISTEN")]

@@ -164,6 +164,22 @@ impl LeaseService for Fake {
     ) -> Result<Response<ReleaseGroupResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    /// A key no Ed25519 key can be, and a keyset text with a terminal
+    /// escape: the CLI must refuse the first and never print the second.
+    async fn get_fence_keys(
+        &self,
+        _: Request<tenure::proto::GetFenceKeysRequest>,
+    ) -> Result<Response<tenure::proto::GetFenceKeysResponse>, Status> {
+        Ok(Response::new(tenure::proto::GetFenceKeysResponse {
+            keys: vec![tenure::proto::FenceKey {
+                key_id: "\x1b[2Jforged".into(),
+                public_key: vec![1, 2, 3, 4, 5],
+                active: true,
+            }],
+            keyset: "\x1b[2J".into(),
+        }))
+    }
 }
 
 use futures::StreamExt;
@@ -624,5 +640,23 @@ async fn a_ca_with_an_http_url_is_refused() {
     assert!(
         line.contains("--tls-ca") && line.contains(&format!("https://{}", s.addr)),
         "{line}"
+    );
+}
+
+/// `tenure fence-keys` against a server that sends a 5-byte "key": a bad
+/// response (exit 70) in one line, nothing of the server's text printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_keys_refuses_a_key_that_is_not_one() {
+    let server = serve(Fake {
+        granted: sane("jobs.fence"),
+        ..Default::default()
+    })
+    .await;
+    let out = run(&server.url(), &["fence-keys"]).await;
+    assert_eq!(out.code, 70, "{out:?}");
+    assert!(one_line_error(&out).contains("5 bytes"), "{out:?}");
+    assert!(
+        !out.stdout.contains('\x1b') && !out.stderr.contains('\x1b'),
+        "{out:?}"
     );
 }

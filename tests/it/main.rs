@@ -30,6 +30,7 @@ mod docs;
 mod election;
 mod expiry;
 mod expiry_bounds;
+mod fence_proofs;
 mod fencing;
 mod fifo;
 mod fuzz;

@@ -118,7 +118,8 @@ impl Keyset {
             let raw: [u8; 32] = raw
                 .try_into()
                 .map_err(|_| format!("keyset line {}: an Ed25519 public key is 32 bytes", i + 1))?;
-            set.add(&raw).map_err(|e| format!("keyset line {}: {e}", i + 1))?;
+            set.add(&raw)
+                .map_err(|e| format!("keyset line {}: {e}", i + 1))?;
         }
         if set.keys.is_empty() {
             return Err("the keyset has no key".into());

@@ -70,7 +70,9 @@ pub enum FenceError {
     #[error("fence proof version {0} is not supported (this verifier reads version 1)")]
     UnsupportedVersion(u8),
     /// Signed by a key the store has not pinned.
-    #[error("fence proof signed by unknown key {0}: refresh the pinned keys from `tenure fence-keys`")]
+    #[error(
+        "fence proof signed by unknown key {0}: refresh the pinned keys from `tenure fence-keys`"
+    )]
     UnknownKey(String),
     /// The signature does not match the statement.
     #[error("fence proof signature does not verify: the proof was altered or forged")]
@@ -122,7 +124,8 @@ pub(crate) fn statement(fence: &Fence, key_id: [u8; 8]) -> Vec<u8> {
     let bucket = clip(&fence.bucket, 255);
     let name = clip(&fence.name, 255);
     let holder = clip(&fence.holder, MAX_HOLDER);
-    let mut out = Vec::with_capacity(FIXED + 4 + bucket.len() + name.len() + holder.len() + SIGNATURE);
+    let mut out =
+        Vec::with_capacity(FIXED + 4 + bucket.len() + name.len() + holder.len() + SIGNATURE);
     out.push(VERSION);
     out.extend_from_slice(&key_id);
     out.extend_from_slice(&fence.token.to_be_bytes());
@@ -176,7 +179,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, FenceError> {
         return Err(FenceError::UnsupportedVersion(bytes[0]));
     }
     let (signed, sig) = bytes.split_at(bytes.len() - SIGNATURE);
-    let mut r = Reader { bytes: signed, at: 1 };
+    let mut r = Reader {
+        bytes: signed,
+        at: 1,
+    };
     let key_id: [u8; 8] = r.take(8)?.try_into().expect("8 bytes");
     let token = u64::from_be_bytes(r.take(8)?.try_into().expect("8 bytes"));
     let slot = u32::from_be_bytes(r.take(4)?.try_into().expect("4 bytes"));
@@ -232,6 +238,7 @@ impl<'a> Reader<'a> {
 
     fn text(&mut self, n: usize) -> Result<String, FenceError> {
         let raw = self.take(n)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| FenceError::Malformed("a text field is not UTF-8"))
+        String::from_utf8(raw.to_vec())
+            .map_err(|_| FenceError::Malformed("a text field is not UTF-8"))
     }
 }

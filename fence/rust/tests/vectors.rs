@@ -330,7 +330,10 @@ fn a_keyset_refuses_what_is_not_a_key() {
     assert!(Keyset::parse("AAAA\n").unwrap_err().contains("line 1"));
     let s = signer(1);
     let text = format!("\n  {}  # spaces and a comment\n", s.public_key_text());
-    assert_eq!(Keyset::parse(&text).unwrap().key_ids(), vec![hex(&s.key_id())]);
+    assert_eq!(
+        Keyset::parse(&text).unwrap().key_ids(),
+        vec![hex(&s.key_id())]
+    );
 }
 
 #[test]
