@@ -22,8 +22,8 @@ use crate::lifecycle::{
 use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
-    AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
-    RevokeLeaseRequest, WatchLeaseRequest,
+    AcquireGroupRequest, AcquireRequest, EventType, GetFenceKeysRequest, GetLeaseRequest, Lease,
+    ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest,
 };
 use crate::session::Session;
 use crate::stub::{open_watch, timeout_error, ElectionStub, Stub, DEFAULT_CALL_TIMEOUT};
@@ -461,6 +461,25 @@ impl Client {
             .await
             .map_err(|e| e.context(&self.target, "ListLeases"))?;
         Ok((reply.leases, reply.next_page_token))
+    }
+
+    /// The keyset a downstream store pins to verify fence proofs (one
+    /// base64url Ed25519 public key per line; docs/fencing.md), from
+    /// GetFenceKeys; empty when the server signs no proofs. A store should
+    /// pin what it read, not fetch it on every write.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::PermissionDenied`] for an identity with no grant, or a
+    /// transport error.
+    pub async fn fence_keyset(&self) -> Result<String, Error> {
+        let mut stub = self.stub.clone();
+        let reply = unary(DEFAULT_CALL_TIMEOUT, GetFenceKeysRequest {}, |req| {
+            stub.get_fence_keys(req)
+        })
+        .await
+        .map_err(|e| e.context(&self.target, "GetFenceKeys"))?;
+        Ok(reply.keyset)
     }
 
     /// Ends the holding of `name` (an operator's action: the holder's

@@ -24,6 +24,11 @@
 //!    SET state = EXCLUDED.state, fencing_token = EXCLUDED.fencing_token
 //!  WHERE jobs.fencing_token <= EXCLUDED.fencing_token;
 //! ```
+//!
+//! A token alone can be forged: with fence proofs on (docs/fencing.md), a
+//! holder also sends [`Session::fence_headers`](crate::Session::fence_headers)
+//! and the store verifies the proof (the `tenure-fence` crate) before it
+//! compares tokens.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -110,6 +115,21 @@ impl fmt::Display for StaleTokenError {
 }
 
 impl std::error::Error for StaleTokenError {}
+
+/// The `Tenure-Fence` (when there is a proof) and `Tenure-Fencing-Token`
+/// headers of a holding.
+pub(crate) fn headers(proof: &[u8], token: u64) -> Vec<(&'static str, String)> {
+    use base64::Engine as _;
+    let mut out = Vec::with_capacity(2);
+    if !proof.is_empty() {
+        out.push((
+            "Tenure-Fence",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(proof),
+        ));
+    }
+    out.push(("Tenure-Fencing-Token", token.to_string()));
+    out
+}
 
 #[cfg(test)]
 mod tests {

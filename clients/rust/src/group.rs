@@ -54,6 +54,9 @@ pub(crate) struct GroupHolding {
     names: Vec<String>,
     /// Each member's fencing token, in the order of `names`.
     tokens: Vec<u64>,
+    /// Each member's fence proof, in request order (empty ones when the
+    /// server signs none).
+    proofs: Vec<Vec<u8>>,
     /// The holder, as acquired.
     holder: String,
     /// The one ownership secret of every member.
@@ -79,6 +82,7 @@ impl GroupSession {
         let holding = GroupHolding {
             names: leases.iter().map(|l| l.name.clone()).collect(),
             tokens: leases.iter().map(|l| l.fencing_token).collect(),
+            proofs: leases.iter().map(|l| l.fence_proof.clone()).collect(),
             holder: leases.first().map(|l| l.holder.clone()).unwrap_or_default(),
             lease_key,
             stub,
@@ -107,6 +111,22 @@ impl GroupSession {
         let holding = &self.inner.holding;
         let i = holding.names.iter().position(|n| n == name)?;
         Some(holding.tokens[i])
+    }
+
+    /// The fence proof of member `name` (`None` if it is not a member;
+    /// empty when the server signs none): what a store guarding that name
+    /// verifies (docs/fencing.md).
+    pub fn fence_proof(&self, name: &str) -> Option<&[u8]> {
+        let holding = &self.inner.holding;
+        let i = holding.names.iter().position(|n| n == name)?;
+        Some(&holding.proofs[i])
+    }
+
+    /// The HTTP headers for a write guarded by member `name` (see
+    /// [`Session::fence_headers`](crate::Session::fence_headers)).
+    pub fn fence_headers(&self, name: &str) -> Option<Vec<(&'static str, String)>> {
+        let token = self.fencing_token(name)?;
+        Some(crate::fencing::headers(self.fence_proof(name)?, token))
     }
 
     /// Every member's (name, fencing token), in request order.

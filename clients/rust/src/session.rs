@@ -53,6 +53,8 @@ pub(crate) struct LeaseHolding {
     fencing_token: u64,
     /// The semaphore slot (1..limit); 0 for a plain lease.
     slot: u32,
+    /// The grant's fence proof (empty when the server signs none).
+    fence_proof: Vec<u8>,
     /// The client's stub.
     stub: Stub,
     /// The client's renewal path (the KeepAlive stream, or unary Renew).
@@ -81,6 +83,7 @@ impl Session {
             lease_key,
             fencing_token: lease.fencing_token,
             slot: lease.slot,
+            fence_proof: lease.fence_proof.clone(),
             stub,
             keepalive,
         };
@@ -106,6 +109,21 @@ impl Session {
     /// greater for the next holder. Pass it with every downstream write.
     pub fn fencing_token(&self) -> u64 {
         self.inner.holding.fencing_token
+    }
+
+    /// The grant's fence proof: a signed statement of (name, fencing token,
+    /// holder, ...) a downstream store verifies offline before comparing
+    /// tokens (docs/fencing.md). Empty when the server has no
+    /// `--fence-signing-key`. Renewals do not change it.
+    pub fn fence_proof(&self) -> &[u8] {
+        &self.inner.holding.fence_proof
+    }
+
+    /// The HTTP headers a fenced store's middleware reads:
+    /// `Tenure-Fence` (the proof's text form, base64url without padding;
+    /// left out when there is no proof) and `Tenure-Fencing-Token`.
+    pub fn fence_headers(&self) -> Vec<(&'static str, String)> {
+        crate::fencing::headers(self.fence_proof(), self.fencing_token())
     }
 
     /// The semaphore slot this session holds (1 to the limit; see

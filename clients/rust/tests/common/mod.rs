@@ -33,6 +33,12 @@ pub fn repo_root() -> PathBuf {
 
 /// A binary from `env` or `default` (relative to the repo root), which must
 /// exist.
+/// The `tenure` binary the tests run (`TENURE_BIN`).
+#[allow(dead_code)] // not every test binary uses it
+pub fn tenure_bin() -> PathBuf {
+    binary("TENURE_BIN", "target/debug/tenure")
+}
+
 fn binary(env: &str, default: &str) -> PathBuf {
     let path = PathBuf::from(std::env::var(env).unwrap_or_else(|_| default.to_string()));
     let path = if path.is_absolute() {
