@@ -2,8 +2,9 @@
 # Tests the Go client against a real Tenure: checks the generated stubs are
 # up to date with the proto, vets, runs `go test`, then installs the module
 # into a scratch module outside the repository by the README's documented
-# `replace`, builds a program and the example worker there, and runs two
-# workers against one server (clients/examples/two_workers.sh). Expects the repo
+# `replace`s (the client, and fence/go which its tests use), builds a
+# program and the example worker there, and runs two workers against one
+# server (clients/examples/two_workers.sh). Expects the repo
 # root's scripts/tools.sh and `cargo build` to have run
 # (target/debug/tenure and .tools/bin/nats-server); TENURE_BIN and
 # NATS_SERVER override them.
@@ -27,7 +28,8 @@ trap 'rm -rf "$scratch"' EXIT
 	cd "$scratch"
 	go mod init example.com/scratch >/dev/null 2>&1
 	go mod edit -require=github.com/tenure-dev/tenure/clients/go@v0.0.0 \
-		-replace=github.com/tenure-dev/tenure/clients/go="$here"
+		-replace=github.com/tenure-dev/tenure/clients/go="$here" \
+		-replace=github.com/tenure-dev/tenure/fence/go="$root/fence/go"
 	cat >main.go <<'GO'
 package main
 

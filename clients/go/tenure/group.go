@@ -27,6 +27,7 @@ type GroupSession struct {
 	names    []string
 	holder   string
 	tokens   []uint64 // by member, in names order
+	proofs   [][]byte // fence proofs by member, in names order; empty when the server signs none
 	acquired []uint64 // revision of each member's acquiring write
 	leaseKey string
 
@@ -89,6 +90,7 @@ func (c *Client) AcquireGroup(ctx context.Context, names []string, holder string
 	for i, l := range leases {
 		g.names = append(g.names, l.GetName())
 		g.tokens = append(g.tokens, l.GetFencingToken())
+		g.proofs = append(g.proofs, l.GetFenceProof())
 		g.acquired = append(g.acquired, l.GetRevision())
 		g.revisions[i] = l.GetRevision()
 		granted = min(granted, l.GetTtl().AsDuration())
@@ -114,10 +116,8 @@ func (g *GroupSession) FencingTokens() []uint64 { return append([]uint64(nil), g
 // FencingToken is the fencing token of the member name (0 if name is not a
 // member).
 func (g *GroupSession) FencingToken(name string) uint64 {
-	for i, n := range g.names {
-		if n == name {
-			return g.tokens[i]
-		}
+	if i := g.member(name); i >= 0 {
+		return g.tokens[i]
 	}
 	return 0
 }

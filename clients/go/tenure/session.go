@@ -101,6 +101,7 @@ type Session struct {
 	slot     uint32 // semaphore slot (1..limit); 0 for a plain lease
 	leaseKey string
 	acquired uint64 // revision of the acquiring reply: older watch events are ignored
+	proof    []byte // the fence proof of the grant; empty when the server signs none
 
 	revision uint64 // guarded by mu
 	lease    *tenurev1.Lease
@@ -151,6 +152,7 @@ func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Dura
 		leaseKey: resp.GetLeaseKey(),
 		revision: l.GetRevision(),
 		acquired: l.GetRevision(),
+		proof:    l.GetFenceProof(),
 		lease:    l,
 	}
 	s.init(ctx, s, c, cfg, l.GetTtl().AsDuration(), sent)

@@ -1,0 +1,3 @@
+module github.com/tenure-dev/tenure/fence/go
+
+go 1.22
