@@ -264,3 +264,13 @@ async def test_closing_the_client_stops_its_sessions(server, name: str) -> None:
     assert session.lost_cause is LossCause.CLOSED
     async with TenureClient(server.target) as other:
         assert (await other.get(name)).holder == "closing"  # not released
+
+
+async def test_no_fence_proof_without_a_signing_key(client: TenureClient, name: str) -> None:
+    # This module's server has no --fence-signing-key (tests/test_fence.py
+    # has one): grants carry no proof and the headers say how to get one.
+    assert await client.fence_keyset() == ""
+    async with client.acquire(name, "worker-1", ttl=10) as session:
+        assert session.fence_proof == b""
+        with pytest.raises(ValueError, match="--fence-signing-key"):
+            session.fence_headers()

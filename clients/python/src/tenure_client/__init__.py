@@ -11,7 +11,10 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
 - :class:`Semaphore` — up to N holders of a name, each slot a :class:`Session`.
 - :class:`TenureError` — a failed call with its typed :class:`Reason` (made
   from the generated ``ErrorReason``) and whether it is retryable.
-- :class:`~tenure_client.fencing.FencingGuard` — the downstream fencing check.
+- :mod:`~tenure_client.fencing` — :func:`~tenure_client.fencing.fence_headers`
+  (what :meth:`Session.fence_headers` sends: the fence proof and token
+  headers) and :class:`~tenure_client.fencing.FencingGuard`, the downstream
+  fencing check.
 - :class:`LeaderElector`, :func:`elect`, :func:`proclaim`, :func:`leader` —
   leader election (an election is the lease of the same name).
 
@@ -20,7 +23,8 @@ first), type-only imports included, so there is no import circle:
 ``_gen`` → ``_errors``, ``_types`` → ``_resume`` → ``_conn`` (the
 :class:`~typing.Protocol` of what the helpers use of a client) →
 ``_keepalive`` → ``_losswatch`` → ``_session`` → ``_group`` → ``_client`` →
-``_election`` → ``sync`` (and this package). ``fencing`` imports none of them.
+``_election`` → ``sync`` (and this package). ``fencing`` imports none of them
+(``_session`` and ``_group`` import it).
 """
 
 from ._client import AcquireContext, LeaseWatch, Semaphore, TenureClient

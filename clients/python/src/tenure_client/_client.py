@@ -441,6 +441,15 @@ class TenureClient:
             if not page:
                 return leases
 
+    async def fence_keyset(self, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> str:
+        """The public keys the server signs fence proofs with, in the keyset
+        text form a store pins and every verifier reads (``GetFenceKeys``;
+        e.g. ``tenure_fence.Keyset.parse(await client.fence_keyset())``):
+        the active key first, then older keys still accepted during a
+        rotation. Empty when the server signs no proofs."""
+        reply = await self._unary("GetFenceKeys", lease_pb2.GetFenceKeysRequest(), timeout)
+        return reply.keyset
+
     async def revoke_lease(
         self,
         name: str,

@@ -11,6 +11,7 @@ from ._errors import Reason, TenureError
 from ._gen import lease_pb2
 from ._session import LossCause, Session, SessionHost, lost_by
 from ._types import Lease, LeaseEvent
+from .fencing import fence_headers
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class GroupSession(Session):
     ) -> None:
         self.names: tuple[str, ...] = tuple(lease.name for lease in leases)
         self.fencing_tokens: tuple[int, ...] = tuple(lease.fencing_token for lease in leases)
+        self.fence_proofs: tuple[bytes, ...] = tuple(lease.fence_proof for lease in leases)
         self._acquired_each = tuple(lease.revision for lease in leases)
         self.leases: tuple[Lease, ...] = tuple(leases)
         super().__init__(
@@ -89,6 +91,29 @@ class GroupSession(Session):
             return self.fencing_tokens[self.names.index(name)]
         except ValueError:
             raise KeyError(name) from None
+
+    def fence_proof_of(self, name: str) -> bytes:
+        """The fence proof of the member `name` (each member has its own:
+        a store guarding one of them verifies that member's).
+
+        Raises:
+            KeyError: `name` is not a member.
+        """
+        try:
+            return self.fence_proofs[self.names.index(name)]
+        except ValueError:
+            raise KeyError(name) from None
+
+    def fence_headers(self, name: Optional[str] = None) -> dict[str, str]:
+        """The HTTP headers for a write to the store guarded by member
+        `name` (default: the first member): its fence proof and token.
+
+        Raises:
+            KeyError: `name` is not a member.
+            ValueError: the server signs no proofs.
+        """
+        name = self.names[0] if name is None else name
+        return fence_headers(self.fencing_token_of(name), self.fence_proof_of(name))
 
     async def release(self, *, timeout: float = 5.0) -> GroupRelease:  # type: ignore[override]
         """Stops renewing, sets :attr:`lost` (cause RELEASED unless already

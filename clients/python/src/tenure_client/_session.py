@@ -14,6 +14,7 @@ from ._gen import lease_pb2
 from ._keepalive import KeepAlive, UseUnary
 from ._losswatch import LossWatch
 from ._types import EventType, Lease, LeaseEvent
+from .fencing import fence_headers
 
 _log = logging.getLogger("tenure_client")
 
@@ -73,6 +74,7 @@ class Session:
         name: the lease name.
         holder: who holds it (as given to acquire).
         fencing_token: the holding's fencing token (constant across renewals).
+        fence_proof: the holding's fence proof (see the property).
         slot: the semaphore slot of the holding (1 to the limit, see
             :class:`Semaphore`); 0 for a plain lease.
         revision: the revision from the last Acquire or Renew reply (the one
@@ -108,6 +110,8 @@ class Session:
         self.name = lease.name
         self.holder = lease.holder
         self.fencing_token = lease.fencing_token
+        #: The acquiring reply's proof: renewal replies carry none.
+        self._fence_proof = lease.fence_proof
         self.slot = lease.slot
         self.lease_key = lease_key
         self.renew_fraction = renew_fraction
@@ -151,6 +155,25 @@ class Session:
         if self.lost.is_set():
             return 0.0
         return max(0.0, self.safe_deadline - time.monotonic())
+
+    @property
+    def fence_proof(self) -> bytes:
+        """The holding's fence proof: an Ed25519-signed statement of (bucket,
+        name, slot, fencing token, holder, grant time, TTL) that a downstream
+        store verifies offline before trusting the token (docs/fencing.md).
+        Constant across renewals; empty when the server has no fence signing
+        key (``--fence-signing-key``)."""
+        return self._fence_proof
+
+    def fence_headers(self) -> dict[str, str]:
+        """The HTTP headers to send with each write to a fenced store:
+        ``{"Tenure-Fence": <the proof, base64url without padding>,
+        "Tenure-Fencing-Token": "<fencing_token>"}``.
+
+        Raises:
+            ValueError: the server signs no proofs (no ``--fence-signing-key``).
+        """
+        return fence_headers(self.fencing_token, self._fence_proof)
 
     async def renew(self, *, timeout: float = 5.0) -> Lease:
         """Renews now, besides the background renewals (e.g. before a long

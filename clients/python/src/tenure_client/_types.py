@@ -77,6 +77,10 @@ class Lease:
         group: every name of the group this holding was acquired with
             (:meth:`TenureClient.acquire_group`), in request order; empty for
             a holding acquired alone.
+        fence_proof: the holding's fence proof, an Ed25519-signed statement
+            of the grant a downstream store verifies offline (docs/fencing.md);
+            set in the replies that grant a holding when the server has a
+            fence signing key, empty otherwise (renewal replies too).
     """
 
     name: str
@@ -90,6 +94,7 @@ class Lease:
     lock_delay: Optional[float] = None
     slot: int = 0
     group: Tuple[str, ...] = ()
+    fence_proof: bytes = b""
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.Lease) -> "Lease":
@@ -108,6 +113,7 @@ class Lease:
             ),
             slot=msg.slot,
             group=tuple(msg.group),
+            fence_proof=msg.fence_proof,
         )
 
 

@@ -1,5 +1,13 @@
-"""Fencing on the downstream side: reject writes from a holder whose lease
-has passed on.
+"""Fencing: the headers a holder sends with each write, and a downstream
+check that rejects writes from a holder whose lease has passed on.
+
+A holder sends its fencing token and, from a Tenure server started with
+``--fence-signing-key``, its fence proof (an Ed25519-signed statement of the
+grant) with every write; :func:`fence_headers` makes the two HTTP headers of
+docs/fencing.md from them (``Session.fence_headers()`` does it for a
+session). A store verifies the proof before trusting the token, so a forged
+or foreign token cannot poison it: with the ``tenure-fence`` package
+(``fence/python``) or another language's verifier.
 
 A holder can be paused (GC, swap, a stalled VM) past its lease and then
 write, believing it still holds. The fencing token stops that: Tenure gives
@@ -24,8 +32,36 @@ jobs.fencing_token <= EXCLUDED.fencing_token``.)
 
 from __future__ import annotations
 
+import base64
 import threading
 from typing import Dict, Optional
+
+#: The HTTP header carrying a fence proof's text form.
+FENCE_HEADER = "Tenure-Fence"
+#: The HTTP header carrying the decimal fencing token.
+TOKEN_HEADER = "Tenure-Fencing-Token"
+
+
+def proof_text(proof: bytes) -> str:
+    """The text form of a fence proof (the ``Tenure-Fence`` header value):
+    base64url without padding."""
+    return base64.urlsafe_b64encode(proof).rstrip(b"=").decode("ascii")
+
+
+def fence_headers(token: int, proof: bytes) -> Dict[str, str]:
+    """The two headers a holder sends with a write to a fenced HTTP
+    service: ``{"Tenure-Fence": <proof text>, "Tenure-Fencing-Token":
+    "<token>"}``.
+
+    Raises:
+        ValueError: `proof` is empty (the Tenure server signs no proofs:
+            start it with ``--fence-signing-key``).
+    """
+    if not proof:
+        raise ValueError(
+            "no fence proof: the Tenure server signs none (start it with --fence-signing-key)"
+        )
+    return {FENCE_HEADER: proof_text(proof), TOKEN_HEADER: str(token)}
 
 
 class StaleTokenError(Exception):

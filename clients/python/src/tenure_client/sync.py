@@ -100,6 +100,11 @@ class TenureClient:
         """Every held lease under `prefix` (the admin grant)."""
         return self._run(self._client.list_leases(prefix, **kwargs))
 
+    def fence_keyset(self, **kwargs: Any) -> str:
+        """The server's fence public keys in keyset text form (empty when it
+        signs no proofs)."""
+        return self._run(self._client.fence_keyset(**kwargs))
+
     def revoke_lease(self, name: str, reason: str, **kwargs: Any) -> int:
         """Ends the holding of `name` (the admin grant); returns the revision."""
         return self._run(self._client.revoke_lease(name, reason, **kwargs))
@@ -174,8 +179,9 @@ class Session:
         self.lost = lost
 
     def __getattr__(self, attr: str) -> Any:
-        # name, holder, fencing_token, revision, lease_key, ttl,
-        # safe_deadline, lease, lost_cause, lost_error, lost_event, lost_at
+        # name, holder, fencing_token, fence_proof, fence_headers(),
+        # revision, lease_key, ttl, safe_deadline, lease, lost_cause,
+        # lost_error, lost_event, lost_at
         return getattr(self._session, attr)
 
     def __repr__(self) -> str:
