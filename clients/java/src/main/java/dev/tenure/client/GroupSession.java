@@ -2,6 +2,7 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import com.google.protobuf.ByteString;
 import dev.tenure.v1.GroupMember;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.ReleaseGroupRequest;
@@ -41,6 +42,8 @@ public final class GroupSession implements AutoCloseable {
   private final String leaseKey;
   private final List<String> names;
   private final Map<String, Long> tokens;
+  /** Every member's fence proof, by name (from the AcquireGroup reply). */
+  private final Map<String, ByteString> proofs;
   private final List<LossWatch.Watched> watched;
   /** The life of the group; its lock guards the members' last leases. */
   private final Lifecycle<List<Lease>> life;
@@ -57,14 +60,17 @@ public final class GroupSession implements AutoCloseable {
         new Lifecycle<>(client, options, new GroupHolding(), LOG, List.copyOf(leases), send);
     List<String> n = new ArrayList<>();
     Map<String, Long> t = new LinkedHashMap<>();
+    Map<String, ByteString> p = new LinkedHashMap<>();
     List<LossWatch.Watched> w = new ArrayList<>();
     for (Lease lease : leases) {
       n.add(lease.getName());
       t.put(lease.getName(), lease.getFencingToken());
+      p.put(lease.getName(), lease.getFenceProof());
       w.add(new LossWatch.Watched(lease.getName(), 0, lease.getFencingToken(), life::endedByWatch));
     }
     this.names = Collections.unmodifiableList(n);
     this.tokens = Collections.unmodifiableMap(t);
+    this.proofs = Collections.unmodifiableMap(p);
     this.watched = List.copyOf(w);
   }
 
@@ -112,6 +118,33 @@ public final class GroupSession implements AutoCloseable {
   /** @return every member's fencing token, by name in the group's order */
   public Map<String, Long> getFencingTokens() {
     return tokens;
+  }
+
+  /**
+   * The fence proof of member {@code name} (see {@link Session#fenceProof()}): what a store
+   * guarding that member's resource verifies before it trusts the member's token.
+   *
+   * @param name a member's name
+   * @return a copy of its proof bytes; empty when the server signs no proofs
+   * @throws IllegalArgumentException when {@code name} is not a member
+   */
+  public byte[] fenceProof(String name) {
+    getFencingToken(name); // throws for a non-member
+    return proofs.get(name).toByteArray();
+  }
+
+  /**
+   * The HTTP headers of member {@code name} for a write to what it guards (see {@link
+   * Session#fenceHeaders()}): {@value FenceHeaders#FENCE} and {@value FenceHeaders#TOKEN}.
+   *
+   * @param name a member's name
+   * @return the header names and values (unmodifiable); only the token when the server signs no
+   *     proofs
+   * @throws IllegalArgumentException when {@code name} is not a member
+   */
+  public Map<String, String> fenceHeaders(String name) {
+    long token = getFencingToken(name); // throws for a non-member
+    return FenceHeaders.of(proofs.get(name), token);
   }
 
   /** @return the TTL every member was granted in the last reply */

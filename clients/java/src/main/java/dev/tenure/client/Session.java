@@ -2,6 +2,7 @@ package dev.tenure.client;
 
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import com.google.protobuf.ByteString;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
@@ -9,6 +10,7 @@ import dev.tenure.v1.RenewRequest;
 import dev.tenure.v1.RenewResponse;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.logging.Logger;
@@ -108,6 +110,8 @@ public final class Session implements AutoCloseable {
   private final String holder;
   private final String leaseKey;
   private final long fencingToken;
+  /** The fence proof of the grant (the Acquire reply's; renewal replies carry none). */
+  private final ByteString fenceProof;
   private final int slot;
   private final LossWatch.Watched watched;
   /** The life of the holding; its lock guards the last lease and {@code releaseRevision}. */
@@ -121,6 +125,7 @@ public final class Session implements AutoCloseable {
     this.holder = lease.getHolder();
     this.leaseKey = leaseKey;
     this.fencingToken = lease.getFencingToken();
+    this.fenceProof = lease.getFenceProof();
     this.slot = lease.getSlot();
     this.life = new Lifecycle<>(client, options, new LeaseHolding(), LOG, lease, sendNanos);
     this.watched = new LossWatch.Watched(name, slot, fencingToken, life::endedByWatch);
@@ -153,6 +158,31 @@ public final class Session implements AutoCloseable {
    */
   public long getFencingToken() {
     return fencingToken;
+  }
+
+  /**
+   * The fence proof of this holding: an Ed25519-signed statement of (bucket, lease name, slot,
+   * fencing token, holder, grant time, TTL) that a downstream store verifies offline before it
+   * trusts the token, so that a forged or foreign token can never become its highest ({@code
+   * docs/fencing.md}). The same for every renewal. Send it with every write, e.g. as the headers of
+   * {@link #fenceHeaders()}.
+   *
+   * @return a copy of the proof bytes; empty when the server signs no proofs (it was started
+   *     without {@code --fence-signing-key})
+   */
+  public byte[] fenceProof() {
+    return fenceProof.toByteArray();
+  }
+
+  /**
+   * The HTTP headers to send with each write to a fenced store: {@value FenceHeaders#FENCE} (the
+   * proof in its text form, base64url without padding) and {@value FenceHeaders#TOKEN} (the
+   * fencing token as an unsigned decimal). Only the token when the server signs no proofs.
+   *
+   * @return the header names and values, in that order (unmodifiable)
+   */
+  public Map<String, String> fenceHeaders() {
+    return FenceHeaders.of(fenceProof, fencingToken);
   }
 
   /**

@@ -8,6 +8,8 @@
  * releases the lease. {@link dev.tenure.client.LeaseClient#watch} streams lease events, every
  * failure is a {@link dev.tenure.client.TenureException} with a typed reason (the generated {@link
  * dev.tenure.v1.ErrorReason}) and whether retrying can help, and {@link
- * dev.tenure.client.FencingGuard} shows how a downstream store uses fencing tokens.
+ * dev.tenure.client.FencingGuard} shows how a downstream store uses fencing tokens. A holding's
+ * fence proof ({@link dev.tenure.client.Session#fenceProof()}, {@link
+ * dev.tenure.client.Session#fenceHeaders()}) lets a store verify its token before trusting it.
  */
 package dev.tenure.client;
