@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the pinned dependencies (npm ci, skipped when node_modules/ is up
-# to date), checks that src/gen/ matches proto/, compiles with tsc and runs
-# the tests with the Node test runner against real Tenure servers.
+# to date) and builds ../../fence/typescript (@tenure/fence, which the fence
+# proof tests verify with), checks that src/gen/ matches proto/, compiles
+# with tsc and runs the tests with the Node test runner against real Tenure
+# servers (test/fence.test.ts starts one with --fence-signing-key, a key
+# made by openssl).
 #
 # Assumes `cargo build` and `scripts/tools.sh` ran at the repo root, so that
 # target/debug/tenure and .tools/bin/nats-server exist (or TENURE_BIN and
@@ -21,6 +24,9 @@ for f in "$TENURE_BIN" "$NATS_SERVER"; do
   [ -x "$f" ] || { echo "test.sh: $f is missing: run cargo build and scripts/tools.sh at the repo root" >&2; exit 1; }
 done
 
+# test/fence.test.ts verifies proofs with @tenure/fence (a file: dev
+# dependency): install its pinned dev dependencies and build it first.
+"$root/fence/typescript/scripts/install.sh"
 scripts/npm-ci.sh
 ./gen.sh --check
 rm -rf dist

@@ -20,6 +20,7 @@ import {
   AcquireGroupRequest,
   AcquireRequest,
   EventType,
+  GetFenceKeysRequest,
   GetLeaseRequest,
   LeaseServiceClient,
   ListLeasesRequest,
@@ -27,6 +28,8 @@ import {
   WatchLeaseRequest,
   type AcquireGroupResponse,
   type AcquireResponse,
+  type FenceKey,
+  type GetFenceKeysResponse,
   type GetLeaseResponse,
   type Lease,
   type LeaseEvent,
@@ -167,6 +170,14 @@ export interface LeasePage {
   leases: Lease[];
   /** Pass as `pageToken` for the next page; `""` on the last one. */
   nextPageToken: string;
+}
+
+/** The fence proof verification keys of {@link TenureClient.fenceKeys}. */
+export interface FenceKeys {
+  /** The keys, the active one (that signs new proofs) first. */
+  keys: FenceKey[];
+  /** The same keys in the keyset text form every fence verifier reads (`Keyset.parse` of `@tenure/fence`). */
+  keyset: string;
 }
 
 /** Channel credentials from the TLS options (plaintext without them). */
@@ -415,6 +426,24 @@ export class TenureClient {
    */
   async getLease(name: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Lease> {
     return (await this.inspect(name, options)).lease;
+  }
+
+  /**
+   * The public keys fence proofs are signed with (`GetFenceKeys`), for a
+   * store to pin: `keyset` is what `Keyset.parse` of `@tenure/fence` reads.
+   * Empty when the server signs no proofs (no `--fence-signing-key`).
+   */
+  async fenceKeys(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<FenceKeys> {
+    const get: UnaryMethod<GetFenceKeysRequest, GetFenceKeysResponse> = this.stub.getFenceKeys.bind(this.stub);
+    const reply = await unary(
+      this.#ctx,
+      "GetFenceKeys",
+      get,
+      GetFenceKeysRequest.fromPartial({}),
+      options.timeoutMs ?? this.#rpcTimeoutMs,
+      options.signal,
+    ).result;
+    return { keys: reply.keys, keyset: reply.keyset };
   }
 
   /**

@@ -7,6 +7,7 @@
  * one TTL and one send time.
  */
 import { LeaseLostError, type LossReason } from "./errors";
+import { fenceHeaders } from "./fenceproof";
 import {
   GroupMember,
   ReleaseGroupRequest,
@@ -41,8 +42,9 @@ export interface GroupSessionInit {
  * `signal` aborts when the group stops being held as a whole: any member
  * lost (revoked, expired, taken over, or a RenewGroup refused with
  * `LEASE_NOT_HELD`), the group's safe deadline passed, or `release()`.
- * Pass each member's token ({@link fencingToken}) with the writes that
- * concern that member.
+ * Pass each member's token ({@link fencingToken}) and proof
+ * ({@link fenceProof}; {@link fenceHeaders} gives both as HTTP headers)
+ * with the writes that concern that member.
  */
 export class GroupSession extends Renewing<readonly Lease[]> {
   /** The member names, in the order they were asked for. */
@@ -53,6 +55,11 @@ export class GroupSession extends Renewing<readonly Lease[]> {
   readonly leaseKey: string;
   /** Each member's fencing token, by name (constant for the group's life). */
   readonly fencingTokens: ReadonlyMap<string, bigint>;
+  /**
+   * Each member's fence proof, by name (constant for the group's life;
+   * empty when the server signs no proofs). See `Session.fenceProof`.
+   */
+  readonly fenceProofs: ReadonlyMap<string, Uint8Array>;
 
   readonly #stub: LeaseServiceClient;
   readonly #ctx: CallContext;
@@ -73,6 +80,7 @@ export class GroupSession extends Renewing<readonly Lease[]> {
     this.holder = init.leases[0]!.holder;
     this.leaseKey = init.leaseKey;
     this.fencingTokens = new Map(init.leases.map((lease) => [lease.name, lease.fencingToken]));
+    this.fenceProofs = new Map(init.leases.map((lease) => [lease.name, lease.fenceProof]));
     this.#watched = init.leases.map((lease) => ({
       name: lease.name,
       slot: 0,
@@ -91,6 +99,22 @@ export class GroupSession extends Renewing<readonly Lease[]> {
     const token = this.fencingTokens.get(name);
     if (token === undefined) throw new RangeError(`${JSON.stringify(name)} is not a member of this group`);
     return token;
+  }
+
+  /** The fence proof of member `name`; throws for a name not in the group. */
+  fenceProof(name: string): Uint8Array {
+    const proof = this.fenceProofs.get(name);
+    if (proof === undefined) throw new RangeError(`${JSON.stringify(name)} is not a member of this group`);
+    return proof;
+  }
+
+  /**
+   * The HTTP headers of a write that concerns member `name`:
+   * `Tenure-Fence` (its proof) and `Tenure-Fencing-Token` (its token); see
+   * `Session.fenceHeaders`. Throws for a name not in the group.
+   */
+  fenceHeaders(name: string): Record<string, string> {
+    return fenceHeaders(this.fenceProof(name), this.fencingToken(name));
   }
 
   /** The members' latest holdings as the server last returned them, in request order. */

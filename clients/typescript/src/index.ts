@@ -9,6 +9,7 @@ export {
   TenureClient,
   type AcquireOptions,
   type ClientOptions,
+  type FenceKeys,
   type GroupAcquireOptions,
   type LeaseState,
   type WatchOptions,
@@ -19,6 +20,7 @@ export { Semaphore, type SemaphoreAcquireOptions } from "./semaphore";
 export type { RenewalStats } from "./keepalive";
 export { ELECTION_VALUE_KEY, Elections, LeaderElector, type ElectorOptions, type Leader } from "./election";
 export { FencingGuard } from "./fencing";
+export { FENCE_HEADER, fenceHeaders, FENCING_TOKEN_HEADER } from "./fenceproof";
 export {
   ERROR_DOMAIN,
   ErrorReason,
@@ -31,7 +33,7 @@ export {
   TenureError,
   type LossReason,
 } from "./errors";
-export { EventType, eventTypeToJSON, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
+export { EventType, eventTypeToJSON, type FenceKey, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1`. */
 export * as v1 from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1.ElectionService`. */

@@ -4,6 +4,7 @@
  * be trusted.
  */
 import { LeaseLostError, type LossReason } from "./errors";
+import { fenceHeaders } from "./fenceproof";
 import {
   ReleaseRequest,
   RenewRequest,
@@ -47,8 +48,9 @@ export interface SessionInit {
  *   monotonic clock on every call) and while the signal has not aborted.
  * - `release()` (or `await using`) ends the holding at once.
  *
- * Pass `fencingToken` with every write to a downstream store, and stop
- * writing when `signal` aborts.
+ * Pass `fencingToken` (and, to a store that verifies proofs, `fenceProof`:
+ * {@link fenceHeaders} gives both as HTTP headers) with every write to a
+ * downstream store, and stop writing when `signal` aborts.
  */
 export class Session extends Renewing<Lease> {
   /** The lease (or semaphore) name. */
@@ -61,6 +63,14 @@ export class Session extends Renewing<Lease> {
   readonly leaseKey: string;
   /** The semaphore slot of this holding (1 to the limit); 0 for a plain lease. */
   readonly slot: number;
+  /**
+   * The grant's fence proof: Tenure's Ed25519-signed statement of this
+   * holding (bucket, name, slot, token, holder, grant time, TTL) that a
+   * store verifies offline before it compares tokens (docs/fencing.md).
+   * Constant across renewals; empty when the server signs no proofs (it
+   * runs without `--fence-signing-key`).
+   */
+  readonly fenceProof: Uint8Array;
 
   readonly #stub: LeaseServiceClient;
   readonly #ctx: CallContext;
@@ -82,6 +92,7 @@ export class Session extends Renewing<Lease> {
     this.holder = init.lease.holder;
     this.fencingToken = init.lease.fencingToken;
     this.slot = init.lease.slot;
+    this.fenceProof = init.lease.fenceProof;
     this.leaseKey = init.leaseKey;
     this.#watched = {
       name: this.name,
@@ -118,6 +129,19 @@ export class Session extends Renewing<Lease> {
       slot: this.slot,
       held: this.isHeld(),
     };
+  }
+
+  /**
+   * The HTTP headers of a write under this holding: `Tenure-Fence` (the
+   * proof, base64url) and `Tenure-Fencing-Token` (the token, decimal);
+   * only the latter when {@link fenceProof} is empty.
+   *
+   * ```ts
+   * await fetch(url, { method: "PUT", headers: { ...session.fenceHeaders() }, body });
+   * ```
+   */
+  fenceHeaders(): Record<string, string> {
+    return fenceHeaders(this.fenceProof, this.fencingToken);
   }
 
   /** The latest holding as the server last returned it. */

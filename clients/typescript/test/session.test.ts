@@ -46,6 +46,16 @@ async function rejection(promise: Promise<unknown>): Promise<TenureError> {
 }
 
 describe("session", () => {
+  it("carries no fence proof from a server without --fence-signing-key: fenceHeaders sends the token alone", async () => {
+    await using session = await client.acquire(uniqueName("noproof"), "worker-a", { ttlMs: 5000 });
+    assert.equal(session.fenceProof.length, 0);
+    assert.deepEqual(session.fenceHeaders(), { "Tenure-Fencing-Token": String(session.fencingToken) });
+    const served = await client.fenceKeys();
+    assert.deepEqual(served.keys, []);
+    const keyLines = served.keyset.split("\n").filter((line) => line.split("#")[0]!.trim() !== "");
+    assert.deepEqual(keyLines, [], "a keyset of no key");
+  });
+
   it("acquires, renews in the background and releases", async () => {
     const name = uniqueName("roundtrip");
     const stop = new AbortController();

@@ -1,12 +1,12 @@
 /**
- * Unit tests that need no server: the fencing guard, error decoding and
- * option checks.
+ * Unit tests that need no server: the fencing guard, fence headers, error
+ * decoding and option checks.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
-import { FencingGuard, LeaseLostError, Reason, TenureClient, TenureError } from "../src";
+import { fenceHeaders, FencingGuard, LeaseLostError, Reason, TenureClient, TenureError } from "../src";
 import { ErrorInfo } from "../src/gen/google/rpc/error_details";
 import { Status } from "../src/gen/google/rpc/status";
 import { durationToMs, msToDuration } from "../src/time";
@@ -113,6 +113,21 @@ describe("durations", () => {
     assert.equal(durationToMs({ seconds: 10n, nanos: 0 }), 10_000);
     assert.equal(durationToMs(undefined), 0);
     assert.throws(() => msToDuration(-1), RangeError);
+  });
+});
+
+describe("fenceHeaders", () => {
+  it("sends the proof as base64url without padding and the token in decimal, u64 intact", () => {
+    const backing = new Uint8Array([0xee, 0xfb, 0xff, 0xfe, 0x01, 0xee]);
+    const proof = backing.subarray(1, 5); // a view at an offset: only its own bytes are sent
+    assert.deepEqual(fenceHeaders(proof, 2n ** 64n - 1n), {
+      "Tenure-Fence": "-__-AQ",
+      "Tenure-Fencing-Token": "18446744073709551615",
+    });
+  });
+
+  it("sends the token alone when there is no proof", () => {
+    assert.deepEqual(fenceHeaders(new Uint8Array(0), 7n), { "Tenure-Fencing-Token": "7" });
   });
 });
 
