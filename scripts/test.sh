@@ -90,6 +90,16 @@ scripts/model-check.sh >"$model_log" 2>&1 &
 model_pid=$!
 trap 'kill "$model_pid" "$tools_pid" 2>/dev/null || true; rm -f "$model_log" "$tools_log"' EXIT
 
+# The fence verifiers and kits (fence/test.sh: Go, Python, Java, PostgreSQL,
+# Redis) mostly download, start servers and wait on them: they run beside
+# the smoke runs and client suites too. The TypeScript one runs after the
+# client suites, as clients/typescript builds the same package.
+fence_log=$(mktemp)
+step "fence verifiers and store kits start in the background (fence/test.sh; about 3 minutes cold)"
+fence/test.sh go python java kits >"$fence_log" 2>&1 &
+fence_pid=$!
+trap 'kill "$model_pid" "$tools_pid" "$fence_pid" 2>/dev/null || true; rm -f "$model_log" "$tools_log" "$fence_log"' EXIT
+
 step "benchmark smoke runs (debug builds; the full runs: scripts/bench.sh, cargo bench)"
 cargo test --bench latency -- --quick
 scripts/bench.sh --quick
@@ -105,6 +115,15 @@ done
 
 step "the Connect TypeScript client and gRPC-Web against a real Tenure (tests/connect-ts)"
 tests/connect-ts/test.sh
+
+step "fence/typescript (the verifier the TypeScript client's tests built)"
+fence/test.sh typescript
+
+step "fence verifiers and store kits (their report; started before the smoke runs)"
+fence_status=0
+wait "$fence_pid" || fence_status=$?
+cat "$fence_log" >&2
+[ "$fence_status" = 0 ] || { echo "test.sh: fence/test.sh failed (exit $fence_status)" >&2; exit "$fence_status"; }
 
 step "model check of the lease and fair-queue protocols (its report; started before the smoke runs)"
 model_status=0
