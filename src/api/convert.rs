@@ -46,6 +46,7 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         EventKind::Released => proto::EventType::Released,
         EventKind::Expired => proto::EventType::Expired,
         EventKind::Revoked => proto::EventType::Revoked,
+        EventKind::Missed => proto::EventType::Missed,
         // Only waiting Acquires subscribe to it; no watch receives it.
         EventKind::Turn => proto::EventType::Unspecified,
     };
@@ -60,6 +61,7 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         slot: e.slot,
         shard: 0,
         shard_revisions: Vec::new(),
+        missed_after_revision: e.missed_after,
     }
 }
 
@@ -84,6 +86,7 @@ pub fn event_kind(t: proto::EventType) -> Option<EventKind> {
         proto::EventType::Released => EventKind::Released,
         proto::EventType::Expired => EventKind::Expired,
         proto::EventType::Revoked => EventKind::Revoked,
+        proto::EventType::Missed => EventKind::Missed,
     })
 }
 
@@ -131,7 +134,7 @@ mod tests {
     /// Every proto event type but the unspecified one has a domain kind.
     #[test]
     fn event_kinds_round_trip() {
-        for n in 1..=7 {
+        for n in 1..=8 {
             let t = proto::EventType::try_from(n).unwrap();
             let kind = event_kind(t).expect("a kind");
             let e = Event {
@@ -143,6 +146,7 @@ mod tests {
                 holding: None,
                 time_ms: 0,
                 slot: 0,
+                missed_after: 0,
             };
             assert_eq!(event(&e).r#type, n);
         }

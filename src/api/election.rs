@@ -111,6 +111,7 @@ fn change(c: &Change) -> proto::ObserveResponse {
         ChangeKind::Resigned => proto::ChangeType::Resigned,
         ChangeKind::Expired => proto::ChangeType::Expired,
         ChangeKind::Revoked => proto::ChangeType::Revoked,
+        ChangeKind::Missed => proto::ChangeType::Missed,
     };
     proto::ObserveResponse {
         r#type: kind as i32,

@@ -314,6 +314,7 @@ pub fn event_name(t: i32) -> &'static str {
         Ok(EventType::Released) => "RELEASED",
         Ok(EventType::Expired) => "EXPIRED",
         Ok(EventType::Revoked) => "REVOKED",
+        Ok(EventType::Missed) => "MISSED",
         Ok(EventType::Unspecified) | Err(_) => "UNKNOWN",
     }
 }

@@ -180,7 +180,9 @@ impl App {
                     self.leases.insert(e.name.clone(), l);
                 }
             }
-            EventType::Released | EventType::Expired | EventType::Revoked => {
+            // A missed change: the holding shown has ended; what follows
+            // says what is held now.
+            EventType::Released | EventType::Expired | EventType::Revoked | EventType::Missed => {
                 self.leases.remove(&e.name);
             }
             EventType::Unspecified => {}

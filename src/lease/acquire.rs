@@ -509,6 +509,7 @@ impl Leases {
             &args.metadata,
             args.lock_delay_s,
             now,
+            expected,
         );
         let ttl = self.nats_ttl(args.ttl_s);
         let (fence_revision, fence_live) = (fence.0, fence.1.is_some());

@@ -65,6 +65,9 @@ pub enum ChangeKind {
     Expired,
     /// No leader: an operator revoked the leadership.
     Revoked,
+    /// No leader known: the watcher missed changes (see
+    /// [`EventKind::Missed`]); the next change says who leads.
+    Missed,
 }
 
 /// One leadership change of an election.
@@ -295,6 +298,14 @@ impl Tracker {
                 self.last = Some(now);
                 Some(change(kind, Some(holding)))
             }
+            EventKind::Missed => {
+                self.last = None;
+                Some(Change {
+                    ended_holder: event.holder.clone(),
+                    ended_token: event.token,
+                    ..change(ChangeKind::Missed, None)
+                })
+            }
             EventKind::Released | EventKind::Expired | EventKind::Revoked => {
                 self.last.take()?;
                 let kind = match event.kind {
@@ -370,6 +381,7 @@ mod tests {
             holding,
             time_ms: 0,
             slot: 0,
+            missed_after: 0,
         }
     }
 

@@ -22,6 +22,12 @@ pub enum EventKind {
     Expired,
     /// An operator removed the holding.
     Revoked,
+    /// The watcher did not see every change of the name: a holding (the one
+    /// in `holder` and `token`, when the watch knew it) ended, or holdings
+    /// came and went, after `missed_after` and before `revision`, and NATS
+    /// no longer has those messages (it keeps one per name). Never filtered
+    /// out by a watch's event types: a watch says when it is incomplete.
+    Missed,
     /// Internal, never sent to a watch: the name is free and its queue lost
     /// a live ticket (a waiter left or its ticket expired), so the next
     /// waiter may now be the head. Delivered only to subscribers that ask
@@ -49,6 +55,9 @@ pub struct Event {
     pub time_ms: u64,
     /// The semaphore slot concerned; 0 for a plain lease.
     pub slot: u32,
+    /// For `Missed`: the last revision of the name the watcher saw (0: it
+    /// saw none); 0 for every other kind.
+    pub missed_after: u64,
 }
 
 impl Event {
@@ -63,6 +72,7 @@ impl Event {
             holding: None,
             time_ms: 0,
             slot: 0,
+            missed_after: 0,
         }
     }
 
@@ -77,6 +87,7 @@ impl Event {
             holding: Some(h.clone()),
             time_ms: h.record.renewed_ms,
             slot: h.slot,
+            missed_after: 0,
         }
     }
 

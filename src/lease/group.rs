@@ -243,6 +243,7 @@ impl Leases {
                             &args.metadata,
                             args.lock_delay_s,
                             now,
+                            *expected,
                         )
                     },
                     *expected,

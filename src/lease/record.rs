@@ -44,6 +44,12 @@ pub struct Record {
     /// so a reader of any member finds the others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub group: Vec<String>,
+    /// The revision the holding's acquiring write replaced (0: the name had
+    /// no message), kept across renewals: a watcher that first sees the
+    /// holding at a renewal learns from it whether the name changed in
+    /// between without its seeing. Absent in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<u64>,
 }
 
 /// Whether a number field is 0 (and so left out of the JSON).
@@ -62,9 +68,9 @@ impl Record {
     }
 
     /// The record of a new holding of `holder`, whose lease key hashes to
-    /// `key`, written at `now_ms`: token 0 ("the revision of this write"),
-    /// no group (a group's grant sets its members). The one place a holding
-    /// starts.
+    /// `key`, written at `now_ms` over the name's message at revision `over`
+    /// (0: none): token 0 ("the revision of this write"), no group (a
+    /// group's grant sets its members). The one place a holding starts.
     pub fn grant(
         holder: &str,
         key: &KeyHash,
@@ -72,6 +78,7 @@ impl Record {
         metadata: &BTreeMap<String, String>,
         lock_delay_s: u64,
         now_ms: u64,
+        over: u64,
     ) -> Record {
         Record {
             holder: holder.to_string(),
@@ -83,6 +90,7 @@ impl Record {
             metadata: metadata.clone(),
             lock_delay_s,
             group: Vec::new(),
+            over: Some(over),
         }
     }
 
@@ -337,6 +345,7 @@ mod tests {
             metadata: BTreeMap::from([("k".into(), "v".into())]),
             lock_delay_s: 0,
             group: vec!["n".into(), "m".into()],
+            over: Some(7),
         };
         let back = Record::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
@@ -356,6 +365,7 @@ mod tests {
             revision: 3,
             time_ms: 0,
             op,
+            replaced: None,
         };
         let released = Released {
             holder: "h".into(),
@@ -399,12 +409,22 @@ pub mod fixtures {
             metadata: Default::default(),
             lock_delay_s: 0,
             group: Vec::new(),
+            over: None,
         }
     }
 
     /// A live holding of `holder` with stored token `token`.
     pub fn held(holder: &str, token: u64) -> Kind {
         Kind::Held(record(holder, "fixture-lease-key", token))
+    }
+
+    /// A live holding of `holder` with stored token `token` whose acquiring
+    /// write replaced revision `over`.
+    pub fn held_over(holder: &str, token: u64, over: u64) -> Kind {
+        Kind::Held(Record {
+            over: Some(over),
+            ..record(holder, "fixture-lease-key", token)
+        })
     }
 
     /// A message of `name` at `revision` that says `kind`.

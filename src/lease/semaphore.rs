@@ -173,7 +173,15 @@ impl Leases {
             };
             let (slot, expected) = free[pick];
             let now = now_ms();
-            let record = Record::grant(&args.holder, &hash, args.ttl_s, &args.metadata, 0, now);
+            let record = Record::grant(
+                &args.holder,
+                &hash,
+                args.ttl_s,
+                &args.metadata,
+                0,
+                now,
+                expected,
+            );
             let key = slot_key(name, slot);
             let ttl = self.nats_ttl(args.ttl_s);
             let written = if in_force == limit {

@@ -31,18 +31,13 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use super::message::{
-    classify, unix_ms, Message, KV_OPERATION, KV_OPERATION_DELETE, KV_OPERATION_PURGE,
+    classify, replaced, unix_ms, Message, EXPECTED_LAST_SUBJECT_SEQUENCE,
+    EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT, KV_OPERATION, KV_OPERATION_DELETE, KV_OPERATION_PURGE,
 };
 use crate::config::BucketConfig;
 use crate::error::{Error, Reason, Result};
 use crate::observe::METRICS;
 
-/// The conditional-write header: the subject's last sequence must be this.
-pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
-/// The conditional-write header naming another subject (or a wildcard)
-/// whose last sequence [`NATS_EXPECTED_LAST_SUBJECT_SEQUENCE`] checks.
-pub const NATS_EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str =
-    "Nats-Expected-Last-Subject-Sequence-Subject";
 /// The per-message TTL header, whole seconds.
 pub const NATS_TTL: &str = "Nats-TTL";
 /// Atomic batch publish (ADR-50): the batch every message belongs to.
@@ -426,6 +421,7 @@ impl Store {
                 name,
                 revision: msg.sequence,
                 time_ms: unix_ms(msg.time),
+                replaced: replaced(Some(&msg.headers), msg.subject.as_str()),
                 op: classify(Some(&msg.headers), msg.payload),
             });
         }
@@ -534,6 +530,7 @@ impl Store {
                 name: name.to_string(),
                 revision: msg.sequence,
                 time_ms: unix_ms(msg.time),
+                replaced: replaced(Some(&msg.headers), &subject),
                 op: classify(Some(&msg.headers), msg.payload),
             })),
             Err(err) => match err.kind() {
@@ -681,12 +678,12 @@ impl Store {
                 headers.insert(NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
                 if let Some(expected) = w.expected {
                     headers.insert(
-                        NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                        EXPECTED_LAST_SUBJECT_SEQUENCE,
                         expected.to_string().as_str(),
                     );
                     if let Some(of) = &w.expected_of {
                         headers.insert(
-                            NATS_EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+                            EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
                             format!("{}{of}", self.prefix).as_str(),
                         );
                     }

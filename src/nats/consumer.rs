@@ -17,7 +17,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use futures::{Stream, StreamExt};
 
 use super::bucket::Store;
-use super::message::{classify, unix_ms, Message};
+use super::message::{classify, replaced, unix_ms, Message};
 use crate::error::{Error, Reason, Result};
 
 /// Where a [`Store::follow`] begins.
@@ -235,6 +235,7 @@ fn read_message(prefix: &str, msg: &jetstream::Message) -> Result<(Message, u64)
         revision: info.stream_sequence,
         time_ms: unix_ms(info.published),
         op: classify(msg.headers.as_ref(), msg.payload.clone()),
+        replaced: replaced(msg.headers.as_ref(), msg.subject.as_str()),
     };
     Ok((message, info.pending))
 }

@@ -26,6 +26,35 @@ pub const NATS_MARKER_REASON: &str = "Nats-Marker-Reason";
 /// the subject's last message.
 pub const MARKER_REASON_MAX_AGE: &str = "MaxAge";
 
+/// The header of a conditional publish: the last sequence of the subject
+/// (or of [`EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT`], when set) the write was
+/// made over. JetStream stores it with the message, so a reader learns
+/// which revision each conditional write replaced.
+pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// The header that moves [`EXPECTED_LAST_SUBJECT_SEQUENCE`]'s condition to
+/// another subject (or a wildcard).
+pub const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str =
+    "Nats-Expected-Last-Subject-Sequence-Subject";
+
+/// The revision of `subject`'s message that a message of `subject`
+/// replaced, from its stored [`EXPECTED_LAST_SUBJECT_SEQUENCE`] header (0:
+/// the subject had no message). `None` for what no conditional publish on
+/// its own subject wrote: NATS's own markers, unconditional writes, `nats
+/// kv` commands, and writes conditional on another subject.
+pub fn replaced(headers: Option<&HeaderMap>, subject: &str) -> Option<u64> {
+    let headers = headers?;
+    if let Some(of) = headers.get(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT) {
+        if of.as_str() != subject {
+            return None;
+        }
+    }
+    headers
+        .get(EXPECTED_LAST_SUBJECT_SEQUENCE)?
+        .as_str()
+        .parse()
+        .ok()
+}
+
 /// What a message of the bucket is, by its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -52,6 +81,9 @@ pub struct Message {
     pub time_ms: u64,
     /// What it is.
     pub op: Op,
+    /// The revision of the subject's message this one replaced, when a
+    /// conditional write made it (see [`replaced`]).
+    pub replaced: Option<u64>,
 }
 
 /// Decides what a bucket message is from its headers.

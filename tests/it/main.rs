@@ -64,5 +64,6 @@ mod walkthrough;
 mod watch;
 mod watch_heals;
 mod watch_memory;
+mod watch_missed;
 mod watch_resume;
 mod watcher_idle;

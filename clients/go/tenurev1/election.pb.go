@@ -54,6 +54,12 @@ const (
 	// CHANGE_TYPE_REVOKED is "no leader": an operator revoked the leadership
 	// (LeaseService.RevokeLease).
 	ChangeType_CHANGE_TYPE_REVOKED ChangeType = 6
+	// CHANGE_TYPE_MISSED is "no leader known": this stream did not see every
+	// change of the election (its server's watcher fell behind the bucket);
+	// the leader in ended_holder and ended_fencing_token, when it knew one,
+	// no longer leads, and terms may have come and gone before `revision`.
+	// The next change says who leads.
+	ChangeType_CHANGE_TYPE_MISSED ChangeType = 7
 )
 
 // Enum value maps for ChangeType.
@@ -66,6 +72,7 @@ var (
 		4: "CHANGE_TYPE_RESIGNED",
 		5: "CHANGE_TYPE_EXPIRED",
 		6: "CHANGE_TYPE_REVOKED",
+		7: "CHANGE_TYPE_MISSED",
 	}
 	ChangeType_value = map[string]int32{
 		"CHANGE_TYPE_UNSPECIFIED": 0,
@@ -75,6 +82,7 @@ var (
 		"CHANGE_TYPE_RESIGNED":    4,
 		"CHANGE_TYPE_EXPIRED":     5,
 		"CHANGE_TYPE_REVOKED":     6,
+		"CHANGE_TYPE_MISSED":      7,
 	}
 )
 
@@ -906,7 +914,7 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\v2\x15.tenure.v1.LeadershipR\x06leader\x12!\n" +
 	"\fended_holder\x18\x03 \x01(\tR\vendedHolder\x12.\n" +
 	"\x13ended_fencing_token\x18\x04 \x01(\x04R\x11endedFencingToken\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision*\xc3\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision*\xdb\x01\n" +
 	"\n" +
 	"ChangeType\x12\x1b\n" +
 	"\x17CHANGE_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -915,7 +923,8 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\x16CHANGE_TYPE_PROCLAIMED\x10\x03\x12\x18\n" +
 	"\x14CHANGE_TYPE_RESIGNED\x10\x04\x12\x17\n" +
 	"\x13CHANGE_TYPE_EXPIRED\x10\x05\x12\x17\n" +
-	"\x13CHANGE_TYPE_REVOKED\x10\x062\xdd\x02\n" +
+	"\x13CHANGE_TYPE_REVOKED\x10\x06\x12\x16\n" +
+	"\x12CHANGE_TYPE_MISSED\x10\a2\xdd\x02\n" +
 	"\x0fElectionService\x12C\n" +
 	"\bCampaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12C\n" +
 	"\bProclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n" +

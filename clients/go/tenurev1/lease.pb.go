@@ -58,6 +58,16 @@ const (
 	EventType_EVENT_TYPE_EXPIRED EventType = 6
 	// EVENT_TYPE_REVOKED is a holding removed by an operator (a KV purge).
 	EventType_EVENT_TYPE_REVOKED EventType = 7
+	// EVENT_TYPE_MISSED says this stream did not see every change of `name`:
+	// its server's watcher fell behind the bucket, which keeps one message
+	// per name, and changes after `missed_after_revision` and before
+	// `revision` were gone when it read on. The holding in `holder` and
+	// `fencing_token` (when the stream knew one) has ended; other holdings
+	// may have come and gone in between. The events after it are the name's
+	// changes from `revision` on. Sent whatever `event_types` asks for: a
+	// watch never drops a holding silently. Read the name (GetLease) for its
+	// state now.
+	EventType_EVENT_TYPE_MISSED EventType = 8
 )
 
 // Enum value maps for EventType.
@@ -71,6 +81,7 @@ var (
 		5: "EVENT_TYPE_RELEASED",
 		6: "EVENT_TYPE_EXPIRED",
 		7: "EVENT_TYPE_REVOKED",
+		8: "EVENT_TYPE_MISSED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":       0,
@@ -81,6 +92,7 @@ var (
 		"EVENT_TYPE_RELEASED":          5,
 		"EVENT_TYPE_EXPIRED":           6,
 		"EVENT_TYPE_REVOKED":           7,
+		"EVENT_TYPE_MISSED":            8,
 	}
 )
 
@@ -1027,8 +1039,12 @@ type LeaseEvent struct {
 	// WatchLeaseRequest.shard_revisions when no later event arrived. Empty
 	// otherwise.
 	ShardRevisions []uint64 `protobuf:"varint,10,rep,packed,name=shard_revisions,json=shardRevisions,proto3" json:"shard_revisions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// missed_after_revision is, for MISSED, the last revision of the name this
+	// stream saw (0: it saw none): its changes after that one and before
+	// `revision` were not all seen. 0 for every other type.
+	MissedAfterRevision uint64 `protobuf:"varint,11,opt,name=missed_after_revision,json=missedAfterRevision,proto3" json:"missed_after_revision,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *LeaseEvent) Reset() {
@@ -1129,6 +1145,13 @@ func (x *LeaseEvent) GetShardRevisions() []uint64 {
 		return x.ShardRevisions
 	}
 	return nil
+}
+
+func (x *LeaseEvent) GetMissedAfterRevision() uint64 {
+	if x != nil {
+		return x.MissedAfterRevision
+	}
+	return 0
 }
 
 // ListLeasesRequest selects the holdings to list.
@@ -2451,7 +2474,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\x12'\n" +
 	"\x0fshard_revisions\x18\x04 \x03(\x04R\x0eshardRevisions\"A\n" +
 	"\x12WatchLeaseResponse\x12+\n" +
-	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\xce\x02\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\x82\x03\n" +
 	"\n" +
 	"LeaseEvent\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.tenure.v1.EventTypeR\x04type\x12\x12\n" +
@@ -2464,7 +2487,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04slot\x18\b \x01(\rR\x04slot\x12\x14\n" +
 	"\x05shard\x18\t \x01(\rR\x05shard\x12'\n" +
 	"\x0fshard_revisions\x18\n" +
-	" \x03(\x04R\x0eshardRevisions\"g\n" +
+	" \x03(\x04R\x0eshardRevisions\x122\n" +
+	"\x15missed_after_revision\x18\v \x01(\x04R\x13missedAfterRevision\"g\n" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -2549,7 +2573,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
-	"\x06active\x18\x03 \x01(\bR\x06active*\xdb\x01\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active*\xf2\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -2558,7 +2582,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_RENEWED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_REVOKED\x10\a2\x83\a\n" +
+	"\x12EVENT_TYPE_REVOKED\x10\a\x12\x15\n" +
+	"\x11EVENT_TYPE_MISSED\x10\b2\x83\a\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +

@@ -299,7 +299,7 @@ impl Hub {
         let (commands, rx) = mpsc::unbounded_channel();
         let (healthy_tx, healthy) = watch::channel(true);
         let mut state = HubState::new(budget);
-        state.marker_ttl = store.marker_ttl();
+        state.set_marker_ttl(store.marker_ttl());
         let view = state.view.clone();
         let task = Task {
             store: store.clone(),

@@ -209,6 +209,7 @@ mod tests {
             holding: None,
             time_ms: 0,
             slot: 0,
+            missed_after: 0,
         })
     }
 

@@ -330,6 +330,7 @@ impl Replay {
             time_ms: entry.time_ms,
             // Semaphore slot keys are reserved and not replayed (above).
             slot: 0,
+            missed_after: 0,
         })
     }
 }

@@ -55,9 +55,18 @@ struct Subscriber {
 }
 
 impl Subscriber {
-    /// Whether it wants events of `kind`.
+    /// Whether it wants events of `kind`. `Missed` goes to every
+    /// subscription that follows changes (any kind but the snapshot's): a
+    /// watch says when it is incomplete, and a waiter learns the name may be
+    /// free.
     fn wants(&self, kind: EventKind) -> bool {
-        (self.kinds.is_empty() && kind != EventKind::Turn) || self.kinds.contains(&kind)
+        (self.kinds.is_empty() && kind != EventKind::Turn)
+            || self.kinds.contains(&kind)
+            || (kind == EventKind::Missed
+                && self
+                    .kinds
+                    .iter()
+                    .any(|k| !matches!(k, EventKind::Current | EventKind::SnapshotComplete)))
     }
 
     /// Whether its stream is gone (only the hub holds the queue).
@@ -320,10 +329,28 @@ impl HubState {
         }
     }
 
+    /// Sets the bucket's marker TTL (what resumes and the mirror's memory
+    /// of free keys are bounded by), on a hub that has applied nothing.
+    pub(super) fn set_marker_ttl(&mut self, ttl: Duration) {
+        self.marker_ttl = ttl;
+        self.mirror = self.fresh_mirror();
+    }
+
+    /// An empty mirror that forgets a free key's last revision once NATS
+    /// has removed its end message and that message's marker (twice the
+    /// marker TTL).
+    fn fresh_mirror(&self) -> Mirror {
+        let mut mirror = Mirror::default();
+        if !self.marker_ttl.is_zero() {
+            mirror.forget_ended_after_ms = Some(2 * self.marker_ttl.as_millis() as u64);
+        }
+        mirror
+    }
+
     /// Forgets everything learned from the bucket (the mirror, checkpoints,
     /// ends), for a fresh initial load; subscribers stay.
     fn reset(&mut self) {
-        self.mirror = Mirror::default();
+        self.mirror = self.fresh_mirror();
         self.checkpoints = Checkpoints::default();
         self.ends = imbl::OrdMap::new();
         self.newest_ms = 0;
@@ -497,11 +524,12 @@ impl HubState {
         {
             self.turns.insert(name);
         }
-        self.apply(Entry::from(message), pending);
+        let replaced = message.replaced;
+        self.apply(Entry::from(message), replaced, pending);
     }
 
     /// Applies one bucket message and delivers its event.
-    fn apply(&mut self, entry: Entry, pending: u64) {
+    fn apply(&mut self, entry: Entry, replaced: Option<u64>, pending: u64) {
         if !crate::lease::keys::is_reserved(&entry.name) {
             let released = matches!(entry.kind, Kind::Released(_));
             self.view.apply_lease(&entry.name, entry.revision, released);
@@ -509,7 +537,7 @@ impl HubState {
         self.checkpoints.note(entry.revision, entry.time_ms);
         self.newest_ms = self.newest_ms.max(entry.time_ms);
         self.note_end(&entry);
-        let event = self.mirror.apply(entry);
+        let applied = self.mirror.apply(entry, replaced);
         if pending == 0 && !self.mirror.live {
             self.mirror.live = true;
             tracing::debug!(
@@ -520,7 +548,7 @@ impl HubState {
         if self.mirror.live {
             self.view.set_position(self.mirror.position, pending == 0);
         }
-        if let Some(event) = event {
+        for event in [applied.missed, applied.event].into_iter().flatten() {
             let event = Arc::new(event);
             for id in self.interested(&event.name) {
                 self.deliver(id, &event);
@@ -553,6 +581,7 @@ impl HubState {
                 holding: None,
                 time_ms: self.newest_ms,
                 slot: 0,
+                missed_after: 0,
             });
             for id in self.by_name.get(&name).cloned().unwrap_or_default() {
                 self.deliver(id, &event);
@@ -749,7 +778,11 @@ mod tests {
         let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
         let mut fast = state.register(Filter::parse("a"), Vec::new(), false);
         for i in 0..(WATCH_BUFFER_EVENTS as u64 + 10) {
-            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            state.apply(
+                entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
+                Some(i),
+                0,
+            );
             // The fast one keeps up.
             assert_eq!(fast.next().await.unwrap().revision, i + 1);
         }
@@ -769,7 +802,11 @@ mod tests {
         let mut state = state(4096, usize::MAX);
         let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
         for i in 0..100 {
-            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            state.apply(
+                entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
+                Some(i),
+                0,
+            );
         }
         assert_eq!(slow.next().await.unwrap_err().reason, Reason::WatchLagged);
         assert!(state.subscribers.is_empty());
@@ -780,17 +817,22 @@ mod tests {
     #[tokio::test]
     async fn a_full_replica_ends_the_watch_furthest_behind() {
         let one = {
-            let mut m = Mirror {
-                live: true,
-                ..Mirror::default()
-            };
-            m.apply(entry("a", 1, rec("h", 0))).unwrap().weight()
+            let mut m = Mirror::default();
+            m.live = true;
+            m.apply(entry("a", 1, rec("h", 0)), Some(0))
+                .event
+                .unwrap()
+                .weight()
         };
         let mut state = state(usize::MAX, one * 6);
         let mut behind = state.register(Filter::parse(">"), Vec::new(), false);
         let mut reader = state.register(Filter::parse(">"), Vec::new(), false);
         for i in 0..20 {
-            state.apply(entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })), 0);
+            state.apply(
+                entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
+                Some(i),
+                0,
+            );
             assert_eq!(reader.next().await.unwrap().revision, i + 1);
         }
         assert_eq!(behind.next().await.unwrap_err().reason, Reason::WatchLagged);
@@ -803,10 +845,10 @@ mod tests {
     async fn snapshots_are_read_lazily_from_the_mirror_as_it_was() {
         let mut state = state(usize::MAX, usize::MAX);
         for (i, name) in ["jobs.b", "jobs.a", "other.x", "jobs"].iter().enumerate() {
-            state.apply(entry(name, i as u64 + 1, rec("h", 0)), 0);
+            state.apply(entry(name, i as u64 + 1, rec("h", 0)), Some(0), 0);
         }
         let mut sub = state.register(Filter::parse("jobs.>"), Vec::new(), true);
-        state.apply(entry("jobs.c", 9, rec("h", 0)), 0);
+        state.apply(entry("jobs.c", 9, rec("h", 0)), Some(0), 0);
         let mut names = Vec::new();
         loop {
             let e = sub.next().await.unwrap();

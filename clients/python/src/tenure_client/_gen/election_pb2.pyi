@@ -19,6 +19,7 @@ class ChangeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_TYPE_RESIGNED: _ClassVar[ChangeType]
     CHANGE_TYPE_EXPIRED: _ClassVar[ChangeType]
     CHANGE_TYPE_REVOKED: _ClassVar[ChangeType]
+    CHANGE_TYPE_MISSED: _ClassVar[ChangeType]
 CHANGE_TYPE_UNSPECIFIED: ChangeType
 CHANGE_TYPE_CURRENT: ChangeType
 CHANGE_TYPE_ELECTED: ChangeType
@@ -26,6 +27,7 @@ CHANGE_TYPE_PROCLAIMED: ChangeType
 CHANGE_TYPE_RESIGNED: ChangeType
 CHANGE_TYPE_EXPIRED: ChangeType
 CHANGE_TYPE_REVOKED: ChangeType
+CHANGE_TYPE_MISSED: ChangeType
 
 class Leadership(_message.Message):
     __slots__ = ("name", "holder", "value", "fencing_token", "revision", "ttl", "elected_time", "renew_time", "ttl_left", "fence_proof")

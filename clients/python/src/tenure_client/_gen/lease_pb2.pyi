@@ -21,6 +21,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RELEASED: _ClassVar[EventType]
     EVENT_TYPE_EXPIRED: _ClassVar[EventType]
     EVENT_TYPE_REVOKED: _ClassVar[EventType]
+    EVENT_TYPE_MISSED: _ClassVar[EventType]
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_CURRENT: EventType
 EVENT_TYPE_SNAPSHOT_COMPLETE: EventType
@@ -29,6 +30,7 @@ EVENT_TYPE_RENEWED: EventType
 EVENT_TYPE_RELEASED: EventType
 EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
+EVENT_TYPE_MISSED: EventType
 
 class Lease(_message.Message):
     __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group", "fence_proof")
@@ -177,7 +179,7 @@ class WatchLeaseResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[LeaseEvent, _Mapping]] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time", "slot", "shard", "shard_revisions")
+    __slots__ = ("type", "name", "revision", "holder", "fencing_token", "lease", "time", "slot", "shard", "shard_revisions", "missed_after_revision")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +190,7 @@ class LeaseEvent(_message.Message):
     SLOT_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SHARD_REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    MISSED_AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     name: str
     revision: int
@@ -198,7 +201,8 @@ class LeaseEvent(_message.Message):
     slot: int
     shard: int
     shard_revisions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot: _Optional[int] = ..., shard: _Optional[int] = ..., shard_revisions: _Optional[_Iterable[int]] = ...) -> None: ...
+    missed_after_revision: int
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., name: _Optional[str] = ..., revision: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., slot: _Optional[int] = ..., shard: _Optional[int] = ..., shard_revisions: _Optional[_Iterable[int]] = ..., missed_after_revision: _Optional[int] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("prefix", "page_size", "page_token")

@@ -64,6 +64,14 @@ export enum ChangeType {
    * (LeaseService.RevokeLease).
    */
   REVOKED = "CHANGE_TYPE_REVOKED",
+  /**
+   * MISSED - CHANGE_TYPE_MISSED is "no leader known": this stream did not see every
+   * change of the election (its server's watcher fell behind the bucket);
+   * the leader in ended_holder and ended_fencing_token, when it knew one,
+   * no longer leads, and terms may have come and gone before `revision`.
+   * The next change says who leads.
+   */
+  MISSED = "CHANGE_TYPE_MISSED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -90,6 +98,9 @@ export function changeTypeFromJSON(object: any): ChangeType {
     case 6:
     case "CHANGE_TYPE_REVOKED":
       return ChangeType.REVOKED;
+    case 7:
+    case "CHANGE_TYPE_MISSED":
+      return ChangeType.MISSED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -113,6 +124,8 @@ export function changeTypeToJSON(object: ChangeType): string {
       return "CHANGE_TYPE_EXPIRED";
     case ChangeType.REVOKED:
       return "CHANGE_TYPE_REVOKED";
+    case ChangeType.MISSED:
+      return "CHANGE_TYPE_MISSED";
     case ChangeType.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -135,6 +148,8 @@ export function changeTypeToNumber(object: ChangeType): number {
       return 5;
     case ChangeType.REVOKED:
       return 6;
+    case ChangeType.MISSED:
+      return 7;
     case ChangeType.UNRECOGNIZED:
     default:
       return -1;

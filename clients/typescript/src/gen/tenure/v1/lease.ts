@@ -66,6 +66,18 @@ export enum EventType {
   EXPIRED = "EVENT_TYPE_EXPIRED",
   /** REVOKED - EVENT_TYPE_REVOKED is a holding removed by an operator (a KV purge). */
   REVOKED = "EVENT_TYPE_REVOKED",
+  /**
+   * MISSED - EVENT_TYPE_MISSED says this stream did not see every change of `name`:
+   * its server's watcher fell behind the bucket, which keeps one message
+   * per name, and changes after `missed_after_revision` and before
+   * `revision` were gone when it read on. The holding in `holder` and
+   * `fencing_token` (when the stream knew one) has ended; other holdings
+   * may have come and gone in between. The events after it are the name's
+   * changes from `revision` on. Sent whatever `event_types` asks for: a
+   * watch never drops a holding silently. Read the name (GetLease) for its
+   * state now.
+   */
+  MISSED = "EVENT_TYPE_MISSED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -95,6 +107,9 @@ export function eventTypeFromJSON(object: any): EventType {
     case 7:
     case "EVENT_TYPE_REVOKED":
       return EventType.REVOKED;
+    case 8:
+    case "EVENT_TYPE_MISSED":
+      return EventType.MISSED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -120,6 +135,8 @@ export function eventTypeToJSON(object: EventType): string {
       return "EVENT_TYPE_EXPIRED";
     case EventType.REVOKED:
       return "EVENT_TYPE_REVOKED";
+    case EventType.MISSED:
+      return "EVENT_TYPE_MISSED";
     case EventType.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -144,6 +161,8 @@ export function eventTypeToNumber(object: EventType): number {
       return 6;
     case EventType.REVOKED:
       return 7;
+    case EventType.MISSED:
+      return 8;
     case EventType.UNRECOGNIZED:
     default:
       return -1;
@@ -484,6 +503,12 @@ export interface LeaseEvent {
    * otherwise.
    */
   shardRevisions: bigint[];
+  /**
+   * missed_after_revision is, for MISSED, the last revision of the name this
+   * stream saw (0: it saw none): its changes after that one and before
+   * `revision` were not all seen. 0 for every other type.
+   */
+  missedAfterRevision: bigint;
 }
 
 /** ListLeasesRequest selects the holdings to list. */
@@ -2454,6 +2479,7 @@ function createBaseLeaseEvent(): LeaseEvent {
     slot: 0,
     shard: 0,
     shardRevisions: [],
+    missedAfterRevision: 0n,
   };
 }
 
@@ -2501,6 +2527,12 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
         writer.uint64(v);
       }
       writer.join();
+    }
+    if (message.missedAfterRevision !== 0n) {
+      if (BigInt.asUintN(64, message.missedAfterRevision) !== message.missedAfterRevision) {
+        throw new globalThis.Error("value provided for field message.missedAfterRevision of type uint64 too large");
+      }
+      writer.uint32(88).uint64(message.missedAfterRevision);
     }
     return writer;
   },
@@ -2608,6 +2640,14 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
 
             break;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.missedAfterRevision = reader.uint64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2640,6 +2680,11 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
         : globalThis.Array.isArray(object?.shard_revisions)
         ? object.shard_revisions.map((e: any) => BigInt(e))
         : [],
+      missedAfterRevision: isSet(object.missedAfterRevision)
+        ? BigInt(object.missedAfterRevision)
+        : isSet(object.missed_after_revision)
+        ? BigInt(object.missed_after_revision)
+        : 0n,
     };
   },
 
@@ -2675,6 +2720,9 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     if (message.shardRevisions?.length) {
       obj.shardRevisions = message.shardRevisions.map((e) => e.toString());
     }
+    if (message.missedAfterRevision !== 0n) {
+      obj.missedAfterRevision = message.missedAfterRevision.toString();
+    }
     return obj;
   },
 
@@ -2695,6 +2743,9 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
     message.slot = object.slot ?? 0;
     message.shard = object.shard ?? 0;
     message.shardRevisions = object.shardRevisions?.map((e) => BigInt(e)) || [];
+    message.missedAfterRevision = (object.missedAfterRevision !== undefined && object.missedAfterRevision !== null)
+      ? BigInt(object.missedAfterRevision)
+      : 0n;
     return message;
   },
 };
