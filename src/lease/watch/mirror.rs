@@ -280,6 +280,15 @@ impl Mirror {
         out
     }
 
+    /// The revision of the last message of `key` applied, if the mirror
+    /// knows it (a holding's, or a free key's for a while).
+    pub fn last_seen(&self, key: &str) -> Option<u64> {
+        self.names
+            .get(key)
+            .map(|h| h.revision)
+            .or_else(|| self.ended.get(key).map(|e| e.0))
+    }
+
     /// Notes that `key` is not held as of its message at `revision`.
     fn end(&mut self, key: &str, revision: u64, time_ms: u64) {
         self.ended.insert(key.to_string(), (revision, time_ms));

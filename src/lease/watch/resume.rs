@@ -12,7 +12,7 @@
 //! leader's clock; the hub keeps [`Checkpoints`] (revision, time) to bound
 //! that age from below. See `docs/design.md`, "Resuming a watch".
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,6 +109,9 @@ pub struct End {
     /// that was already free (a tombstone or marker ageing out), which
     /// stands for no event.
     pub ended: Option<(String, u64)>,
+    /// The revision of the name's message before it, as the hub knew it
+    /// (0: unknown): what a marker (which names no predecessor) followed.
+    pub after: u64,
 }
 
 /// The proof a resume needs, and what to say when it fails.
@@ -196,6 +199,11 @@ pub struct Replay {
     deadline: Instant,
     /// The proof, for the refusal.
     proof: Proof,
+    /// Per name replayed so far: the revision and token (0: an end) of its
+    /// last replayed message, to tell whether the next one follows it.
+    last: HashMap<String, (u64, u64)>,
+    /// An event to deliver after the `Missed` just delivered.
+    queued: Option<Event>,
 }
 
 impl Replay {
@@ -220,6 +228,8 @@ impl Replay {
             ends,
             deadline,
             proof,
+            last: HashMap::new(),
+            queued: None,
         }
     }
 
@@ -228,6 +238,11 @@ impl Replay {
     /// the replay was done, or the consumer failed.
     pub async fn next(&mut self) -> Result<Option<Event>> {
         loop {
+            if let Some(event) = self.queued.take() {
+                if self.kinds.is_empty() || self.kinds.contains(&event.kind) {
+                    return Ok(Some(event));
+                }
+            }
             let Some(follow) = self.follow.as_mut() else {
                 return self.finish().map(|()| None);
             };
@@ -252,16 +267,110 @@ impl Replay {
             if pending == 0 || message.revision == self.until {
                 self.follow = None;
             }
+            let replaced = message.replaced;
             let entry = Entry::from(message);
             if crate::lease::keys::is_reserved(&entry.name) || !self.filter.matches(&entry.name) {
                 continue;
             }
-            if let Some(event) = self.classify(entry) {
-                if self.kinds.is_empty() || self.kinds.contains(&event.kind) {
-                    return Ok(Some(event));
+            let missed = self.missed(&entry, replaced);
+            let event = self.classify(entry);
+            match missed {
+                // Always delivered; the event after it on the next call.
+                Some(missed) => {
+                    self.queued = event;
+                    return Ok(Some(missed));
+                }
+                None => {
+                    if let Some(event) = event {
+                        if self.kinds.is_empty() || self.kinds.contains(&event.kind) {
+                            return Ok(Some(event));
+                        }
+                    }
                 }
             }
         }
+    }
+
+    /// A `Missed` event when the replayed `entry` shows that changes of its
+    /// name after the resumed revision are gone from the bucket (the
+    /// resuming client knew the name as of `from`, and every later message
+    /// still there is replayed): its predecessor, from the write's stored
+    /// condition (`replaced`), the record's `over`, a tombstone's payload
+    /// or how the hub saw a marker land, is neither at or before `from` nor
+    /// the last message replayed. Errs towards `Missed` when nothing says.
+    fn missed(&mut self, entry: &Entry, replaced: Option<u64>) -> Option<Event> {
+        let from = self.from;
+        let last = self.last.get(&entry.name).copied();
+        // Whether the message follows what the client knows: the last one
+        // replayed, or (for the first) anything up to `from`.
+        let follows = |p: u64| match last {
+            Some((l, _)) => p == l,
+            None => p <= from,
+        };
+        let (gap, token) = match &entry.kind {
+            Kind::Unreadable => (false, 0),
+            Kind::Held(record) => {
+                let token = record.token_at(entry.revision);
+                let gap = match last {
+                    // The same holding goes on: missed renewals lose nothing.
+                    Some((_, t)) if t == token => false,
+                    _ if token <= from && last.is_none() => false,
+                    _ => {
+                        let over = if record.token == 0 {
+                            replaced.or(record.over)
+                        } else {
+                            record.over
+                        };
+                        !over.is_some_and(follows)
+                    }
+                };
+                (gap, token)
+            }
+            Kind::Released(payload) => {
+                let gap = match (payload, last) {
+                    (Some(p), Some((_, t))) => p.token != t && !replaced.is_some_and(follows),
+                    (Some(p), None) => p.token > from,
+                    (None, _) => !replaced.is_some_and(follows),
+                };
+                (gap, 0)
+            }
+            Kind::Expired | Kind::Revoked(_) => {
+                let gap = match (replaced, last) {
+                    (Some(p), _) => !follows(p),
+                    // A marker after a replayed message: it followed it.
+                    (None, Some(_)) => false,
+                    (None, None) => {
+                        let end = self
+                            .ends
+                            .get(&entry.name)
+                            .filter(|end| end.revision == entry.revision);
+                        match end {
+                            Some(End {
+                                ended: Some((_, token)),
+                                ..
+                            }) => *token > from,
+                            Some(End { after, .. }) => *after == 0 || *after > from,
+                            None => true,
+                        }
+                    }
+                };
+                (gap, 0)
+            }
+        };
+        let known = last;
+        self.last
+            .insert(entry.name.clone(), (entry.revision, token));
+        gap.then(|| Event {
+            kind: EventKind::Missed,
+            name: entry.name.clone(),
+            revision: entry.revision,
+            holder: String::new(),
+            token: known.map_or(0, |(_, t)| t),
+            holding: None,
+            time_ms: entry.time_ms,
+            slot: 0,
+            missed_after: known.map_or(from, |(l, _)| l),
+        })
     }
 
     /// Checks, at the seam, that the replay ended while the proof held.
@@ -359,6 +468,7 @@ mod tests {
             revision,
             time_ms: 0,
             ended: ended.map(|(h, t)| (h.to_string(), t)),
+            after: 0,
         };
         ends.insert("exp".to_string(), end(13, Some(("erin", 7))));
         ends.insert("aged".to_string(), end(14, None));
@@ -408,6 +518,73 @@ mod tests {
             some(EventKind::Released, "r", 9)
         );
         assert_eq!(kind(entry("u", 18, Kind::Unreadable)), None);
+    }
+
+    /// A resumed watch says what the bucket no longer has: a change of a
+    /// name after the resumed revision whose predecessor (from the write's
+    /// condition, the record's `over`, a tombstone's payload or how the hub
+    /// saw a marker land) is neither known to the client nor replayed is a
+    /// `Missed`; what follows the client's knowledge is not.
+    #[test]
+    fn replay_says_what_it_cannot_replay() {
+        let proof = Proof {
+            from: 10,
+            since_ms: Some(0),
+            now_ms: Some(0),
+            marker_ttl: Duration::from_secs(60),
+            oldest: None,
+        };
+        let mut ends = imbl::OrdMap::new();
+        let end = |revision, after| End {
+            revision,
+            time_ms: 0,
+            ended: None,
+            after,
+        };
+        ends.insert("aged-old".to_string(), end(14, 9));
+        ends.insert("aged-new".to_string(), end(15, 12));
+        let mut replay = Replay::new(
+            None,
+            40,
+            Filter::parse(">"),
+            Vec::new(),
+            ends,
+            Instant::now() + Duration::from_secs(60),
+            proof,
+        );
+        let over = |holder: &str, token, over| {
+            Kind::Held(crate::lease::record::Record {
+                over: Some(over),
+                ..crate::lease::record::fixtures::record(holder, "k", token)
+            })
+        };
+        let mut missed = |e: Entry, replaced| replay.missed(&e, replaced).map(|m| m.missed_after);
+        // Held since before the resume: renewals only.
+        assert_eq!(missed(entry("r", 11, held("h", 4)), Some(10)), None);
+        // Acquired over what the client knew; then released.
+        assert_eq!(missed(entry("a", 12, over("h", 0, 8)), Some(8)), None);
+        let rel = |t| {
+            Kind::Released(Some(Released {
+                holder: "h".into(),
+                token: t,
+            }))
+        };
+        assert_eq!(missed(entry("a", 13, rel(12)), Some(12)), None);
+        // Acquired over a message after the resume that is gone.
+        assert_eq!(
+            missed(entry("b", 16, over("h", 15, 12)), Some(15)),
+            Some(10)
+        );
+        // A release of a holding granted after the resume, never replayed.
+        assert_eq!(missed(entry("c", 17, rel(11)), Some(11)), Some(10));
+        // A chain broken between two replayed messages.
+        assert_eq!(missed(entry("a", 20, over("g", 0, 18)), Some(18)), Some(13));
+        // Markers: over an end the client knew, silent; over one after the
+        // resume, missed.
+        assert_eq!(missed(entry("aged-old", 14, Kind::Expired), None), None);
+        assert_eq!(missed(entry("aged-new", 15, Kind::Expired), None), Some(10));
+        // Unknown to the hub: missed rather than silent.
+        assert_eq!(missed(entry("d", 21, Kind::Expired), None), Some(10));
     }
 
     /// Checkpoints bound the time of later messages from below, thin out

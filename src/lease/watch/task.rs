@@ -169,6 +169,8 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     let mut waking = false;
     let mut follow = follow;
     let mut retry = Instant::now();
+    // Since when the bucket has not been followed after a failure.
+    let mut interrupted: Option<Instant> = None;
     let mut backoff = RESUBSCRIBE_MIN;
     let sweep_every = idle_after.map_or(SWEEP_EVERY, |d| {
         (d / 2).clamp(Duration::from_millis(50), SWEEP_EVERY)
@@ -240,6 +242,7 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                     follow = None;
                     healthy.send_replace(false);
                     retry = Instant::now();
+                    interrupted.get_or_insert(retry);
                     backoff = RESUBSCRIBE_MIN;
                     if waking {
                         waking = false;
@@ -260,6 +263,12 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                             state.mirror.live = true;
                         }
                         tracing::info!(position = state.mirror.position, "shared bucket watch following");
+                        if let Some(since) = interrupted.take() {
+                            if state.mirror.live && state.beyond_markers(since.elapsed()) {
+                                let why = format!("it followed nothing for {} ms", since.elapsed().as_millis());
+                                state.fell_behind(&why);
+                            }
+                        }
                         follow = Some(resumed);
                         healthy.send_replace(true);
                         state.serve_pending(false);
@@ -334,6 +343,40 @@ impl HubState {
     pub(super) fn set_marker_ttl(&mut self, ttl: Duration) {
         self.marker_ttl = ttl;
         self.mirror = self.fresh_mirror();
+    }
+
+    /// Whether a watcher this far behind the bucket (or following nothing
+    /// this long) may have missed markers that NATS has since removed: a
+    /// marker is the one message that leaves the bucket without a
+    /// successor, so no later message would reveal it.
+    pub(super) fn beyond_markers(&self, behind: Duration) -> bool {
+        !self.marker_ttl.is_zero() && behind + resume::CLOCK_MARGIN > self.marker_ttl
+    }
+
+    /// Ends every subscription: the watcher fell so far behind that a
+    /// change may be gone without a trace, and a watch must never miss one
+    /// silently. Watches start again from a snapshot; waiters poll.
+    pub(super) fn fell_behind(&mut self, why: &str) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            subscribers = self.subscribers.len(),
+            "shared bucket watch fell behind by more than the marker TTL ({why}); ending every watch on this replica"
+        );
+        let end = Error::new(
+            Reason::WatchLagged,
+            format!(
+                "this replica's bucket watcher fell more than the marker TTL ({} s) behind the bucket, \
+                 so a change may be gone without a trace; watch again",
+                self.marker_ttl.as_secs()
+            ),
+        );
+        for (_, subscriber) in self.subscribers.drain() {
+            subscriber.queue.end(end.clone());
+        }
+        self.by_name.clear();
+        self.by_prefix.clear();
     }
 
     /// An empty mirror that forgets a free key's last revision once NATS
@@ -537,7 +580,14 @@ impl HubState {
         self.checkpoints.note(entry.revision, entry.time_ms);
         self.newest_ms = self.newest_ms.max(entry.time_ms);
         self.note_end(&entry);
+        let lag_ms = crate::lease::now_ms().saturating_sub(entry.time_ms);
         let applied = self.mirror.apply(entry, replaced);
+        if self.mirror.live && self.beyond_markers(Duration::from_millis(lag_ms)) {
+            self.fell_behind(&format!(
+                "it is reading a message written {} ms ago",
+                lag_ms
+            ));
+        }
         if pending == 0 && !self.mirror.live {
             self.mirror.live = true;
             tracing::debug!(
@@ -614,12 +664,14 @@ impl HubState {
                 return;
             }
         };
+        let after = self.mirror.last_seen(&entry.name).unwrap_or(0);
         self.ends.insert(
             entry.name.clone(),
             End {
                 revision: entry.revision,
                 time_ms: entry.time_ms,
                 ended,
+                after,
             },
         );
     }
@@ -767,6 +819,29 @@ mod tests {
         )));
         state.mirror.live = true;
         state
+    }
+
+    /// A watcher reading messages older than the marker TTL may have lost
+    /// markers without a trace: every subscription ends with WATCH_LAGGED
+    /// instead of going on incomplete; one that keeps up is left alone.
+    #[tokio::test]
+    async fn a_watcher_beyond_the_marker_ttl_ends_every_watch() {
+        let mut state = state(usize::MAX, usize::MAX);
+        state.set_marker_ttl(Duration::from_secs(10));
+        state.mirror.live = true;
+        let mut sub = state.register(Filter::parse(">"), Vec::new(), false);
+        let now = crate::lease::now_ms();
+        let at = |rev, ms| Entry {
+            time_ms: ms,
+            ..entry("a", rev, rec("h", if rev == 1 { 0 } else { 1 }))
+        };
+        state.apply(at(1, now - 1_000), Some(0), 0);
+        assert_eq!(sub.next().await.unwrap().revision, 1);
+        state.apply(at(2, now - 60_000), Some(1), 0);
+        let err = sub.next().await.unwrap_err();
+        assert_eq!(err.reason, Reason::WatchLagged);
+        assert!(err.message.contains("marker TTL"), "{}", err.message);
+        assert!(state.subscribers.is_empty());
     }
 
     /// A subscriber that stops reading is ended with WATCH_LAGGED once its
