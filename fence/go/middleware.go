@@ -20,7 +20,8 @@ const (
 // The reasons of the middleware's refusals (the "reason" of the 409 body),
 // the same in every language's middleware (docs/fencing.md).
 const (
-	// ReasonMissing: no Tenure-Fence header (or an empty one).
+	// ReasonMissing: no Tenure-Fence header (an empty one is malformed, as
+	// in every language's middleware).
 	ReasonMissing = "FENCE_MISSING"
 	// ReasonMalformed: the header is not a proof (KindMalformed), or is
 	// sent more than once.
@@ -61,7 +62,8 @@ type Options struct {
 // the store has seen for that name, which then becomes this token. It
 // checks, in order, stopping at the first failure:
 //
-//   - a Tenure-Fence header is present and not empty (FENCE_MISSING);
+//   - a Tenure-Fence header is present (FENCE_MISSING; an empty one is
+//     FENCE_MALFORMED);
 //   - its proof verifies (FENCE_MALFORMED, FENCE_UNSUPPORTED_VERSION,
 //     FENCE_UNKNOWN_KEY, FENCE_BAD_SIGNATURE);
 //   - the proof is for opts.Resource(r) (FENCE_WRONG_NAME);
@@ -127,7 +129,7 @@ var verifyReasons = map[string]string{
 // refusal, or the error of a store that could not answer.
 func admit(r *http.Request, opts Options) (*Verified, *refusal, error) {
 	proofs := r.Header.Values(HeaderFence)
-	if len(proofs) == 0 || proofs[0] == "" {
+	if len(proofs) == 0 {
 		return nil, &refusal{
 			Reason:  ReasonMissing,
 			Message: "no Tenure-Fence header: send the holder's fence proof with the write",

@@ -186,7 +186,7 @@ func TestMiddlewareAdmitsTheHolderAndRefusesEveryReason(t *testing.T) {
 		wantMessage  string
 	}{
 		{"no proof", fence.ReasonMissing, nil, "no Tenure-Fence header"},
-		{"an empty proof", fence.ReasonMissing, fenced("", ""), "no Tenure-Fence header"},
+		{"an empty proof", fence.ReasonMalformed, fenced("", ""), "malformed fence proof"},
 		{"a token and no proof", fence.ReasonMissing, map[string][]string{fence.HeaderFencingToken: {"5"}}, "no Tenure-Fence header"},
 		{"not a proof", fence.ReasonMalformed, fenced("not-a-proof", ""), "malformed fence proof"},
 		{"two proofs", fence.ReasonMalformed, map[string][]string{fence.HeaderFence: {holder, holder}}, "more than one Tenure-Fence header"},
