@@ -3,9 +3,11 @@
 //!
 //! Each entry is authorized first (on the raw name: a caller without the
 //! grant learns nothing of what else is wrong with it), then validated,
-//! then given a renewal permit ([`Class::Renewal`]) for the NATS operation
+//! then given a renewal permit ([`Class::Renewal`](crate::api::limits::Class::Renewal)) for the NATS operation
 //! it makes, so a message counts as many calls as it makes NATS
-//! operations and entries refused earlier cost none. Denied entries are
+//! operations and entries refused earlier cost none. An entry refused only
+//! by its identity's share waits for the identity's next permit to end
+//! (at most [`SHARE_PATIENCE`]). Denied entries are
 //! logged like unary denials, at most one line a second per replica with
 //! the count since the last line. Results are built as the entries finish,
 //! in entry order, and an entry whose error repeats exactly the error of
@@ -25,7 +27,7 @@ use tracing::Instrument;
 use super::Renewal;
 use crate::api::auth::{clip, Auth, Caller, Target};
 use crate::api::convert::lease;
-use crate::api::limits::{CallLimits, Class};
+use crate::api::limits::CallLimits;
 use crate::config::{Action, Limits};
 use crate::error::{Error, Reason};
 use crate::lease::Shards;
@@ -49,6 +51,12 @@ pub(super) fn weight(reply: &proto::KeepAliveResponse) -> usize {
     use prost::Message;
     reply.encoded_len() + reply.results.len() * size_of::<proto::KeepAliveResult>()
 }
+
+/// How long an entry refused only by its identity's share of renewal
+/// permits waits for one of them to end before it is refused: the
+/// identity's flood is held back (its streams stop being read) instead of
+/// being refused as fast as it is sent.
+const SHARE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How often denied entries are logged, at most, per replica.
 const DENIAL_LOG_EVERY: Duration = Duration::from_secs(1);
@@ -130,7 +138,10 @@ impl Renewer {
                 e.ttl.as_ref(),
                 e.slot,
             )?;
-            let _permit = self.calls.admit(Class::Renewal, &self.caller.identity)?;
+            let _permit = self
+                .calls
+                .admit_renewal_waiting(&self.caller.identity, SHARE_PATIENCE)
+                .await?;
             renewal.run(&self.shards).await
         }
         .await;

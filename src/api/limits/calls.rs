@@ -12,10 +12,20 @@
 //! while it runs.
 //! A refusal is RESOURCE_EXHAUSTED / TOO_MANY_REQUESTS naming the flag of
 //! the limit, with a RetryInfo of [`BUSY_RETRY`].
+//!
+//! A KeepAlive entry refused only by its identity's share waits instead
+//! ([`CallLimits::admit_renewal_waiting`]): its identity's next permit to
+//! end wakes it. A flood of entries from one identity is then held back at
+//! the rate its share's renewals finish (its streams stop being read)
+//! rather than refused as fast as it can send them, which cost the replica
+//! its CPU; other identities' calls never wait on it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, Reason};
@@ -49,6 +59,41 @@ pub struct CallLimits {
     waiting: Arc<PermitBudget>,
     /// Open KeepAlive streams.
     keepalive_streams: Arc<PermitBudget>,
+    /// Renewals waiting for their identity's share, by identity.
+    waiters: Arc<Waiters>,
+}
+
+/// Wakes the renewals of an identity waiting for its share.
+#[derive(Default)]
+struct Waiters {
+    /// Identity → what its waiting renewals wait on; present only while
+    /// one waits.
+    by_identity: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Waiters {
+    /// The identity's notify, created for a new waiter.
+    fn join(&self, identity: &str) -> Arc<Notify> {
+        let mut map = self.by_identity.lock().expect("waiters lock");
+        map.entry(identity.to_string()).or_default().clone()
+    }
+
+    /// A waiter is done with `notify`: the last one removes it.
+    fn leave(&self, identity: &str, notify: Arc<Notify>) {
+        let mut map = self.by_identity.lock().expect("waiters lock");
+        drop(notify);
+        if map.get(identity).is_some_and(|n| Arc::strong_count(n) == 1) {
+            map.remove(identity);
+        }
+    }
+
+    /// One of the identity's places was freed: one waiter may take it.
+    fn wake(&self, identity: &str) {
+        let map = self.by_identity.lock().expect("waiters lock");
+        if let Some(n) = map.get(identity) {
+            n.notify_one();
+        }
+    }
 }
 
 impl CallLimits {
@@ -86,7 +131,40 @@ impl CallLimits {
                 share(config.max_keepalive_streams_per_identity),
                 "--max-keepalive-streams-per-identity",
             ),
+            waiters: Arc::default(),
         })
+    }
+
+    /// A renewal permit for a KeepAlive entry of `identity`: as
+    /// [`CallLimits::admit`], but when only the identity's share refuses
+    /// it, it waits (up to `patience`) for one of the identity's permits to
+    /// end, instead of being refused at once.
+    pub async fn admit_renewal_waiting(
+        &self,
+        identity: &str,
+        patience: Duration,
+    ) -> Result<CallPermit, Error> {
+        let deadline = Instant::now() + patience;
+        let notify = self.waiters.join(identity);
+        let result = loop {
+            // Interest first: a permit that ends between the refusal and
+            // the wait still wakes this one.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.admit(Class::Renewal, identity) {
+                Ok(permit) => break Ok(permit),
+                Err(err) if share_refused(&err) && Instant::now() < deadline => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(deadline) => break Err(err),
+                    }
+                }
+                Err(err) => break Err(err),
+            }
+        };
+        self.waiters.leave(identity, notify);
+        result
     }
 
     /// A permit for one call of `class` by `identity`, or
@@ -107,6 +185,12 @@ impl CallLimits {
                 .take(identity, n)
                 .or_else(|_| self.reserve.take(identity, n)),
         };
+        let taken = taken.map(|mut permit| {
+            if permit.identity.is_some() {
+                permit.waiters = Some(self.waiters.clone());
+            }
+            permit
+        });
         taken.map_err(|(metric, flag, limit)| {
             METRICS.rejected(metric);
             Error::new(
@@ -182,6 +266,7 @@ impl PermitBudget {
             budget: self.clone(),
             identity: self.per_identity.map(|_| identity.to_string()),
             places: n,
+            waiters: None,
         })
     }
 }
@@ -194,6 +279,8 @@ pub struct CallPermit {
     identity: Option<String>,
     /// The places it takes.
     places: usize,
+    /// Who to wake when it ends (its identity's waiting renewals).
+    waiters: Option<Arc<Waiters>>,
 }
 
 impl Drop for CallPermit {
@@ -208,7 +295,18 @@ impl Drop for CallPermit {
                 }
             }
         }
+        drop(open);
+        if let (Some(waiters), Some(identity)) = (&self.waiters, &self.identity) {
+            waiters.wake(identity);
+        }
     }
+}
+
+/// Whether a refusal is an identity's share (not the replica's total).
+fn share_refused(err: &Error) -> bool {
+    err.metadata
+        .iter()
+        .any(|(k, v)| *k == "limit" && v.ends_with("-per-identity"))
 }
 
 #[cfg(test)]
@@ -293,6 +391,50 @@ mod tests {
         let _wait = calls.admit(Class::Waiting, "b").unwrap();
         let err = calls.admit(Class::Waiting, "c").err().unwrap();
         assert_eq!(limit(&err), "--max-waiting-acquires");
+    }
+
+    /// A renewal refused only by its identity's share waits until one of
+    /// the identity's permits ends, and gives up after its patience; one
+    /// refused by the replica's total is refused at once.
+    #[tokio::test(start_paused = true)]
+    async fn renewals_wait_for_their_share_not_the_total() {
+        let shares = |short, reserve| Config {
+            reserved_renewals_per_identity: 0,
+            ..config(short, 1, reserve)
+        };
+        let calls = CallLimits::new(&shares(10, 10), true);
+        let held = calls.admit(Class::Short, "a").unwrap();
+        let waiting = {
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                calls
+                    .admit_renewal_waiting("a", Duration::from_secs(60))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits for a's share");
+        drop(held);
+        let permit = waiting.await.unwrap().expect("woken by the ended permit");
+        let err = calls
+            .admit_renewal_waiting("a", Duration::from_millis(500))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(limit(&err), "--reserved-renewals-per-identity");
+        drop(permit);
+        // The total: refused without waiting.
+        let full = CallLimits::new(&shares(1, 0), true);
+        let _b = full.admit(Class::Short, "b").unwrap();
+        let started = Instant::now();
+        let err = full
+            .admit_renewal_waiting("c", Duration::from_secs(60))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(limit(&err), "--reserved-renewals");
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert!(full.waiters.by_identity.lock().unwrap().is_empty());
     }
 
     /// A permit worth several places takes them all or none, and frees
