@@ -7,8 +7,16 @@
 //!    holdings share a token.
 //! 2. **The store is fenced.** Per resource, in the store's commit order,
 //!    no accepted write carries a token lower than one accepted before it.
-//!    This checks the store (with the fenced statement it cannot fail; it
-//!    fails with the unfenced one), not Tenure. Beside it the run counts
+//!    This checks the store (with the kit it cannot fail; it fails when
+//!    writes bypass the kit), not Tenure. The store must also hold only
+//!    tokens Tenure granted for each resource: every token in its log, and
+//!    its highest (the kit's `tenure_fence` row or Redis fence key), must be
+//!    the token of a grant of that name (and slot) in the histories; one
+//!    that is not (a forged token, or a genuine one of another name) is a
+//!    *foreign token*, a violation. Writes whose genuine proof the client's
+//!    proof check refused (Tenure signed a wrong proof) are violations too,
+//!    and so is a forged write (`negative-forged-tokens`) that was not
+//!    refused. Beside it the run counts
 //!    *stale writes accepted*: writes the store took although they were
 //!    sent after their holding's lease deadline (send time of its last
 //!    successful Acquire/Renew + TTL) and after a holding of the same name
@@ -76,8 +84,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::fenced::Accepted;
+use crate::admit;
+use crate::forge::Forgery;
 use crate::history::{Op, OpKind, Phase};
+use crate::store::Accepted;
 
 /// One observed lease event (from `WatchLease`).
 #[derive(Debug, Clone)]
@@ -130,8 +140,13 @@ pub struct Window {
 pub struct Input<'a> {
     /// Client histories.
     pub ops: &'a [Op],
-    /// The store's accepted writes (resource prefix stripped or not).
+    /// The store's accepted writes, in its order.
     pub accepted: &'a [Accepted],
+    /// The store's highest token per resource at the end (decimal
+    /// strings, as the kit keeps them).
+    pub highest: &'a [(String, String)],
+    /// The prefix of the run's store resources (`<prefix><name>[#slot]`).
+    pub prefix: &'a str,
     /// Lease events seen by the runner's watcher.
     pub events: &'a [Event],
     /// Infrastructure fault windows (expiry may wait for recovery there).
@@ -162,6 +177,23 @@ pub struct Report {
     pub p1_tokens: usize,
     /// Property 2 violations.
     pub p2_store: usize,
+    /// Tokens the store accepted or holds as a resource's highest that
+    /// Tenure never granted for that resource (property 2).
+    pub foreign_tokens: usize,
+    /// Genuine writes whose proof the client's check refused: Tenure
+    /// signed a proof that does not verify or states another grant.
+    pub bad_proofs: usize,
+    /// Forged writes sent (`negative-forged-tokens`).
+    pub forged_sent: usize,
+    /// Of those, refused by the proof check or the kit.
+    pub forged_refused: usize,
+    /// Of those, accepted by the store.
+    pub forged_accepted: usize,
+    /// Forged writes sent of each kind, in `Forgery::ALL`'s order.
+    pub forged_kinds: [usize; 4],
+    /// Genuine writes the store accepted after the first forged write was
+    /// sent (the genuine holders kept writing).
+    pub writes_after_forgery: usize,
     /// Writes the store accepted after their holding's lease deadline once
     /// a higher token had been granted (property 2's limit: not a
     /// violation).
@@ -234,6 +266,9 @@ impl Report {
     pub fn violations(&self) -> usize {
         self.p1_tokens
             + self.p2_store
+            + self.foreign_tokens
+            + self.bad_proofs
+            + (self.forged_sent - self.forged_refused.min(self.forged_sent))
             + self.p3_overlap
             + self.p4_expiry
             + self.p5_early
@@ -426,8 +461,18 @@ pub fn check(input: &Input) -> Report {
         .count();
     r.stale_refused = ops
         .iter()
-        .filter(|o| o.op == OpKind::Write && o.phase == Phase::Fail)
+        .filter(|o| o.op == OpKind::Write && o.phase == Phase::Fail && o.detail == STALE)
         .count();
+    for o in ops.iter().filter(|o| {
+        o.op == OpKind::Write && o.phase == Phase::Fail && o.detail.starts_with(PROOF_REFUSED)
+    }) {
+        r.bad_proofs += 1;
+        r.example(format!(
+            "P2 {}: the genuine write of {} (token {}) was refused: {}",
+            o.name, o.holding, o.token, o.detail
+        ));
+    }
+    forged(ops, &mut r);
     r.writes_accepted = ops
         .iter()
         .filter(|o| o.op == OpKind::Write && o.phase == Phase::Ok)
@@ -613,9 +658,9 @@ pub fn check(input: &Input) -> Report {
     stale_accepted(ops, &all, &mut r);
 
     // Property 2: the store's log never goes back in tokens per resource.
-    let mut highest: HashMap<&str, i64> = HashMap::new();
+    let mut highest: HashMap<(&str, u32), i64> = HashMap::new();
     for a in input.accepted {
-        let top = highest.entry(&a.resource).or_insert(a.fence);
+        let top = highest.entry((&a.resource, a.segment)).or_insert(a.fence);
         if a.fence < *top {
             r.p2_store += 1;
             r.example(format!(
@@ -627,6 +672,7 @@ pub fn check(input: &Input) -> Report {
         }
     }
 
+    foreign_tokens(input, &mut r);
     fifo(input, &mut r);
     groups(input, &mut r);
     if let Some(limit) = input.limit {
@@ -640,6 +686,84 @@ pub fn check(input: &Input) -> Report {
         ));
     }
     r
+}
+
+/// The detail of a write the store refused for its stale token.
+pub const STALE: &str = "stale token refused by the store";
+/// How the detail of a genuine write whose proof was refused starts.
+pub const PROOF_REFUSED: &str = "proof refused";
+
+/// Counts the forged writes (`negative-forged-tokens`): sent, refused,
+/// accepted, by kind; and the genuine writes accepted after the first.
+fn forged(ops: &[Op], r: &mut Report) {
+    let mut first: Option<u64> = None;
+    for o in ops.iter().filter(|o| o.op == OpKind::Forge) {
+        r.forged_sent += 1;
+        first = Some(first.map_or(o.t0, |f| f.min(o.t0)));
+        if let Some(kind) = Forgery::of_detail(&o.detail) {
+            if let Some(i) = Forgery::ALL.iter().position(|k| *k == kind) {
+                r.forged_kinds[i] += 1;
+            }
+        }
+        match o.phase {
+            Phase::Fail => r.forged_refused += 1,
+            Phase::Ok => {
+                r.forged_accepted += 1;
+                r.example(format!(
+                    "P2 {}: the store accepted a forged write of {} claiming token {} ({})",
+                    o.name, o.client, o.token, o.detail
+                ));
+            }
+            _ => r.example(format!(
+                "P2 {}: a forged write of {} claiming token {} was not refused ({})",
+                o.name, o.client, o.token, o.detail
+            )),
+        }
+    }
+    if let Some(first) = first {
+        r.writes_after_forgery = ops
+            .iter()
+            .filter(|o| o.op == OpKind::Write && o.phase == Phase::Ok && o.t0 > first)
+            .count();
+    }
+}
+
+/// Property 2's other half: every token the store accepted, and its
+/// highest per resource, is one Tenure granted for that resource (a
+/// forged token, or another name's, is foreign). Each foreign (resource,
+/// token) is counted once.
+fn foreign_tokens(input: &Input, r: &mut Report) {
+    let mut granted: HashMap<String, std::collections::HashSet<u64>> = HashMap::new();
+    for o in input
+        .ops
+        .iter()
+        .filter(|o| o.op == OpKind::Acquire && o.phase == Phase::Ok && o.token > 0)
+    {
+        granted
+            .entry(admit::resource(input.prefix, &o.name, o.slot))
+            .or_default()
+            .insert(o.token);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let logged = input
+        .accepted
+        .iter()
+        .map(|a| (a.resource.as_str(), a.fence.to_string(), "accepted"));
+    let highest = input
+        .highest
+        .iter()
+        .map(|(res, t)| (res.as_str(), t.clone(), "holds as its highest"));
+    for (resource, token, how) in logged.chain(highest) {
+        let genuine = token
+            .parse::<u64>()
+            .is_ok_and(|t| granted.get(resource).is_some_and(|g| g.contains(&t)));
+        if !genuine && seen.insert((resource.to_string(), token.clone())) {
+            r.foreign_tokens += 1;
+            r.example(format!(
+                "P2 {resource}: the store {how} token {token}, which Tenure never granted for it"
+            ));
+        }
+    }
 }
 
 /// Counts the writes the store accepted although they were sent after
@@ -970,6 +1094,7 @@ mod tests {
             wait_ms: 0,
             group: String::new(),
             detail: String::new(),
+            replaced: None,
         }
     }
 
@@ -1085,6 +1210,8 @@ mod tests {
             leftover: &[],
             tickets: &[],
             limit: None,
+            highest: &[],
+            prefix: "",
         })
     }
 
@@ -1133,6 +1260,8 @@ mod tests {
             leftover: &[],
             tickets,
             limit: None,
+            highest: &[],
+            prefix: "",
         })
     }
 
@@ -1341,6 +1470,8 @@ mod tests {
             leftover: &[],
             tickets: &[],
             limit: Some(limit),
+            highest: &[],
+            prefix: "",
         })
     }
 
@@ -1448,10 +1579,113 @@ mod tests {
         let log = |seq, fence| Accepted {
             seq,
             resource: "r".into(),
+            segment: 0,
             fence,
         };
         let r = check_ops(&[], &[log(1, 3), log(2, 5), log(3, 5), log(4, 3)], &[], &[]);
         assert_eq!(r.p2_store, 1, "{:?}", r.examples);
+        // Segments of one resource (Redis, after a lost reply) are judged
+        // apart: their order between them is unknown.
+        let later = Accepted {
+            segment: 1,
+            ..log(5, 4)
+        };
+        let r = check_ops(&[], &[log(1, 3), log(2, 5), later], &[], &[]);
+        assert_eq!(r.p2_store, 0, "{:?}", r.examples);
+    }
+
+    /// A check of `ops` with the store's `accepted` log and `highest`
+    /// tokens, resources under prefix `p/`.
+    fn check_store(ops: &[Op], accepted: &[Accepted], highest: &[(String, String)]) -> Report {
+        check(&Input {
+            ops,
+            accepted,
+            events: &[],
+            faults: &[],
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+            tickets: &[],
+            limit: None,
+            highest,
+            prefix: "p/",
+        })
+    }
+
+    #[test]
+    fn a_token_tenure_never_granted_for_the_resource_is_foreign() {
+        let ops = vec![acquired("a#1", 5, 1000, 1002, 1000, 50)];
+        let log = |fence| Accepted {
+            seq: 1,
+            resource: "p/n".into(),
+            segment: 0,
+            fence,
+        };
+        let high = |t: &str| vec![("p/n".to_string(), t.to_string())];
+        let r = check_store(&ops, &[log(5)], &high("5"));
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        // The forged 2^62 in the log and as the highest: one foreign
+        // token, counted once.
+        let forged = (1u64 << 62).to_string();
+        let r = check_store(&ops, &[log(5), log(1 << 62)], &high(&forged));
+        assert_eq!(r.foreign_tokens, 1, "{:?}", r.examples);
+        assert!(r.examples[0].contains("never granted"), "{:?}", r.examples);
+        // A genuine token of another name is foreign to this resource.
+        let other = Op {
+            name: "m".into(),
+            ..acquired("b#1", 9, 1000, 1002, 1000, 50)
+        };
+        let r = check_store(&[ops[0].clone(), other], &[log(9)], &high("9"));
+        assert_eq!(r.foreign_tokens, 1, "{:?}", r.examples);
+        // A semaphore slot's tokens are its own resource's.
+        let slotted = Op {
+            slot: 2,
+            ..acquired("c#1", 7, 1000, 1002, 1000, 50)
+        };
+        let r = check_store(&[slotted], &[], &[("p/n#2".into(), "7".into())]);
+        assert_eq!(r.foreign_tokens, 0, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_forged_write_that_was_not_refused_is_a_violation() {
+        let forged = |phase, kind: &str, t0| Op {
+            token: 1 << 62,
+            detail: format!("{kind}: refused"),
+            ..op("x#forged", OpKind::Forge, phase, t0, t0 + 1)
+        };
+        let wrote = |t0| op("a#1", OpKind::Write, Phase::Ok, t0, t0 + 1);
+        let ops = vec![
+            wrote(1),
+            forged(Phase::Fail, "no-proof", 5),
+            forged(Phase::Fail, "other-name", 6),
+            wrote(7),
+            wrote(8),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.forged_sent, r.forged_refused), (2, 2));
+        assert_eq!(r.forged_kinds, [1, 0, 0, 1]);
+        assert_eq!(r.writes_after_forgery, 2);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        for phase in [Phase::Ok, Phase::Info] {
+            let mut bad = ops.clone();
+            bad.push(forged(phase, "bad-signature", 9));
+            let r = check_ops(&bad, &[], &[], &[]);
+            assert_eq!(r.violations(), 1, "{phase:?}: {:?}", r.examples);
+        }
+    }
+
+    #[test]
+    fn a_genuine_proof_refused_is_a_violation_and_not_a_stale_write() {
+        let refused = |detail: &str| Op {
+            detail: detail.into(),
+            ..op("a#1", OpKind::Write, Phase::Fail, 5, 6)
+        };
+        let r = check_ops(&[refused(STALE)], &[], &[], &[]);
+        assert_eq!((r.stale_refused, r.bad_proofs), (1, 0));
+        let detail = format!("{PROOF_REFUSED}: FENCE_BAD_SIGNATURE: altered");
+        let r = check_ops(&[refused(&detail)], &[], &[], &[]);
+        assert_eq!((r.stale_refused, r.bad_proofs), (0, 1));
+        assert_eq!(r.violations(), 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! The session loop: Acquire a random name (with a wait) under a fresh lease
 //! key; while holding, Renew every TTL/3, and do "work" (a fenced write to
-//! PostgreSQL carrying the token) only while `now + work time < deadline`,
+//! the store carrying the token) only while `now + work time < deadline`,
 //! where the deadline is the send time of the last successful Acquire/Renew
 //! plus the granted TTL minus the margin, on the shared monotonic clock.
 //! After a random hold time the holder either releases or *abandons* the
@@ -16,8 +16,19 @@
 //! With a negative margin (the negative control) the deadline lies past the
 //! lease's expiry, so holders act after losing the lease: the checker must
 //! report it and the store must refuse their writes.
+//!
+//! Every write goes the way the fence kits' README asks of an application:
+//! the grant's fence proof is verified against the keyset pinned from
+//! `GetFenceKeys` and checked to be for the lease name (and slot) written
+//! (`admit`), and only then does the store's kit see the token (`store`).
+//! With `--late-writes` a holder also sends one more write with its old
+//! token and proof a TTL after each holding ended (a zombie write, as a
+//! holder that slept through the end of its lease would): the kit must
+//! refuse it once a newer holder has written. With `--forge` it is also a
+//! hostile client (`hostile`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
@@ -31,13 +42,18 @@ use tenure::proto::{
     AcquireGroupRequest, AcquireRequest, CampaignRequest, GroupMember, Lease, ProclaimRequest,
     ReleaseGroupRequest, ReleaseRequest, RenewGroupRequest, RenewRequest, ResignRequest,
 };
+use tenure_fence::Keyset;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tonic_types::StatusExt;
 
+use crate::admit::{self, Admitted};
+use crate::checker::{PROOF_REFUSED, STALE};
 use crate::clock::{mono_ns, ms_to_ns, real_ms};
-use crate::fenced;
+use crate::forge::{Book, Genuine};
 use crate::history::{Op, OpKind, Phase, Recorder};
+use crate::hostile;
+use crate::store::{self, Store, Written};
 
 /// Settings of one client process (passed by the runner).
 #[derive(Args, Debug, Clone)]
@@ -66,15 +82,37 @@ pub struct ClientArgs {
     /// Stop at this monotonic time (ns, see `clock`).
     #[arg(long)]
     pub until_ns: u64,
-    /// PostgreSQL connection string.
+    /// The store written to.
+    #[arg(long, value_enum, default_value = "postgres")]
+    pub store: store::Kind,
+    /// PostgreSQL connection string (the PostgreSQL store).
     #[arg(long)]
-    pub pg: String,
+    pub pg: Option<String>,
+    /// Redis URL (the Redis store).
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// The keyset fence proofs are verified against (the text form, as
+    /// GetFenceKeys and `tenure fence-keys` give it).
+    #[arg(long)]
+    pub keyset: PathBuf,
     /// Prefix of the store resources (one resource per lease name).
     #[arg(long)]
     pub prefix: String,
-    /// Write without the fence check (negative control only).
+    /// Write without the kit's fence call (negative control only).
     #[arg(long)]
     pub unfenced: bool,
+    /// After each holding, one more write with its old token and proof, a
+    /// TTL after it ended (a zombie write the kit must refuse).
+    #[arg(long)]
+    pub late_writes: bool,
+    /// Also send forged writes (the hostile client of
+    /// `negative-forged-tokens`).
+    #[arg(long)]
+    pub forge: bool,
+    /// Test fault: admit every token without checking its proof (needs
+    /// TENURE_TEST_FAULTS=1; see `admit`).
+    #[arg(long, hide = true)]
+    pub no_proof_check: bool,
     /// History file to append to.
     #[arg(long)]
     pub out: PathBuf,
@@ -163,6 +201,7 @@ fn lease_of(l: tenure::proto::Leadership) -> Lease {
         revision: l.revision,
         ttl: l.ttl,
         renew_time: l.renew_time,
+        fence_proof: l.fence_proof,
         ..Default::default()
     }
 }
@@ -224,6 +263,7 @@ fn stamp_ms(t: Option<prost_types::Timestamp>) -> u64 {
 }
 
 /// The current holding of this client.
+#[derive(Clone)]
 struct Held {
     /// Holding id.
     holding: String,
@@ -243,6 +283,29 @@ struct Held {
     last_ok_send: u64,
     /// Semaphore slot (0: a lock).
     slot: u32,
+    /// The grant's fence proof (empty if Tenure sent none).
+    proof: Vec<u8>,
+}
+
+/// A zombie write waiting to be sent (`--late-writes`).
+struct LateWrite {
+    /// The holding that ended.
+    held: Held,
+    /// When to send it, monotonic ns.
+    due: u64,
+}
+
+/// The longest keyset file read (a keyset is a few lines).
+const MAX_KEYSET_BYTES: u64 = 64 * 1024;
+
+/// Reads the pinned keyset from `path`.
+fn read_keyset(path: &Path) -> Result<Keyset, String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_KEYSET_BYTES).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read the keyset {}: {e}", path.display()))?;
+    Keyset::parse(&text).map_err(|e| format!("keyset {}: {e}", path.display()))
 }
 
 /// The client process state.
@@ -254,7 +317,13 @@ struct Client {
     /// Tenure replicas.
     tenure: Tenure,
     /// Downstream store.
-    store: fenced::Store,
+    store: Store,
+    /// The pinned keys proofs are verified against.
+    keys: Keyset,
+    /// The grants a hostile client forges from (`--forge`).
+    book: Option<Arc<Mutex<Book>>>,
+    /// Zombie writes still to send (`--late-writes`).
+    late: Vec<LateWrite>,
     /// Randomness.
     rng: StdRng,
     /// Writes done, for write bodies.
@@ -265,21 +334,51 @@ struct Client {
 
 /// Runs one client until `until_ns`.
 pub async fn run(args: ClientArgs) -> Result<(), String> {
+    admit::check_test_fault(
+        args.no_proof_check,
+        std::env::var(admit::TEST_FAULTS_ENV).ok().as_deref(),
+    )?;
     let rec = Recorder::open(&args.out)
         .map_err(|e| format!("cannot open {}: {e}", args.out.display()))?;
-    let pg = fenced::connect(&args.pg).await?;
-    let store = fenced::Store::new(pg, !args.unfenced);
+    let keys = read_keyset(&args.keyset)?;
+    let store = Store::open(args.store, args.pg.as_deref(), args.redis.as_deref()).await?;
     let tenure = Tenure::new(&args.tenure)?;
+    let book = args.forge.then(|| Arc::new(Mutex::new(Book::default())));
+    let forger = match &book {
+        Some(book) => Some(tokio::spawn(hostile::run(
+            hostile::Settings {
+                id: args.id.clone(),
+                names: args.names.clone(),
+                prefix: args.prefix.clone(),
+                until_ns: args.until_ns,
+                no_proof_check: args.no_proof_check,
+                keys: keys.clone(),
+            },
+            Recorder::open(&args.out)
+                .map_err(|e| format!("cannot open {}: {e}", args.out.display()))?,
+            Store::open(args.store, args.pg.as_deref(), args.redis.as_deref()).await?,
+            book.clone(),
+        ))),
+        None => None,
+    };
     let mut client = Client {
         args,
         rec,
         tenure,
         store,
+        keys,
+        book,
+        late: Vec::new(),
         rng: StdRng::from_os_rng(),
         writes: 0,
         renewals: 0,
     };
     client.run().await;
+    if let Some(forger) = forger {
+        forger
+            .await
+            .map_err(|e| format!("the forged writes stopped: {e}"))?;
+    }
     Ok(())
 }
 
@@ -305,6 +404,7 @@ impl Client {
             wait_ms: 0,
             group: String::new(),
             detail: String::new(),
+            replaced: None,
         }
     }
 
@@ -344,8 +444,18 @@ impl Client {
                     .await
                     .map(|h| vec![h])
             };
+            self.send_late_writes().await;
             if let Some(held) = got {
+                // A zombie write per single lease held (`--late-writes`).
+                let zombies = match self.args.late_writes && held.len() == 1 {
+                    true => held.clone(),
+                    false => Vec::new(),
+                };
                 self.hold(held).await;
+                for h in zombies {
+                    let due = mono_ns() + h.ttl_ms * 1_000_000;
+                    self.late.push(LateWrite { held: h, due });
+                }
             } else {
                 let pause = match self.args.poll {
                     true => self.rng.random_range(0..2),
@@ -439,8 +549,10 @@ impl Client {
                     op.server_ms = stamp_ms(lease.renew_time);
                     op.slot = lease.slot;
                     self.rec.record(&op);
+                    self.keep(name, lease.slot, lease.fencing_token, &lease.fence_proof);
                     return Some(Held {
                         slot: lease.slot,
+                        proof: lease.fence_proof,
                         holding: holding.to_string(),
                         name: name.to_string(),
                         key,
@@ -549,6 +661,7 @@ impl Client {
                     return;
                 }
             }
+            self.send_late_writes().await;
             let nap = Duration::from_millis(self.rng.random_range(10..40));
             let until_renew = Duration::from_nanos(next_renew.saturating_sub(mono_ns()));
             let nap = if renewing { nap.min(until_renew) } else { nap };
@@ -626,7 +739,10 @@ impl Client {
                         op.deadline = deadline;
                         op.server_ms = stamp_ms(lease.renew_time);
                         self.rec.record(op);
+                        let (name, proof) = (op.name.clone(), lease.fence_proof);
+                        self.keep(&name, 0, lease.fencing_token, &proof);
                         held.push(Held {
+                            proof,
                             holding: op.holding.clone(),
                             name: op.name.clone(),
                             key: key.clone(),
@@ -1033,48 +1149,116 @@ impl Client {
         }
     }
 
+    /// Keeps a grant in the hostile client's book (`--forge`).
+    fn keep(&mut self, name: &str, slot: u32, token: u64, proof: &[u8]) {
+        if let Some(book) = &self.book {
+            if let Ok(mut book) = book.lock() {
+                book.add(Genuine {
+                    name: name.to_string(),
+                    slot,
+                    token,
+                    proof: proof.to_vec(),
+                });
+            }
+        }
+    }
+
     /// One fenced write; false when the store refused the token (a newer
     /// holder exists, so stop acting).
     async fn write(&mut self, held: &Held) -> bool {
-        self.writes += 1;
-        // One fence per lease, and per slot of a semaphore: a slot's
-        // holders succeed each other like a lock's.
-        let resource = if held.slot > 0 {
-            format!("{}{}#{}", self.args.prefix, held.name, held.slot)
-        } else {
-            format!("{}{}", self.args.prefix, held.name)
+        let phase = self.send_write(held, held.deadline, "").await;
+        if phase == Phase::Fail {
+            self.lost(held, "store refused the token");
+        }
+        phase != Phase::Fail
+    }
+
+    /// Sends the zombie writes that are due (`--late-writes`).
+    async fn send_late_writes(&mut self) {
+        let now = mono_ns();
+        let due: Vec<LateWrite> = {
+            let (due, later) = std::mem::take(&mut self.late)
+                .into_iter()
+                .partition(|l| l.due <= now);
+            self.late = later;
+            due
         };
+        for l in due {
+            if mono_ns() >= self.args.until_ns {
+                return;
+            }
+            self.send_write(&l.held, 0, "late write, after the holding ended")
+                .await;
+        }
+    }
+
+    /// One write of `held` to the store, recorded with `deadline` and, if
+    /// accepted, `note`: the proof check, then the kit (or, in the
+    /// unfenced control, no kit). Its phase: `Ok` accepted, `Fail` refused
+    /// (stale, or its proof refused), `Info` unknown.
+    async fn send_write(&mut self, held: &Held, deadline: u64, note: &str) -> Phase {
+        self.writes += 1;
         let body = format!("{} write {}", held.holding, self.writes);
         let (t0, w0) = (mono_ns(), real_ms());
         let mut op = self.op(&held.holding, &held.name, OpKind::Write, Phase::Ok, t0, w0);
         op.token = held.token;
-        op.deadline = held.deadline;
-        let res = self
-            .store
-            .write(&resource, held.token, &self.args.id, &body)
-            .await;
+        op.slot = held.slot;
+        op.deadline = deadline;
+        op.revision = self.writes;
+        let admitted = if self.args.no_proof_check {
+            Ok(admit::unchecked(&held.name, held.slot, held.token))
+        } else {
+            admit::admit(
+                &self.keys,
+                Some(&held.proof),
+                &held.name,
+                held.slot,
+                held.token,
+            )
+        };
+        let outcome = match admitted {
+            Err(refusal) => Err(format!("{PROOF_REFUSED}: {refusal}")),
+            Ok(fence) => Ok(self.store_write(&fence, &body).await),
+        };
         op.t1 = mono_ns();
-        let keep_going = match res {
-            Ok(Some(seq)) => {
-                op.revision = seq as u64;
-                true
+        match outcome {
+            Ok(Ok(Written::Accepted { seq, replaced })) => {
+                if let Some(seq) = seq {
+                    op.revision = seq as u64;
+                }
+                op.replaced = replaced;
+                op.detail = note.to_string();
             }
-            Ok(None) => {
+            Ok(Ok(Written::Stale)) => {
                 op.phase = Phase::Fail;
-                op.detail = "stale token refused by the store".into();
-                false
+                op.detail = STALE.into();
             }
-            Err(err) => {
+            // A genuine grant's proof refused: Tenure's bug, a violation.
+            Err(refused) => {
+                op.phase = Phase::Fail;
+                op.detail = refused;
+            }
+            Ok(Err(err)) => {
                 op.phase = Phase::Info;
                 op.detail = err;
-                true
             }
-        };
-        self.rec.record(&op);
-        if !keep_going {
-            self.lost(held, "store refused the token");
         }
-        keep_going
+        self.rec.record(&op);
+        op.phase
+    }
+
+    /// The store write of an admitted fence: through the kit, or around it
+    /// in the unfenced control.
+    async fn store_write(&mut self, fence: &Admitted, body: &str) -> Result<Written, String> {
+        let (prefix, id) = (&self.args.prefix, &self.args.id);
+        if self.args.unfenced {
+            let resource = fence.resource(prefix);
+            self.store
+                .write_unfenced(&resource, fence.token, id, body)
+                .await
+        } else {
+            self.store.write(fence, prefix, id, self.writes, body).await
+        }
     }
 
     /// Records that the holder stopped acting.

@@ -1,27 +1,42 @@
-//! The downstream store that enforces fencing: a PostgreSQL table whose row
-//! per resource remembers the highest fencing token it accepted.
+//! The PostgreSQL store that enforces fencing, with the PostgreSQL kit
+//! (`fence/kits/postgres/tenure_fence.sql`): a table whose row per
+//! resource holds its last write, and the kit's `tenure_fence` table, the
+//! highest token accepted per resource.
 //!
-//! The reference pattern for users is the upsert inside [`FENCED_WRITE`]:
+//! Each fenced write is one transaction, as the kit's README asks of an
+//! application:
 //!
 //! ```sql
-//! INSERT INTO fenced_state (resource, fence, writer, body) VALUES ($1, $2, $3, $4)
-//! ON CONFLICT (resource) DO UPDATE
-//!   SET fence = EXCLUDED.fence, writer = EXCLUDED.writer, body = EXCLUDED.body
-//!   WHERE fenced_state.fence <= EXCLUDED.fence;
-//! -- 0 rows: a holder with a newer token has written; stop acting.
+//! BEGIN;
+//! SELECT tenure_fence($1::text, $2::text::numeric);  -- the verified proof's lease and token
+//! -- the write itself, without a token check of its own (WRITE below)
+//! COMMIT;
 //! ```
 //!
-//! One statement, so the check and the write cannot be separated by another
-//! writer: the row lock taken by the upsert orders writers of one resource.
-//! The safety run wraps it in a CTE that also appends each accepted write to
-//! `fenced_log` (with a store-assigned sequence) in the same statement; the
-//! checker reads that log to verify that the store never accepted a token
-//! lower than one it had accepted before. The unfenced variant (for the
-//! negative control) drops the `WHERE`, which is the bug the pattern prevents.
+//! `tenure_fence` advances the resource's highest token and keeps its row
+//! locked until commit, so writers of one resource are ordered by token; a
+//! token lower than the highest raises SQLSTATE `TF409` (`FENCE_STALE`) and
+//! the transaction rolls back, so nothing of a stale write commits. The
+//! token comes from a fence proof the client verified first (`admit`); the
+//! kit compares tokens, it does not check proofs.
+//!
+//! The write appends every accepted write to `fenced_log` (with a
+//! store-assigned sequence) in the same transaction; the checker reads that
+//! log to verify that the store never accepted a token lower than one it
+//! had accepted before. The unfenced variant (for the negative control)
+//! skips the `tenure_fence` call: the bug the kit prevents. No trigger
+//! (`tenure_fenced`) guards `fenced_state`, so that the control can.
 
 use tokio_postgres::{Client, NoTls};
 
-/// The schema: current state per resource, and the log of accepted writes.
+use crate::admit::Admitted;
+use crate::store::{Accepted, Written};
+
+/// The kit, applied once before the clients start.
+const KIT: &str = include_str!("../../fence/kits/postgres/tenure_fence.sql");
+
+/// The checker's schema: current state per resource, and the log of
+/// accepted writes.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS fenced_state (
     resource text PRIMARY KEY,
@@ -38,22 +53,14 @@ CREATE TABLE IF NOT EXISTS fenced_log (
 CREATE INDEX IF NOT EXISTS fenced_log_resource ON fenced_log (resource, seq);
 ";
 
-/// A fenced write: accepted (one row back, the log sequence) only if the
-/// token is at least the highest accepted for the resource.
-const FENCED_WRITE: &str = "
-WITH w AS (
-    INSERT INTO fenced_state (resource, fence, writer, body) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (resource) DO UPDATE
-        SET fence = EXCLUDED.fence, writer = EXCLUDED.writer, body = EXCLUDED.body
-        WHERE fenced_state.fence <= EXCLUDED.fence
-    RETURNING resource, fence, writer
-)
-INSERT INTO fenced_log (resource, fence, writer) SELECT resource, fence, writer FROM w
-RETURNING seq";
+/// The kit's call, first in each fenced transaction (the token as a decimal
+/// string, as the kit's README advises for any driver).
+const FENCE: &str = "SELECT tenure_fence($1::text, $2::text::numeric)";
 
-/// The same write without the fence check: what a store that ignores
-/// tokens does. Used only by the negative control.
-const UNFENCED_WRITE: &str = "
+/// The write: the resource's state, and the log of accepted writes, in one
+/// statement. It checks no token itself: in the fenced store the kit's call
+/// before it has.
+const WRITE: &str = "
 WITH w AS (
     INSERT INTO fenced_state (resource, fence, writer, body) VALUES ($1, $2, $3, $4)
     ON CONFLICT (resource) DO UPDATE
@@ -74,59 +81,90 @@ pub async fn connect(url: &str) -> Result<Client, String> {
     Ok(client)
 }
 
-/// Creates the tables if they are missing.
+/// Creates the checker's tables if they are missing and applies the kit
+/// (idempotent). Once per run, before any client: two concurrent
+/// `CREATE OR REPLACE FUNCTION`s of one function can fail.
 pub async fn setup(client: &Client) -> Result<(), String> {
     client
         .batch_execute(SCHEMA)
         .await
-        .map_err(|e| format!("cannot create the fenced tables: {e}"))
+        .map_err(|e| format!("cannot create the fenced tables: {e}"))?;
+    client
+        .batch_execute(KIT)
+        .await
+        .map_err(|e| format!("cannot apply fence/kits/postgres/tenure_fence.sql: {e}"))
+}
+
+/// A database error as a one-liner: the server's message when there is one.
+fn message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_owned())
 }
 
 /// One client's handle on the store.
 pub struct Store {
     /// The connection.
     client: Client,
-    /// Whether writes check the token (false only in the negative control).
-    fenced: bool,
 }
 
 impl Store {
     /// A store over an open connection.
-    pub fn new(client: Client, fenced: bool) -> Store {
-        Store { client, fenced }
+    pub fn new(client: Client) -> Store {
+        Store { client }
     }
 
-    /// Writes `body` to `resource` with `token`; `Ok(Some(seq))` if the store
-    /// accepted it, `Ok(None)` if a newer token had been accepted.
+    /// Writes `body` to `resource` in a transaction fenced by the kit with
+    /// the admitted token: `Accepted` with the log sequence, or `Stale`
+    /// when the kit refused the token (`TF409`; the transaction is rolled
+    /// back).
     pub async fn write(
-        &self,
+        &mut self,
+        resource: &str,
+        fence: &Admitted,
+        writer: &str,
+        body: &str,
+    ) -> Result<Written, String> {
+        let tx = self.client.transaction().await.map_err(|e| message(&e))?;
+        if let Err(e) = tx
+            .execute(FENCE, &[&resource, &fence.token.to_string()])
+            .await
+        {
+            // Dropping `tx` rolls it back.
+            return match e.code().map(|c| c.code()) {
+                Some("TF409") => Ok(Written::Stale),
+                _ => Err(message(&e)),
+            };
+        }
+        let row = tx
+            .query_one(WRITE, &[&resource, &(fence.token as i64), &writer, &body])
+            .await
+            .map_err(|e| message(&e))?;
+        tx.commit().await.map_err(|e| message(&e))?;
+        Ok(Written::Accepted {
+            seq: Some(row.get::<_, i64>(0)),
+            replaced: None,
+        })
+    }
+
+    /// The same write without the kit's call: what a write path that
+    /// bypasses the fence does. Used only by the negative control.
+    pub async fn write_unfenced(
+        &mut self,
         resource: &str,
         token: u64,
         writer: &str,
         body: &str,
-    ) -> Result<Option<i64>, String> {
-        let sql = if self.fenced {
-            FENCED_WRITE
-        } else {
-            UNFENCED_WRITE
-        };
-        let rows = self
+    ) -> Result<Written, String> {
+        let row = self
             .client
-            .query(sql, &[&resource, &(token as i64), &writer, &body])
+            .query_one(WRITE, &[&resource, &(token as i64), &writer, &body])
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(rows.first().map(|r| r.get::<_, i64>(0)))
+            .map_err(|e| message(&e))?;
+        Ok(Written::Accepted {
+            seq: Some(row.get::<_, i64>(0)),
+            replaced: None,
+        })
     }
-}
-
-/// One accepted write as the store logged it.
-pub struct Accepted {
-    /// The store's sequence (commit order per resource).
-    pub seq: i64,
-    /// The resource.
-    pub resource: String,
-    /// The token it carried.
-    pub fence: i64,
 }
 
 /// The store's log of accepted writes for resources starting with `prefix`,
@@ -144,7 +182,21 @@ pub async fn accepted(client: &Client, prefix: &str) -> Result<Vec<Accepted>, St
         .map(|r| Accepted {
             seq: r.get(0),
             resource: r.get(1),
+            segment: 0,
             fence: r.get(2),
         })
         .collect())
+}
+
+/// The kit's highest token of every resource starting with `prefix`, as
+/// decimal strings (the kit keeps them as `numeric(20,0)`).
+pub async fn highest(client: &Client, prefix: &str) -> Result<Vec<(String, String)>, String> {
+    let rows = client
+        .query(
+            "SELECT lease_name, highest_token::text FROM tenure_fence WHERE starts_with(lease_name, $1)",
+            &[&prefix],
+        )
+        .await
+        .map_err(|e| format!("cannot read the kit's tenure_fence table: {e}"))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

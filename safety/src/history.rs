@@ -25,6 +25,10 @@ pub enum OpKind {
     Release,
     /// A fenced write to the downstream store.
     Write,
+    /// A forged write of the `negative-forged-tokens` control (not part of
+    /// any holding): `detail` starts with its kind (`forge`), then how the
+    /// store answered; `token` is the token it claimed.
+    Forge,
     /// The holder stopped renewing on purpose (it will let the lease expire).
     Abandon,
     /// The holder stopped acting: its deadline passed, the service said
@@ -105,6 +109,12 @@ pub struct Op {
     /// Error reason or note.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// A write accepted by the Redis store: the value it replaced (empty:
+    /// none), which orders the store's writes (`redis_kit`); its own value
+    /// is made of its token, client and `revision` (the client's write
+    /// number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
 }
 
 /// An append-only history file.

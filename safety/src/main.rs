@@ -4,22 +4,30 @@
 //! stream leader or having nodes stopped, election leaders paused,
 //! semaphore holders and groups racing single leases, and a negative
 //! control per property family) with at least 8 client processes contending
-//! for 3 names through real Tenure processes, every holder writing to a
-//! fenced PostgreSQL table; then checks the recorded history (and the queue
-//! tickets and lease events the runner watched) and prints one table row per
-//! scenario. `client` is one of those client processes (started by
-//! `run`).
+//! for 3 names through real Tenure processes that sign fence proofs, every
+//! holder verifying its grant's proof and writing through a fence kit:
+//! PostgreSQL's, or Redis's in one scenario, while hostile clients forge
+//! tokens in another; then checks the recorded history (and the queue
+//! tickets and lease events the runner watched, and what the store holds)
+//! and prints one table row per scenario. `client` is one of those client
+//! processes (started by `run`).
 //!
-//! `scripts/safety.sh` sets up PostgreSQL and runs this; the properties are
-//! explained in `checker.rs` and the results in `docs/safety.md`.
+//! `scripts/safety.sh` sets up PostgreSQL and Redis and runs this; the
+//! properties are explained in `checker.rs` and the results in
+//! `docs/safety.md`.
 
+mod admit;
 mod checker;
 mod client;
 mod clock;
 mod fenced;
+mod forge;
 mod history;
+mod hostile;
 mod procs;
+mod redis_kit;
 mod scenario;
+mod store;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +64,11 @@ struct RunArgs {
     /// PostgreSQL connection string (scripts/postgres.sh prints one).
     #[arg(long, env = "TENURE_SAFETY_PG")]
     pg: String,
+    /// Redis URL, for the scenario on the Redis kit
+    /// (fence/kits/scripts/redis.sh prints one); without it that scenario
+    /// fails.
+    #[arg(long, env = "TENURE_SAFETY_REDIS")]
+    redis: Option<String>,
     /// The CI variant: 12 s of load per scenario instead of 120 s.
     #[arg(long)]
     quick: bool,
@@ -87,6 +100,11 @@ struct RunArgs {
     /// nats-server binary (default: .tools/bin/nats-server, then PATH).
     #[arg(long)]
     nats_server: Option<PathBuf>,
+    /// A deliberate bug in the clients, for showing a control catches it:
+    /// `no-proof-check` (every write's token reaches the kit unchecked).
+    /// Refused unless TENURE_TEST_FAULTS=1 is set.
+    #[arg(long, hide = true, value_parser = ["no-proof-check"])]
+    test_fault: Option<String>,
 }
 
 #[tokio::main]
@@ -118,6 +136,16 @@ async fn main() -> ExitCode {
 
 /// Runs the chosen scenarios; true when every one met its expectation.
 async fn run(args: RunArgs) -> Result<bool, String> {
+    let no_proof_check = args.test_fault.is_some();
+    admit::check_test_fault(
+        no_proof_check,
+        std::env::var(admit::TEST_FAULTS_ENV).ok().as_deref(),
+    )?;
+    if no_proof_check {
+        eprintln!(
+            "tenure-safety: WARNING: test fault no-proof-check: the clients admit every token without its proof; the stores can be poisoned"
+        );
+    }
     let self_bin = std::env::current_exe().map_err(|e| e.to_string())?;
     let tenure_bin = self_bin.with_file_name("tenure");
     if !tenure_bin.is_file() {
@@ -132,6 +160,8 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         None => std::env::temp_dir().join(format!("tenure-safety-{}", std::process::id())),
     };
     std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
+    let fence_key = work_dir.join("fence.pem");
+    procs::generate_fence_key(&tenure_bin, &fence_key)?;
     let pg = fenced::connect(&args.pg).await?;
     fenced::setup(&pg).await?;
     let seconds = args.seconds.unwrap_or(if args.quick { 12 } else { 120 });
@@ -151,6 +181,9 @@ async fn run(args: RunArgs) -> Result<bool, String> {
         margin_ms: args.margin_ms,
         partition: Duration::from_secs(args.partition_secs),
         run_id: format!("run-{}-{}", clock::real_ms(), std::process::id()),
+        redis: args.redis.clone(),
+        fence_key,
+        no_proof_check,
     };
     let scenarios: Vec<_> = scenario::all()
         .into_iter()
@@ -177,6 +210,12 @@ async fn run(args: RunArgs) -> Result<bool, String> {
                 outcomes.push(scenario::Outcome::not_run(sc, why));
                 continue;
             }
+        }
+        if sc.store == store::Kind::Redis && set.redis.is_none() {
+            let why = "no Redis: pass --redis URL (scripts/safety.sh starts one with fence/kits/scripts/redis.sh)".to_string();
+            eprintln!("== {}: FAILED, {why}", sc.name);
+            outcomes.push(scenario::Outcome::not_run(sc, why));
+            continue;
         }
         eprintln!("== {} ...", sc.name);
         let mut outcome = scenario::run(sc, &set).await?;
@@ -232,6 +271,21 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.fifo_ticketless,
             r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
         );
+        let kinds: Vec<String> = forge::Forgery::ALL
+            .iter()
+            .zip(r.forged_kinds)
+            .map(|(k, n)| format!("{n} {}", k.name()))
+            .collect();
+        eprintln!(
+            "   store: {} tokens not granted, {} genuine proofs refused; forged writes: {} sent ({}), {} refused, {} accepted; {} genuine writes accepted after the first",
+            r.foreign_tokens,
+            r.bad_proofs,
+            r.forged_sent,
+            kinds.join(", "),
+            r.forged_refused,
+            r.forged_accepted,
+            r.writes_after_forgery
+        );
         for e in &outcome.report.examples {
             eprintln!("   {e}");
         }
@@ -242,6 +296,14 @@ async fn run(args: RunArgs) -> Result<bool, String> {
     }
     print_table(&outcomes);
     for o in &outcomes {
+        let r = &o.report;
+        let unrefused = r.forged_sent - r.forged_refused.min(r.forged_sent);
+        if unrefused + r.foreign_tokens > 0 {
+            println!(
+                "\n{}: {unrefused} forged writes not refused; the store took {} tokens Tenure never granted for their resources",
+                o.scenario.name, r.foreign_tokens
+            );
+        }
         for p in o.first_try.iter().chain(&o.problems).chain(&o.shortfalls()) {
             println!("\n{}: {p}", o.scenario.name);
         }
@@ -252,14 +314,15 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | store tokens not granted | forged writes sent / refused | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---:|---|---|"
     );
     for o in outcomes {
         let r = &o.report;
         let verdict = match (o.passed(), o.scenario.expect_violations) {
+            (true, false) if o.scenario.forgers > 0 => "pass (every forged write refused)",
             (true, false) => "pass",
             (true, true) => "pass (violations expected and found)",
             (false, _) if !o.problems.is_empty() || !o.shortfalls().is_empty() => {
@@ -269,7 +332,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} | {} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -305,6 +368,12 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.closest_expiry_handoff_ms
                 .map_or("-".to_string(), |g| format!("{g:.1}")),
             r.longest_unavailable_ms,
+            r.foreign_tokens,
+            if o.scenario.forgers > 0 {
+                format!("{} / {}", r.forged_sent, r.forged_refused)
+            } else {
+                "-".to_string()
+            },
             verdict
         );
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use tenure::proto::lease_service_client::LeaseServiceClient;
-use tenure::proto::GetLeaseRequest;
+use tenure::proto::{GetFenceKeysRequest, GetLeaseRequest};
 use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
 
@@ -432,15 +432,17 @@ pub struct Replica {
 
 impl Replica {
     /// Starts `tenure serve` on a free port over `nats_urls` (bucket
-    /// `replicas`, `shards` when not 0), broken on purpose by `test_fault`
-    /// when given (`--test-fault`, allowed by `TENURE_TEST_FAULTS=1`), and
-    /// waits until it answers.
+    /// `replicas`, `shards` when not 0), signing every grant's fence proof
+    /// with `fence_key`, broken on purpose by `test_fault` when given
+    /// (`--test-fault`, allowed by `TENURE_TEST_FAULTS=1`), and waits until
+    /// it answers.
     pub async fn start(
         bin: &Path,
         dir: &Path,
         index: usize,
         nats_urls: &str,
         (replicas, shards): (usize, u32),
+        fence_key: &Path,
         test_fault: Option<&str>,
     ) -> Result<Replica, String> {
         let addr = format!("127.0.0.1:{}", free_port()?);
@@ -456,6 +458,8 @@ impl Replica {
             "json".into(),
             "--shutdown-grace".into(),
             "1s".into(),
+            "--fence-signing-key".into(),
+            fence_key.display().to_string(),
         ];
         if shards > 0 {
             args.extend(["--shards".to_string(), shards.to_string()]);
@@ -541,6 +545,42 @@ pub fn lease_client(addr: &str) -> Result<LeaseServiceClient<Channel>, String> {
             )
         })
         .map_err(|e| format!("bad address {addr}: {e}"))
+}
+
+/// Writes a new fence signing key to `path` with `tenure fence-keys
+/// --generate` (replacing a key an earlier run left there).
+pub fn generate_fence_key(tenure_bin: &Path, path: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_file(path);
+    let out = std::process::Command::new(tenure_bin)
+        .args(["fence-keys", "--generate"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", tenure_bin.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "tenure fence-keys --generate {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The keyset (text form) Tenure at `addr` signs with, from GetFenceKeys,
+/// as a store pins it. Fails when it signs no proofs.
+pub async fn fence_keyset(addr: &str) -> Result<String, String> {
+    let resp = lease_client(addr)?
+        .get_fence_keys(GetFenceKeysRequest {})
+        .await
+        .map_err(|s| format!("GetFenceKeys on {addr}: {}", s.message()))?
+        .into_inner();
+    if resp.keys.is_empty() {
+        return Err(format!(
+            "tenure on {addr} signs no fence proofs (started without --fence-signing-key?)"
+        ));
+    }
+    Ok(resp.keyset)
 }
 
 /// Whether a Tenure answers lease calls (any answer but UNAVAILABLE).

@@ -16,9 +16,11 @@ use tokio::process::{Child, Command};
 
 use crate::checker::{self, Event, Input, Report, Window};
 use crate::clock::{mono_ns, real_ms};
-use crate::fenced;
+use crate::forge::Forgery;
 use crate::history::{self, OpKind, Phase};
 use crate::procs::{self, lease_client, signal, Nats, Netns, Replica};
+use crate::store::{self, Accepted};
+use crate::{fenced, redis_kit};
 
 /// The bucket's stream name (Tenure's default bucket).
 const STREAM: &str = "KV_tenure";
@@ -55,6 +57,10 @@ pub struct Minimums {
     /// Unreleased holdings whose end property 4 judged (an expiry control
     /// must have expiries to judge).
     pub expiries: usize,
+    /// Forged writes sent of each kind (the forged-token control; its
+    /// genuine holders must also have had `writes` accepted after the
+    /// first forged write).
+    pub forged: usize,
 }
 
 /// The property a negative control must be caught breaking: its verdict
@@ -124,8 +130,15 @@ pub struct Scenario {
     pub shards: u32,
     /// The clients' deadline margin, ms (negative: act after the deadline).
     pub margin_ms: i64,
-    /// Whether store writes skip the fence check.
+    /// Whether store writes skip the kit's fence call.
     pub unfenced: bool,
+    /// The store the clients write to (PostgreSQL, or Redis).
+    pub store: store::Kind,
+    /// Clients (the first ones) that also send forged writes.
+    pub forgers: usize,
+    /// Whether clients send one zombie write with the old token a TTL
+    /// after each holding ended (stale writes the kit must refuse).
+    pub late_writes: bool,
     /// Whether clients take part in elections (Campaign, Proclaim, Resign)
     /// instead of taking leases: one leader per token is then the same
     /// property as one holder per token, checked by the same rules.
@@ -177,6 +190,9 @@ pub fn all() -> Vec<Scenario> {
         shards: 0,
         margin_ms: 50,
         unfenced: false,
+        store: store::Kind::Postgres,
+        forgers: 0,
+        late_writes: false,
         election: false,
         limit: 0,
         one_name: false,
@@ -197,9 +213,11 @@ pub fn all() -> Vec<Scenario> {
             fifo_pairs: 0,
             groups: 0,
             expiries: 0,
+            forged: 0,
         },
         quick_secs: None,
     };
+    let base_min = s("", 1, 1, Fault::None).min;
     let grouped = |sc: Scenario| Scenario {
         group: 2,
         // Any two groups of 2 of the 3 names overlap, so one group holds
@@ -346,6 +364,35 @@ pub fn all() -> Vec<Scenario> {
             "split-groups",
             Expected::GroupWatch,
         )),
+        // The Redis kit: every write a fenced SET (EVALSHA) on a real
+        // redis-server, and a zombie write with the old token a TTL after
+        // each holding ended, which the kit must refuse once a newer
+        // holder has written. TTLs of 1 s: many handoffs in a short run.
+        Scenario {
+            store: store::Kind::Redis,
+            late_writes: true,
+            ttl_max_s: 1,
+            quick_secs: Some(6),
+            min: Minimums {
+                stale_refused: 5,
+                ..base_min
+            },
+            ..s("fenced-redis", 1, 1, Fault::None)
+        },
+        // Two of the clients also forge writes (four kinds in turn, one
+        // every 25 ms each): every one must be refused, and the store must
+        // hold only granted tokens while the genuine holders go on
+        // writing. TTLs of 1 s: more grants to forge from.
+        Scenario {
+            forgers: 2,
+            ttl_max_s: 1,
+            quick_secs: Some(6),
+            min: Minimums {
+                forged: 10,
+                ..base_min
+            },
+            ..s("negative-forged-tokens", 1, 1, Fault::None)
+        },
     ]
 }
 
@@ -379,6 +426,15 @@ pub struct Settings {
     pub margin_ms: Option<i64>,
     /// Unique prefix for this run's store resources.
     pub run_id: String,
+    /// Redis URL, for the scenario on the Redis kit (`None`: it cannot
+    /// run, and fails).
+    pub redis: Option<String>,
+    /// The fence signing key every Tenure replica signs grants with.
+    pub fence_key: PathBuf,
+    /// The `no-proof-check` test fault: every client admits tokens
+    /// without checking their proofs (the forged-token control's
+    /// demonstration).
+    pub no_proof_check: bool,
 }
 
 /// The outcome of one scenario.
@@ -445,6 +501,20 @@ impl Outcome {
             need("complete group blocks watched", r.group_blocks, min.groups);
         }
         need("expiries judged", r.expiries_judged(), min.expiries);
+        if self.scenario.forgers > 0 {
+            for (kind, sent) in Forgery::ALL.iter().zip(r.forged_kinds) {
+                need(
+                    &format!("forged writes of kind {}", kind.name()),
+                    sent,
+                    min.forged,
+                );
+            }
+            need(
+                "genuine writes accepted after the first forged write",
+                r.writes_after_forgery,
+                min.writes,
+            );
+        }
         if !self.scenario.expect_violations && r.unverified_share() > MAX_UNVERIFIED_SHARE {
             out.push(format!(
                 "{} of {} expiries unverified ({:.0}%, at most {:.0}% allowed)",
@@ -612,12 +682,17 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
                 i,
                 &urls,
                 (sc.nats_nodes, sc.shards),
+                &set.fence_key,
                 sc.test_fault,
             )
             .await?,
         );
     }
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
+    // The keys every client pins, from GetFenceKeys.
+    let keyset = dir.join("fence.keys");
+    std::fs::write(&keyset, procs::fence_keyset(&addrs[0]).await?)
+        .map_err(|e| format!("cannot write {}: {e}", keyset.display()))?;
 
     let events = Arc::new(Mutex::new(Vec::new()));
     let watcher = tokio::spawn(watch(addrs.clone(), events.clone()));
@@ -762,8 +837,7 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     nats.stop().await;
     drop(netns);
 
-    let pg = fenced::connect(&set.pg).await?;
-    let accepted = fenced::accepted(&pg, &prefix).await?;
+    let (accepted, highest) = store_view(sc, set, &prefix, &ops, &mut problems).await?;
     let events = events.lock().map(|e| e.clone()).unwrap_or_default();
     let tickets = tickets.lock().map(|t| t.seen.clone()).unwrap_or_default();
     // The queue tickets seen, kept beside the histories for a reader of a
@@ -788,6 +862,8 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         allowed_lag_ms: set.allowed_lag_ms,
         fault_grace_ms: FAULT_GRACE_MS,
         leftover: &leftover,
+        highest: &highest,
+        prefix: &prefix,
     });
     Ok(Outcome {
         scenario: sc.clone(),
@@ -797,6 +873,44 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         problems,
         first_try: None,
     })
+}
+
+/// What the store holds at the end of a run: its accepted writes in its
+/// own order (PostgreSQL's log; Redis's rebuilt from the values each write
+/// replaced, whose problems join `problems`) and its highest token per
+/// resource (the kit's).
+async fn store_view(
+    sc: &Scenario,
+    set: &Settings,
+    prefix: &str,
+    ops: &[history::Op],
+    problems: &mut Vec<String>,
+) -> Result<(Vec<Accepted>, Vec<(String, String)>), String> {
+    match sc.store {
+        store::Kind::Postgres => {
+            let pg = fenced::connect(&set.pg).await?;
+            let accepted = fenced::accepted(&pg, prefix).await?;
+            Ok((accepted, fenced::highest(&pg, prefix).await?))
+        }
+        store::Kind::Redis => {
+            let url = set.redis.as_deref().ok_or("no Redis for the Redis store")?;
+            let mut conn = redis_kit::connect(url).await?;
+            let mut resources: Vec<String> = ops
+                .iter()
+                .filter(|o| matches!(o.op, OpKind::Write | OpKind::Forge))
+                .map(|o| crate::admit::resource(prefix, &o.name, o.slot))
+                .collect();
+            resources.sort();
+            resources.dedup();
+            let last = redis_kit::last_values(&mut conn, &resources).await?;
+            let order = redis_kit::order(ops, prefix, &last);
+            problems.extend(order.problems);
+            Ok((
+                order.accepted,
+                redis_kit::highest(&mut conn, &resources).await?,
+            ))
+        }
+    }
 }
 
 /// How long `sc` runs its load under `set`: the run's duration, or the
@@ -870,6 +984,8 @@ fn spawn_client(
         .args(["--until-ns", &until_ns.to_string()])
         .args(["--work-ms", &sc.work_ms.to_string()])
         .args(["--pg", &set.pg])
+        .arg("--keyset")
+        .arg(hist_dir.with_file_name("fence.keys"))
         .args(["--prefix", prefix])
         .arg("--out")
         .arg(hist_dir.join(format!("{id}.jsonl")));
@@ -896,6 +1012,21 @@ fn spawn_client(
     }
     if sc.unfenced {
         cmd.arg("--unfenced");
+    }
+    if sc.store == store::Kind::Redis {
+        cmd.args(["--store", "redis"]);
+        if let Some(url) = &set.redis {
+            cmd.args(["--redis", url]);
+        }
+    }
+    if sc.late_writes {
+        cmd.arg("--late-writes");
+    }
+    if slot < sc.forgers {
+        cmd.arg("--forge");
+    }
+    if set.no_proof_check {
+        cmd.arg("--no-proof-check");
     }
     let log =
         std::fs::File::create(hist_dir.join(format!("{id}.log"))).map_err(|e| e.to_string())?;
@@ -1301,6 +1432,10 @@ mod tests {
                 groups_taken: min.groups,
                 group_blocks: min.groups,
                 expiries_measured: min.expiries,
+                forged_kinds: [min.forged; 4],
+                forged_sent: 4 * min.forged,
+                forged_refused: 4 * min.forged,
+                writes_after_forgery: min.writes,
                 ..Report::default()
             },
             scenario,
@@ -1348,6 +1483,49 @@ mod tests {
         o.report.p4_expiry = 1;
         o.report.expiries_measured = 0;
         assert!(o.short_only().is_some());
+    }
+
+    #[test]
+    fn the_forged_token_control_passes_only_when_every_forgery_is_refused() {
+        let ok = met("negative-forged-tokens");
+        assert!(ok.passed(), "{:?}", ok.shortfalls());
+        assert!(ok.scenario.forgers > 0 && !ok.scenario.expect_violations);
+        // A forged write the store took (what the no-proof-check test
+        // fault brings about): a failure, never run again.
+        let mut poisoned = met("negative-forged-tokens");
+        poisoned.report.forged_refused -= 1;
+        poisoned.report.forged_accepted = 1;
+        assert!(!poisoned.passed());
+        assert!(poisoned.short_only().is_none());
+        // So is one whose answer was lost (not refused), and the store
+        // holding a token nobody was granted for the resource.
+        let mut unknown = met("negative-forged-tokens");
+        unknown.report.forged_refused -= 1;
+        assert!(!unknown.passed());
+        let mut foreign = met("negative-forged-tokens");
+        foreign.report.foreign_tokens = 1;
+        assert!(!foreign.passed());
+        // Too few forgeries of one kind, or genuine holders that stopped
+        // writing once the forgeries began, prove too little.
+        let mut few = met("negative-forged-tokens");
+        few.report.forged_kinds[3] = 0;
+        assert!(few.short_only().is_some());
+        let mut stalled = met("negative-forged-tokens");
+        stalled.report.writes_after_forgery = 0;
+        assert!(!stalled.passed());
+    }
+
+    #[test]
+    fn the_redis_scenario_needs_its_kit_to_refuse_stale_writes() {
+        let ok = met("fenced-redis");
+        assert!(ok.passed(), "{:?}", ok.shortfalls());
+        assert_eq!(ok.scenario.store, store::Kind::Redis);
+        let mut unfenced = met("fenced-redis");
+        unfenced.report.p2_store = 1;
+        assert!(!unfenced.passed());
+        let mut unexercised = met("fenced-redis");
+        unexercised.report.stale_refused = 0;
+        assert!(unexercised.short_only().is_some());
     }
 
     #[test]
