@@ -37,6 +37,7 @@ impl Reason {
             | Reason::LeaseNotHeld
             | Reason::LimitMismatch
             | Reason::GroupMember
+            | Reason::HistoryOff
             | Reason::AtomicBatchUnsupported => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::error::StartError;
 use crate::lease::{Hub, Leases, Shards, WatchBudget, WATCH_BUFFER_EVENTS};
 use crate::nats::embedded::Supervised;
-use crate::nats::Store;
+use crate::nats::{History, Store};
 use crate::observe::{version, METRICS};
 use crate::proto::election_service_server::ElectionServiceServer;
 use crate::proto::lease_service_server::LeaseServiceServer;
@@ -108,9 +108,23 @@ pub async fn start(
         };
     let (events_tx, events) = mpsc::unbounded_channel();
     let client = crate::nats::connect(config, nats_url, events_tx).await?;
-    let stores = Store::open_shards(client, &config.bucket_config())
+    let stores = Store::open_shards(client.clone(), &config.bucket_config())
         .await
         .map_err(StartError::Nats)?;
+    let history = match config.history_retention.is_zero() {
+        true => None,
+        false => Some(
+            History::open(
+                client,
+                &config.bucket,
+                &stores.iter().map(Store::stream_name).collect::<Vec<_>>(),
+                config.history_retention,
+                config.replicas,
+            )
+            .await
+            .map_err(StartError::Nats)?,
+        ),
+    };
     crate::nats::balance_leaders(&stores).await;
     let addr = listener
         .local_addr()
@@ -150,7 +164,7 @@ pub async fn start(
                 .with_test_faults(config.test_faults()),
         );
     }
-    let shards = Shards::new(shards);
+    let shards = Shards::new(shards).with_history(history);
     tokio::spawn(follow_connection(
         events,
         all_healthy(

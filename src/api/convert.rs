@@ -90,6 +90,48 @@ pub fn event_kind(t: proto::EventType) -> Option<EventKind> {
     })
 }
 
+/// A holding read back from the history as a proto `HistoricHolding`.
+pub fn historic(t: &crate::lease::Tenure) -> proto::HistoricHolding {
+    use crate::lease::Ending;
+    let (ending, by, reason) = match &t.ending {
+        Ending::Held => (proto::HoldingEnding::Held, "", ""),
+        Ending::Released => (proto::HoldingEnding::Released, "", ""),
+        Ending::Expired => (proto::HoldingEnding::Expired, "", ""),
+        Ending::Revoked { by, reason } => {
+            (proto::HoldingEnding::Revoked, by.as_str(), reason.as_str())
+        }
+        Ending::Unknown => (proto::HoldingEnding::Unknown, "", ""),
+    };
+    proto::HistoricHolding {
+        name: t.name.clone(),
+        slot: t.slot,
+        holder: t.holder.clone(),
+        fencing_token: t.token,
+        acquire_time: (t.acquired_ms > 0).then(|| timestamp(t.acquired_ms)),
+        renew_time: (t.renewed_ms > 0).then(|| timestamp(t.renewed_ms)),
+        ttl: (t.ttl_s > 0).then_some(prost_types::Duration {
+            seconds: t.ttl_s as i64,
+            nanos: 0,
+        }),
+        end_time: (t.ended_ms > 0).then(|| timestamp(t.ended_ms)),
+        ending: ending as i32,
+        revoked_by: by.to_string(),
+        revoke_reason: reason.to_string(),
+    }
+}
+
+/// A stretch the history did not record as a proto `HistoryGap`.
+pub fn history_gap(g: &crate::lease::Gap) -> proto::HistoryGap {
+    proto::HistoryGap {
+        name: g.name.clone(),
+        slot: g.slot,
+        after_revision: g.after_revision,
+        after_time: (g.after_ms > 0).then(|| timestamp(g.after_ms)),
+        before_revision: g.before_revision,
+        before_time: Some(timestamp(g.before_ms)),
+    }
+}
+
 /// Unix milliseconds as a protobuf timestamp.
 pub fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {

@@ -36,10 +36,14 @@ use super::limits::{CallLimits, Class, ReplyBudget, WatchLimits};
 use super::validate;
 use crate::config::{Action, KeepAliveBounds, Limits};
 use crate::error::{Error, Reason};
-use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, Shards};
+use crate::lease::{AcquireArgs, Filter, GroupArgs, GroupMember, HistoryQuery, Shards};
 use crate::observe::{self, METRICS};
 use crate::proto;
 use crate::proto::lease_service_server::LeaseService;
+
+/// Most history messages one LeaseHistory reads (about 20 MB of NATS
+/// reads); past it the answer says where to go on from (`more_since`).
+const HISTORY_MAX_MESSAGES: usize = 100_000;
 
 /// How much of a client's gRPC deadline an Acquire wait leaves for the reply.
 pub(super) const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
@@ -487,6 +491,34 @@ impl LeaseService for LeaseApi {
         .await
     }
 
+    async fn lease_history(
+        &self,
+        request: Request<proto::LeaseHistoryRequest>,
+    ) -> Result<Response<proto::LeaseHistoryResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let name = validate::name(&req.name)?;
+            let query = HistoryQuery {
+                since_ms: validate::time_ms(req.since.as_ref(), "since")?.unwrap_or(0),
+                at_ms: validate::time_ms(req.at.as_ref(), "at")?,
+                page_size: validate::history_page(req.page_size)?,
+                max_messages: HISTORY_MAX_MESSAGES,
+                max_ttl_ms: self.limits.max_ttl_s.saturating_mul(1000),
+            };
+            let page = self.shards.history(name, query).await?;
+            Ok(proto::LeaseHistoryResponse {
+                holdings: page.tenures.iter().map(convert::historic).collect(),
+                gaps: page.gaps.iter().map(convert::history_gap).collect(),
+                more_since: page.more_since_ms.map(convert::timestamp),
+                oldest: page.oldest_ms.map(convert::timestamp),
+                retention: Some(prost_types::Duration {
+                    seconds: page.retention_s as i64,
+                    nanos: 0,
+                }),
+            })
+        })
+        .await
+    }
+
     async fn get_fence_keys(
         &self,
         request: Request<proto::GetFenceKeysRequest>,
@@ -560,6 +592,16 @@ impl Call for proto::ReleaseRequest {
         Class::Renewal
     }
 }
+
+impl Call for proto::LeaseHistoryRequest {
+    const METHOD: &'static str = "LeaseHistory";
+    const ACTION: Action = Action::Watch;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Reply for proto::LeaseHistoryResponse {}
 
 impl Call for proto::GetFenceKeysRequest {
     const METHOD: &'static str = "GetFenceKeys";

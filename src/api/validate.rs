@@ -457,6 +457,45 @@ fn truncate(s: &str) -> String {
     }
 }
 
+/// Most holdings one LeaseHistory answers (and the default).
+pub const MAX_HISTORY_PAGE: u32 = 1000;
+/// The page size of a LeaseHistory that gives none.
+pub const DEFAULT_HISTORY_PAGE: u32 = 100;
+
+/// A LeaseHistory page size: 0 is the default, at most
+/// [`MAX_HISTORY_PAGE`].
+pub fn history_page(page_size: u32) -> Result<usize> {
+    match page_size {
+        0 => Ok(DEFAULT_HISTORY_PAGE as usize),
+        n if n <= MAX_HISTORY_PAGE => Ok(n as usize),
+        n => Err(Error::new(
+            Reason::InvalidArgument,
+            format!(
+                "page_size {n} is above {MAX_HISTORY_PAGE}; ask for fewer and page with more_since"
+            ),
+        )),
+    }
+}
+
+/// A protobuf timestamp as Unix milliseconds: absent is `None`; one before
+/// 1970 or with out-of-range nanos is INVALID_ARGUMENT naming `field`.
+pub fn time_ms(t: Option<&prost_types::Timestamp>, field: &str) -> Result<Option<u64>> {
+    let Some(t) = t else {
+        return Ok(None);
+    };
+    if t.seconds < 0 || !(0..1_000_000_000).contains(&t.nanos) {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            format!("{field} must be a time after 1970 with nanos in 0..1e9"),
+        ));
+    }
+    Ok(Some(
+        (t.seconds as u64)
+            .saturating_mul(1000)
+            .saturating_add(t.nanos as u64 / 1_000_000),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,9 @@ pub enum ClientCommand {
     /// or a --service the server does not know; 69 when the server cannot be
     /// reached; 2 for usage errors.
     Health(HealthArgs),
+    /// Who held a lease, when, with which token, and how each holding ended
+    /// (from the history NATS keeps for the server's --history-retention).
+    History(HistoryArgs),
     /// Print the public keys fence proofs are signed with (the keyset a
     /// store pins: docs/fencing.md), or, with --generate FILE, write a new
     /// signing key for `tenure serve --fence-signing-key`.
@@ -417,6 +420,44 @@ pub struct HealthArgs {
     /// Connection flags.
     #[command(flatten)]
     pub conn: Connection,
+}
+
+/// `tenure history`.
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    /// The lease name.
+    pub name: String,
+    /// Only holdings that ended at or after this time, or are still held:
+    /// an RFC 3339 time (2026-12-01T10:00:00Z) or a duration ago (1h).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since: Option<std::time::SystemTime>,
+    /// Only holdings held at this instant (RFC 3339 time or duration ago).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub at: Option<std::time::SystemTime>,
+    /// Most holdings shown (1 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// A time: RFC 3339 (`2026-12-01T10:00:00Z`, an offset allowed) or a
+/// duration before now (`90m`).
+pub fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
+    if let Ok(ago) = parse_duration(text) {
+        return std::time::SystemTime::now()
+            .checked_sub(ago)
+            .ok_or_else(|| format!("{text:?} ago is before 1970"));
+    }
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| format!("{text:?} is neither an RFC 3339 time (2026-12-01T10:00:00Z) nor a duration ago (1h)"))?;
+    let nanos =
+        u64::try_from(t.unix_timestamp_nanos()).map_err(|_| format!("{text:?} is before 1970"))?;
+    Ok(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos))
 }
 
 /// `tenure fence-keys`.

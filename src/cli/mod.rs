@@ -29,6 +29,7 @@ mod connect;
 mod error;
 mod fence_keys;
 mod health;
+mod history;
 mod lock;
 mod man;
 mod output;
@@ -104,6 +105,7 @@ async fn run_client(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Top(a) => top::top(a).await,
         ClientCommand::Health(a) => health::health(a).await,
         ClientCommand::FenceKeys(a) => fence_keys::fence_keys(a).await,
+        ClientCommand::History(a) => history::history(a).await,
         ClientCommand::Man(a) => man::man(Cli::command(), a),
         ClientCommand::Completions(a) => {
             // The whole command line, `serve` and `check-config` included.

@@ -21,10 +21,12 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::event::{Event, EventKind, Filter};
+use super::history::{HistoryPage, HistoryQuery};
 use super::list::Page;
 use super::watch::Subscription;
 use super::Leases;
 use crate::error::{Error, Reason, Result};
+use crate::nats::History;
 
 /// The shard of `name` in a bucket of `count` shards: FNV-1a (64-bit) of
 /// the name's UTF-8 bytes, modulo `count`. Stable across versions and
@@ -57,6 +59,8 @@ pub enum From {
 pub struct Shards {
     /// One [`Leases`] per shard, by shard number.
     shards: Arc<[Leases]>,
+    /// The history stream over every shard, when kept.
+    history: Option<History>,
 }
 
 /// One event of a watch, with the shard it came from.
@@ -83,7 +87,22 @@ impl Shards {
         assert!(!shards.is_empty(), "a bucket has at least one shard");
         Shards {
             shards: shards.into(),
+            history: None,
         }
+    }
+
+    /// The shards, answering LeaseHistory from `history`.
+    pub fn with_history(mut self, history: Option<History>) -> Shards {
+        self.history = history;
+        self
+    }
+
+    /// The holdings of `name` the history records (see
+    /// [`Leases::history`]).
+    pub async fn history(&self, name: &str, query: HistoryQuery) -> Result<HistoryPage> {
+        self.of(name)
+            .history(self.history.as_ref(), name, query)
+            .await
     }
 
     /// How many shards the bucket has.

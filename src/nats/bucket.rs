@@ -428,6 +428,17 @@ impl Store {
         Ok((out, false))
     }
 
+    /// The NATS subject of `key` (a key or a KV wildcard) in this bucket,
+    /// as the history stream records it.
+    pub fn subject(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// The name of the bucket's stream (what the history stream sources).
+    pub fn stream_name(&self) -> String {
+        format!("KV_{}", self.bucket)
+    }
+
     /// The bucket name.
     pub fn bucket(&self) -> &str {
         &self.bucket

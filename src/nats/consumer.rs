@@ -196,11 +196,11 @@ impl Store {
 /// Deletes a consumer when dropped, rather than leaving it to the server's
 /// inactivity timeout (30 s): a burst of resumed watches after a restart
 /// should not leave as many idle consumers behind.
-struct DeleteOnDrop {
+pub(super) struct DeleteOnDrop {
     /// The stream the consumer reads.
-    stream: stream::Stream,
+    pub(super) stream: stream::Stream,
     /// The consumer's name.
-    consumer: String,
+    pub(super) consumer: String,
 }
 
 impl Drop for DeleteOnDrop {

@@ -11,11 +11,13 @@ mod bucket;
 mod connection;
 mod consumer;
 pub mod embedded;
+mod history;
 mod leaders;
 mod message;
 
 pub use bucket::{CasError, Store, Write, WriteOp};
 pub use connection::connect;
 pub use consumer::{Follow, Start};
+pub use history::History;
 pub use leaders::balance_leaders;
 pub use message::{Message, Op};

@@ -165,6 +165,28 @@ impl LeaseService for Fake {
         Err(Status::unimplemented("fake"))
     }
 
+    /// A holding whose holder and revoke reason carry terminal escapes: the
+    /// CLI's table must escape them.
+    async fn lease_history(
+        &self,
+        _: Request<tenure::proto::LeaseHistoryRequest>,
+    ) -> Result<Response<tenure::proto::LeaseHistoryResponse>, Status> {
+        Ok(Response::new(tenure::proto::LeaseHistoryResponse {
+            holdings: vec![tenure::proto::HistoricHolding {
+                name: "jobs.hist".into(),
+                holder: "\x1b[2Jforged\r\nrow".into(),
+                fencing_token: 3,
+                acquire_time: Some(ts(i64::MAX, i32::MAX)),
+                end_time: Some(ts(-5, -1)),
+                ending: tenure::proto::HoldingEnding::Revoked as i32,
+                revoked_by: "\x1b]0;title\x07".into(),
+                revoke_reason: "\x1b[31mred".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    }
+
     /// A key no Ed25519 key can be, and a keyset text with a terminal
     /// escape: the CLI must refuse the first and never print the second.
     async fn get_fence_keys(
@@ -659,4 +681,23 @@ async fn fence_keys_refuses_a_key_that_is_not_one() {
         !out.stdout.contains('\x1b') && !out.stderr.contains('\x1b'),
         "{out:?}"
     );
+}
+
+/// `tenure history` against a server whose holder and revoke reason carry
+/// terminal escapes and whose times are absurd: no escape reaches the
+/// terminal, no panic, one row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_escapes_what_the_server_sends() {
+    let server = serve(Fake {
+        granted: sane("jobs.hist"),
+        ..Default::default()
+    })
+    .await;
+    let out = run(&server.url(), &["history", "jobs.hist"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        !out.stdout.contains('\x1b') && !out.stdout.contains('\r'),
+        "{out:?}"
+    );
+    assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
 }

@@ -36,6 +36,7 @@ mod fifo;
 mod fuzz;
 mod groups;
 mod health;
+mod history;
 mod hostile_connections;
 mod hostile_keepalive;
 mod hostile_load;

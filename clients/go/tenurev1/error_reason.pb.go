@@ -173,6 +173,11 @@ const (
 	// RESOURCE_EXHAUSTED; not retried by clients: it clears when holdings end
 	// and markers age out, or when an operator raises max_bytes.
 	ErrorReason_BUCKET_FULL ErrorReason = 33
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// HISTORY_OFF: LeaseHistory on a server that keeps no lease history
+	// (started with --history-retention 0). FAILED_PRECONDITION; permanent
+	// until the server keeps history (and then only from that moment on).
+	ErrorReason_HISTORY_OFF ErrorReason = 34
 )
 
 // Enum value maps for ErrorReason.
@@ -207,6 +212,7 @@ var (
 		31: "ATOMIC_BATCH_UNSUPPORTED",
 		32: "GROUP_MEMBER",
 		33: "BUCKET_FULL",
+		34: "HISTORY_OFF",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -238,6 +244,7 @@ var (
 		"ATOMIC_BATCH_UNSUPPORTED": 31,
 		"GROUP_MEMBER":             32,
 		"BUCKET_FULL":              33,
+		"HISTORY_OFF":              34,
 	}
 )
 
@@ -272,7 +279,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xf6\x04\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\x87\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -304,7 +311,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x17WATCH_HISTORY_COMPACTED\x10\x1e\x12\x1c\n" +
 	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1f\x12\x10\n" +
 	"\fGROUP_MEMBER\x10 \x12\x0f\n" +
-	"\vBUCKET_FULL\x10!B^\n" +
+	"\vBUCKET_FULL\x10!\x12\x0f\n" +
+	"\vHISTORY_OFF\x10\"B^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

@@ -123,6 +123,71 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{0}
 }
 
+// HoldingEnding is how a holding ended.
+type HoldingEnding int32
+
+const (
+	// HOLDING_ENDING_UNSPECIFIED is never sent.
+	HoldingEnding_HOLDING_ENDING_UNSPECIFIED HoldingEnding = 0
+	// HOLDING_ENDING_HELD: still held at the last message read.
+	HoldingEnding_HOLDING_ENDING_HELD HoldingEnding = 1
+	// HOLDING_ENDING_RELEASED: its holder released it.
+	HoldingEnding_HOLDING_ENDING_RELEASED HoldingEnding = 2
+	// HOLDING_ENDING_EXPIRED: it ran out of time.
+	HoldingEnding_HOLDING_ENDING_EXPIRED HoldingEnding = 3
+	// HOLDING_ENDING_REVOKED: an operator revoked it.
+	HoldingEnding_HOLDING_ENDING_REVOKED HoldingEnding = 4
+	// HOLDING_ENDING_UNKNOWN: its end is not recorded.
+	HoldingEnding_HOLDING_ENDING_UNKNOWN HoldingEnding = 5
+)
+
+// Enum value maps for HoldingEnding.
+var (
+	HoldingEnding_name = map[int32]string{
+		0: "HOLDING_ENDING_UNSPECIFIED",
+		1: "HOLDING_ENDING_HELD",
+		2: "HOLDING_ENDING_RELEASED",
+		3: "HOLDING_ENDING_EXPIRED",
+		4: "HOLDING_ENDING_REVOKED",
+		5: "HOLDING_ENDING_UNKNOWN",
+	}
+	HoldingEnding_value = map[string]int32{
+		"HOLDING_ENDING_UNSPECIFIED": 0,
+		"HOLDING_ENDING_HELD":        1,
+		"HOLDING_ENDING_RELEASED":    2,
+		"HOLDING_ENDING_EXPIRED":     3,
+		"HOLDING_ENDING_REVOKED":     4,
+		"HOLDING_ENDING_UNKNOWN":     5,
+	}
+)
+
+func (x HoldingEnding) Enum() *HoldingEnding {
+	p := new(HoldingEnding)
+	*p = x
+	return p
+}
+
+func (x HoldingEnding) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HoldingEnding) Descriptor() protoreflect.EnumDescriptor {
+	return file_tenure_v1_lease_proto_enumTypes[1].Descriptor()
+}
+
+func (HoldingEnding) Type() protoreflect.EnumType {
+	return &file_tenure_v1_lease_proto_enumTypes[1]
+}
+
+func (x HoldingEnding) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HoldingEnding.Descriptor instead.
+func (HoldingEnding) EnumDescriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
+}
+
 // Lease is one holding of a name, as stored in the bucket.
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2402,6 +2467,401 @@ func (x *FenceKey) GetActive() bool {
 	return false
 }
 
+// LeaseHistoryRequest selects holdings of one name.
+type LeaseHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lease (see Lease.name); a semaphore's holdings come with
+	// their slots.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// since, when set, keeps the holdings that ended at or after it or are
+	// still held; absent: from the oldest the history keeps.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// at, when set, keeps only the holdings held at that instant.
+	At *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// page_size is the most holdings returned (0: 100; at most 1000).
+	PageSize      uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseHistoryRequest) Reset() {
+	*x = LeaseHistoryRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseHistoryRequest) ProtoMessage() {}
+
+func (x *LeaseHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseHistoryRequest.ProtoReflect.Descriptor instead.
+func (*LeaseHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LeaseHistoryRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LeaseHistoryRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *LeaseHistoryRequest) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *LeaseHistoryRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// LeaseHistoryResponse lists holdings by fencing token.
+type LeaseHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// holdings are the holdings found, by fencing token.
+	Holdings []*HistoricHolding `protobuf:"bytes,1,rep,name=holdings,proto3" json:"holdings,omitempty"`
+	// more_since, when set, says the read stopped short (page full or the
+	// server's bound on messages read): ask again with since = more_since.
+	MoreSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=more_since,json=moreSince,proto3" json:"more_since,omitempty"`
+	// oldest is the time of the oldest message the history keeps: nothing
+	// before it can be answered. Absent when the history is empty.
+	Oldest *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=oldest,proto3" json:"oldest,omitempty"`
+	// retention is how long the history keeps messages.
+	Retention *durationpb.Duration `protobuf:"bytes,4,opt,name=retention,proto3" json:"retention,omitempty"`
+	// gaps are where holdings may be missing: NATS copies the bucket into
+	// the history with a consumer that reads behind the writers, and a
+	// message superseded before it read it (the bucket keeps one per name)
+	// is never copied. Every such stretch that a recorded message reveals is
+	// listed here (holdings whose end was not copied end UNKNOWN).
+	Gaps          []*HistoryGap `protobuf:"bytes,5,rep,name=gaps,proto3" json:"gaps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseHistoryResponse) Reset() {
+	*x = LeaseHistoryResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseHistoryResponse) ProtoMessage() {}
+
+func (x *LeaseHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseHistoryResponse.ProtoReflect.Descriptor instead.
+func (*LeaseHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *LeaseHistoryResponse) GetHoldings() []*HistoricHolding {
+	if x != nil {
+		return x.Holdings
+	}
+	return nil
+}
+
+func (x *LeaseHistoryResponse) GetMoreSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.MoreSince
+	}
+	return nil
+}
+
+func (x *LeaseHistoryResponse) GetOldest() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Oldest
+	}
+	return nil
+}
+
+func (x *LeaseHistoryResponse) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+func (x *LeaseHistoryResponse) GetGaps() []*HistoryGap {
+	if x != nil {
+		return x.Gaps
+	}
+	return nil
+}
+
+// HistoryGap is a stretch of a name's history the history did not record.
+type HistoryGap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lease name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// slot is the semaphore slot; 0 for a plain lease.
+	Slot uint32 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// after_revision is the last revision of the name recorded before it (0:
+	// none was read: the gap runs from before what was read, either before
+	// `since` or never copied); after_time its time.
+	AfterRevision uint64 `protobuf:"varint,3,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	// after_time is the time of after_revision.
+	AfterTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=after_time,json=afterTime,proto3" json:"after_time,omitempty"`
+	// before_revision is the recorded revision that revealed it; before_time
+	// its time.
+	BeforeRevision uint64 `protobuf:"varint,5,opt,name=before_revision,json=beforeRevision,proto3" json:"before_revision,omitempty"`
+	// before_time is the time of before_revision.
+	BeforeTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=before_time,json=beforeTime,proto3" json:"before_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryGap) Reset() {
+	*x = HistoryGap{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryGap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryGap) ProtoMessage() {}
+
+func (x *HistoryGap) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryGap.ProtoReflect.Descriptor instead.
+func (*HistoryGap) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *HistoryGap) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HistoryGap) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *HistoryGap) GetAfterRevision() uint64 {
+	if x != nil {
+		return x.AfterRevision
+	}
+	return 0
+}
+
+func (x *HistoryGap) GetAfterTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AfterTime
+	}
+	return nil
+}
+
+func (x *HistoryGap) GetBeforeRevision() uint64 {
+	if x != nil {
+		return x.BeforeRevision
+	}
+	return 0
+}
+
+func (x *HistoryGap) GetBeforeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BeforeTime
+	}
+	return nil
+}
+
+// HistoricHolding is one holding of a name as the history records it.
+type HistoricHolding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lease name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// slot is the semaphore slot; 0 for a plain lease.
+	Slot uint32 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// holder is who held it.
+	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// fencing_token is its fencing token.
+	FencingToken uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// acquire_time is when it was acquired; absent when that was before
+	// what was read (then only its end is known).
+	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	// renew_time is its last write seen.
+	RenewTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	// ttl is the TTL of its last write.
+	Ttl *durationpb.Duration `protobuf:"bytes,7,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// end_time is when it ended; absent while held.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// ending is how it ended: HELD (not yet), RELEASED, EXPIRED, REVOKED or
+	// UNKNOWN (its end is not recorded).
+	Ending HoldingEnding `protobuf:"varint,9,opt,name=ending,proto3,enum=tenure.v1.HoldingEnding" json:"ending,omitempty"`
+	// revoked_by and revoke_reason, for REVOKED: who revoked it and why.
+	RevokedBy string `protobuf:"bytes,10,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	// revoke_reason is the reason given to RevokeLease.
+	RevokeReason  string `protobuf:"bytes,11,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoricHolding) Reset() {
+	*x = HistoricHolding{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoricHolding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoricHolding) ProtoMessage() {}
+
+func (x *HistoricHolding) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoricHolding.ProtoReflect.Descriptor instead.
+func (*HistoricHolding) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *HistoricHolding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HistoricHolding) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *HistoricHolding) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *HistoricHolding) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *HistoricHolding) GetAcquireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcquireTime
+	}
+	return nil
+}
+
+func (x *HistoricHolding) GetRenewTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RenewTime
+	}
+	return nil
+}
+
+func (x *HistoricHolding) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *HistoricHolding) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *HistoricHolding) GetEnding() HoldingEnding {
+	if x != nil {
+		return x.Ending
+	}
+	return HoldingEnding_HOLDING_ENDING_UNSPECIFIED
+}
+
+func (x *HistoricHolding) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *HistoricHolding) GetRevokeReason() string {
+	if x != nil {
+		return x.RevokeReason
+	}
+	return ""
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -2573,7 +3033,44 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
-	"\x06active\x18\x03 \x01(\bR\x06active*\xf2\x01\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active\"\xa4\x01\n" +
+	"\x13LeaseHistoryRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\"\xa1\x02\n" +
+	"\x14LeaseHistoryResponse\x126\n" +
+	"\bholdings\x18\x01 \x03(\v2\x1a.tenure.v1.HistoricHoldingR\bholdings\x129\n" +
+	"\n" +
+	"more_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tmoreSince\x122\n" +
+	"\x06oldest\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06oldest\x127\n" +
+	"\tretention\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12)\n" +
+	"\x04gaps\x18\x05 \x03(\v2\x15.tenure.v1.HistoryGapR\x04gaps\"\xfc\x01\n" +
+	"\n" +
+	"HistoryGap\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12%\n" +
+	"\x0eafter_revision\x18\x03 \x01(\x04R\rafterRevision\x129\n" +
+	"\n" +
+	"after_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tafterTime\x12'\n" +
+	"\x0fbefore_revision\x18\x05 \x01(\x04R\x0ebeforeRevision\x12;\n" +
+	"\vbefore_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"beforeTime\"\xca\x03\n" +
+	"\x0fHistoricHolding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12#\n" +
+	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12=\n" +
+	"\facquire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x129\n" +
+	"\n" +
+	"renew_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x12+\n" +
+	"\x03ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x125\n" +
+	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x120\n" +
+	"\x06ending\x18\t \x01(\x0e2\x18.tenure.v1.HoldingEndingR\x06ending\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\n" +
+	" \x01(\tR\trevokedBy\x12#\n" +
+	"\rrevoke_reason\x18\v \x01(\tR\frevokeReason*\xf2\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -2583,7 +3080,14 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_RELEASED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_REVOKED\x10\a\x12\x15\n" +
-	"\x11EVENT_TYPE_MISSED\x10\b2\x83\a\n" +
+	"\x11EVENT_TYPE_MISSED\x10\b*\xb9\x01\n" +
+	"\rHoldingEnding\x12\x1e\n" +
+	"\x1aHOLDING_ENDING_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13HOLDING_ENDING_HELD\x10\x01\x12\x1b\n" +
+	"\x17HOLDING_ENDING_RELEASED\x10\x02\x12\x1a\n" +
+	"\x16HOLDING_ENDING_EXPIRED\x10\x03\x12\x1a\n" +
+	"\x16HOLDING_ENDING_REVOKED\x10\x04\x12\x1a\n" +
+	"\x16HOLDING_ENDING_UNKNOWN\x10\x052\xd4\a\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -2599,7 +3103,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"RenewGroup\x12\x1c.tenure.v1.RenewGroupRequest\x1a\x1d.tenure.v1.RenewGroupResponse\x12O\n" +
 	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponse\x12O\n" +
-	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponseBX\n" +
+	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponse\x12O\n" +
+	"\fLeaseHistory\x12\x1e.tenure.v1.LeaseHistoryRequest\x1a\x1f.tenure.v1.LeaseHistoryResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -2615,116 +3120,137 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_lease_proto_rawDescData
 }
 
-var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
-	(*Lease)(nil),                 // 1: tenure.v1.Lease
-	(*AcquireRequest)(nil),        // 2: tenure.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 3: tenure.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 4: tenure.v1.RenewRequest
-	(*RenewResponse)(nil),         // 5: tenure.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 6: tenure.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 7: tenure.v1.ReleaseResponse
-	(*GetLeaseRequest)(nil),       // 8: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),      // 9: tenure.v1.GetLeaseResponse
-	(*WatchLeaseRequest)(nil),     // 10: tenure.v1.WatchLeaseRequest
-	(*WatchLeaseResponse)(nil),    // 11: tenure.v1.WatchLeaseResponse
-	(*LeaseEvent)(nil),            // 12: tenure.v1.LeaseEvent
-	(*ListLeasesRequest)(nil),     // 13: tenure.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 14: tenure.v1.ListLeasesResponse
-	(*RevokeLeaseRequest)(nil),    // 15: tenure.v1.RevokeLeaseRequest
-	(*RevokeLeaseResponse)(nil),   // 16: tenure.v1.RevokeLeaseResponse
-	(*KeepAliveRequest)(nil),      // 17: tenure.v1.KeepAliveRequest
-	(*KeepAliveEntry)(nil),        // 18: tenure.v1.KeepAliveEntry
-	(*KeepAliveResponse)(nil),     // 19: tenure.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),       // 20: tenure.v1.KeepAliveResult
-	(*KeepAliveError)(nil),        // 21: tenure.v1.KeepAliveError
-	(*AcquireGroupRequest)(nil),   // 22: tenure.v1.AcquireGroupRequest
-	(*AcquireGroupResponse)(nil),  // 23: tenure.v1.AcquireGroupResponse
-	(*GroupMember)(nil),           // 24: tenure.v1.GroupMember
-	(*RenewGroupRequest)(nil),     // 25: tenure.v1.RenewGroupRequest
-	(*RenewGroupResponse)(nil),    // 26: tenure.v1.RenewGroupResponse
-	(*ReleaseGroupRequest)(nil),   // 27: tenure.v1.ReleaseGroupRequest
-	(*ReleaseGroupResponse)(nil),  // 28: tenure.v1.ReleaseGroupResponse
-	(*GetFenceKeysRequest)(nil),   // 29: tenure.v1.GetFenceKeysRequest
-	(*GetFenceKeysResponse)(nil),  // 30: tenure.v1.GetFenceKeysResponse
-	(*FenceKey)(nil),              // 31: tenure.v1.FenceKey
-	nil,                           // 32: tenure.v1.Lease.MetadataEntry
-	nil,                           // 33: tenure.v1.AcquireRequest.MetadataEntry
-	nil,                           // 34: tenure.v1.KeepAliveError.MetadataEntry
-	nil,                           // 35: tenure.v1.AcquireGroupRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(HoldingEnding)(0),            // 1: tenure.v1.HoldingEnding
+	(*Lease)(nil),                 // 2: tenure.v1.Lease
+	(*AcquireRequest)(nil),        // 3: tenure.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 4: tenure.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 5: tenure.v1.RenewRequest
+	(*RenewResponse)(nil),         // 6: tenure.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 7: tenure.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 8: tenure.v1.ReleaseResponse
+	(*GetLeaseRequest)(nil),       // 9: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),      // 10: tenure.v1.GetLeaseResponse
+	(*WatchLeaseRequest)(nil),     // 11: tenure.v1.WatchLeaseRequest
+	(*WatchLeaseResponse)(nil),    // 12: tenure.v1.WatchLeaseResponse
+	(*LeaseEvent)(nil),            // 13: tenure.v1.LeaseEvent
+	(*ListLeasesRequest)(nil),     // 14: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 15: tenure.v1.ListLeasesResponse
+	(*RevokeLeaseRequest)(nil),    // 16: tenure.v1.RevokeLeaseRequest
+	(*RevokeLeaseResponse)(nil),   // 17: tenure.v1.RevokeLeaseResponse
+	(*KeepAliveRequest)(nil),      // 18: tenure.v1.KeepAliveRequest
+	(*KeepAliveEntry)(nil),        // 19: tenure.v1.KeepAliveEntry
+	(*KeepAliveResponse)(nil),     // 20: tenure.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),       // 21: tenure.v1.KeepAliveResult
+	(*KeepAliveError)(nil),        // 22: tenure.v1.KeepAliveError
+	(*AcquireGroupRequest)(nil),   // 23: tenure.v1.AcquireGroupRequest
+	(*AcquireGroupResponse)(nil),  // 24: tenure.v1.AcquireGroupResponse
+	(*GroupMember)(nil),           // 25: tenure.v1.GroupMember
+	(*RenewGroupRequest)(nil),     // 26: tenure.v1.RenewGroupRequest
+	(*RenewGroupResponse)(nil),    // 27: tenure.v1.RenewGroupResponse
+	(*ReleaseGroupRequest)(nil),   // 28: tenure.v1.ReleaseGroupRequest
+	(*ReleaseGroupResponse)(nil),  // 29: tenure.v1.ReleaseGroupResponse
+	(*GetFenceKeysRequest)(nil),   // 30: tenure.v1.GetFenceKeysRequest
+	(*GetFenceKeysResponse)(nil),  // 31: tenure.v1.GetFenceKeysResponse
+	(*FenceKey)(nil),              // 32: tenure.v1.FenceKey
+	(*LeaseHistoryRequest)(nil),   // 33: tenure.v1.LeaseHistoryRequest
+	(*LeaseHistoryResponse)(nil),  // 34: tenure.v1.LeaseHistoryResponse
+	(*HistoryGap)(nil),            // 35: tenure.v1.HistoryGap
+	(*HistoricHolding)(nil),       // 36: tenure.v1.HistoricHolding
+	nil,                           // 37: tenure.v1.Lease.MetadataEntry
+	nil,                           // 38: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 39: tenure.v1.KeepAliveError.MetadataEntry
+	nil,                           // 40: tenure.v1.AcquireGroupRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	36, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	32, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	37, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	37, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	36, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	36, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	33, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	36, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	1,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	36, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
+	41, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	37, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	42, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	42, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	41, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	41, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	38, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	41, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	2,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	41, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
+	2,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	2,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
 	0,  // 14: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
-	12, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
+	13, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
-	1,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	37, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	1,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	1,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
-	18, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
-	36, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
-	20, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
-	1,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
-	21, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
-	34, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
-	36, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
-	36, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
-	35, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
-	36, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
-	1,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
-	24, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
-	36, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
-	24, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
-	31, // 37: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
-	2,  // 38: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	4,  // 39: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	6,  // 40: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	8,  // 41: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	10, // 42: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	13, // 43: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	15, // 44: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	17, // 45: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	22, // 46: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
-	25, // 47: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
-	27, // 48: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
-	29, // 49: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
-	3,  // 50: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	5,  // 51: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	7,  // 52: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	9,  // 53: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	11, // 54: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	14, // 55: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	16, // 56: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	19, // 57: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	23, // 58: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
-	26, // 59: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
-	28, // 60: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
-	30, // 61: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
-	50, // [50:62] is the sub-list for method output_type
-	38, // [38:50] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	2,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
+	42, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	2,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	2,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
+	19, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
+	41, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	21, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
+	2,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
+	22, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
+	39, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	41, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	41, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	40, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
+	41, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
+	2,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
+	25, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
+	41, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
+	25, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
+	32, // 37: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
+	42, // 38: tenure.v1.LeaseHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	42, // 39: tenure.v1.LeaseHistoryRequest.at:type_name -> google.protobuf.Timestamp
+	36, // 40: tenure.v1.LeaseHistoryResponse.holdings:type_name -> tenure.v1.HistoricHolding
+	42, // 41: tenure.v1.LeaseHistoryResponse.more_since:type_name -> google.protobuf.Timestamp
+	42, // 42: tenure.v1.LeaseHistoryResponse.oldest:type_name -> google.protobuf.Timestamp
+	41, // 43: tenure.v1.LeaseHistoryResponse.retention:type_name -> google.protobuf.Duration
+	35, // 44: tenure.v1.LeaseHistoryResponse.gaps:type_name -> tenure.v1.HistoryGap
+	42, // 45: tenure.v1.HistoryGap.after_time:type_name -> google.protobuf.Timestamp
+	42, // 46: tenure.v1.HistoryGap.before_time:type_name -> google.protobuf.Timestamp
+	42, // 47: tenure.v1.HistoricHolding.acquire_time:type_name -> google.protobuf.Timestamp
+	42, // 48: tenure.v1.HistoricHolding.renew_time:type_name -> google.protobuf.Timestamp
+	41, // 49: tenure.v1.HistoricHolding.ttl:type_name -> google.protobuf.Duration
+	42, // 50: tenure.v1.HistoricHolding.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 51: tenure.v1.HistoricHolding.ending:type_name -> tenure.v1.HoldingEnding
+	3,  // 52: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	5,  // 53: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	7,  // 54: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	9,  // 55: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	11, // 56: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	14, // 57: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	16, // 58: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	18, // 59: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	23, // 60: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
+	26, // 61: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
+	28, // 62: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
+	30, // 63: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
+	33, // 64: tenure.v1.LeaseService.LeaseHistory:input_type -> tenure.v1.LeaseHistoryRequest
+	4,  // 65: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	6,  // 66: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	8,  // 67: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	10, // 68: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	12, // 69: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	15, // 70: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	17, // 71: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	20, // 72: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	24, // 73: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
+	27, // 74: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
+	29, // 75: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
+	31, // 76: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
+	34, // 77: tenure.v1.LeaseService.LeaseHistory:output_type -> tenure.v1.LeaseHistoryResponse
+	65, // [65:78] is the sub-list for method output_type
+	52, // [52:65] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -2742,8 +3268,8 @@ func file_tenure_v1_lease_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   35,
+			NumEnums:      2,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	LeaseService_RenewGroup_FullMethodName   = "/tenure.v1.LeaseService/RenewGroup"
 	LeaseService_ReleaseGroup_FullMethodName = "/tenure.v1.LeaseService/ReleaseGroup"
 	LeaseService_GetFenceKeys_FullMethodName = "/tenure.v1.LeaseService/GetFenceKeys"
+	LeaseService_LeaseHistory_FullMethodName = "/tenure.v1.LeaseService/LeaseHistory"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -109,6 +110,11 @@ type LeaseServiceClient interface {
 	// still accepted during a rotation. Open to every caller allowed to watch
 	// any name; empty when the server signs no proofs.
 	GetFenceKeys(ctx context.Context, in *GetFenceKeysRequest, opts ...grpc.CallOption) (*GetFenceKeysResponse, error)
+	// LeaseHistory answers who held a name, when, with which token, and how
+	// each holding ended, from the history stream NATS keeps for
+	// --history-retention (7 days by default), also after the bucket has
+	// moved on. Needs the `watch` grant on the name.
+	LeaseHistory(ctx context.Context, in *LeaseHistoryRequest, opts ...grpc.CallOption) (*LeaseHistoryResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -251,6 +257,16 @@ func (c *leaseServiceClient) GetFenceKeys(ctx context.Context, in *GetFenceKeysR
 	return out, nil
 }
 
+func (c *leaseServiceClient) LeaseHistory(ctx context.Context, in *LeaseHistoryRequest, opts ...grpc.CallOption) (*LeaseHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseHistoryResponse)
+	err := c.cc.Invoke(ctx, LeaseService_LeaseHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -318,6 +334,11 @@ type LeaseServiceServer interface {
 	// still accepted during a rotation. Open to every caller allowed to watch
 	// any name; empty when the server signs no proofs.
 	GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error)
+	// LeaseHistory answers who held a name, when, with which token, and how
+	// each holding ended, from the history stream NATS keeps for
+	// --history-retention (7 days by default), also after the bucket has
+	// moved on. Needs the `watch` grant on the name.
+	LeaseHistory(context.Context, *LeaseHistoryRequest) (*LeaseHistoryResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -363,6 +384,9 @@ func (UnimplementedLeaseServiceServer) ReleaseGroup(context.Context, *ReleaseGro
 }
 func (UnimplementedLeaseServiceServer) GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFenceKeys not implemented")
+}
+func (UnimplementedLeaseServiceServer) LeaseHistory(context.Context, *LeaseHistoryRequest) (*LeaseHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaseHistory not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -583,6 +607,24 @@ func _LeaseService_GetFenceKeys_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_LeaseHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).LeaseHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_LeaseHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).LeaseHistory(ctx, req.(*LeaseHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -629,6 +671,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFenceKeys",
 			Handler:    _LeaseService_GetFenceKeys_Handler,
+		},
+		{
+			MethodName: "LeaseHistory",
+			Handler:    _LeaseService_LeaseHistory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -35,6 +35,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATOMIC_BATCH_UNSUPPORTED: _ClassVar[ErrorReason]
     GROUP_MEMBER: _ClassVar[ErrorReason]
     BUCKET_FULL: _ClassVar[ErrorReason]
+    HISTORY_OFF: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -64,3 +65,4 @@ WATCH_HISTORY_COMPACTED: ErrorReason
 ATOMIC_BATCH_UNSUPPORTED: ErrorReason
 GROUP_MEMBER: ErrorReason
 BUCKET_FULL: ErrorReason
+HISTORY_OFF: ErrorReason

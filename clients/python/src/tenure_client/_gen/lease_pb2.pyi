@@ -22,6 +22,15 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_EXPIRED: _ClassVar[EventType]
     EVENT_TYPE_REVOKED: _ClassVar[EventType]
     EVENT_TYPE_MISSED: _ClassVar[EventType]
+
+class HoldingEnding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HOLDING_ENDING_UNSPECIFIED: _ClassVar[HoldingEnding]
+    HOLDING_ENDING_HELD: _ClassVar[HoldingEnding]
+    HOLDING_ENDING_RELEASED: _ClassVar[HoldingEnding]
+    HOLDING_ENDING_EXPIRED: _ClassVar[HoldingEnding]
+    HOLDING_ENDING_REVOKED: _ClassVar[HoldingEnding]
+    HOLDING_ENDING_UNKNOWN: _ClassVar[HoldingEnding]
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_CURRENT: EventType
 EVENT_TYPE_SNAPSHOT_COMPLETE: EventType
@@ -31,6 +40,12 @@ EVENT_TYPE_RELEASED: EventType
 EVENT_TYPE_EXPIRED: EventType
 EVENT_TYPE_REVOKED: EventType
 EVENT_TYPE_MISSED: EventType
+HOLDING_ENDING_UNSPECIFIED: HoldingEnding
+HOLDING_ENDING_HELD: HoldingEnding
+HOLDING_ENDING_RELEASED: HoldingEnding
+HOLDING_ENDING_EXPIRED: HoldingEnding
+HOLDING_ENDING_REVOKED: HoldingEnding
+HOLDING_ENDING_UNKNOWN: HoldingEnding
 
 class Lease(_message.Message):
     __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group", "fence_proof")
@@ -399,3 +414,71 @@ class FenceKey(_message.Message):
     public_key: bytes
     active: bool
     def __init__(self, key_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class LeaseHistoryRequest(_message.Message):
+    __slots__ = ("name", "since", "at", "page_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    since: _timestamp_pb2.Timestamp
+    at: _timestamp_pb2.Timestamp
+    page_size: int
+    def __init__(self, name: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class LeaseHistoryResponse(_message.Message):
+    __slots__ = ("holdings", "more_since", "oldest", "retention", "gaps")
+    HOLDINGS_FIELD_NUMBER: _ClassVar[int]
+    MORE_SINCE_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    GAPS_FIELD_NUMBER: _ClassVar[int]
+    holdings: _containers.RepeatedCompositeFieldContainer[HistoricHolding]
+    more_since: _timestamp_pb2.Timestamp
+    oldest: _timestamp_pb2.Timestamp
+    retention: _duration_pb2.Duration
+    gaps: _containers.RepeatedCompositeFieldContainer[HistoryGap]
+    def __init__(self, holdings: _Optional[_Iterable[_Union[HistoricHolding, _Mapping]]] = ..., more_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., oldest: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retention: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., gaps: _Optional[_Iterable[_Union[HistoryGap, _Mapping]]] = ...) -> None: ...
+
+class HistoryGap(_message.Message):
+    __slots__ = ("name", "slot", "after_revision", "after_time", "before_revision", "before_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    AFTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    slot: int
+    after_revision: int
+    after_time: _timestamp_pb2.Timestamp
+    before_revision: int
+    before_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., slot: _Optional[int] = ..., after_revision: _Optional[int] = ..., after_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before_revision: _Optional[int] = ..., before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class HistoricHolding(_message.Message):
+    __slots__ = ("name", "slot", "holder", "fencing_token", "acquire_time", "renew_time", "ttl", "end_time", "ending", "revoked_by", "revoke_reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RENEW_TIME_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ENDING_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_BY_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    slot: int
+    holder: str
+    fencing_token: int
+    acquire_time: _timestamp_pb2.Timestamp
+    renew_time: _timestamp_pb2.Timestamp
+    ttl: _duration_pb2.Duration
+    end_time: _timestamp_pb2.Timestamp
+    ending: HoldingEnding
+    revoked_by: str
+    revoke_reason: str
+    def __init__(self, name: _Optional[str] = ..., slot: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ending: _Optional[_Union[HoldingEnding, str]] = ..., revoked_by: _Optional[str] = ..., revoke_reason: _Optional[str] = ...) -> None: ...

@@ -99,6 +99,11 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
                 _registered_method=True)
+        self.LeaseHistory = channel.unary_unary(
+                '/tenure.v1.LeaseService/LeaseHistory',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -226,6 +231,16 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaseHistory(self, request, context):
+        """LeaseHistory answers who held a name, when, with which token, and how
+        each holding ended, from the history stream NATS keeps for
+        --history-retention (7 days by default), also after the bucket has
+        moved on. Needs the `watch` grant on the name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +303,11 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.GetFenceKeys,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.SerializeToString,
+            ),
+            'LeaseHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaseHistory,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -619,6 +639,33 @@ class LeaseService:
             '/tenure.v1.LeaseService/GetFenceKeys',
             tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaseHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/LeaseHistory',
+            tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

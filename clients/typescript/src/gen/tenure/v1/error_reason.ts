@@ -220,6 +220,13 @@ export enum ErrorReason {
    * and markers age out, or when an operator raises max_bytes.
    */
   BUCKET_FULL = "BUCKET_FULL",
+  /**
+   * HISTORY_OFF - buf:lint:ignore ENUM_VALUE_PREFIX
+   * HISTORY_OFF: LeaseHistory on a server that keeps no lease history
+   * (started with --history-retention 0). FAILED_PRECONDITION; permanent
+   * until the server keeps history (and then only from that moment on).
+   */
+  HISTORY_OFF = "HISTORY_OFF",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -312,6 +319,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 33:
     case "BUCKET_FULL":
       return ErrorReason.BUCKET_FULL;
+    case 34:
+    case "HISTORY_OFF":
+      return ErrorReason.HISTORY_OFF;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -379,6 +389,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "GROUP_MEMBER";
     case ErrorReason.BUCKET_FULL:
       return "BUCKET_FULL";
+    case ErrorReason.HISTORY_OFF:
+      return "HISTORY_OFF";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -445,6 +457,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 32;
     case ErrorReason.BUCKET_FULL:
       return 33;
+    case ErrorReason.HISTORY_OFF:
+      return 34;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

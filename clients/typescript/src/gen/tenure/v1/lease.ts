@@ -169,6 +169,90 @@ export function eventTypeToNumber(object: EventType): number {
   }
 }
 
+/** HoldingEnding is how a holding ended. */
+export enum HoldingEnding {
+  /** UNSPECIFIED - HOLDING_ENDING_UNSPECIFIED is never sent. */
+  UNSPECIFIED = "HOLDING_ENDING_UNSPECIFIED",
+  /** HELD - HOLDING_ENDING_HELD: still held at the last message read. */
+  HELD = "HOLDING_ENDING_HELD",
+  /** RELEASED - HOLDING_ENDING_RELEASED: its holder released it. */
+  RELEASED = "HOLDING_ENDING_RELEASED",
+  /** EXPIRED - HOLDING_ENDING_EXPIRED: it ran out of time. */
+  EXPIRED = "HOLDING_ENDING_EXPIRED",
+  /** REVOKED - HOLDING_ENDING_REVOKED: an operator revoked it. */
+  REVOKED = "HOLDING_ENDING_REVOKED",
+  /** UNKNOWN - HOLDING_ENDING_UNKNOWN: its end is not recorded. */
+  UNKNOWN = "HOLDING_ENDING_UNKNOWN",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function holdingEndingFromJSON(object: any): HoldingEnding {
+  switch (object) {
+    case 0:
+    case "HOLDING_ENDING_UNSPECIFIED":
+      return HoldingEnding.UNSPECIFIED;
+    case 1:
+    case "HOLDING_ENDING_HELD":
+      return HoldingEnding.HELD;
+    case 2:
+    case "HOLDING_ENDING_RELEASED":
+      return HoldingEnding.RELEASED;
+    case 3:
+    case "HOLDING_ENDING_EXPIRED":
+      return HoldingEnding.EXPIRED;
+    case 4:
+    case "HOLDING_ENDING_REVOKED":
+      return HoldingEnding.REVOKED;
+    case 5:
+    case "HOLDING_ENDING_UNKNOWN":
+      return HoldingEnding.UNKNOWN;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return HoldingEnding.UNRECOGNIZED;
+  }
+}
+
+export function holdingEndingToJSON(object: HoldingEnding): string {
+  switch (object) {
+    case HoldingEnding.UNSPECIFIED:
+      return "HOLDING_ENDING_UNSPECIFIED";
+    case HoldingEnding.HELD:
+      return "HOLDING_ENDING_HELD";
+    case HoldingEnding.RELEASED:
+      return "HOLDING_ENDING_RELEASED";
+    case HoldingEnding.EXPIRED:
+      return "HOLDING_ENDING_EXPIRED";
+    case HoldingEnding.REVOKED:
+      return "HOLDING_ENDING_REVOKED";
+    case HoldingEnding.UNKNOWN:
+      return "HOLDING_ENDING_UNKNOWN";
+    case HoldingEnding.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function holdingEndingToNumber(object: HoldingEnding): number {
+  switch (object) {
+    case HoldingEnding.UNSPECIFIED:
+      return 0;
+    case HoldingEnding.HELD:
+      return 1;
+    case HoldingEnding.RELEASED:
+      return 2;
+    case HoldingEnding.EXPIRED:
+      return 3;
+    case HoldingEnding.REVOKED:
+      return 4;
+    case HoldingEnding.UNKNOWN:
+      return 5;
+    case HoldingEnding.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
 /** Lease is one holding of a name, as stored in the bucket. */
 export interface Lease {
   /**
@@ -805,6 +889,125 @@ export interface FenceKey {
   publicKey: Buffer;
   /** active is true for the key new proofs are signed with. */
   active: boolean;
+}
+
+/** LeaseHistoryRequest selects holdings of one name. */
+export interface LeaseHistoryRequest {
+  /**
+   * name is the lease (see Lease.name); a semaphore's holdings come with
+   * their slots.
+   */
+  name: string;
+  /**
+   * since, when set, keeps the holdings that ended at or after it or are
+   * still held; absent: from the oldest the history keeps.
+   */
+  since:
+    | Date
+    | undefined;
+  /** at, when set, keeps only the holdings held at that instant. */
+  at:
+    | Date
+    | undefined;
+  /** page_size is the most holdings returned (0: 100; at most 1000). */
+  pageSize: number;
+}
+
+/** LeaseHistoryResponse lists holdings by fencing token. */
+export interface LeaseHistoryResponse {
+  /** holdings are the holdings found, by fencing token. */
+  holdings: HistoricHolding[];
+  /**
+   * more_since, when set, says the read stopped short (page full or the
+   * server's bound on messages read): ask again with since = more_since.
+   */
+  moreSince:
+    | Date
+    | undefined;
+  /**
+   * oldest is the time of the oldest message the history keeps: nothing
+   * before it can be answered. Absent when the history is empty.
+   */
+  oldest:
+    | Date
+    | undefined;
+  /** retention is how long the history keeps messages. */
+  retention:
+    | Duration
+    | undefined;
+  /**
+   * gaps are where holdings may be missing: NATS copies the bucket into
+   * the history with a consumer that reads behind the writers, and a
+   * message superseded before it read it (the bucket keeps one per name)
+   * is never copied. Every such stretch that a recorded message reveals is
+   * listed here (holdings whose end was not copied end UNKNOWN).
+   */
+  gaps: HistoryGap[];
+}
+
+/** HistoryGap is a stretch of a name's history the history did not record. */
+export interface HistoryGap {
+  /** name is the lease name. */
+  name: string;
+  /** slot is the semaphore slot; 0 for a plain lease. */
+  slot: number;
+  /**
+   * after_revision is the last revision of the name recorded before it (0:
+   * none was read: the gap runs from before what was read, either before
+   * `since` or never copied); after_time its time.
+   */
+  afterRevision: bigint;
+  /** after_time is the time of after_revision. */
+  afterTime:
+    | Date
+    | undefined;
+  /**
+   * before_revision is the recorded revision that revealed it; before_time
+   * its time.
+   */
+  beforeRevision: bigint;
+  /** before_time is the time of before_revision. */
+  beforeTime: Date | undefined;
+}
+
+/** HistoricHolding is one holding of a name as the history records it. */
+export interface HistoricHolding {
+  /** name is the lease name. */
+  name: string;
+  /** slot is the semaphore slot; 0 for a plain lease. */
+  slot: number;
+  /** holder is who held it. */
+  holder: string;
+  /** fencing_token is its fencing token. */
+  fencingToken: bigint;
+  /**
+   * acquire_time is when it was acquired; absent when that was before
+   * what was read (then only its end is known).
+   */
+  acquireTime:
+    | Date
+    | undefined;
+  /** renew_time is its last write seen. */
+  renewTime:
+    | Date
+    | undefined;
+  /** ttl is the TTL of its last write. */
+  ttl:
+    | Duration
+    | undefined;
+  /** end_time is when it ended; absent while held. */
+  endTime:
+    | Date
+    | undefined;
+  /**
+   * ending is how it ended: HELD (not yet), RELEASED, EXPIRED, REVOKED or
+   * UNKNOWN (its end is not recorded).
+   */
+  ending: HoldingEnding;
+  /** revoked_by and revoke_reason, for REVOKED: who revoked it and why. */
+  revokedBy: string;
+  /** revoke_reason is the reason given to RevokeLease. */
+  revokeReason: string;
 }
 
 function createBaseLease(): Lease {
@@ -4943,6 +5146,713 @@ export const FenceKey: MessageFns<FenceKey> = {
   },
 };
 
+function createBaseLeaseHistoryRequest(): LeaseHistoryRequest {
+  return { name: "", since: undefined, at: undefined, pageSize: 0 };
+}
+
+export const LeaseHistoryRequest: MessageFns<LeaseHistoryRequest> = {
+  encode(message: LeaseHistoryRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(18).fork()).join();
+    }
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(26).fork()).join();
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(32).uint32(message.pageSize);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeaseHistoryRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeaseHistoryRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.pageSize = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LeaseHistoryRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+    };
+  },
+
+  toJSON(message: LeaseHistoryRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LeaseHistoryRequest>, I>>(base?: I): LeaseHistoryRequest {
+    return LeaseHistoryRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeaseHistoryRequest>, I>>(object: I): LeaseHistoryRequest {
+    const message = createBaseLeaseHistoryRequest();
+    message.name = object.name ?? "";
+    message.since = object.since ?? undefined;
+    message.at = object.at ?? undefined;
+    message.pageSize = object.pageSize ?? 0;
+    return message;
+  },
+};
+
+function createBaseLeaseHistoryResponse(): LeaseHistoryResponse {
+  return { holdings: [], moreSince: undefined, oldest: undefined, retention: undefined, gaps: [] };
+}
+
+export const LeaseHistoryResponse: MessageFns<LeaseHistoryResponse> = {
+  encode(message: LeaseHistoryResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.holdings) {
+      HistoricHolding.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.moreSince !== undefined) {
+      Timestamp.encode(toTimestamp(message.moreSince), writer.uint32(18).fork()).join();
+    }
+    if (message.oldest !== undefined) {
+      Timestamp.encode(toTimestamp(message.oldest), writer.uint32(26).fork()).join();
+    }
+    if (message.retention !== undefined) {
+      Duration.encode(message.retention, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.gaps) {
+      HistoryGap.encode(v!, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeaseHistoryResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeaseHistoryResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.holdings.push(HistoricHolding.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.moreSince = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.oldest = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.retention = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.gaps.push(HistoryGap.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LeaseHistoryResponse {
+    return {
+      holdings: globalThis.Array.isArray(object?.holdings)
+        ? object.holdings.map((e: any) => HistoricHolding.fromJSON(e))
+        : [],
+      moreSince: isSet(object.moreSince)
+        ? fromJsonTimestamp(object.moreSince)
+        : isSet(object.more_since)
+        ? fromJsonTimestamp(object.more_since)
+        : undefined,
+      oldest: isSet(object.oldest) ? fromJsonTimestamp(object.oldest) : undefined,
+      retention: isSet(object.retention) ? Duration.fromJSON(object.retention) : undefined,
+      gaps: globalThis.Array.isArray(object?.gaps) ? object.gaps.map((e: any) => HistoryGap.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: LeaseHistoryResponse): unknown {
+    const obj: any = {};
+    if (message.holdings?.length) {
+      obj.holdings = message.holdings.map((e) => HistoricHolding.toJSON(e));
+    }
+    if (message.moreSince !== undefined) {
+      obj.moreSince = message.moreSince.toISOString();
+    }
+    if (message.oldest !== undefined) {
+      obj.oldest = message.oldest.toISOString();
+    }
+    if (message.retention !== undefined) {
+      obj.retention = Duration.toJSON(message.retention);
+    }
+    if (message.gaps?.length) {
+      obj.gaps = message.gaps.map((e) => HistoryGap.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LeaseHistoryResponse>, I>>(base?: I): LeaseHistoryResponse {
+    return LeaseHistoryResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeaseHistoryResponse>, I>>(object: I): LeaseHistoryResponse {
+    const message = createBaseLeaseHistoryResponse();
+    message.holdings = object.holdings?.map((e) => HistoricHolding.fromPartial(e)) || [];
+    message.moreSince = object.moreSince ?? undefined;
+    message.oldest = object.oldest ?? undefined;
+    message.retention = (object.retention !== undefined && object.retention !== null)
+      ? Duration.fromPartial(object.retention)
+      : undefined;
+    message.gaps = object.gaps?.map((e) => HistoryGap.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseHistoryGap(): HistoryGap {
+  return { name: "", slot: 0, afterRevision: 0n, afterTime: undefined, beforeRevision: 0n, beforeTime: undefined };
+}
+
+export const HistoryGap: MessageFns<HistoryGap> = {
+  encode(message: HistoryGap, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(16).uint32(message.slot);
+    }
+    if (message.afterRevision !== 0n) {
+      if (BigInt.asUintN(64, message.afterRevision) !== message.afterRevision) {
+        throw new globalThis.Error("value provided for field message.afterRevision of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.afterRevision);
+    }
+    if (message.afterTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.afterTime), writer.uint32(34).fork()).join();
+    }
+    if (message.beforeRevision !== 0n) {
+      if (BigInt.asUintN(64, message.beforeRevision) !== message.beforeRevision) {
+        throw new globalThis.Error("value provided for field message.beforeRevision of type uint64 too large");
+      }
+      writer.uint32(40).uint64(message.beforeRevision);
+    }
+    if (message.beforeTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.beforeTime), writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HistoryGap {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHistoryGap();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.afterRevision = reader.uint64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.afterTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.beforeRevision = reader.uint64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.beforeTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HistoryGap {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+      afterRevision: isSet(object.afterRevision)
+        ? BigInt(object.afterRevision)
+        : isSet(object.after_revision)
+        ? BigInt(object.after_revision)
+        : 0n,
+      afterTime: isSet(object.afterTime)
+        ? fromJsonTimestamp(object.afterTime)
+        : isSet(object.after_time)
+        ? fromJsonTimestamp(object.after_time)
+        : undefined,
+      beforeRevision: isSet(object.beforeRevision)
+        ? BigInt(object.beforeRevision)
+        : isSet(object.before_revision)
+        ? BigInt(object.before_revision)
+        : 0n,
+      beforeTime: isSet(object.beforeTime)
+        ? fromJsonTimestamp(object.beforeTime)
+        : isSet(object.before_time)
+        ? fromJsonTimestamp(object.before_time)
+        : undefined,
+    };
+  },
+
+  toJSON(message: HistoryGap): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
+    if (message.afterRevision !== 0n) {
+      obj.afterRevision = message.afterRevision.toString();
+    }
+    if (message.afterTime !== undefined) {
+      obj.afterTime = message.afterTime.toISOString();
+    }
+    if (message.beforeRevision !== 0n) {
+      obj.beforeRevision = message.beforeRevision.toString();
+    }
+    if (message.beforeTime !== undefined) {
+      obj.beforeTime = message.beforeTime.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HistoryGap>, I>>(base?: I): HistoryGap {
+    return HistoryGap.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HistoryGap>, I>>(object: I): HistoryGap {
+    const message = createBaseHistoryGap();
+    message.name = object.name ?? "";
+    message.slot = object.slot ?? 0;
+    message.afterRevision = (object.afterRevision !== undefined && object.afterRevision !== null)
+      ? BigInt(object.afterRevision)
+      : 0n;
+    message.afterTime = object.afterTime ?? undefined;
+    message.beforeRevision = (object.beforeRevision !== undefined && object.beforeRevision !== null)
+      ? BigInt(object.beforeRevision)
+      : 0n;
+    message.beforeTime = object.beforeTime ?? undefined;
+    return message;
+  },
+};
+
+function createBaseHistoricHolding(): HistoricHolding {
+  return {
+    name: "",
+    slot: 0,
+    holder: "",
+    fencingToken: 0n,
+    acquireTime: undefined,
+    renewTime: undefined,
+    ttl: undefined,
+    endTime: undefined,
+    ending: HoldingEnding.UNSPECIFIED,
+    revokedBy: "",
+    revokeReason: "",
+  };
+}
+
+export const HistoricHolding: MessageFns<HistoricHolding> = {
+  encode(message: HistoricHolding, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(16).uint32(message.slot);
+    }
+    if (message.holder !== "") {
+      writer.uint32(26).string(message.holder);
+    }
+    if (message.fencingToken !== 0n) {
+      if (BigInt.asUintN(64, message.fencingToken) !== message.fencingToken) {
+        throw new globalThis.Error("value provided for field message.fencingToken of type uint64 too large");
+      }
+      writer.uint32(32).uint64(message.fencingToken);
+    }
+    if (message.acquireTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.acquireTime), writer.uint32(42).fork()).join();
+    }
+    if (message.renewTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.renewTime), writer.uint32(50).fork()).join();
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(58).fork()).join();
+    }
+    if (message.endTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.endTime), writer.uint32(66).fork()).join();
+    }
+    if (message.ending !== HoldingEnding.UNSPECIFIED) {
+      writer.uint32(72).int32(holdingEndingToNumber(message.ending));
+    }
+    if (message.revokedBy !== "") {
+      writer.uint32(82).string(message.revokedBy);
+    }
+    if (message.revokeReason !== "") {
+      writer.uint32(90).string(message.revokeReason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HistoricHolding {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHistoricHolding();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.fencingToken = reader.uint64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.acquireTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.renewTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.endTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.ending = holdingEndingFromJSON(reader.int32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.revokedBy = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.revokeReason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HistoricHolding {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      fencingToken: isSet(object.fencingToken)
+        ? BigInt(object.fencingToken)
+        : isSet(object.fencing_token)
+        ? BigInt(object.fencing_token)
+        : 0n,
+      acquireTime: isSet(object.acquireTime)
+        ? fromJsonTimestamp(object.acquireTime)
+        : isSet(object.acquire_time)
+        ? fromJsonTimestamp(object.acquire_time)
+        : undefined,
+      renewTime: isSet(object.renewTime)
+        ? fromJsonTimestamp(object.renewTime)
+        : isSet(object.renew_time)
+        ? fromJsonTimestamp(object.renew_time)
+        : undefined,
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      endTime: isSet(object.endTime)
+        ? fromJsonTimestamp(object.endTime)
+        : isSet(object.end_time)
+        ? fromJsonTimestamp(object.end_time)
+        : undefined,
+      ending: isSet(object.ending) ? holdingEndingFromJSON(object.ending) : HoldingEnding.UNSPECIFIED,
+      revokedBy: isSet(object.revokedBy)
+        ? globalThis.String(object.revokedBy)
+        : isSet(object.revoked_by)
+        ? globalThis.String(object.revoked_by)
+        : "",
+      revokeReason: isSet(object.revokeReason)
+        ? globalThis.String(object.revokeReason)
+        : isSet(object.revoke_reason)
+        ? globalThis.String(object.revoke_reason)
+        : "",
+    };
+  },
+
+  toJSON(message: HistoricHolding): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.fencingToken !== 0n) {
+      obj.fencingToken = message.fencingToken.toString();
+    }
+    if (message.acquireTime !== undefined) {
+      obj.acquireTime = message.acquireTime.toISOString();
+    }
+    if (message.renewTime !== undefined) {
+      obj.renewTime = message.renewTime.toISOString();
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.endTime !== undefined) {
+      obj.endTime = message.endTime.toISOString();
+    }
+    if (message.ending !== HoldingEnding.UNSPECIFIED) {
+      obj.ending = holdingEndingToJSON(message.ending);
+    }
+    if (message.revokedBy !== "") {
+      obj.revokedBy = message.revokedBy;
+    }
+    if (message.revokeReason !== "") {
+      obj.revokeReason = message.revokeReason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HistoricHolding>, I>>(base?: I): HistoricHolding {
+    return HistoricHolding.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HistoricHolding>, I>>(object: I): HistoricHolding {
+    const message = createBaseHistoricHolding();
+    message.name = object.name ?? "";
+    message.slot = object.slot ?? 0;
+    message.holder = object.holder ?? "";
+    message.fencingToken = (object.fencingToken !== undefined && object.fencingToken !== null)
+      ? BigInt(object.fencingToken)
+      : 0n;
+    message.acquireTime = object.acquireTime ?? undefined;
+    message.renewTime = object.renewTime ?? undefined;
+    message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
+    message.endTime = object.endTime ?? undefined;
+    message.ending = object.ending ?? HoldingEnding.UNSPECIFIED;
+    message.revokedBy = object.revokedBy ?? "";
+    message.revokeReason = object.revokeReason ?? "";
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -5130,6 +6040,22 @@ export const LeaseServiceService = {
       Buffer.from(GetFenceKeysResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetFenceKeysResponse => GetFenceKeysResponse.decode(value),
   },
+  /**
+   * LeaseHistory answers who held a name, when, with which token, and how
+   * each holding ended, from the history stream NATS keeps for
+   * --history-retention (7 days by default), also after the bucket has
+   * moved on. Needs the `watch` grant on the name.
+   */
+  leaseHistory: {
+    path: "/tenure.v1.LeaseService/LeaseHistory" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: LeaseHistoryRequest): Buffer => Buffer.from(LeaseHistoryRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LeaseHistoryRequest => LeaseHistoryRequest.decode(value),
+    responseSerialize: (value: LeaseHistoryResponse): Buffer =>
+      Buffer.from(LeaseHistoryResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LeaseHistoryResponse => LeaseHistoryResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -5212,6 +6138,13 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * any name; empty when the server signs no proofs.
    */
   getFenceKeys: handleUnaryCall<GetFenceKeysRequest, GetFenceKeysResponse>;
+  /**
+   * LeaseHistory answers who held a name, when, with which token, and how
+   * each holding ended, from the history stream NATS keeps for
+   * --history-retention (7 days by default), also after the bucket has
+   * moved on. Needs the `watch` grant on the name.
+   */
+  leaseHistory: handleUnaryCall<LeaseHistoryRequest, LeaseHistoryResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -5443,6 +6376,27 @@ export interface LeaseServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetFenceKeysResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * LeaseHistory answers who held a name, when, with which token, and how
+   * each holding ended, from the history stream NATS keeps for
+   * --history-retention (7 days by default), also after the bucket has
+   * moved on. Needs the `watch` grant on the name.
+   */
+  leaseHistory(
+    request: LeaseHistoryRequest,
+    callback: (error: ServiceError | null, response: LeaseHistoryResponse) => void,
+  ): ClientUnaryCall;
+  leaseHistory(
+    request: LeaseHistoryRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: LeaseHistoryResponse) => void,
+  ): ClientUnaryCall;
+  leaseHistory(
+    request: LeaseHistoryRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: LeaseHistoryResponse) => void,
   ): ClientUnaryCall;
 }
 
