@@ -35,6 +35,14 @@ pub async fn history(a: HistoryArgs) -> Result<(), CliError> {
                     "holdings": holdings,
                     "more_since": resp.more_since.map(rfc3339),
                     "oldest": resp.oldest.map(rfc3339),
+                    "gaps": resp.gaps.iter().map(|g| serde_json::json!({
+                        "name": g.name,
+                        "slot": g.slot,
+                        "after_revision": g.after_revision,
+                        "after_time": g.after_time.map(rfc3339),
+                        "before_revision": g.before_revision,
+                        "before_time": g.before_time.map(rfc3339),
+                    })).collect::<Vec<_>>(),
                 }),
                 false,
             );
@@ -56,6 +64,12 @@ pub async fn history(a: HistoryArgs) -> Result<(), CliError> {
                 ]);
             }
             let _ = output::write_out(&table.render());
+            if !resp.gaps.is_empty() {
+                let _ = output::write_line(&format!(
+                    "{} gap(s): holdings may be missing where NATS did not copy the bucket's writes (-o json lists them)",
+                    resp.gaps.len()
+                ));
+            }
             if let Some(more) = resp.more_since {
                 let _ = output::write_line(&format!(
                     "more: tenure history {} --since {}",
