@@ -38,6 +38,7 @@ impl Reason {
             | Reason::LimitMismatch
             | Reason::GroupMember
             | Reason::HistoryOff
+            | Reason::NoWaiter
             | Reason::AtomicBatchUnsupported => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,

@@ -1107,6 +1107,7 @@ impl Client {
                     name: req.name,
                     expected_revision: req.expected_revision,
                     lease_key: req.lease_key,
+                    ..Default::default()
                 };
                 bounded(
                     timeout,

@@ -183,8 +183,28 @@ impl ElectionService for ElectionApi {
                 let name = validate::name(&req.name)?;
                 let expected = validate::revision(req.expected_revision)?;
                 let key = validate::presented_key(&req.lease_key)?;
-                let revision = self.of(name).resign(name, expected, key).await?;
-                Ok(proto::ResignResponse { revision })
+                let to = match (req.successor.as_str(), req.to_next_candidate) {
+                    ("", false) => {
+                        let revision = self.of(name).resign(name, expected, key).await?;
+                        return Ok(proto::ResignResponse {
+                            revision,
+                            successor: None,
+                        });
+                    }
+                    ("", true) => None,
+                    (to, false) => Some(validate::holder(to)?),
+                    (_, true) => {
+                        return Err(crate::error::Error::new(
+                            crate::error::Reason::InvalidArgument,
+                            "give successor or to_next_candidate, not both",
+                        ))
+                    }
+                };
+                let term = self.of(name).hand_over(name, expected, key, to).await?;
+                Ok(proto::ResignResponse {
+                    revision: term.revision,
+                    successor: Some(leadership(&term, false)),
+                })
             })
             .await
     }

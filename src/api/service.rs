@@ -491,6 +491,30 @@ impl LeaseService for LeaseApi {
         .await
     }
 
+    async fn transfer(
+        &self,
+        request: Request<proto::TransferRequest>,
+    ) -> Result<Response<proto::TransferResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let name = validate::name(&req.name)?;
+            let expected = validate::revision(req.expected_revision)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let to = match req.to_holder.as_str() {
+                "" => None,
+                to => Some(validate::holder(to)?),
+            };
+            let holding = self
+                .shards
+                .of(name)
+                .transfer(name, expected, key, to)
+                .await?;
+            Ok(proto::TransferResponse {
+                lease: Some(lease(&holding)),
+            })
+        })
+        .await
+    }
+
     async fn lease_history(
         &self,
         request: Request<proto::LeaseHistoryRequest>,
@@ -590,6 +614,20 @@ impl Call for proto::ReleaseRequest {
     }
     fn class(&self) -> Class {
         Class::Renewal
+    }
+}
+
+impl Call for proto::TransferRequest {
+    const METHOD: &'static str = "Transfer";
+    const ACTION: Action = Action::Release;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Reply for proto::TransferResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.lease.as_ref());
     }
 }
 

@@ -163,6 +163,20 @@ impl Leases {
                 }
                 (Ok(Woke::Refresh), Some(t)) => {
                     if !self.refresh(args, t).await? {
+                        // A Transfer may have handed it the lease (deleting
+                        // the ticket with the grant): then the lease is its
+                        // own, and an attempt returns it.
+                        match self.attempt(args, Place::Queued(t), Known::default()).await {
+                            Ok(Some(holding)) => {
+                                if let Some(mut t) = ticket.take() {
+                                    t.armed = false;
+                                }
+                                return Ok(holding);
+                            }
+                            Ok(None) => {}
+                            Err(err) if err.reason == Reason::LeaseHeld => {}
+                            Err(err) => return Err(err),
+                        }
                         // The ticket is gone (it expired before this
                         // refresh): queue again, at the back.
                         tracing::warn!(name = %args.name, "a waiter's ticket expired while it waited; it queues again");
@@ -227,7 +241,10 @@ impl Leases {
     pub(super) async fn follow_ends(&self, name: &str, turns: bool) -> Wakeups {
         let mut ends = vec![EventKind::Released, EventKind::Expired, EventKind::Revoked];
         if turns {
+            // A queued waiter also wakes on a new holding: a Transfer may
+            // have handed it the lease (its ticket is then gone).
             ends.push(EventKind::Turn);
+            ends.push(EventKind::Acquired);
         }
         let follow = self.hub.follow(Filter::Name(name.to_string()), ends);
         let subscription = tokio::time::timeout(FOLLOW_PATIENCE, follow)
@@ -247,6 +264,7 @@ impl Leases {
         let payload = fifo::TicketRecord {
             place: 0,
             holder: args.holder.clone(),
+            grant: ticket_grant(args),
         }
         .encode();
         // First the slots the watcher saw emptied (no read), then scans.
@@ -316,6 +334,7 @@ impl Leases {
         let payload = fifo::TicketRecord {
             place: ticket.place,
             holder: args.holder.clone(),
+            grant: ticket_grant(args),
         }
         .encode();
         match self
@@ -598,4 +617,14 @@ pub(super) fn fence_write(name: &str, lock_delay_s: u64, expected: u64) -> Write
         expected_of: None,
         ttl: Duration::ZERO,
     }
+}
+
+/// What a waiter's ticket says it would be granted, for a Transfer to it;
+/// none for a waiter with a lock delay (a Transfer does not move fences).
+fn ticket_grant(args: &AcquireArgs) -> Option<fifo::TicketGrant> {
+    (args.lock_delay_s == 0).then(|| fifo::TicketGrant {
+        key_sha256: KeyHash::of(&args.key).to_hex(),
+        ttl_s: args.ttl_s,
+        metadata: args.metadata.clone(),
+    })
 }

@@ -191,6 +191,22 @@ impl Elections {
             .map_err(|e| election_error(name, e))
     }
 
+    /// Resigns by handing the leadership to the waiting candidate whose
+    /// holder is `to` (or the earliest waiting one), with no leaderless
+    /// moment; returns the successor's term.
+    pub async fn hand_over(
+        &self,
+        name: &str,
+        expected: u64,
+        key: &str,
+        to: Option<&str>,
+    ) -> Result<Holding> {
+        self.leases
+            .transfer(name, expected, key, to)
+            .await
+            .map_err(|e| election_error(name, e))
+    }
+
     /// The current leader.
     pub async fn leader(&self, name: &str) -> Result<Holding> {
         self.leases

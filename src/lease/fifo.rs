@@ -56,6 +56,24 @@ pub struct TicketRecord {
     pub place: u64,
     /// Who waits (informational, for `nats kv get`).
     pub holder: String,
+    /// What the waiter would be granted: what a Transfer to it writes as
+    /// its holding. Absent in tickets of older versions (and of groups),
+    /// which no Transfer picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<TicketGrant>,
+}
+
+/// The holding a waiter asked for, kept in its ticket so that a holder
+/// can hand the lease to it (Transfer) without knowing its lease key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketGrant {
+    /// Hex SHA-256 of the waiter's lease key (never the key).
+    pub key_sha256: String,
+    /// The TTL it asked for, whole seconds.
+    pub ttl_s: u64,
+    /// Its metadata.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 impl TicketRecord {
@@ -76,6 +94,10 @@ pub struct Live {
     pub revision: u64,
     /// Its place.
     pub place: u64,
+    /// Who waits, as its ticket says.
+    pub holder: String,
+    /// What it asked for, when its ticket says.
+    pub grant: Option<TicketGrant>,
 }
 
 /// The queue of one name, read from the stream leader.
@@ -128,6 +150,8 @@ impl Queue {
                         slot,
                         revision: msg.revision,
                         place,
+                        holder: ticket.holder,
+                        grant: ticket.grant,
                     });
                 }
             }
@@ -289,6 +313,8 @@ mod tests {
                     slot,
                     revision,
                     place,
+                    holder: String::new(),
+                    grant: None,
                 })
                 .collect(),
             slots: slots.to_vec(),

@@ -53,6 +53,7 @@ mod renew;
 mod rules;
 mod semaphore;
 mod shards;
+mod transfer;
 mod wait;
 mod watch;
 

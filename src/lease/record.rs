@@ -50,6 +50,11 @@ pub struct Record {
     /// between without its seeing. Absent in records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over: Option<u64>,
+    /// The holding this one was handed over from by a Transfer (its holder
+    /// and token), which ended at this holding's acquiring write: a
+    /// watcher reports that end as the giver's RELEASED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transferred_from: Option<Released>,
 }
 
 /// Whether a number field is 0 (and so left out of the JSON).
@@ -91,6 +96,7 @@ impl Record {
             lock_delay_s,
             group: Vec::new(),
             over: Some(over),
+            transferred_from: None,
         }
     }
 
@@ -346,6 +352,7 @@ mod tests {
             lock_delay_s: 0,
             group: vec!["n".into(), "m".into()],
             over: Some(7),
+            transferred_from: None,
         };
         let back = Record::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
@@ -410,6 +417,7 @@ pub mod fixtures {
             lock_delay_s: 0,
             group: Vec::new(),
             over: None,
+            transferred_from: None,
         }
     }
 

@@ -165,6 +165,13 @@ impl LeaseService for Fake {
         Err(Status::unimplemented("fake"))
     }
 
+    async fn transfer(
+        &self,
+        _: Request<tenure::proto::TransferRequest>,
+    ) -> Result<Response<tenure::proto::TransferResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     /// A holding whose holder and revoke reason carry terminal escapes: the
     /// CLI's table must escape them.
     async fn lease_history(

@@ -132,6 +132,7 @@ async fn leadership_passes_on_resign_and_on_expiry() {
         name: "db.primary".into(),
         expected_revision: lead_a.revision,
         lease_key: key_a.clone(),
+        ..Default::default()
     })
     .await
     .expect("the leader resigns");
@@ -179,6 +180,7 @@ async fn leadership_passes_on_resign_and_on_expiry() {
             name: "db.primary".into(),
             expected_revision: lead_a.revision,
             lease_key: key_a,
+            ..Default::default()
         })
         .await
         .unwrap_err();

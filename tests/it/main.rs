@@ -60,6 +60,7 @@ mod shards_cluster;
 mod startup;
 mod test_faults;
 mod traces;
+mod transfer;
 mod validation;
 mod walkthrough;
 mod watch;

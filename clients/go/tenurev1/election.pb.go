@@ -527,9 +527,18 @@ type ResignRequest struct {
 	// Renew reply.
 	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
 	// lease_key is the ownership secret from Campaign.
-	LeaseKey      string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseKey string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// successor, when set, hands the leadership to the waiting candidate
+	// (a Campaign with a wait) whose holder it is, with no leaderless moment:
+	// it leads with a new, higher fencing token from the very write that
+	// ends this term (LeaseService.Transfer). NO_WAITER when that candidate
+	// does not wait. With to_next_candidate, the earliest waiting candidate.
+	Successor string `protobuf:"bytes,4,opt,name=successor,proto3" json:"successor,omitempty"`
+	// to_next_candidate hands the leadership to the earliest waiting
+	// candidate (see successor).
+	ToNextCandidate bool `protobuf:"varint,5,opt,name=to_next_candidate,json=toNextCandidate,proto3" json:"to_next_candidate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ResignRequest) Reset() {
@@ -583,11 +592,28 @@ func (x *ResignRequest) GetLeaseKey() string {
 	return ""
 }
 
+func (x *ResignRequest) GetSuccessor() string {
+	if x != nil {
+		return x.Successor
+	}
+	return ""
+}
+
+func (x *ResignRequest) GetToNextCandidate() bool {
+	if x != nil {
+		return x.ToNextCandidate
+	}
+	return false
+}
+
 // ResignResponse confirms a resignation.
 type ResignResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revision is the bucket revision of the resignation.
-	Revision      uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// successor is the new leader's term when the leadership was handed
+	// over (successor or to_next_candidate); absent otherwise.
+	Successor     *Leadership `protobuf:"bytes,2,opt,name=successor,proto3" json:"successor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +653,13 @@ func (x *ResignResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ResignResponse) GetSuccessor() *Leadership {
+	if x != nil {
+		return x.Successor
+	}
+	return nil
 }
 
 // LeaderRequest asks who leads an election.
@@ -894,13 +927,16 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\x10ProclaimResponse\x125\n" +
 	"\n" +
 	"leadership\x18\x01 \x01(\v2\x15.tenure.v1.LeadershipR\n" +
-	"leadership\"m\n" +
+	"leadership\"\xb7\x01\n" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
-	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\",\n" +
+	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12\x1c\n" +
+	"\tsuccessor\x18\x04 \x01(\tR\tsuccessor\x12*\n" +
+	"\x11to_next_candidate\x18\x05 \x01(\bR\x0ftoNextCandidate\"a\n" +
 	"\x0eResignResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"#\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x123\n" +
+	"\tsuccessor\x18\x02 \x01(\v2\x15.tenure.v1.LeadershipR\tsuccessor\"#\n" +
 	"\rLeaderRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"G\n" +
 	"\x0eLeaderResponse\x125\n" +
@@ -972,24 +1008,25 @@ var file_tenure_v1_election_proto_depIdxs = []int32{
 	12, // 5: tenure.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 6: tenure.v1.CampaignResponse.leadership:type_name -> tenure.v1.Leadership
 	1,  // 7: tenure.v1.ProclaimResponse.leadership:type_name -> tenure.v1.Leadership
-	1,  // 8: tenure.v1.LeaderResponse.leadership:type_name -> tenure.v1.Leadership
-	0,  // 9: tenure.v1.ObserveResponse.type:type_name -> tenure.v1.ChangeType
-	1,  // 10: tenure.v1.ObserveResponse.leader:type_name -> tenure.v1.Leadership
-	2,  // 11: tenure.v1.ElectionService.Campaign:input_type -> tenure.v1.CampaignRequest
-	4,  // 12: tenure.v1.ElectionService.Proclaim:input_type -> tenure.v1.ProclaimRequest
-	6,  // 13: tenure.v1.ElectionService.Resign:input_type -> tenure.v1.ResignRequest
-	8,  // 14: tenure.v1.ElectionService.Leader:input_type -> tenure.v1.LeaderRequest
-	10, // 15: tenure.v1.ElectionService.Observe:input_type -> tenure.v1.ObserveRequest
-	3,  // 16: tenure.v1.ElectionService.Campaign:output_type -> tenure.v1.CampaignResponse
-	5,  // 17: tenure.v1.ElectionService.Proclaim:output_type -> tenure.v1.ProclaimResponse
-	7,  // 18: tenure.v1.ElectionService.Resign:output_type -> tenure.v1.ResignResponse
-	9,  // 19: tenure.v1.ElectionService.Leader:output_type -> tenure.v1.LeaderResponse
-	11, // 20: tenure.v1.ElectionService.Observe:output_type -> tenure.v1.ObserveResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	1,  // 8: tenure.v1.ResignResponse.successor:type_name -> tenure.v1.Leadership
+	1,  // 9: tenure.v1.LeaderResponse.leadership:type_name -> tenure.v1.Leadership
+	0,  // 10: tenure.v1.ObserveResponse.type:type_name -> tenure.v1.ChangeType
+	1,  // 11: tenure.v1.ObserveResponse.leader:type_name -> tenure.v1.Leadership
+	2,  // 12: tenure.v1.ElectionService.Campaign:input_type -> tenure.v1.CampaignRequest
+	4,  // 13: tenure.v1.ElectionService.Proclaim:input_type -> tenure.v1.ProclaimRequest
+	6,  // 14: tenure.v1.ElectionService.Resign:input_type -> tenure.v1.ResignRequest
+	8,  // 15: tenure.v1.ElectionService.Leader:input_type -> tenure.v1.LeaderRequest
+	10, // 16: tenure.v1.ElectionService.Observe:input_type -> tenure.v1.ObserveRequest
+	3,  // 17: tenure.v1.ElectionService.Campaign:output_type -> tenure.v1.CampaignResponse
+	5,  // 18: tenure.v1.ElectionService.Proclaim:output_type -> tenure.v1.ProclaimResponse
+	7,  // 19: tenure.v1.ElectionService.Resign:output_type -> tenure.v1.ResignResponse
+	9,  // 20: tenure.v1.ElectionService.Leader:output_type -> tenure.v1.LeaderResponse
+	11, // 21: tenure.v1.ElectionService.Observe:output_type -> tenure.v1.ObserveResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_election_proto_init() }

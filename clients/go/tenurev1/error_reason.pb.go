@@ -178,6 +178,13 @@ const (
 	// (started with --history-retention 0). FAILED_PRECONDITION; permanent
 	// until the server keeps history (and then only from that moment on).
 	ErrorReason_HISTORY_OFF ErrorReason = 34
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// NO_WAITER: a Transfer found no waiting Acquire to hand the lease to (or
+	// none of the holder named in `to_holder`): the recipient must be waiting
+	// (Acquire with a wait) when the holder transfers (metadata: waiting).
+	// FAILED_PRECONDITION; the holding is unchanged: release it, or retry
+	// once the recipient waits.
+	ErrorReason_NO_WAITER ErrorReason = 35
 )
 
 // Enum value maps for ErrorReason.
@@ -213,6 +220,7 @@ var (
 		32: "GROUP_MEMBER",
 		33: "BUCKET_FULL",
 		34: "HISTORY_OFF",
+		35: "NO_WAITER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -245,6 +253,7 @@ var (
 		"GROUP_MEMBER":             32,
 		"BUCKET_FULL":              33,
 		"HISTORY_OFF":              34,
+		"NO_WAITER":                35,
 	}
 )
 
@@ -279,7 +288,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\x87\x05\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\x96\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -312,7 +321,8 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\x18ATOMIC_BATCH_UNSUPPORTED\x10\x1f\x12\x10\n" +
 	"\fGROUP_MEMBER\x10 \x12\x0f\n" +
 	"\vBUCKET_FULL\x10!\x12\x0f\n" +
-	"\vHISTORY_OFF\x10\"B^\n" +
+	"\vHISTORY_OFF\x10\"\x12\r\n" +
+	"\tNO_WAITER\x10#B^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

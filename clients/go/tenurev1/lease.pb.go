@@ -2862,6 +2862,128 @@ func (x *HistoricHolding) GetRevokeReason() string {
 	return ""
 }
 
+// TransferRequest hands a holding over.
+type TransferRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lease.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// expected_revision is the holding's revision from the last Acquire or
+	// Renew reply, as for Release.
+	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// lease_key is the holding's ownership secret.
+	LeaseKey string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// to_holder names the waiter to hand it to (its Acquire's holder; the
+	// earliest waiting one of that holder); empty: the head of the queue.
+	ToHolder      string `protobuf:"bytes,4,opt,name=to_holder,json=toHolder,proto3" json:"to_holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferRequest) Reset() {
+	*x = TransferRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferRequest) ProtoMessage() {}
+
+func (x *TransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
+func (*TransferRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TransferRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetToHolder() string {
+	if x != nil {
+		return x.ToHolder
+	}
+	return ""
+}
+
+// TransferResponse is the recipient's holding.
+type TransferResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease is the recipient's new holding (its fencing token is the
+	// transfer's revision). The caller no longer holds the name.
+	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferResponse) Reset() {
+	*x = TransferResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferResponse) ProtoMessage() {}
+
+func (x *TransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
+func (*TransferResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TransferResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -3070,7 +3192,14 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"revoked_by\x18\n" +
 	" \x01(\tR\trevokedBy\x12#\n" +
-	"\rrevoke_reason\x18\v \x01(\tR\frevokeReason*\xf2\x01\n" +
+	"\rrevoke_reason\x18\v \x01(\tR\frevokeReason\"\x8c\x01\n" +
+	"\x0fTransferRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
+	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12\x1b\n" +
+	"\tto_holder\x18\x04 \x01(\tR\btoHolder\":\n" +
+	"\x10TransferResponse\x12&\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease*\xf2\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -3087,7 +3216,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x17HOLDING_ENDING_RELEASED\x10\x02\x12\x1a\n" +
 	"\x16HOLDING_ENDING_EXPIRED\x10\x03\x12\x1a\n" +
 	"\x16HOLDING_ENDING_REVOKED\x10\x04\x12\x1a\n" +
-	"\x16HOLDING_ENDING_UNKNOWN\x10\x052\xd4\a\n" +
+	"\x16HOLDING_ENDING_UNKNOWN\x10\x052\x99\b\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -3103,7 +3232,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"RenewGroup\x12\x1c.tenure.v1.RenewGroupRequest\x1a\x1d.tenure.v1.RenewGroupResponse\x12O\n" +
 	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponse\x12O\n" +
-	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponse\x12O\n" +
+	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponse\x12C\n" +
+	"\bTransfer\x12\x1a.tenure.v1.TransferRequest\x1a\x1b.tenure.v1.TransferResponse\x12O\n" +
 	"\fLeaseHistory\x12\x1e.tenure.v1.LeaseHistoryRequest\x1a\x1f.tenure.v1.LeaseHistoryResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
@@ -3121,7 +3251,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(EventType)(0),                // 0: tenure.v1.EventType
 	(HoldingEnding)(0),            // 1: tenure.v1.HoldingEnding
@@ -3160,25 +3290,27 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*LeaseHistoryResponse)(nil),  // 34: tenure.v1.LeaseHistoryResponse
 	(*HistoryGap)(nil),            // 35: tenure.v1.HistoryGap
 	(*HistoricHolding)(nil),       // 36: tenure.v1.HistoricHolding
-	nil,                           // 37: tenure.v1.Lease.MetadataEntry
-	nil,                           // 38: tenure.v1.AcquireRequest.MetadataEntry
-	nil,                           // 39: tenure.v1.KeepAliveError.MetadataEntry
-	nil,                           // 40: tenure.v1.AcquireGroupRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*TransferRequest)(nil),       // 37: tenure.v1.TransferRequest
+	(*TransferResponse)(nil),      // 38: tenure.v1.TransferResponse
+	nil,                           // 39: tenure.v1.Lease.MetadataEntry
+	nil,                           // 40: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 41: tenure.v1.KeepAliveError.MetadataEntry
+	nil,                           // 42: tenure.v1.AcquireGroupRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	41, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	37, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	42, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	42, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	41, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	41, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	38, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	41, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	43, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	39, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	44, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	44, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	43, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	43, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	40, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	43, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	2,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	41, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	2,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
 	2,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	2,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
@@ -3186,71 +3318,74 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	13, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
 	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
 	2,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	42, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	44, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
 	2,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	2,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
 	19, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
-	41, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	43, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
 	21, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
 	2,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
 	22, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
-	39, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
-	41, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
-	41, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
-	40, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
-	41, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
+	41, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	43, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	43, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	42, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
+	43, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
 	2,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
 	25, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
-	41, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
 	2,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
 	25, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
 	32, // 37: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
-	42, // 38: tenure.v1.LeaseHistoryRequest.since:type_name -> google.protobuf.Timestamp
-	42, // 39: tenure.v1.LeaseHistoryRequest.at:type_name -> google.protobuf.Timestamp
+	44, // 38: tenure.v1.LeaseHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 39: tenure.v1.LeaseHistoryRequest.at:type_name -> google.protobuf.Timestamp
 	36, // 40: tenure.v1.LeaseHistoryResponse.holdings:type_name -> tenure.v1.HistoricHolding
-	42, // 41: tenure.v1.LeaseHistoryResponse.more_since:type_name -> google.protobuf.Timestamp
-	42, // 42: tenure.v1.LeaseHistoryResponse.oldest:type_name -> google.protobuf.Timestamp
-	41, // 43: tenure.v1.LeaseHistoryResponse.retention:type_name -> google.protobuf.Duration
+	44, // 41: tenure.v1.LeaseHistoryResponse.more_since:type_name -> google.protobuf.Timestamp
+	44, // 42: tenure.v1.LeaseHistoryResponse.oldest:type_name -> google.protobuf.Timestamp
+	43, // 43: tenure.v1.LeaseHistoryResponse.retention:type_name -> google.protobuf.Duration
 	35, // 44: tenure.v1.LeaseHistoryResponse.gaps:type_name -> tenure.v1.HistoryGap
-	42, // 45: tenure.v1.HistoryGap.after_time:type_name -> google.protobuf.Timestamp
-	42, // 46: tenure.v1.HistoryGap.before_time:type_name -> google.protobuf.Timestamp
-	42, // 47: tenure.v1.HistoricHolding.acquire_time:type_name -> google.protobuf.Timestamp
-	42, // 48: tenure.v1.HistoricHolding.renew_time:type_name -> google.protobuf.Timestamp
-	41, // 49: tenure.v1.HistoricHolding.ttl:type_name -> google.protobuf.Duration
-	42, // 50: tenure.v1.HistoricHolding.end_time:type_name -> google.protobuf.Timestamp
+	44, // 45: tenure.v1.HistoryGap.after_time:type_name -> google.protobuf.Timestamp
+	44, // 46: tenure.v1.HistoryGap.before_time:type_name -> google.protobuf.Timestamp
+	44, // 47: tenure.v1.HistoricHolding.acquire_time:type_name -> google.protobuf.Timestamp
+	44, // 48: tenure.v1.HistoricHolding.renew_time:type_name -> google.protobuf.Timestamp
+	43, // 49: tenure.v1.HistoricHolding.ttl:type_name -> google.protobuf.Duration
+	44, // 50: tenure.v1.HistoricHolding.end_time:type_name -> google.protobuf.Timestamp
 	1,  // 51: tenure.v1.HistoricHolding.ending:type_name -> tenure.v1.HoldingEnding
-	3,  // 52: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	5,  // 53: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	7,  // 54: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	9,  // 55: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	11, // 56: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	14, // 57: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	16, // 58: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	18, // 59: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	23, // 60: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
-	26, // 61: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
-	28, // 62: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
-	30, // 63: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
-	33, // 64: tenure.v1.LeaseService.LeaseHistory:input_type -> tenure.v1.LeaseHistoryRequest
-	4,  // 65: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	6,  // 66: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	8,  // 67: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	10, // 68: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	12, // 69: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	15, // 70: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	17, // 71: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	20, // 72: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	24, // 73: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
-	27, // 74: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
-	29, // 75: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
-	31, // 76: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
-	34, // 77: tenure.v1.LeaseService.LeaseHistory:output_type -> tenure.v1.LeaseHistoryResponse
-	65, // [65:78] is the sub-list for method output_type
-	52, // [52:65] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	2,  // 52: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
+	3,  // 53: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	5,  // 54: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	7,  // 55: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	9,  // 56: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	11, // 57: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	14, // 58: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	16, // 59: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	18, // 60: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	23, // 61: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
+	26, // 62: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
+	28, // 63: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
+	30, // 64: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
+	37, // 65: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	33, // 66: tenure.v1.LeaseService.LeaseHistory:input_type -> tenure.v1.LeaseHistoryRequest
+	4,  // 67: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	6,  // 68: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	8,  // 69: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	10, // 70: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	12, // 71: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	15, // 72: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	17, // 73: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	20, // 74: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	24, // 75: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
+	27, // 76: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
+	29, // 77: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
+	31, // 78: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
+	38, // 79: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	34, // 80: tenure.v1.LeaseService.LeaseHistory:output_type -> tenure.v1.LeaseHistoryResponse
+	67, // [67:81] is the sub-list for method output_type
+	53, // [53:67] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -3269,7 +3404,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	LeaseService_RenewGroup_FullMethodName   = "/tenure.v1.LeaseService/RenewGroup"
 	LeaseService_ReleaseGroup_FullMethodName = "/tenure.v1.LeaseService/ReleaseGroup"
 	LeaseService_GetFenceKeys_FullMethodName = "/tenure.v1.LeaseService/GetFenceKeys"
+	LeaseService_Transfer_FullMethodName     = "/tenure.v1.LeaseService/Transfer"
 	LeaseService_LeaseHistory_FullMethodName = "/tenure.v1.LeaseService/LeaseHistory"
 )
 
@@ -110,6 +111,16 @@ type LeaseServiceClient interface {
 	// still accepted during a rotation. Open to every caller allowed to watch
 	// any name; empty when the server signs no proofs.
 	GetFenceKeys(ctx context.Context, in *GetFenceKeysRequest, opts ...grpc.CallOption) (*GetFenceKeysResponse, error)
+	// Transfer hands the caller's holding to a waiter, with no moment in
+	// which the name is free: the recipient (the waiting Acquire of holder
+	// `to_holder`, or the head of the queue) holds with a new, higher
+	// fencing token from the very write that ends the caller's holding, and
+	// the caller's lease key stops working at once. The recipient's waiting
+	// Acquire returns that holding. NO_WAITER when nobody (or not
+	// `to_holder`) waits. Needs the `release` grant on the name. Plain
+	// leases only (not a semaphore slot, a group member or a holding with a
+	// lock delay).
+	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
 	// LeaseHistory answers who held a name, when, with which token, and how
 	// each holding ended, from the history stream NATS keeps for
 	// --history-retention (7 days by default), also after the bucket has
@@ -257,6 +268,16 @@ func (c *leaseServiceClient) GetFenceKeys(ctx context.Context, in *GetFenceKeysR
 	return out, nil
 }
 
+func (c *leaseServiceClient) Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferResponse)
+	err := c.cc.Invoke(ctx, LeaseService_Transfer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leaseServiceClient) LeaseHistory(ctx context.Context, in *LeaseHistoryRequest, opts ...grpc.CallOption) (*LeaseHistoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LeaseHistoryResponse)
@@ -334,6 +355,16 @@ type LeaseServiceServer interface {
 	// still accepted during a rotation. Open to every caller allowed to watch
 	// any name; empty when the server signs no proofs.
 	GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error)
+	// Transfer hands the caller's holding to a waiter, with no moment in
+	// which the name is free: the recipient (the waiting Acquire of holder
+	// `to_holder`, or the head of the queue) holds with a new, higher
+	// fencing token from the very write that ends the caller's holding, and
+	// the caller's lease key stops working at once. The recipient's waiting
+	// Acquire returns that holding. NO_WAITER when nobody (or not
+	// `to_holder`) waits. Needs the `release` grant on the name. Plain
+	// leases only (not a semaphore slot, a group member or a holding with a
+	// lock delay).
+	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
 	// LeaseHistory answers who held a name, when, with which token, and how
 	// each holding ended, from the history stream NATS keeps for
 	// --history-retention (7 days by default), also after the bucket has
@@ -384,6 +415,9 @@ func (UnimplementedLeaseServiceServer) ReleaseGroup(context.Context, *ReleaseGro
 }
 func (UnimplementedLeaseServiceServer) GetFenceKeys(context.Context, *GetFenceKeysRequest) (*GetFenceKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFenceKeys not implemented")
+}
+func (UnimplementedLeaseServiceServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Transfer not implemented")
 }
 func (UnimplementedLeaseServiceServer) LeaseHistory(context.Context, *LeaseHistoryRequest) (*LeaseHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseHistory not implemented")
@@ -607,6 +641,24 @@ func _LeaseService_GetFenceKeys_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_Transfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Transfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Transfer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Transfer(ctx, req.(*TransferRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeaseService_LeaseHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LeaseHistoryRequest)
 	if err := dec(in); err != nil {
@@ -671,6 +723,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFenceKeys",
 			Handler:    _LeaseService_GetFenceKeys_Handler,
+		},
+		{
+			MethodName: "Transfer",
+			Handler:    _LeaseService_Transfer_Handler,
 		},
 		{
 			MethodName: "LeaseHistory",

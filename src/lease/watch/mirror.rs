@@ -77,7 +77,9 @@ pub struct Mirror {
 /// of the message itself.
 #[derive(Debug, Default)]
 pub struct Applied {
-    /// The changes of the key this watcher did not see, if any.
+    /// What comes before the message's own event: the changes of the key
+    /// this watcher did not see (`Missed`), or the end of a holding handed
+    /// over by a Transfer (the giver's `Released`, at the same revision).
     pub missed: Option<Event>,
     /// The message's own event.
     pub event: Option<Event>,
@@ -172,7 +174,26 @@ impl Mirror {
             Kind::Held(record) => {
                 let token = record.token_at(entry.revision);
                 let same = before.as_ref().is_some_and(|b| b.token == token);
-                if !same {
+                let handed_over = match (&record.transferred_from, &before) {
+                    (Some(from), Some(b)) => from.token == b.token && !broken,
+                    _ => false,
+                };
+                if handed_over && live {
+                    // A Transfer: the holding known ended at this very
+                    // write, handed to this one.
+                    let b = before.as_ref().expect("handed over from the known holding");
+                    out.missed = Some(Event {
+                        kind: EventKind::Released,
+                        name: shown.clone(),
+                        revision: entry.revision,
+                        holder: b.record.holder.clone(),
+                        token: b.token,
+                        holding: None,
+                        time_ms: entry.time_ms,
+                        slot,
+                        missed_after: 0,
+                    });
+                } else if !same {
                     out.missed = match &before {
                         // The holding it knew ended unseen.
                         Some(b) => missed(Some(b)),

@@ -90,10 +90,13 @@ impl QueueView {
         seen.live.retain(|t| t.slot != slot);
         let removed = seen.live.len() < before;
         if let Some(place) = place {
+            // The view needs places only, not who waits.
             seen.live.push(Live {
                 slot,
                 revision,
                 place,
+                holder: String::new(),
+                grant: None,
             });
         } else if seen.live.is_empty() {
             tickets.remove(name);
@@ -203,6 +206,13 @@ impl QueueView {
         let Some(seen) = tickets.get(name) else {
             return Turn::Unknown;
         };
+        let mine = seen.live.iter().any(|t| t.place == place);
+        if !mine && position >= revision {
+            // The view applied the waiter's ticket and it is gone: a
+            // Transfer granted it the lease (its ticket is deleted with
+            // the grant), or it expired. Only a read can say which.
+            return Turn::Unknown;
+        }
         if seen.live.iter().any(|t| t.place < place) {
             return Turn::NotMine;
         }
@@ -223,6 +233,7 @@ mod tests {
             TicketRecord {
                 place,
                 holder: "h".into(),
+                grant: None,
             }
             .encode(),
         )

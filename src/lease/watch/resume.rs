@@ -291,7 +291,9 @@ impl Replay {
         }
     }
 
-    /// A `Missed` event when the replayed `entry` shows that changes of its
+    /// The event before the replayed `entry`'s own: the giver's `Released`
+    /// when it was handed over by a Transfer, or a `Missed` event when it
+    /// shows that changes of its
     /// name after the resumed revision are gone from the bucket (the
     /// resuming client knew the name as of `from`, and every later message
     /// still there is replayed): its predecessor, from the write's stored
@@ -360,6 +362,29 @@ impl Replay {
         let known = last;
         self.last
             .insert(entry.name.clone(), (entry.revision, token));
+        // A holding handed over by a Transfer from the one the client knew
+        // (or the one just replayed): the giver's end, at this revision.
+        if let (false, Kind::Held(record)) = (gap, &entry.kind) {
+            if let Some(from) = &record.transferred_from {
+                let knew = match known {
+                    Some((_, t)) => t == from.token,
+                    None => from.token <= self.from,
+                };
+                if knew && record.token_at(entry.revision) != from.token {
+                    return Some(Event {
+                        kind: EventKind::Released,
+                        name: entry.name.clone(),
+                        revision: entry.revision,
+                        holder: from.holder.clone(),
+                        token: from.token,
+                        holding: None,
+                        time_ms: entry.time_ms,
+                        slot: 0,
+                        missed_after: 0,
+                    });
+                }
+            }
+        }
         gap.then(|| Event {
             kind: EventKind::Missed,
             name: entry.name.clone(),

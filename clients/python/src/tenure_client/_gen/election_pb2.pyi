@@ -96,20 +96,26 @@ class ProclaimResponse(_message.Message):
     def __init__(self, leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
 
 class ResignRequest(_message.Message):
-    __slots__ = ("name", "expected_revision", "lease_key")
+    __slots__ = ("name", "expected_revision", "lease_key", "successor", "to_next_candidate")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_FIELD_NUMBER: _ClassVar[int]
+    TO_NEXT_CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     expected_revision: int
     lease_key: str
-    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ...) -> None: ...
+    successor: str
+    to_next_candidate: bool
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., successor: _Optional[str] = ..., to_next_candidate: _Optional[bool] = ...) -> None: ...
 
 class ResignResponse(_message.Message):
-    __slots__ = ("revision",)
+    __slots__ = ("revision", "successor")
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_FIELD_NUMBER: _ClassVar[int]
     revision: int
-    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+    successor: Leadership
+    def __init__(self, revision: _Optional[int] = ..., successor: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
 
 class LeaderRequest(_message.Message):
     __slots__ = ("name",)

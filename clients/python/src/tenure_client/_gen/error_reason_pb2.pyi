@@ -36,6 +36,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_MEMBER: _ClassVar[ErrorReason]
     BUCKET_FULL: _ClassVar[ErrorReason]
     HISTORY_OFF: _ClassVar[ErrorReason]
+    NO_WAITER: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -66,3 +67,4 @@ ATOMIC_BATCH_UNSUPPORTED: ErrorReason
 GROUP_MEMBER: ErrorReason
 BUCKET_FULL: ErrorReason
 HISTORY_OFF: ErrorReason
+NO_WAITER: ErrorReason

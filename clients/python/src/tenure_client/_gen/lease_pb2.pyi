@@ -482,3 +482,21 @@ class HistoricHolding(_message.Message):
     revoked_by: str
     revoke_reason: str
     def __init__(self, name: _Optional[str] = ..., slot: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ending: _Optional[_Union[HoldingEnding, str]] = ..., revoked_by: _Optional[str] = ..., revoke_reason: _Optional[str] = ...) -> None: ...
+
+class TransferRequest(_message.Message):
+    __slots__ = ("name", "expected_revision", "lease_key", "to_holder")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TO_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_revision: int
+    lease_key: str
+    to_holder: str
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., to_holder: _Optional[str] = ...) -> None: ...
+
+class TransferResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...

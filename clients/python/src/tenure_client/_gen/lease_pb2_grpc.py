@@ -99,6 +99,11 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
                 _registered_method=True)
+        self.Transfer = channel.unary_unary(
+                '/tenure.v1.LeaseService/Transfer',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.TransferRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.TransferResponse.FromString,
+                _registered_method=True)
         self.LeaseHistory = channel.unary_unary(
                 '/tenure.v1.LeaseService/LeaseHistory',
                 request_serializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.SerializeToString,
@@ -231,6 +236,21 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transfer(self, request, context):
+        """Transfer hands the caller's holding to a waiter, with no moment in
+        which the name is free: the recipient (the waiting Acquire of holder
+        `to_holder`, or the head of the queue) holds with a new, higher
+        fencing token from the very write that ends the caller's holding, and
+        the caller's lease key stops working at once. The recipient's waiting
+        Acquire returns that holding. NO_WAITER when nobody (or not
+        `to_holder`) waits. Needs the `release` grant on the name. Plain
+        leases only (not a semaphore slot, a group member or a holding with a
+        lock delay).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LeaseHistory(self, request, context):
         """LeaseHistory answers who held a name, when, with which token, and how
         each holding ended, from the history stream NATS keeps for
@@ -303,6 +323,11 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.GetFenceKeys,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.SerializeToString,
+            ),
+            'Transfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.Transfer,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.TransferRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.TransferResponse.SerializeToString,
             ),
             'LeaseHistory': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseHistory,
@@ -639,6 +664,33 @@ class LeaseService:
             '/tenure.v1.LeaseService/GetFenceKeys',
             tenure_dot_v1_dot_lease__pb2.GetFenceKeysRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.GetFenceKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/Transfer',
+            tenure_dot_v1_dot_lease__pb2.TransferRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.TransferResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -280,12 +280,30 @@ export interface ResignRequest {
   expectedRevision: bigint;
   /** lease_key is the ownership secret from Campaign. */
   leaseKey: string;
+  /**
+   * successor, when set, hands the leadership to the waiting candidate
+   * (a Campaign with a wait) whose holder it is, with no leaderless moment:
+   * it leads with a new, higher fencing token from the very write that
+   * ends this term (LeaseService.Transfer). NO_WAITER when that candidate
+   * does not wait. With to_next_candidate, the earliest waiting candidate.
+   */
+  successor: string;
+  /**
+   * to_next_candidate hands the leadership to the earliest waiting
+   * candidate (see successor).
+   */
+  toNextCandidate: boolean;
 }
 
 /** ResignResponse confirms a resignation. */
 export interface ResignResponse {
   /** revision is the bucket revision of the resignation. */
   revision: bigint;
+  /**
+   * successor is the new leader's term when the leadership was handed
+   * over (successor or to_next_candidate); absent otherwise.
+   */
+  successor: Leadership | undefined;
 }
 
 /** LeaderRequest asks who leads an election. */
@@ -1035,7 +1053,7 @@ export const ProclaimResponse: MessageFns<ProclaimResponse> = {
 };
 
 function createBaseResignRequest(): ResignRequest {
-  return { name: "", expectedRevision: 0n, leaseKey: "" };
+  return { name: "", expectedRevision: 0n, leaseKey: "", successor: "", toNextCandidate: false };
 }
 
 export const ResignRequest: MessageFns<ResignRequest> = {
@@ -1051,6 +1069,12 @@ export const ResignRequest: MessageFns<ResignRequest> = {
     }
     if (message.leaseKey !== "") {
       writer.uint32(26).string(message.leaseKey);
+    }
+    if (message.successor !== "") {
+      writer.uint32(34).string(message.successor);
+    }
+    if (message.toNextCandidate !== false) {
+      writer.uint32(40).bool(message.toNextCandidate);
     }
     return writer;
   },
@@ -1092,6 +1116,22 @@ export const ResignRequest: MessageFns<ResignRequest> = {
             message.leaseKey = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.successor = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.toNextCandidate = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1117,6 +1157,12 @@ export const ResignRequest: MessageFns<ResignRequest> = {
         : isSet(object.lease_key)
         ? globalThis.String(object.lease_key)
         : "",
+      successor: isSet(object.successor) ? globalThis.String(object.successor) : "",
+      toNextCandidate: isSet(object.toNextCandidate)
+        ? globalThis.Boolean(object.toNextCandidate)
+        : isSet(object.to_next_candidate)
+        ? globalThis.Boolean(object.to_next_candidate)
+        : false,
     };
   },
 
@@ -1131,6 +1177,12 @@ export const ResignRequest: MessageFns<ResignRequest> = {
     if (message.leaseKey !== "") {
       obj.leaseKey = message.leaseKey;
     }
+    if (message.successor !== "") {
+      obj.successor = message.successor;
+    }
+    if (message.toNextCandidate !== false) {
+      obj.toNextCandidate = message.toNextCandidate;
+    }
     return obj;
   },
 
@@ -1144,12 +1196,14 @@ export const ResignRequest: MessageFns<ResignRequest> = {
       ? BigInt(object.expectedRevision)
       : 0n;
     message.leaseKey = object.leaseKey ?? "";
+    message.successor = object.successor ?? "";
+    message.toNextCandidate = object.toNextCandidate ?? false;
     return message;
   },
 };
 
 function createBaseResignResponse(): ResignResponse {
-  return { revision: 0n };
+  return { revision: 0n, successor: undefined };
 }
 
 export const ResignResponse: MessageFns<ResignResponse> = {
@@ -1159,6 +1213,9 @@ export const ResignResponse: MessageFns<ResignResponse> = {
         throw new globalThis.Error("value provided for field message.revision of type uint64 too large");
       }
       writer.uint32(8).uint64(message.revision);
+    }
+    if (message.successor !== undefined) {
+      Leadership.encode(message.successor, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -1184,6 +1241,14 @@ export const ResignResponse: MessageFns<ResignResponse> = {
             message.revision = reader.uint64() as bigint;
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.successor = Leadership.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1197,13 +1262,19 @@ export const ResignResponse: MessageFns<ResignResponse> = {
   },
 
   fromJSON(object: any): ResignResponse {
-    return { revision: isSet(object.revision) ? BigInt(object.revision) : 0n };
+    return {
+      revision: isSet(object.revision) ? BigInt(object.revision) : 0n,
+      successor: isSet(object.successor) ? Leadership.fromJSON(object.successor) : undefined,
+    };
   },
 
   toJSON(message: ResignResponse): unknown {
     const obj: any = {};
     if (message.revision !== 0n) {
       obj.revision = message.revision.toString();
+    }
+    if (message.successor !== undefined) {
+      obj.successor = Leadership.toJSON(message.successor);
     }
     return obj;
   },
@@ -1214,6 +1285,9 @@ export const ResignResponse: MessageFns<ResignResponse> = {
   fromPartial<I extends Exact<DeepPartial<ResignResponse>, I>>(object: I): ResignResponse {
     const message = createBaseResignResponse();
     message.revision = (object.revision !== undefined && object.revision !== null) ? BigInt(object.revision) : 0n;
+    message.successor = (object.successor !== undefined && object.successor !== null)
+      ? Leadership.fromPartial(object.successor)
+      : undefined;
     return message;
   },
 };

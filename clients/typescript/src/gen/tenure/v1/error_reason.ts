@@ -227,6 +227,15 @@ export enum ErrorReason {
    * until the server keeps history (and then only from that moment on).
    */
   HISTORY_OFF = "HISTORY_OFF",
+  /**
+   * NO_WAITER - buf:lint:ignore ENUM_VALUE_PREFIX
+   * NO_WAITER: a Transfer found no waiting Acquire to hand the lease to (or
+   * none of the holder named in `to_holder`): the recipient must be waiting
+   * (Acquire with a wait) when the holder transfers (metadata: waiting).
+   * FAILED_PRECONDITION; the holding is unchanged: release it, or retry
+   * once the recipient waits.
+   */
+  NO_WAITER = "NO_WAITER",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -322,6 +331,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 34:
     case "HISTORY_OFF":
       return ErrorReason.HISTORY_OFF;
+    case 35:
+    case "NO_WAITER":
+      return ErrorReason.NO_WAITER;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -391,6 +403,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "BUCKET_FULL";
     case ErrorReason.HISTORY_OFF:
       return "HISTORY_OFF";
+    case ErrorReason.NO_WAITER:
+      return "NO_WAITER";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -459,6 +473,8 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 33;
     case ErrorReason.HISTORY_OFF:
       return 34;
+    case ErrorReason.NO_WAITER:
+      return 35;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

@@ -1010,6 +1010,33 @@ export interface HistoricHolding {
   revokeReason: string;
 }
 
+/** TransferRequest hands a holding over. */
+export interface TransferRequest {
+  /** name is the lease. */
+  name: string;
+  /**
+   * expected_revision is the holding's revision from the last Acquire or
+   * Renew reply, as for Release.
+   */
+  expectedRevision: bigint;
+  /** lease_key is the holding's ownership secret. */
+  leaseKey: string;
+  /**
+   * to_holder names the waiter to hand it to (its Acquire's holder; the
+   * earliest waiting one of that holder); empty: the head of the queue.
+   */
+  toHolder: string;
+}
+
+/** TransferResponse is the recipient's holding. */
+export interface TransferResponse {
+  /**
+   * lease is the recipient's new holding (its fencing token is the
+   * transfer's revision). The caller no longer holds the name.
+   */
+  lease: Lease | undefined;
+}
+
 function createBaseLease(): Lease {
   return {
     name: "",
@@ -5853,6 +5880,207 @@ export const HistoricHolding: MessageFns<HistoricHolding> = {
   },
 };
 
+function createBaseTransferRequest(): TransferRequest {
+  return { name: "", expectedRevision: 0n, leaseKey: "", toHolder: "" };
+}
+
+export const TransferRequest: MessageFns<TransferRequest> = {
+  encode(message: TransferRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.expectedRevision !== 0n) {
+      if (BigInt.asUintN(64, message.expectedRevision) !== message.expectedRevision) {
+        throw new globalThis.Error("value provided for field message.expectedRevision of type uint64 too large");
+      }
+      writer.uint32(16).uint64(message.expectedRevision);
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(26).string(message.leaseKey);
+    }
+    if (message.toHolder !== "") {
+      writer.uint32(34).string(message.toHolder);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TransferRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTransferRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.expectedRevision = reader.uint64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toHolder = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TransferRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      expectedRevision: isSet(object.expectedRevision)
+        ? BigInt(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? BigInt(object.expected_revision)
+        : 0n,
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+      toHolder: isSet(object.toHolder)
+        ? globalThis.String(object.toHolder)
+        : isSet(object.to_holder)
+        ? globalThis.String(object.to_holder)
+        : "",
+    };
+  },
+
+  toJSON(message: TransferRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.expectedRevision !== 0n) {
+      obj.expectedRevision = message.expectedRevision.toString();
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    if (message.toHolder !== "") {
+      obj.toHolder = message.toHolder;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TransferRequest>, I>>(base?: I): TransferRequest {
+    return TransferRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TransferRequest>, I>>(object: I): TransferRequest {
+    const message = createBaseTransferRequest();
+    message.name = object.name ?? "";
+    message.expectedRevision = (object.expectedRevision !== undefined && object.expectedRevision !== null)
+      ? BigInt(object.expectedRevision)
+      : 0n;
+    message.leaseKey = object.leaseKey ?? "";
+    message.toHolder = object.toHolder ?? "";
+    return message;
+  },
+};
+
+function createBaseTransferResponse(): TransferResponse {
+  return { lease: undefined };
+}
+
+export const TransferResponse: MessageFns<TransferResponse> = {
+  encode(message: TransferResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TransferResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTransferResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TransferResponse {
+    return { lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined };
+  },
+
+  toJSON(message: TransferResponse): unknown {
+    const obj: any = {};
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TransferResponse>, I>>(base?: I): TransferResponse {
+    return TransferResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TransferResponse>, I>>(object: I): TransferResponse {
+    const message = createBaseTransferResponse();
+    message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    return message;
+  },
+};
+
 /**
  * LeaseService acquires, renews, releases and watches leases.
  *
@@ -6041,6 +6269,26 @@ export const LeaseServiceService = {
     responseDeserialize: (value: Buffer): GetFenceKeysResponse => GetFenceKeysResponse.decode(value),
   },
   /**
+   * Transfer hands the caller's holding to a waiter, with no moment in
+   * which the name is free: the recipient (the waiting Acquire of holder
+   * `to_holder`, or the head of the queue) holds with a new, higher
+   * fencing token from the very write that ends the caller's holding, and
+   * the caller's lease key stops working at once. The recipient's waiting
+   * Acquire returns that holding. NO_WAITER when nobody (or not
+   * `to_holder`) waits. Needs the `release` grant on the name. Plain
+   * leases only (not a semaphore slot, a group member or a holding with a
+   * lock delay).
+   */
+  transfer: {
+    path: "/tenure.v1.LeaseService/Transfer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: TransferRequest): Buffer => Buffer.from(TransferRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): TransferRequest => TransferRequest.decode(value),
+    responseSerialize: (value: TransferResponse): Buffer => Buffer.from(TransferResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): TransferResponse => TransferResponse.decode(value),
+  },
+  /**
    * LeaseHistory answers who held a name, when, with which token, and how
    * each holding ended, from the history stream NATS keeps for
    * --history-retention (7 days by default), also after the bucket has
@@ -6138,6 +6386,18 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * any name; empty when the server signs no proofs.
    */
   getFenceKeys: handleUnaryCall<GetFenceKeysRequest, GetFenceKeysResponse>;
+  /**
+   * Transfer hands the caller's holding to a waiter, with no moment in
+   * which the name is free: the recipient (the waiting Acquire of holder
+   * `to_holder`, or the head of the queue) holds with a new, higher
+   * fencing token from the very write that ends the caller's holding, and
+   * the caller's lease key stops working at once. The recipient's waiting
+   * Acquire returns that holding. NO_WAITER when nobody (or not
+   * `to_holder`) waits. Needs the `release` grant on the name. Plain
+   * leases only (not a semaphore slot, a group member or a holding with a
+   * lock delay).
+   */
+  transfer: handleUnaryCall<TransferRequest, TransferResponse>;
   /**
    * LeaseHistory answers who held a name, when, with which token, and how
    * each holding ended, from the history stream NATS keeps for
@@ -6376,6 +6636,32 @@ export interface LeaseServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetFenceKeysResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Transfer hands the caller's holding to a waiter, with no moment in
+   * which the name is free: the recipient (the waiting Acquire of holder
+   * `to_holder`, or the head of the queue) holds with a new, higher
+   * fencing token from the very write that ends the caller's holding, and
+   * the caller's lease key stops working at once. The recipient's waiting
+   * Acquire returns that holding. NO_WAITER when nobody (or not
+   * `to_holder`) waits. Needs the `release` grant on the name. Plain
+   * leases only (not a semaphore slot, a group member or a holding with a
+   * lock delay).
+   */
+  transfer(
+    request: TransferRequest,
+    callback: (error: ServiceError | null, response: TransferResponse) => void,
+  ): ClientUnaryCall;
+  transfer(
+    request: TransferRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: TransferResponse) => void,
+  ): ClientUnaryCall;
+  transfer(
+    request: TransferRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: TransferResponse) => void,
   ): ClientUnaryCall;
   /**
    * LeaseHistory answers who held a name, when, with which token, and how
