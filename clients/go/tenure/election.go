@@ -30,6 +30,17 @@ type Leader struct {
 	Value string
 	// FencingToken is the term's token; 0 when nobody leads.
 	FencingToken uint64
+	// Missed is true for an Observe change of type CHANGE_TYPE_MISSED: the
+	// stream did not see every change of the election (its server's watcher
+	// fell behind), so who leads is unknown until the next change. The
+	// leader in EndedIdentity and EndedFencingToken (when known, token != 0)
+	// no longer leads; other terms may have come and gone. Identity, Value
+	// and FencingToken are empty.
+	Missed bool
+	// EndedIdentity and EndedFencingToken name, when Missed, the leader
+	// whose term is known to have ended (empty and 0 when unknown).
+	EndedIdentity     string
+	EndedFencingToken uint64
 }
 
 // ElectionConfig configures RunElection.
@@ -55,8 +66,9 @@ type ElectionConfig struct {
 	// context is done (whatever the reason) and OnStartedLeading returned.
 	OnStoppedLeading func()
 	// OnNewLeader is called with each new leader (or "nobody", with an
-	// empty Identity) seen through Observe, including this participant.
-	// Optional.
+	// empty Identity) seen through Observe, including this participant, and
+	// with a Leader whose Missed is set when the Observe stream missed
+	// changes (who leads is then unknown until the next call). Optional.
 	OnNewLeader func(Leader)
 	// AcquireOptions are passed to the Acquire of each term (e.g.
 	// WithSafetyMargin). WithWait and WithMetadata are set by RunElection.
@@ -235,7 +247,10 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 				}
 				pause.reset()
 				now := leaderOf(msg.GetLeader())
-				if first || now.Identity != last.Identity || now.FencingToken != last.FencingToken || now.Value != last.Value {
+				if msg.GetType() == tenurev1.ChangeType_CHANGE_TYPE_MISSED {
+					now = Leader{Missed: true, EndedIdentity: msg.GetEndedHolder(), EndedFencingToken: msg.GetEndedFencingToken()}
+				}
+				if first || now != last {
 					first = false
 					last = now
 					onNewLeader(now)
@@ -256,6 +271,12 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 
 // String shows a Leader for logs.
 func (l Leader) String() string {
+	if l.Missed {
+		if l.EndedFencingToken != 0 {
+			return fmt.Sprintf("leader unknown (missed changes; %s, token %d, no longer leads)", l.EndedIdentity, l.EndedFencingToken)
+		}
+		return "leader unknown (missed changes)"
+	}
 	if l.Identity == "" {
 		return "no leader"
 	}

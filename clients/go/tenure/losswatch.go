@@ -16,8 +16,17 @@ import (
 
 // ErrLostOnWatch is wrapped by a Session's loss error when the client's
 // shared watch showed its holding end (REVOKED, EXPIRED, RELEASED by
-// someone else, or another holder's token) before a renewal would have.
+// someone else, another holder's token, or MISSED naming its token: then
+// ErrMissedOnWatch too) before a renewal would have.
 var ErrLostOnWatch = errors.New("tenure: the watch saw the holding end")
+
+// ErrMissedOnWatch is wrapped, with ErrLostOnWatch, by a Session's loss
+// error when the client's shared watch said it missed changes of the
+// session's name (an EventMissed naming the session's fencing token, and
+// slot for a semaphore): the holding ended among changes the watch never
+// saw, so how it ended (revoked, expired, taken over) is unknown. A MISSED
+// naming another token, or none, does not end the session.
+var ErrMissedOnWatch = errors.New("tenure: the watch missed changes of the name and the holding ended among them")
 
 // lossWatch is the one WatchLease stream per Client that follows the names
 // of all its live sessions, so a revoke or takeover is noticed at once
@@ -283,8 +292,9 @@ func (s *Session) observe(ev *tenurev1.LeaseEvent) {
 }
 
 // lostBy reports whether ev shows the holding (slot, token), acquired at
-// revision acquired, gone: its token REVOKED, EXPIRED or RELEASED, or
-// another token holding the name. Events older than the acquisition are
+// revision acquired, gone: its token REVOKED, EXPIRED or RELEASED, another
+// token holding the name, or a MISSED naming its token (a MISSED of another
+// token, or of none, says nothing of this holding). Events older than the acquisition are
 // ignored, and so are events of another slot: a semaphore's holders come
 // and go without touching each other (a plain lease is slot 0, apart from
 // the semaphore's slots).
@@ -297,6 +307,8 @@ func lostBy(ev *tenurev1.LeaseEvent, acquired uint64, slot uint32, token uint64)
 		return ev.GetFencingToken() == token || ev.GetFencingToken() == 0
 	case tenurev1.EventType_EVENT_TYPE_ACQUIRED, tenurev1.EventType_EVENT_TYPE_CURRENT, tenurev1.EventType_EVENT_TYPE_RENEWED:
 		return ev.GetFencingToken() != token
+	case tenurev1.EventType_EVENT_TYPE_MISSED:
+		return token != 0 && ev.GetFencingToken() == token
 	default:
 		return false
 	}
@@ -304,6 +316,11 @@ func lostBy(ev *tenurev1.LeaseEvent, acquired uint64, slot uint32, token uint64)
 
 // lossError is the loss cause for ev.
 func lossError(ev *tenurev1.LeaseEvent) error {
+	if ev.GetType() == tenurev1.EventType_EVENT_TYPE_MISSED {
+		return fmt.Errorf("%w: %w: MISSED of %s (fencing token %d): changes after revision %d and before %d were not seen",
+			ErrLostOnWatch, ErrMissedOnWatch, slotName(ev.GetName(), ev.GetSlot()), ev.GetFencingToken(),
+			ev.GetMissedAfterRevision(), ev.GetRevision())
+	}
 	return fmt.Errorf("%w: %s of %s (fencing token %d) at revision %d", ErrLostOnWatch,
 		EventName(ev.GetType()), slotName(ev.GetName(), ev.GetSlot()), ev.GetFencingToken(), ev.GetRevision())
 }

@@ -13,7 +13,14 @@ import (
 type EventType = tenurev1.EventType
 
 // The event types, in the order a watch delivers them: CURRENT entries (the
-// snapshot), SNAPSHOT_COMPLETE once, then live changes.
+// snapshot), SNAPSHOT_COMPLETE once, then live changes. EventMissed is a
+// live change too: the stream did not see every change of Name (its
+// server's watcher fell behind the bucket, which keeps one message per
+// name), so the changes after MissedAfterRevision and before Revision are
+// gone; the holding in Holder and FencingToken (when known, token != 0)
+// has ended, and other holdings may have come and gone in between. The
+// events after it are Name's changes from Revision on (read the name, Get,
+// for its state now). It is sent whatever WithEventTypes asks for.
 const (
 	EventCurrent          = tenurev1.EventType_EVENT_TYPE_CURRENT
 	EventSnapshotComplete = tenurev1.EventType_EVENT_TYPE_SNAPSHOT_COMPLETE
@@ -22,6 +29,7 @@ const (
 	EventReleased         = tenurev1.EventType_EVENT_TYPE_RELEASED
 	EventExpired          = tenurev1.EventType_EVENT_TYPE_EXPIRED
 	EventRevoked          = tenurev1.EventType_EVENT_TYPE_REVOKED
+	EventMissed           = tenurev1.EventType_EVENT_TYPE_MISSED
 )
 
 // Event is one lease event from Watch.
@@ -43,6 +51,10 @@ type Event struct {
 	Slot uint32
 	// Time is when the change was written (server clock); zero if unknown.
 	Time time.Time
+	// MissedAfterRevision is, for EventMissed, the last revision of Name the
+	// stream saw (0: none): Name's changes after it and before Revision were
+	// not all seen. 0 for every other type.
+	MissedAfterRevision uint64
 	// Resync is true on the CURRENT events and the SNAPSHOT_COMPLETE of a
 	// snapshot sent again after a reconnect that could not resume (the
 	// server no longer had the history, reason WATCH_HISTORY_COMPACTED; the
@@ -63,8 +75,8 @@ type Event struct {
 // WatchOption configures Watch.
 type WatchOption func(*tenurev1.WatchLeaseRequest)
 
-// WithEventTypes keeps only events of these types (SNAPSHOT_COMPLETE is
-// always sent).
+// WithEventTypes keeps only events of these types (SNAPSHOT_COMPLETE and
+// MISSED are always sent).
 func WithEventTypes(types ...EventType) WatchOption {
 	return func(r *tenurev1.WatchLeaseRequest) {
 		r.EventTypes = append(r.EventTypes, types...)
@@ -300,6 +312,8 @@ func eventOf(e *tenurev1.LeaseEvent) Event {
 		FencingToken: e.GetFencingToken(),
 		Lease:        e.GetLease(),
 		Slot:         e.GetSlot(),
+
+		MissedAfterRevision: e.GetMissedAfterRevision(),
 	}
 	if e.GetTime() != nil {
 		ev.Time = e.GetTime().AsTime()

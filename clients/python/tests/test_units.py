@@ -13,8 +13,19 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from tenure_client import FencingGuard, Reason, StaleTokenError, TenureError
+from tenure_client.fencing import fence_headers
 
 CLIENT_DIR = Path(__file__).resolve().parents[1]
+
+
+def test_fence_headers_without_a_proof_are_the_token_alone() -> None:
+    # As in every client: a server without a signing key gives no proof, and
+    # the headers are then the token's alone (a verifying store refuses).
+    assert fence_headers(7, b"") == {"Tenure-Fencing-Token": "7"}
+    assert fence_headers(7, b"\xff\x00") == {
+        "Tenure-Fence": "_wA",
+        "Tenure-Fencing-Token": "7",
+    }
 
 
 def test_fencing_guard_accepts_equal_or_higher_tokens_only() -> None:

@@ -551,7 +551,7 @@ impl Client {
     }
 
     /// Like [`Client::watch`], keeping only events of the given types
-    /// (`SNAPSHOT_COMPLETE` always comes); empty keeps all.
+    /// (`SNAPSHOT_COMPLETE` and `MISSED` always come); empty keeps all.
     ///
     /// # Errors
     ///

@@ -20,7 +20,9 @@ use tonic::Code;
 
 use crate::client::{AcquireOptions, Client};
 use crate::error::{Error, Reason};
-use crate::proto::{LeaderRequest, Leadership, Lease, ObserveRequest, ProclaimRequest};
+use crate::proto::{
+    ChangeType, LeaderRequest, Leadership, Lease, ObserveRequest, ObserveResponse, ProclaimRequest,
+};
 use crate::session::Session;
 use crate::stub::{ElectionStub, DEFAULT_CALL_TIMEOUT};
 use crate::watch::{FIRST_BACKOFF, MAX_BACKOFF};
@@ -48,6 +50,46 @@ impl From<Leadership> for Leader {
             identity: l.holder,
             value: l.value,
             fencing_token: l.fencing_token,
+        }
+    }
+}
+
+/// One change of an election's leadership, from
+/// [`Election::observe_changes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderChange {
+    /// What changed: [`ChangeType::Current`] first (the state when the
+    /// stream opened, again after a reconnect), then `Elected`,
+    /// `Proclaimed`, `Resigned`, `Expired`, `Revoked` or `Missed`.
+    ///
+    /// [`ChangeType::Missed`]: the stream did not see every change of the
+    /// election (its server's watcher fell behind), so who leads is unknown
+    /// until the next change; the leader in `ended_identity` and
+    /// `ended_fencing_token` (when known, token != 0) no longer leads, and
+    /// other terms may have come and gone.
+    pub kind: ChangeType,
+    /// Who leads after the change; `None` when nobody does (or, for
+    /// `Missed`, nobody is known to).
+    pub leader: Option<Leader>,
+    /// For `Resigned`, `Expired`, `Revoked` and `Missed`, the leader whose
+    /// term ended ("" when the stream never saw it).
+    pub ended_identity: String,
+    /// For `Resigned`, `Expired`, `Revoked` and `Missed`, the token of the
+    /// term that ended (0 when unknown).
+    pub ended_fencing_token: u64,
+    /// The bucket revision of the change (0 for `Current` without a
+    /// leader).
+    pub revision: u64,
+}
+
+impl From<ObserveResponse> for LeaderChange {
+    fn from(msg: ObserveResponse) -> LeaderChange {
+        LeaderChange {
+            kind: ChangeType::try_from(msg.r#type).unwrap_or(ChangeType::Unspecified),
+            leader: msg.leader.map(Leader::from),
+            ended_identity: msg.ended_holder,
+            ended_fencing_token: msg.ended_fencing_token,
+            revision: msg.revision,
         }
     }
 }
@@ -167,16 +209,45 @@ impl Election {
     }
 
     /// Follows who leads until `stop` is cancelled: the receiver gets the
-    /// current leader first, then every change (`None`: nobody leads). The
+    /// current leader first, then every change (`None`: nobody leads, or,
+    /// after a `MISSED` change, nobody is known to;
+    /// [`observe_changes`](Election::observe_changes) tells them apart). The
     /// Observe stream is reopened after errors (it starts with the current
     /// state, so a reconnect never leaves a stale leader); a permanent
     /// refusal (grants, credentials, arguments) ends it, as does dropping
     /// the receiver.
     pub fn observe(&self, stop: CancellationToken) -> mpsc::Receiver<Option<Leader>> {
+        self.follow(stop, true, |change| match change.kind {
+            ChangeType::Missed => None,
+            _ => change.leader,
+        })
+    }
+
+    /// Follows the election's changes until `stop` is cancelled, as
+    /// [`observe`](Election::observe) does, but with every change as the
+    /// server sent it ([`LeaderChange`]: its kind, including
+    /// [`ChangeType::Missed`] when the stream missed changes, and the term
+    /// that ended). After a reconnect the stream starts again with a
+    /// `Current` change.
+    pub fn observe_changes(&self, stop: CancellationToken) -> mpsc::Receiver<LeaderChange> {
+        self.follow(stop, false, |change| change)
+    }
+
+    /// Reads Observe streams until `stop`, sending `map` of each change
+    /// (only when it differs from the last one sent, if `dedup`).
+    fn follow<T>(
+        &self,
+        stop: CancellationToken,
+        dedup: bool,
+        map: fn(LeaderChange) -> T,
+    ) -> mpsc::Receiver<T>
+    where
+        T: Clone + PartialEq + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel(16);
         let this = self.clone();
         tokio::spawn(async move {
-            let mut last: Option<Option<Leader>> = None;
+            let mut last: Option<T> = None;
             let mut backoff = FIRST_BACKOFF;
             while !stop.is_cancelled() {
                 let request = ObserveRequest {
@@ -198,8 +269,8 @@ impl Election {
                             match msg {
                                 Ok(Some(msg)) => {
                                     backoff = FIRST_BACKOFF;
-                                    let now = msg.leader.map(Leader::from);
-                                    if last.as_ref() != Some(&now) {
+                                    let now = map(LeaderChange::from(msg));
+                                    if !dedup || last.as_ref() != Some(&now) {
                                         last = Some(now.clone());
                                         if tx.send(now).await.is_err() {
                                             return;
@@ -232,7 +303,8 @@ impl Election {
     /// Takes part in the election until `stop` is cancelled: campaigns as
     /// `identity` publishing `value`, and while it leads runs
     /// `lead(term, ended)` (the term shared with the elector, which resigns it afterwards), where `ended` is cancelled when the term ends
-    /// (its safe deadline, a revoke or expiry, or `stop`). The leader must
+    /// (its safe deadline, a revoke or expiry, a `MISSED` naming the term's
+    /// token, or `stop`). The leader must
     /// stop acting when `ended` fires and pass `term.fencing_token()` with
     /// every downstream write. When `lead` returns, the term is resigned (if
     /// still held) and `stopped` is called; then it campaigns again.

@@ -10,9 +10,13 @@
 //! the stream shows, for its name and slot (0 for a plain lease, the slot
 //! of a semaphore holder: other holders of the semaphore acquiring or
 //! releasing do not concern it), `REVOKED`, `EXPIRED` or `RELEASED` of its
-//! holding, or any event of a holding with a greater fencing token; and when
-//! a (re)opened stream's snapshot does not show its holding (the holding
-//! ended while no stream was open). A stream that fails is reopened with
+//! holding, or any event but `MISSED` of a holding with a greater fencing
+//! token; when the stream says it missed changes of the name (`MISSED`: its
+//! server's watcher fell behind the bucket) naming the session's own fencing
+//! token, the holding ended among them (a `MISSED` naming another token, or
+//! none, does not end it: the events after it say what holds the name); and
+//! when a (re)opened stream's snapshot does not show its holding (the
+//! holding ended while no stream was open). A stream that fails is reopened with
 //! backoff and resumes after the last revision it showed (the server
 //! replays the changes meanwhile, which show any loss), or starts afresh
 //! with the snapshot check when the server answers
@@ -31,6 +35,8 @@ use crate::watch::{next, FIRST_BACKOFF, MAX_BACKOFF};
 
 /// The event types the stream asks for: RENEWED is not needed (a new
 /// holding is always ACQUIRED first) and would be most of the traffic.
+/// MISSED is sent whatever a watch asks for (and a server older than it
+/// would refuse the type), so it is not listed.
 const TYPES: [EventType; 5] = [
     EventType::Current,
     EventType::Acquired,
@@ -47,9 +53,22 @@ pub(crate) trait Followed: Send + Sync {
     fn members(&self) -> Vec<(&str, u32, u64)>;
     /// Whether it was lost or released.
     fn is_over(&self) -> bool;
-    /// The watch saw one of its holdings end (`what`): it is lost as a
-    /// whole ([`LossCause::NotHeld`](crate::LossCause::NotHeld)).
-    fn lose_observed(&self, what: String);
+    /// The watch saw one of its holdings end (`what`, how it saw it in
+    /// `seen`): it is lost as a whole
+    /// ([`LossCause::NotHeld`](crate::LossCause::NotHeld), or
+    /// [`LossCause::Missed`](crate::LossCause::Missed) for a `MISSED`).
+    fn lose_observed(&self, seen: Seen, what: String);
+}
+
+/// How the watch saw a holding end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// An event of its end (`REVOKED`, `EXPIRED`, `RELEASED`, another
+    /// holding), or a snapshot without it.
+    Ended,
+    /// A `MISSED` naming its fencing token: it ended among changes the
+    /// stream did not see.
+    Missed,
 }
 
 /// Follows the leases of one client's sessions with one watch stream.
@@ -257,7 +276,7 @@ impl Follower {
                         })
                         .map(|(name, _, token)| (name.to_string(), token));
                     if let Some((name, token)) = missing {
-                        s.lose_observed(format!(
+                        s.lose_observed(Seen::Ended, format!(
                             "the lease {name:?} (fencing token {token}) is no longer held: the watch {pattern:?} at {} does not show it",
                             self.target
                         ));
@@ -286,6 +305,20 @@ impl Follower {
             else {
                 continue;
             };
+            if kind == EventType::Missed {
+                // Only a MISSED of this very holding ends it; one of another
+                // holding (or of none) leaves it to the events after it.
+                if mine != 0 && token == mine {
+                    s.lose_observed(
+                        Seen::Missed,
+                        format!(
+                            "the lease {:?} (fencing token {mine}) was lost: the watch missed its changes after revision {} and before {}, among which the holding ended",
+                            event.name, event.missed_after_revision, event.revision
+                        ),
+                    );
+                }
+                continue;
+            }
             let ended = matches!(
                 kind,
                 EventType::Released | EventType::Expired | EventType::Revoked
@@ -297,7 +330,7 @@ impl Follower {
                 } else {
                     kind.as_str_name().to_string()
                 };
-                s.lose_observed(format!(
+                s.lose_observed(Seen::Ended, format!(
                     "the lease {:?} (fencing token {mine}) was lost: the watch saw {what} at revision {}",
                     event.name, event.revision
                 ));
@@ -357,6 +390,119 @@ pub(crate) fn pattern_for(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A followed holding of one name that records how it was lost.
+    struct Fake {
+        name: String,
+        slot: u32,
+        token: u64,
+        lost: Mutex<Option<(Seen, String)>>,
+    }
+
+    impl Followed for Fake {
+        fn members(&self) -> Vec<(&str, u32, u64)> {
+            vec![(&self.name, self.slot, self.token)]
+        }
+        fn is_over(&self) -> bool {
+            self.lost.lock().unwrap().is_some()
+        }
+        fn lose_observed(&self, seen: Seen, what: String) {
+            self.lost.lock().unwrap().get_or_insert((seen, what));
+        }
+    }
+
+    /// A follower over a channel that is never used, following a holding
+    /// of "jobs.m" in `slot` with token 10.
+    fn following(slot: u32) -> (Arc<Follower>, Arc<Fake>) {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let credentials = crate::config::ClientConfig::new("127.0.0.1:9").credentials();
+        let stub = crate::proto::lease_service_client::LeaseServiceClient::with_interceptor(
+            channel,
+            credentials,
+        );
+        let follower = Follower::new(stub, "t".into());
+        let fake = Arc::new(Fake {
+            name: "jobs.m".into(),
+            slot,
+            token: 10,
+            lost: Mutex::new(None),
+        });
+        // The follower holds it weakly; `fake` keeps it alive.
+        let followed: Arc<dyn Followed> = fake.clone();
+        follower.state().sessions.push(Arc::downgrade(&followed));
+        (follower, fake)
+    }
+
+    fn event(kind: EventType, name: &str, slot: u32, token: u64, revision: u64) -> LeaseEvent {
+        LeaseEvent {
+            r#type: kind as i32,
+            name: name.into(),
+            slot,
+            fencing_token: token,
+            revision,
+            missed_after_revision: if kind == EventType::Missed { 10 } else { 0 },
+            ..LeaseEvent::default()
+        }
+    }
+
+    /// A MISSED naming the holding's token (in its slot) loses it as
+    /// missed; a MISSED of another token (lower or greater), of none, of
+    /// another slot or name does not, and the REVOKED after it is what ends
+    /// the holding then.
+    #[tokio::test]
+    async fn a_missed_ends_only_its_own_holding() {
+        let cases = [
+            (
+                0,
+                event(EventType::Missed, "jobs.m", 0, 10, 14),
+                Some(Seen::Missed),
+            ),
+            (
+                2,
+                event(EventType::Missed, "jobs.m", 2, 10, 14),
+                Some(Seen::Missed),
+            ),
+            (0, event(EventType::Missed, "jobs.m", 0, 9, 14), None),
+            (0, event(EventType::Missed, "jobs.m", 0, 12, 14), None),
+            (0, event(EventType::Missed, "jobs.m", 0, 0, 14), None),
+            (2, event(EventType::Missed, "jobs.m", 1, 10, 14), None),
+            (0, event(EventType::Missed, "jobs.x", 0, 10, 14), None),
+        ];
+        for (slot, missed, want) in cases {
+            let (follower, fake) = following(slot);
+            let mut snapshot = None;
+            follower.on_event("jobs.>", &[], &mut snapshot, missed.clone());
+            let after_missed = fake.lost.lock().unwrap().clone();
+            assert_eq!(after_missed.as_ref().map(|l| l.0), want, "{missed:?}");
+            if let Some((_, what)) = after_missed {
+                assert!(what.contains("after revision 10 and before 14"), "{what}");
+            }
+            follower.on_event(
+                "jobs.>",
+                &[],
+                &mut snapshot,
+                event(EventType::Revoked, "jobs.m", slot, 10, 20),
+            );
+            let seen = fake.lost.lock().unwrap().as_ref().map(|l| l.0);
+            assert_eq!(seen, Some(want.unwrap_or(Seen::Ended)), "{missed:?}");
+        }
+    }
+
+    /// Every event type of the proto has a name, MISSED included, and a
+    /// watch event keeps a MISSED's `missed_after_revision`.
+    #[test]
+    fn missed_events_are_known() {
+        assert_eq!(EventType::Missed.as_str_name(), "EVENT_TYPE_MISSED");
+        assert_eq!(
+            EventType::from_str_name("EVENT_TYPE_MISSED"),
+            Some(EventType::Missed)
+        );
+        let e = crate::Event::from_proto(event(EventType::Missed, "jobs.m", 0, 10, 14)).unwrap();
+        assert_eq!(
+            (e.kind, e.fencing_token, e.revision, e.missed_after_revision),
+            (EventType::Missed, 10, 14, 10)
+        );
+    }
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()

@@ -87,12 +87,12 @@ pub mod proto {
 
 pub use client::{AcquireOptions, Client, LeaseInfo};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
-pub use election::{Election, Leader, VALUE_KEY};
+pub use election::{Election, Leader, LeaderChange, VALUE_KEY};
 pub use error::{code_name, required_nats_server, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use group::{GroupRelease, GroupSession};
 pub use lifecycle::{default_safety_margin, Loss, LossCause, DEFAULT_RENEW_FRACTION};
-pub use proto::{EventType, Lease};
+pub use proto::{ChangeType, EventType, Lease};
 pub use semaphore::{limit_in_force, Semaphore};
 pub use session::Session;
 pub use stub::{Stub, DEFAULT_CALL_TIMEOUT};

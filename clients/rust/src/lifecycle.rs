@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::error::{Error, Reason};
-use crate::follow::{Followed, Follower};
+use crate::follow::{Followed, Follower, Seen};
 use crate::proto::Lease;
 use crate::stub::DEFAULT_CALL_TIMEOUT;
 
@@ -62,6 +62,13 @@ pub enum LossCause {
     /// No renewal got through before the safe deadline (server or network
     /// away, NATS unavailable, renewals paused).
     Deadline,
+    /// The client's watch said it missed changes of the lease (a `MISSED`
+    /// event: its server's watcher fell behind the bucket) and named this
+    /// holding's fencing token (and slot) as one that ended among them: how
+    /// it ended (revoked, expired, taken over) is unknown. A `MISSED` naming
+    /// another token, or none, does not end the session. The error (reason
+    /// `LEASE_NOT_HELD`, RPC `WatchLease`) says which changes were missed.
+    Missed,
 }
 
 /// How and when a [`Session`](crate::Session) was lost; see
@@ -71,8 +78,10 @@ pub struct Loss {
     /// Why.
     pub cause: LossCause,
     /// The error behind it, if any: the refusal for
-    /// [`LossCause::NotHeld`]/[`LossCause::RenewFailed`], the last failed
-    /// renewal's error for [`LossCause::Deadline`].
+    /// [`LossCause::NotHeld`]/[`LossCause::RenewFailed`] (for a loss the
+    /// watch saw, and for [`LossCause::Missed`], an error of RPC
+    /// `WatchLease` saying what it saw), the last failed renewal's error for
+    /// [`LossCause::Deadline`].
     pub error: Option<Error>,
     /// When the loss was signalled (local monotonic clock).
     pub at: Instant,
@@ -394,7 +403,10 @@ impl<H: Holding> Lifecycle<H> {
     /// [`Holding::RELEASE_AFTER_NOT_HELD`]) found not held.
     fn nothing_to_release(&self) -> bool {
         let state = self.state();
-        let not_held = matches!(&state.loss, Some(loss) if loss.cause == LossCause::NotHeld);
+        let not_held = matches!(
+            &state.loss,
+            Some(loss) if matches!(loss.cause, LossCause::NotHeld | LossCause::Missed)
+        );
         state.released || (not_held && !H::RELEASE_AFTER_NOT_HELD)
     }
 
@@ -477,10 +489,14 @@ impl<H: Holding> Followed for Lifecycle<H> {
         self.state().loss.is_some()
     }
 
-    fn lose_observed(&self, what: String) {
+    fn lose_observed(&self, seen: Seen, what: String) {
         let err = Error::local(Code::FailedPrecondition, Reason::LeaseNotHeld, what)
             .context(&self.target, "WatchLease");
-        self.lose(LossCause::NotHeld, Some(err));
+        let cause = match seen {
+            Seen::Ended => LossCause::NotHeld,
+            Seen::Missed => LossCause::Missed,
+        };
+        self.lose(cause, Some(err));
         self.stop.cancel();
     }
 }

@@ -48,6 +48,10 @@ pub struct Event {
     pub time: Option<SystemTime>,
     /// The semaphore slot concerned (1 to the limit); 0 for a plain lease.
     pub slot: u32,
+    /// For [`EventType::Missed`], the last revision of the name this stream
+    /// saw (0: none): its changes after that one and before `revision` were
+    /// not all seen. 0 for every other kind.
+    pub missed_after_revision: u64,
 }
 
 impl Event {
@@ -67,6 +71,7 @@ impl Event {
             lease: event.lease,
             time: event.time.and_then(|t| SystemTime::try_from(t).ok()),
             slot: event.slot,
+            missed_after_revision: event.missed_after_revision,
         })
     }
 }
@@ -87,6 +92,15 @@ impl Event {
 /// are no longer held. A permanent failure (e.g. `PERMISSION_DENIED`) is
 /// yielded as one `Err`, and the stream ends. Dropping the `Watch` cancels
 /// it. Events of types newer than this client are skipped.
+///
+/// An [`EventType::Missed`] event says the stream did not see every change
+/// of its name (the server's watcher fell behind the bucket, which keeps
+/// one message per name): the changes after
+/// [`Event::missed_after_revision`] and before its `revision` are gone, the
+/// holding in its `holder`/`fencing_token` (when known, token != 0) has
+/// ended, and other holdings may have come and gone. The events after it
+/// are the name's changes from its `revision` on. It comes whatever event
+/// types the watch asked for.
 pub struct Watch {
     /// The events read by the watch's task.
     events: mpsc::Receiver<Result<Event, Error>>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{within, Server};
-use tenure_client::{Client, Election, Leader, Reason};
+use tenure_client::{ChangeType, Client, Election, Leader, LeaderChange, Reason};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -163,4 +163,50 @@ async fn proclaim_changes_the_value_without_a_new_term() {
     within("loss after revoke", term.lost().cancelled()).await;
     let err = election.proclaim(&term, "x").await.unwrap_err();
     assert_eq!(err.reason(), Reason::LeaseNotHeld);
+}
+
+async fn next_change(rx: &mut mpsc::Receiver<LeaderChange>) -> LeaderChange {
+    within("a change", rx.recv()).await.expect("a change")
+}
+
+/// `observe_changes` gives every change with its kind (a `Missed` one,
+/// which a client cannot provoke, comes the same way) and the term that
+/// ended.
+#[tokio::test]
+async fn observe_changes_reports_each_change_with_its_kind() {
+    let server = Server::start().await;
+    let client = server.client().await;
+    let name = "election.changes";
+    let election = Election::new(&client, name);
+    let stop = CancellationToken::new();
+    let mut changes = election.observe_changes(stop.clone());
+    let first: LeaderChange = next_change(&mut changes).await;
+    assert_eq!((first.kind, first.leader), (ChangeType::Current, None));
+    let term = election
+        .campaign("node-a", "10.0.0.1:5432", TTL, Duration::ZERO)
+        .await
+        .unwrap();
+    let elected = next_change(&mut changes).await;
+    assert_eq!(elected.kind, ChangeType::Elected);
+    assert_eq!(
+        elected.leader,
+        Some(Leader {
+            identity: "node-a".into(),
+            value: "10.0.0.1:5432".into(),
+            fencing_token: term.fencing_token(),
+        })
+    );
+    let token = term.fencing_token();
+    assert!(term.release().await.unwrap());
+    let resigned = next_change(&mut changes).await;
+    assert_eq!(resigned.kind, ChangeType::Resigned);
+    assert_eq!(resigned.leader, None);
+    assert_eq!(
+        (
+            resigned.ended_identity.as_str(),
+            resigned.ended_fencing_token
+        ),
+        ("node-a", token)
+    );
+    stop.cancel();
 }

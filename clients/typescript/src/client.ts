@@ -160,7 +160,7 @@ export interface LeaseState {
  * `onResync`, `signal`).
  */
 export interface WatchOptions extends ResumeOptions {
-  /** Only these kinds of change (SNAPSHOT_COMPLETE is always sent). Default: all. */
+  /** Only these kinds of change (SNAPSHOT_COMPLETE and MISSED are always sent). Default: all. */
   eventTypes?: EventType[];
 }
 
@@ -508,6 +508,13 @@ export class TenureClient {
    * EXPIRED, REVOKED) as it happens, in revision order. The stream starts on
    * the first `next()`; leaving the `for await` loop (or aborting `signal`)
    * cancels it.
+   *
+   * A MISSED event says the stream did not see every change of its name
+   * (the server's watcher fell behind the bucket, which keeps one message
+   * per name): the changes after `missedAfterRevision` and before
+   * `revision` are gone, the holding in `holder`/`fencingToken` (when known,
+   * token != 0n) has ended, and other holdings may have come and gone. The
+   * events after it are the name's changes from `revision` on.
    *
    * When the stream ends or fails retryably (a Tenure restart, UNAVAILABLE,
    * a broken connection) the watch reopens it with capped exponential

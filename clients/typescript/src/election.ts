@@ -13,6 +13,7 @@ import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
 import type { AcquireOptions, TenureClient } from "./client";
 import { Reason, TenureError } from "./errors";
 import {
+  ChangeType,
   ElectionServiceClient,
   LeaderRequest,
   ProclaimRequest,
@@ -36,12 +37,47 @@ export interface Leader {
   readonly value: string;
   /** The term's fencing token; 0n when nobody leads. */
   readonly fencingToken: bigint;
+  /**
+   * Set (true) only for an Observe change of type MISSED: the stream did not
+   * see every change of the election (its server's watcher fell behind),
+   * so who leads is unknown until the next change (identity, value and
+   * fencingToken are empty). The leader in `endedIdentity` and
+   * `endedFencingToken` (when known, token != 0n) no longer leads; other
+   * terms may have come and gone.
+   */
+  readonly missed?: boolean;
+  /** With `missed`: the leader known to have ended ("" when unknown). */
+  readonly endedIdentity?: string;
+  /** With `missed`: that term's fencing token (0n when unknown). */
+  readonly endedFencingToken?: bigint;
 }
 
 const NOBODY: Leader = { identity: "", value: "", fencingToken: 0n };
 
 function leaderOf(l: Leadership | undefined): Leader {
   return l === undefined ? NOBODY : { identity: l.holder, value: l.value, fencingToken: l.fencingToken };
+}
+
+/** Who leads after one Observe change: unknown (`missed`) after a MISSED. */
+function leaderAfter(change: ObserveResponse): Leader {
+  if (change.type !== ChangeType.MISSED) return leaderOf(change.leader);
+  return {
+    ...NOBODY,
+    missed: true,
+    endedIdentity: change.endedHolder,
+    endedFencingToken: change.endedFencingToken,
+  };
+}
+
+function sameLeader(a: Leader, b: Leader): boolean {
+  return (
+    a.identity === b.identity &&
+    a.value === b.value &&
+    a.fencingToken === b.fencingToken &&
+    a.missed === b.missed &&
+    a.endedIdentity === b.endedIdentity &&
+    a.endedFencingToken === b.endedFencingToken
+  );
 }
 
 /** What {@link LeaderElector} is told. */
@@ -58,13 +94,18 @@ export interface ElectorOptions {
   readonly campaignWaitMs?: number;
   /**
    * Runs while leading. `signal` aborts when the term ends (its safe
-   * deadline, a revoke or expiry, or the elector being stopped): stop acting
+   * deadline, a revoke or expiry, a MISSED naming the term's token, or the
+   * elector being stopped): stop acting
    * as leader then, and pass `term.fencingToken` with every downstream write.
    */
   readonly onStartedLeading: (term: Session, signal: AbortSignal) => void | Promise<void>;
   /** Called once per term, after `onStartedLeading`'s signal aborted and its promise settled. */
   readonly onStoppedLeading: () => void | Promise<void>;
-  /** Called with every change of leader (a {@link Leader} with an empty identity for "nobody"). */
+  /**
+   * Called with every change of leader (a {@link Leader} with an empty
+   * identity for "nobody", and `missed: true` when the Observe stream
+   * missed changes and who leads is unknown until the next call).
+   */
   readonly onNewLeader?: (leader: Leader) => void;
   /** Renewal options of each term (renewFraction, safetyMarginMs, ...). */
   readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal" | "limit">;
@@ -164,13 +205,8 @@ export class Elections {
       try {
         for await (const message of call as AsyncIterable<ObserveResponse>) {
           backoffMs = 100;
-          const now = leaderOf(message.leader);
-          if (
-            last === undefined ||
-            now.identity !== last.identity ||
-            now.value !== last.value ||
-            now.fencingToken !== last.fencingToken
-          ) {
+          const now = leaderAfter(message);
+          if (last === undefined || !sameLeader(now, last)) {
             last = now;
             yield now;
           }

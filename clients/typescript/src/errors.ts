@@ -239,13 +239,24 @@ function detailsOf(err: ServiceError): { info: ErrorInfo | undefined; retryDelay
  *   it was released or revoked behind the session's back.
  * - `LEASE_ENDED`: the client's lease watch showed the holding end (REVOKED,
  *   EXPIRED, RELEASED, or another holder's token); `cause` is that event.
+ * - `MISSED`: the client's lease watch said it missed changes of the name
+ *   (a MISSED event: its server's watcher fell behind) and named this
+ *   holding's fencing token (and slot) as one that ended among them; how it
+ *   ended is unknown. `cause` is the MISSED event. A MISSED naming another
+ *   token, or none, does not end the session.
  * - `SAFE_DEADLINE_PASSED`: renewals did not get through before the safe
  *   deadline (server or network away, or the process stalled).
  * - `RENEW_FAILED`: a renewal failed with another permanent error (one that
  *   retrying cannot fix, e.g. `INVALID_LEASE_KEY` or `RECORD_UNREADABLE`).
  * - `RELEASED`: the session was released by its owner.
  */
-export type LossReason = "LEASE_NOT_HELD" | "LEASE_ENDED" | "SAFE_DEADLINE_PASSED" | "RENEW_FAILED" | "RELEASED";
+export type LossReason =
+  | "LEASE_NOT_HELD"
+  | "LEASE_ENDED"
+  | "MISSED"
+  | "SAFE_DEADLINE_PASSED"
+  | "RENEW_FAILED"
+  | "RELEASED";
 
 /**
  * The end of a session: the `reason` of its aborted `signal`, and what
@@ -270,6 +281,7 @@ export class LeaseLostError extends Error {
     const why: Record<LossReason, string> = {
       LEASE_NOT_HELD: "a renewal was refused: the lease is no longer held by this session",
       LEASE_ENDED: "the lease watch showed the holding end (revoked, expired, released or taken over)",
+      MISSED: "the lease watch missed changes of the lease, and the holding ended among them",
       SAFE_DEADLINE_PASSED: "no renewal got through before the safe deadline",
       RENEW_FAILED: "a renewal failed with an error that retrying cannot fix",
       RELEASED: "the session was released",

@@ -19,7 +19,7 @@ import {
   type RenewGroupResponse,
 } from "./gen/tenure/v1/lease";
 import { Renewing, type RenewalOptions } from "./holding";
-import type { LossWatch, Watched } from "./losswatch";
+import { lossReasonOf, type LossWatch, type Watched } from "./losswatch";
 import { unary, type CallContext, type PendingCall, type UnaryMethod } from "./rpc";
 import { durationToMs } from "./time";
 
@@ -85,7 +85,7 @@ export class GroupSession extends Renewing<readonly Lease[]> {
       name: lease.name,
       slot: 0,
       fencingToken: lease.fencingToken,
-      ended: (event: LeaseEvent) => this.lose("LEASE_ENDED", event),
+      ended: (event: LeaseEvent) => this.lose(lossReasonOf(event), event),
     }));
     this.granted(durationToMs(init.leases[0]!.ttl), init.sentAt);
     if (this.isHeld()) {

@@ -161,7 +161,9 @@ export abstract class Renewing<R> implements AsyncDisposable {
     const wasHeld = this.isHeld();
     const lostBy = wasHeld ? undefined : (this.signal.reason as LeaseLostError).reason;
     this.lose("RELEASED");
-    if ((lostBy === "LEASE_NOT_HELD" || lostBy === "LEASE_ENDED") && !this.releaseAfterLoss) return false;
+    if ((lostBy === "LEASE_NOT_HELD" || lostBy === "LEASE_ENDED" || lostBy === "MISSED") && !this.releaseAfterLoss) {
+      return false;
+    }
     try {
       return (await this.sendRelease()) && wasHeld;
     } catch (err) {

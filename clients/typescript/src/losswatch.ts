@@ -29,7 +29,7 @@ import {
   type LeaseServiceClient,
   type WatchLeaseResponse,
 } from "./gen/tenure/v1/lease";
-import { TenureError } from "./errors";
+import { TenureError, type LossReason } from "./errors";
 import { ErrorReason } from "./gen/tenure/v1/error_reason";
 import type { CallContext } from "./rpc";
 
@@ -67,6 +67,9 @@ export function covers(filter: string, name: string): boolean {
  * semaphore's events carry its name and the slot concerned: only events of
  * the session's own slot count (other holders come and go in other slots),
  * and a plain lease's session ignores slot events and the other way round.
+ * A MISSED (the stream did not see every change of the name) ends the
+ * session only when it names the session's fencing token: a MISSED of
+ * another token, or of none (0), says nothing of this holding.
  */
 export function showsLoss(session: Watched, event: LeaseEvent): boolean {
   if (event.name !== session.name || event.slot !== session.slot || event.revision <= session.fencingToken) return false;
@@ -78,9 +81,20 @@ export function showsLoss(session: Watched, event: LeaseEvent): boolean {
     case EventType.ACQUIRED:
     case EventType.CURRENT:
       return event.fencingToken !== session.fencingToken;
+    case EventType.MISSED:
+      return session.fencingToken !== 0n && event.fencingToken === session.fencingToken;
     default:
       return false;
   }
+}
+
+/**
+ * The loss reason of a session ended by `event` (one {@link showsLoss}
+ * accepted, or the SNAPSHOT_COMPLETE of a snapshot that lacked it): `MISSED`
+ * for a MISSED event, else `LEASE_ENDED`.
+ */
+export function lossReasonOf(event: LeaseEvent): LossReason {
+  return event.type === EventType.MISSED ? "MISSED" : "LEASE_ENDED";
 }
 
 const MIN_BACKOFF_MS = 100;

@@ -15,7 +15,7 @@ import {
 } from "./gen/tenure/v1/lease";
 import { Renewing, type RenewalOptions } from "./holding";
 import type { Renewer } from "./keepalive";
-import type { LossWatch, Watched } from "./losswatch";
+import { lossReasonOf, type LossWatch, type Watched } from "./losswatch";
 import { unary, type CallContext, type PendingCall, type UnaryMethod } from "./rpc";
 import { durationToMs } from "./time";
 
@@ -98,7 +98,7 @@ export class Session extends Renewing<Lease> {
       name: this.name,
       slot: this.slot,
       fencingToken: this.fencingToken,
-      ended: (event: LeaseEvent) => this.lose("LEASE_ENDED", event),
+      ended: (event: LeaseEvent) => this.lose(lossReasonOf(event), event),
     };
     this.granted(durationToMs(init.lease.ttl), init.sentAt);
     if (this.isHeld()) {

@@ -505,7 +505,8 @@ class TenureClient:
         events have ``resync=True``.
 
         Args:
-            event_types: keep only these kinds (SNAPSHOT_COMPLETE always comes).
+            event_types: keep only these kinds (SNAPSHOT_COMPLETE and MISSED
+                always come).
             start_revision: resume after this revision (the revision of the
                 last event you processed) instead of starting with a snapshot.
 

@@ -41,17 +41,41 @@ class Leader:
         identity: the leader's holder name; "" when nobody leads.
         value: what the leader published (e.g. its address).
         fencing_token: the term's token; 0 when nobody leads.
+        missed: True for an Observe change of type MISSED: the stream did
+            not see every change of the election (its server's watcher fell
+            behind), so who leads is unknown until the next change; the
+            leader in ``ended_identity``/``ended_fencing_token`` (when known,
+            token != 0) no longer leads, and other terms may have come and
+            gone. ``identity``, ``value`` and ``fencing_token`` are empty.
+        ended_identity: when ``missed``, the leader known to have ended
+            ("" when unknown).
+        ended_fencing_token: when ``missed``, that term's token (0 when
+            unknown).
     """
 
     identity: str = ""
     value: str = ""
     fencing_token: int = 0
+    missed: bool = False
+    ended_identity: str = ""
+    ended_fencing_token: int = 0
 
     @staticmethod
     def from_proto(msg: Optional[election_pb2.Leadership]) -> "Leader":
         if msg is None:
             return Leader()
         return Leader(msg.holder, msg.value, msg.fencing_token)
+
+    @staticmethod
+    def from_change(msg: election_pb2.ObserveResponse) -> "Leader":
+        """Who leads after an Observe change (a MISSED one: unknown)."""
+        if msg.type == election_pb2.CHANGE_TYPE_MISSED:
+            return Leader(
+                missed=True,
+                ended_identity=msg.ended_holder,
+                ended_fencing_token=msg.ended_fencing_token,
+            )
+        return Leader.from_proto(msg.leader if msg.HasField("leader") else None)
 
 
 def _stub(client: "TenureClient") -> election_pb2_grpc.ElectionServiceStub:
@@ -151,7 +175,10 @@ class LeaderElector:
     cancelled, and pass ``term.fencing_token`` with every downstream write.**
     ``on_stopped_leading()`` is called once per term after that task ended;
     ``on_new_leader(leader)`` with every change of leader (a :class:`Leader`,
-    empty for "nobody"). Callbacks other than ``on_started_leading`` may be
+    empty for "nobody", with ``missed`` set when the Observe stream missed
+    changes and who leads is unknown until the next call). A term the
+    client's watch says was missed (a MISSED naming its token) ends: the
+    term is a :class:`Session`, lost with cause MISSED. Callbacks other than ``on_started_leading`` may be
     plain or async functions.
 
     Example::
@@ -265,7 +292,7 @@ class LeaderElector:
             try:
                 async for msg in call:
                     backoff = 0.1
-                    now = Leader.from_proto(msg.leader if msg.HasField("leader") else None)
+                    now = Leader.from_change(msg)
                     if now != last:
                         last = now
                         await _maybe_await(self._on_new_leader(now))  # type: ignore[misc]

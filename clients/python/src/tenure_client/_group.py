@@ -36,7 +36,8 @@ class GroupSession(Session):
     the members share one TTL and one send time, so the group has one
     :attr:`safe_deadline`. The group is lost as a whole (:attr:`lost` is set)
     the moment any member is lost: the client's shared watch shows one
-    revoked, expired or taken over (cause WATCH), or RenewGroup answers
+    revoked, expired or taken over (cause WATCH), or says it missed changes
+    of a member and names that member's token (cause MISSED), or RenewGroup answers
     LEASE_NOT_HELD (cause NOT_HELD); and no later than the safe deadline
     when renewals cannot get through. Stop acting on every member then.
     :meth:`release` ends what is still held.
@@ -106,11 +107,11 @@ class GroupSession(Session):
 
     def fence_headers(self, name: Optional[str] = None) -> dict[str, str]:
         """The HTTP headers for a write to the store guarded by member
-        `name` (default: the first member): its fence proof and token.
+        `name` (default: the first member): its fence proof and token (the
+        token only when the server signs no proofs).
 
         Raises:
             KeyError: `name` is not a member.
-            ValueError: the server signs no proofs.
         """
         name = self.names[0] if name is None else name
         return fence_headers(self.fencing_token_of(name), self.fence_proof_of(name))

@@ -52,6 +52,13 @@ class LossCause(enum.Enum):
     #: token holding the name, or the name missing from a reopened watch's
     #: snapshot. :attr:`Session.lost_event` is the event, if there was one.
     WATCH = "watch"
+    #: The client's shared watch said it missed changes of the name (a
+    #: MISSED event: its server's watcher fell behind) and named this
+    #: holding's fencing token (and slot) as one that ended among them; how
+    #: it ended (revoked, expired, taken over) is unknown.
+    #: :attr:`Session.lost_event` is the MISSED event. A MISSED naming
+    #: another token, or none, does not end the session.
+    MISSED = "missed"
 
 
 class Session:
@@ -93,7 +100,8 @@ class Session:
         lost_error: the :class:`TenureError` behind the loss, if any (for
             DEADLINE: the last failed renewal's error, if one failed).
         lost_at: the :func:`time.monotonic` time the loss was marked.
-        lost_event: for cause WATCH, the :class:`LeaseEvent` that showed it.
+        lost_event: for cause WATCH or MISSED, the :class:`LeaseEvent` that
+            showed it.
     """
 
     def __init__(
@@ -168,11 +176,10 @@ class Session:
     def fence_headers(self) -> dict[str, str]:
         """The HTTP headers to send with each write to a fenced store:
         ``{"Tenure-Fence": <the proof, base64url without padding>,
-        "Tenure-Fencing-Token": "<fencing_token>"}``.
-
-        Raises:
-            ValueError: the server signs no proofs (no ``--fence-signing-key``).
-        """
+        "Tenure-Fencing-Token": "<fencing_token>"}``; only the
+        ``Tenure-Fencing-Token`` header when the server signs no proofs (no
+        ``--fence-signing-key``): a store that verifies proofs then refuses
+        the write (``FENCE_MISSING``)."""
         return fence_headers(self.fencing_token, self._fence_proof)
 
     async def renew(self, *, timeout: float = 5.0) -> Lease:
@@ -216,7 +223,7 @@ class Session:
         """
         cause = self.lost_cause
         await self._stop_renewing()
-        if cause in (LossCause.RELEASED, LossCause.NOT_HELD, LossCause.WATCH):
+        if cause in (LossCause.RELEASED, LossCause.NOT_HELD, LossCause.WATCH, LossCause.MISSED):
             return False
         self._lose(LossCause.RELEASED)
         request = lease_pb2.ReleaseRequest(
@@ -384,11 +391,13 @@ class Session:
             self._lose_on_watch(event)
 
     def _lose_on_watch(self, event: Optional[LeaseEvent]) -> None:
-        """Marks the session lost by the shared watch (cause WATCH)."""
+        """Marks the session lost by the shared watch (cause WATCH, or
+        MISSED for a MISSED event)."""
         if self.lost.is_set():
             return
         self.lost_event = event
-        self._lose(LossCause.WATCH)
+        missed = event is not None and event.type is EventType.MISSED
+        self._lose(LossCause.MISSED if missed else LossCause.WATCH)
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()  # no more renewals of a holding that is gone
 
@@ -432,8 +441,10 @@ def _aligned(renew_at: float, sent: float) -> float:
 
 def lost_by(event: LeaseEvent, acquired: int, slot: int, token: int) -> bool:
     """Whether `event` shows the holding (`slot`, `token`), acquired at
-    revision `acquired`, gone: its token REVOKED, EXPIRED or RELEASED, or
-    another token holding the name. Events older than the acquisition are
+    revision `acquired`, gone: its token REVOKED, EXPIRED or RELEASED,
+    another token holding the name, or a MISSED naming its token (a MISSED
+    of another token, or of none, says nothing of this holding). Events
+    older than the acquisition are
     ignored, and so are events of another slot: a semaphore's holders come
     and go without touching each other (a plain lease is slot 0)."""
     if event.revision < acquired or event.slot != slot:
@@ -442,6 +453,8 @@ def lost_by(event: LeaseEvent, acquired: int, slot: int, token: int) -> bool:
         return event.fencing_token in (0, token)
     if event.type in (EventType.ACQUIRED, EventType.CURRENT, EventType.RENEWED):
         return event.fencing_token != token
+    if event.type is EventType.MISSED:
+        return token != 0 and event.fencing_token == token
     return False
 
 

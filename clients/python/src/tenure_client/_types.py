@@ -47,6 +47,14 @@ class EventType(enum.IntEnum):
     EXPIRED = lease_pb2.EVENT_TYPE_EXPIRED
     #: An operator removed the holding.
     REVOKED = lease_pb2.EVENT_TYPE_REVOKED
+    #: The stream did not see every change of the name (its server's watcher
+    #: fell behind the bucket, which keeps one message per name): changes
+    #: after ``missed_after_revision`` and before ``revision`` are gone. The
+    #: holding in ``holder``/``fencing_token`` (when known, token != 0) has
+    #: ended; other holdings may have come and gone. The events after it are
+    #: the name's changes from ``revision`` on. Sent whatever ``event_types``
+    #: a watch asks for.
+    MISSED = lease_pb2.EVENT_TYPE_MISSED
 
     def __str__(self) -> str:
         return self.name
@@ -138,6 +146,9 @@ class LeaseEvent:
             what you built from earlier events with this snapshot.
         slot: the semaphore slot concerned (1 to the limit); 0 for a plain
             lease. A semaphore's holders are told apart by it.
+        missed_after_revision: for MISSED, the last revision of the name the
+            stream saw (0: none): its changes after that one and before
+            :attr:`revision` were not all seen. 0 for every other type.
     """
 
     type: EventType
@@ -149,6 +160,7 @@ class LeaseEvent:
     time: Optional[_dt.datetime] = None
     resync: bool = False
     slot: int = 0
+    missed_after_revision: int = 0
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.LeaseEvent) -> "LeaseEvent":
@@ -162,6 +174,7 @@ class LeaseEvent:
             lease=Lease.from_proto(msg.lease) if msg.HasField("lease") else None,
             time=_time(msg.time, msg.HasField("time")),
             slot=msg.slot,
+            missed_after_revision=msg.missed_after_revision,
         )
 
 

@@ -49,18 +49,16 @@ def proof_text(proof: bytes) -> str:
 
 
 def fence_headers(token: int, proof: bytes) -> Dict[str, str]:
-    """The two headers a holder sends with a write to a fenced HTTP
-    service: ``{"Tenure-Fence": <proof text>, "Tenure-Fencing-Token":
-    "<token>"}``.
+    """The headers a holder sends with a write to a fenced HTTP service:
+    ``{"Tenure-Fence": <proof text>, "Tenure-Fencing-Token": "<token>"}``.
 
-    Raises:
-        ValueError: `proof` is empty (the Tenure server signs no proofs:
-            start it with ``--fence-signing-key``).
+    Without a proof (`proof` empty: a Tenure server started without
+    ``--fence-signing-key`` signs none) only ``{"Tenure-Fencing-Token":
+    "<token>"}``, as in the other clients; a store that verifies proofs
+    then refuses the write (``FENCE_MISSING``).
     """
     if not proof:
-        raise ValueError(
-            "no fence proof: the Tenure server signs none (start it with --fence-signing-key)"
-        )
+        return {TOKEN_HEADER: str(token)}
     return {FENCE_HEADER: proof_text(proof), TOKEN_HEADER: str(token)}
 
 

@@ -3,6 +3,7 @@ package dev.tenure.client;
 import static java.util.concurrent.TimeUnit.MILLISECONDS;
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
+import dev.tenure.v1.ChangeType;
 import dev.tenure.v1.ElectionServiceGrpc;
 import dev.tenure.v1.ErrorReason;
 import dev.tenure.v1.Lease;
@@ -34,18 +35,42 @@ public final class Election {
   /**
    * Who leads an election.
    *
-   * @param identity the leader's holder name; empty when nobody leads
+   * @param identity the leader's holder name; empty when nobody leads (or it is unknown)
    * @param value what the leader published (e.g. its address)
-   * @param fencingToken the term's token; 0 when nobody leads
+   * @param fencingToken the term's token; 0 when nobody leads (or it is unknown)
+   * @param missed true for an Observe change of type {@code CHANGE_TYPE_MISSED}: the stream did not
+   *     see every change of the election (its server's watcher fell behind), so who leads is
+   *     unknown until the next change; the leader in {@code endedIdentity} and {@code
+   *     endedFencingToken} (when known, token != 0) no longer leads, and other terms may have come
+   *     and gone
+   * @param endedIdentity with {@code missed}, the leader known to have ended (empty when unknown)
+   * @param endedFencingToken with {@code missed}, that term's token (0 when unknown)
    */
-  public record Leader(String identity, String value, long fencingToken) {
+  public record Leader(
+      String identity,
+      String value,
+      long fencingToken,
+      boolean missed,
+      String endedIdentity,
+      long endedFencingToken) {
     /** Nobody leads. */
     public static final Leader NOBODY = new Leader("", "", 0);
 
     /**
+     * A known leader (or {@link #NOBODY}).
+     *
+     * @param identity the leader's holder name; empty when nobody leads
+     * @param value what the leader published
+     * @param fencingToken the term's token; 0 when nobody leads
+     */
+    public Leader(String identity, String value, long fencingToken) {
+      this(identity, value, fencingToken, false, "", 0);
+    }
+
+    /**
      * Whether somebody leads.
      *
-     * @return true unless this is {@link #NOBODY}
+     * @return true unless this is {@link #NOBODY} or a missed change (leader unknown)
      */
     public boolean present() {
       return !identity.isEmpty();
@@ -53,6 +78,15 @@ public final class Election {
 
     static Leader of(Leadership l) {
       return new Leader(l.getHolder(), l.getValue(), l.getFencingToken());
+    }
+
+    /** Who leads after one Observe change: unknown ({@code missed}) after a MISSED. */
+    static Leader after(ObserveResponse change) {
+      if (change.getType() == ChangeType.CHANGE_TYPE_MISSED) {
+        return new Leader(
+            "", "", 0, true, change.getEndedHolder(), change.getEndedFencingToken());
+      }
+      return change.hasLeader() ? of(change.getLeader()) : NOBODY;
     }
   }
 
@@ -171,7 +205,8 @@ public final class Election {
    * reconnect never leaves a stale leader), until the returned handle is closed or the server
    * refuses for good (grants, credentials, arguments).
    *
-   * @param onNewLeader told each new leader, {@link Leader#NOBODY} when there is none
+   * @param onNewLeader told each new leader, {@link Leader#NOBODY} when there is none, and a
+   *     {@link Leader#missed()} one when the stream missed changes (who leads is then unknown)
    * @return close it to stop observing
    */
   public AutoCloseable observe(Consumer<Leader> onNewLeader) {
@@ -198,7 +233,7 @@ public final class Election {
         while (it.hasNext()) {
           ObserveResponse msg = it.next();
           backoffMs = 100;
-          Leader now = msg.hasLeader() ? Leader.of(msg.getLeader()) : Leader.NOBODY;
+          Leader now = Leader.after(msg);
           if (!now.equals(last)) {
             last = now;
             onNewLeader.accept(now);

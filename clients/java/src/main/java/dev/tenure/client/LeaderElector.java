@@ -15,8 +15,8 @@ import java.util.logging.Logger;
  * thread while it leads, and campaigns again after each term.
  *
  * <p>The rule: {@code takeLeadership} must stop acting as leader when its thread is interrupted
- * (the term ended: its safe deadline passed, it was revoked or expired, or the elector is being
- * closed) and must pass {@link Session#getFencingToken()} with every downstream write. Returning
+ * (the term ended: its safe deadline passed, it was revoked or expired, a watch said it missed
+ * changes among which the term ended, or the elector is being closed) and must pass {@link Session#getFencingToken()} with every downstream write. Returning
  * from it resigns the term.
  *
  * <pre>{@code
@@ -51,7 +51,9 @@ public final class LeaderElector implements AutoCloseable {
     /**
      * Called with every change of leader (including this participant), on another thread.
      *
-     * @param leader the new leader, or {@link Election.Leader#NOBODY}
+     * @param leader the new leader, {@link Election.Leader#NOBODY}, or a leader with {@link
+     *     Election.Leader#missed()} set when the Observe stream missed changes (who leads is unknown
+     *     until the next call)
      */
     default void newLeader(Election.Leader leader) {}
   }

@@ -341,8 +341,16 @@ public final class LeaseClient implements AutoCloseable {
    * every change. The watch reconnects and resumes after a Tenure restart or a broken connection
    * (see {@link LeaseWatch}). Close it to stop.
    *
+   * <p>An {@code EVENT_TYPE_MISSED} event says the stream did not see every change of its name
+   * (the server's watcher fell behind the bucket, which keeps one message per name): the changes
+   * after {@code getMissedAfterRevision()} and before {@code getRevision()} are gone, the holding
+   * in {@code getHolder()}/{@code getFencingToken()} (when known, token != 0) has ended, and other
+   * holdings may have come and gone. The events after it are the name's changes from its revision
+   * on.
+   *
    * @param nameOrPrefix the name or subtree
-   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
+   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} and {@code
+   *     MISSED} always come)
    * @return the running watch
    */
   public LeaseWatch watch(String nameOrPrefix, EventType... types) {
@@ -371,7 +379,8 @@ public final class LeaseClient implements AutoCloseable {
    *
    * @param nameOrPrefix the name or subtree
    * @param observer receives the events
-   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} always comes)
+   * @param types the event types to keep; none means all ({@code SNAPSHOT_COMPLETE} and {@code
+   *     MISSED} always come)
    * @return a handle that cancels the watch
    */
   public Subscription watch(

@@ -3,6 +3,7 @@ package dev.tenure.client;
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
 import dev.tenure.v1.ErrorReason;
+import dev.tenure.v1.EventType;
 import dev.tenure.v1.LeaseEvent;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -279,7 +280,8 @@ final class Lifecycle<R> {
           !holding.releasesAfterLoss()
               && loss != null
               && (loss.getReason() == Session.LossReason.NOT_HELD
-                  || loss.getReason() == Session.LossReason.LEASE_ENDED);
+                  || loss.getReason() == Session.LossReason.LEASE_ENDED
+                  || loss.getReason() == Session.LossReason.MISSED);
       state = State.RELEASED;
       listeners.clear();
       cancelTasksLocked();
@@ -342,7 +344,10 @@ final class Lifecycle<R> {
     lastError = null;
   }
 
-  /** Called by the client's {@link LossWatch} when an event shows the holding ended. */
+  /**
+   * Called by the client's {@link LossWatch} when an event shows the holding ended: {@link
+   * Session.LossReason#MISSED} for a MISSED event, else {@link Session.LossReason#LEASE_ENDED}.
+   */
   void endedByWatch(LeaseEvent event) {
     List<Session.LossListener> toNotify;
     Session.Loss lost;
@@ -350,7 +355,11 @@ final class Lifecycle<R> {
       if (state != State.HELD) {
         return;
       }
-      toNotify = loseLocked(Session.LossReason.LEASE_ENDED, null);
+      Session.LossReason reason =
+          event.getType() == EventType.EVENT_TYPE_MISSED
+              ? Session.LossReason.MISSED
+              : Session.LossReason.LEASE_ENDED;
+      toNotify = loseLocked(reason, null, event);
       lost = loss;
     }
     notify(toNotify, lost);
@@ -513,8 +522,14 @@ final class Lifecycle<R> {
   /** Marks the holding lost; returns the listeners to tell (outside the lock). */
   private List<Session.LossListener> loseLocked(
       Session.LossReason reason, TenureException cause) {
+    return loseLocked(reason, cause, null);
+  }
+
+  /** Marks the holding lost by a watch {@code event}; returns the listeners to tell. */
+  private List<Session.LossListener> loseLocked(
+      Session.LossReason reason, TenureException cause, LeaseEvent event) {
     state = State.LOST;
-    loss = new Session.Loss(reason, cause);
+    loss = new Session.Loss(reason, cause, event);
     cancelTasksLocked();
     List<Session.LossListener> toNotify = new ArrayList<>(listeners);
     listeners.clear();

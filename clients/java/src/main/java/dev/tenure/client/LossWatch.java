@@ -111,7 +111,9 @@ final class LossWatch {
   /**
    * Whether {@code event} shows that the holding with {@code token} of slot {@code slot} of {@code
    * name} ended. Events of other slots (other holders of the same semaphore acquiring, renewing or
-   * releasing) never do; a plain lease (slot 0) ignores semaphore events and vice versa.
+   * releasing) never do; a plain lease (slot 0) ignores semaphore events and vice versa. A MISSED
+   * (the stream did not see every change of the name) does only when it names this holding's
+   * token: a MISSED of another token, or of none (0), says nothing of this holding.
    */
   static boolean showsLoss(String name, int slot, long token, LeaseEvent event) {
     if (!event.getName().equals(name)
@@ -123,6 +125,7 @@ final class LossWatch {
     return switch (type) {
       case EVENT_TYPE_REVOKED, EVENT_TYPE_EXPIRED, EVENT_TYPE_RELEASED -> true;
       case EVENT_TYPE_ACQUIRED, EVENT_TYPE_CURRENT -> event.getFencingToken() != token;
+      case EVENT_TYPE_MISSED -> token != 0 && event.getFencingToken() == token;
       default -> false;
     };
   }

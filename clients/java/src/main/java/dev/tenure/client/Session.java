@@ -4,6 +4,7 @@ import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
 import com.google.protobuf.ByteString;
 import dev.tenure.v1.Lease;
+import dev.tenure.v1.LeaseEvent;
 import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
 import dev.tenure.v1.RenewRequest;
@@ -38,7 +39,10 @@ import java.util.logging.Logger;
  *       lease expired and was taken, or was released or revoked elsewhere);
  *   <li>{@link LossReason#RENEW_REJECTED} as soon as a renewal fails with another error that a
  *       retry cannot fix;
- *   <li>{@link LossReason#DEADLINE_PASSED} at the safe deadline when no renewal got through.
+ *   <li>{@link LossReason#DEADLINE_PASSED} at the safe deadline when no renewal got through;
+ *   <li>{@link LossReason#LEASE_ENDED} as soon as the client's shared lease watch shows the
+ *       holding end, and {@link LossReason#MISSED} as soon as it says it missed changes among
+ *       which the holding ended.
  * </ul>
  *
  * <p>{@link #release()} or {@link #close()} (try-with-resources) ends the session and releases
@@ -59,17 +63,31 @@ public final class Session implements AutoCloseable {
      * The client's shared lease watch showed the holding end (REVOKED, EXPIRED, RELEASED, or
      * another holder's token): noticed at once, not at the next renewal.
      */
-    LEASE_ENDED
+    LEASE_ENDED,
+    /**
+     * The client's shared lease watch said it missed changes of the name (an {@code
+     * EVENT_TYPE_MISSED} event: its server's watcher fell behind the bucket) and named this
+     * holding's fencing token (and slot) as one that ended among them; how it ended (revoked,
+     * expired, taken over) is unknown. A MISSED naming another token, or none, does not end the
+     * session. {@link Loss#getEvent()} is the MISSED event.
+     */
+    MISSED
   }
 
   /** What ended a session's holding: a reason and the renewal error behind it, if any. */
   public static final class Loss {
     private final LossReason reason;
     private final TenureException cause;
+    private final LeaseEvent event;
 
     Loss(LossReason reason, TenureException cause) {
+      this(reason, cause, null);
+    }
+
+    Loss(LossReason reason, TenureException cause, LeaseEvent event) {
       this.reason = reason;
       this.cause = cause;
+      this.event = event;
     }
 
     /** @return why the lease was lost */
@@ -85,6 +103,17 @@ public final class Session implements AutoCloseable {
      */
     public Optional<TenureException> getCause() {
       return Optional.ofNullable(cause);
+    }
+
+    /**
+     * For {@link LossReason#LEASE_ENDED} and {@link LossReason#MISSED}, the watch event that showed
+     * the loss (for a holding missing from a reopened watch's snapshot, that snapshot's
+     * SNAPSHOT_COMPLETE, naming the holding); empty for the other reasons.
+     *
+     * @return the watch event, if the watch ended the session
+     */
+    public Optional<LeaseEvent> getEvent() {
+      return Optional.ofNullable(event);
     }
 
     @Override

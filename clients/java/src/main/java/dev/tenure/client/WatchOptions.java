@@ -12,8 +12,8 @@ import java.util.Objects;
  * and reconnects after a stream ends or fails retryably with backoff from 100 ms doubling to 5 s
  * (jittered), resuming after the last revision it delivered.
  *
- * @param eventTypes the event types to keep; empty means all ({@code SNAPSHOT_COMPLETE} always
- *     comes)
+ * @param eventTypes the event types to keep; empty means all ({@code SNAPSHOT_COMPLETE} and
+ *     {@code MISSED} always come)
  * @param startRevision resume after this revision instead of starting with a snapshot (0: fresh)
  * @param reconnect whether to reopen the stream after it ends or fails retryably
  * @param minBackoff the first reconnect delay (doubled per failure, jittered)

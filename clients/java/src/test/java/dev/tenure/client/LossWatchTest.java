@@ -42,6 +42,21 @@ class LossWatchTest {
   }
 
   @Test
+  void aMissedShowsLossOnlyForTheHoldingsOwnToken() {
+    LeaseEvent.Builder e =
+        LeaseEvent.newBuilder()
+            .setType(EventType.EVENT_TYPE_MISSED)
+            .setName("n")
+            .setRevision(9)
+            .setMissedAfterRevision(6);
+    assertTrue(LossWatch.showsLoss("n", 5, e.setFencingToken(5).build()));
+    assertFalse(LossWatch.showsLoss("n", 5, e.setFencingToken(4).build()));
+    assertFalse(LossWatch.showsLoss("n", 5, e.setFencingToken(0).build()));
+    assertTrue(LossWatch.showsLoss("n", 2, 5, e.setFencingToken(5).setSlot(2).build()));
+    assertFalse(LossWatch.showsLoss("n", 2, 5, e.setFencingToken(5).setSlot(1).build()));
+  }
+
+  @Test
   void aSemaphoreSessionIsEndedOnlyByEventsOfItsOwnSlot() {
     LeaseEvent.Builder e =
         LeaseEvent.newBuilder().setName("s").setRevision(20).setFencingToken(7).setSlot(2);
