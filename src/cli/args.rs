@@ -47,6 +47,10 @@ pub enum ClientCommand {
     Release(ReleaseArgs),
     /// End someone's holding as an operator (admin).
     Revoke(RevokeArgs),
+    /// Hand a holding acquired with `tenure acquire` to a waiting Acquire
+    /// (the holder given with --to, or the first in line), with no moment
+    /// in which the lease is free.
+    Transfer(TransferArgs),
     /// A live view of the leases under a prefix and their events.
     Top(TopArgs),
     /// Ask a server whether it serves (gRPC health Check), for probes and
@@ -361,6 +365,28 @@ pub struct ReleaseArgs {
     /// lease).
     #[arg(long, default_value_t = 0)]
     pub slot: u32,
+    /// Output format.
+    #[command(flatten)]
+    pub output: Output,
+    /// Connection flags.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `tenure transfer`.
+#[derive(Debug, Clone, Args)]
+pub struct TransferArgs {
+    /// The lease name.
+    pub name: String,
+    /// The revision printed by the last acquire or renew.
+    #[arg(long)]
+    pub revision: u64,
+    /// The lease key printed by `tenure acquire`.
+    #[arg(long, env = "TENURE_LEASE_KEY", hide_env_values = true)]
+    pub lease_key: String,
+    /// The waiting holder to hand it to (default: the first in line).
+    #[arg(long, value_name = "HOLDER")]
+    pub to: Option<String>,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

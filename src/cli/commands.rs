@@ -8,7 +8,7 @@ use futures::StreamExt;
 
 use super::args::{
     AcquireArgs, Connection, GetArgs, ListArgs, OutputFormat, ReleaseArgs, RenewArgs, RevokeArgs,
-    Wait, WatchArgs,
+    TransferArgs, Wait, WatchArgs,
 };
 use super::connect::{connect, request, Client};
 use super::error::CliError;
@@ -17,7 +17,7 @@ use super::output::{
 };
 use crate::proto::{
     AcquireGroupRequest, AcquireRequest, EventType, GetLeaseRequest, Lease, ListLeasesRequest,
-    ReleaseRequest, RenewRequest, RevokeLeaseRequest, WatchLeaseRequest,
+    ReleaseRequest, RenewRequest, RevokeLeaseRequest, TransferRequest, WatchLeaseRequest,
 };
 
 /// `print!` of a rendered table (already escaped cell by cell) that does
@@ -447,6 +447,37 @@ pub async fn release(a: ReleaseArgs) -> Result<(), CliError> {
             "revision": resp.revision,
         })),
         OutputFormat::Table => outln!("released {name} at revision {}", resp.revision),
+    }
+    Ok(())
+}
+
+/// `tenure transfer NAME --revision R --lease-key K [--to HOLDER]`.
+pub async fn transfer(a: TransferArgs) -> Result<(), CliError> {
+    let mut c = connect(&a.conn).await?;
+    let lease = c
+        .transfer(request(
+            TransferRequest {
+                name: a.name.clone(),
+                expected_revision: a.revision,
+                lease_key: a.lease_key,
+                to_holder: a.to.unwrap_or_default(),
+            },
+            &a.conn,
+            Duration::ZERO,
+        ))
+        .await
+        .map_err(|s| CliError::from_status(&s))?
+        .into_inner()
+        .lease
+        .unwrap_or_default();
+    match a.output.output {
+        OutputFormat::Json => print_json(&lease_json(&lease)),
+        OutputFormat::Table => outln!(
+            "transferred {} to {} (fencing token {})",
+            lease.name,
+            lease.holder,
+            lease.fencing_token
+        ),
     }
     Ok(())
 }

@@ -102,6 +102,7 @@ async fn run_client(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Renew(a) => commands::renew(a).await,
         ClientCommand::Release(a) => commands::release(a).await,
         ClientCommand::Revoke(a) => commands::revoke(a).await,
+        ClientCommand::Transfer(a) => commands::transfer(a).await,
         ClientCommand::Top(a) => top::top(a).await,
         ClientCommand::Health(a) => health::health(a).await,
         ClientCommand::FenceKeys(a) => fence_keys::fence_keys(a).await,

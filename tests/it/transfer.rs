@@ -258,3 +258,44 @@ async fn a_leader_resigns_to_its_successor_without_a_leaderless_moment() {
     assert_eq!(elected.leader.unwrap().holder, "b");
     assert_eq!(stepped.revision, elected.revision);
 }
+
+/// `tenure transfer` hands a holding acquired with `tenure acquire` to a
+/// waiter; with nobody waiting it exits 1 naming NO_WAITER.
+#[tokio::test]
+async fn the_cli_transfers() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let url = format!("http://{}", t.running.as_ref().unwrap().addr());
+    let out = run_to_end(tenure_cli(&url).args(["acquire", "xfer.cli", "-o", "json"])).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let revision = v["revision"].as_u64().unwrap().to_string();
+    let key = v["lease_key"].as_str().unwrap().to_string();
+    let args = |to: &str| {
+        let mut a = vec![
+            "transfer",
+            "xfer.cli",
+            "--revision",
+            &revision,
+            "--lease-key",
+            &key,
+        ];
+        if !to.is_empty() {
+            a.extend(["--to", to]);
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let out = run_to_end(tenure_cli(&url).args(args(""))).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("NO_WAITER"), "{out:?}");
+    let w = waiter(&c, "xfer.cli", "next").await;
+    queued(&mut c, "xfer.cli", 1).await;
+    let out = run_to_end(tenure_cli(&url).args(args("next"))).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("transferred xfer.cli to next"),
+        "{out:?}"
+    );
+    let got = within("the waiter", w).await.unwrap().unwrap().into_inner();
+    assert_eq!(got.lease.unwrap().holder, "next");
+}
