@@ -80,8 +80,17 @@
  *                            write failed
  *   VIEW_POSITION_RULE       (with VIEW) the view says Mine once its position
  *                            reaches the waiter's revision, complete or not
+ * Assumption removed:
+ *   EXPIRE_WHILE_HOLDING     (with EXPIRY) NATS may expire a lease while its
+ *                            holder still acts
  * A variant that is NOT a violation (checked by hand, see model/README.md):
  *   RELEASE_BEFORE_DELETE    the grantee may release before its ticket delete
+ * Scenario switches (the real protocol must pass with them):
+ *   EXPIRY                   a holder may stop acting at its deadline instead
+ *                            of releasing; NATS then expires its lease
+ *   BATCH_GRANT              every grant may instead be the one atomic batch
+ *                            (ticket delete + lease) of a grant with a fence
+ *   SPLIT_READ, VIEW, NW, PLAIN, NR, MAXSEQ, REFRESHES, GIVEUPS, FAILED_DELETES
  */
 
 #ifndef NW
@@ -154,6 +163,9 @@ byte refreshes = REFRESHES, giveups = GIVEUPS, failed_deletes = FAILED_DELETES;
 byte pst;               /* the plain client P: P_NEW ... P_DONE */
 byte p_arr;             /* ghost: the stream position of P's queue read (its arrival) */
 byte undeleted;         /* ghost, probes only: the grantee (w + 1) whose ticket delete failed */
+#ifdef PROBE
+bool lk_expired;        /* ghost, probes only: the lease's last message is an expiry marker */
+#endif
 #ifdef VIEW
 /* the replica's shared watcher and its queue view */
 #ifndef NR
@@ -235,6 +247,11 @@ inline check_grant(w) {
   REACH(1, ANYW(LEFT_AHEAD));
   /* probe 7: granted after the ticket a failed delete left live expired */
   REACH(7, undeleted != 0 && undeleted != w + 1 && gone[undeleted - 1] != 0);
+  /* probe 10: granted over an expired holding while a later waiter waits */
+#define LATER_WAITS(v) (v != w && WAITS(v) && arrival[v] > arrival[w])
+  REACH(10, lk_expired && ANYW(LATER_WAITS));
+  /* probe 11: a third waiter granted (every waiter had a grant) */
+  REACH(11, NW > 2 && (w == 0 || st[0] == W_DONE) && (w == 1 || st[1] == W_DONE) && (w == NW - 1 || st[NW - 1] == W_DONE));
 #ifdef VIEW
   /* probe 8: granted on a Mine of the view (no queue read) that was answered
      while a later waiter waited, after the watcher skipped a superseded
@@ -250,6 +267,9 @@ inline write_lease(w, next) {
   check_grant(w);
   seq++;
   lk_kind = S_LIVE; lk_rev = seq; lk_holder = w + 1;
+#ifdef PROBE
+  lk_expired = 0;
+#endif
   st[w] = next
 }
 
@@ -545,6 +565,7 @@ end:
        st[w] == W_TRYING ->
        if
        :: seq + 2 <= MAXSEQ && HOLDS(w) && LEASE_COND ->
+          REACH(12, 1);         /* a grant by the batch */
           printf("W%c: batch: ticket deleted rev %d\n", CH(w), seq + 1);
           delete_ticket(w);
           write_lease(w, W_HOLDING)
@@ -601,8 +622,19 @@ end:
        seq++;
        printf("W%c: released rev %d\n", CH(w), seq);
        lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
+#ifdef PROBE
+       lk_expired = 0;
+#endif
        if :: st[w] == W_HOLDING -> st[w] = W_DONE :: else -> st[w] = W_RELEASED fi
      }
+#ifdef EXPIRY
+  /* or the holder's deadline passes: it stops acting, and NATS may expire the lease */
+  :: d_step {
+       st[w] == W_HOLDING ->
+       printf("W%c: deadline passed: stops acting (no release)\n", CH(w));
+       st[w] = W_DONE
+     }
+#endif
   :: st[w] == W_DONE || st[w] == W_LEFT || st[w] == W_REFUSED -> break
   od
 }
@@ -670,6 +702,9 @@ end:
           REACH(2, ANYW(QUEUED_AFTER_P));
           seq++;
           lk_kind = S_LIVE; lk_rev = seq; lk_holder = NW + 1;
+#ifdef PROBE
+          lk_expired = 0;
+#endif
           pst = P_HOLDING
        :: else ->
           printf("P: lease write refused (expected %d, now %d)\n", el, lk_rev);
@@ -684,8 +719,14 @@ end:
 #define NOT_SERVED(v) (st[v] != W_DONE)
        REACH(3, !ANYW(NOT_SERVED));   /* everyone was served */
        lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
+#ifdef PROBE
+       lk_expired = 0;
+#endif
        pst = P_DONE
      }
+#ifdef EXPIRY
+  :: d_step { pst == P_HOLDING -> printf("P: deadline passed: stops acting (no release)\n"); pst = P_DONE }
+#endif
   :: pst == P_DONE || (pst == P_NEW && tries == 0) -> break
   od
 }
@@ -761,10 +802,45 @@ end:
  * NATS: a ticket expires only after its waiter stopped waiting (the timing
  * assumption); tombstones and markers age out.
  */
+#ifdef EXPIRY
+/*
+ * the lease record of a holder that stopped acting (its deadline passed):
+ * NATS may expire it (the timing assumption of lease.pml); with
+ * EXPIRE_WHILE_HOLDING also while its holder still acts (the assumption
+ * removed)
+ */
+#ifdef EXPIRE_WHILE_HOLDING
+#define STOPPED(v) (st[v] == W_DONE || st[v] == W_HOLDING)
+#define P_STOPPED (pst == P_DONE || pst == P_HOLDING)
+#else
+#define STOPPED(v) (st[v] == W_DONE)
+#define P_STOPPED (pst == P_DONE)
+#endif
+#if PLAIN
+#define LEASE_ORPHAN (lk_kind == S_LIVE && ((lk_holder <= NW && STOPPED(lk_holder - 1)) || (lk_holder == NW + 1 && P_STOPPED)))
+#else
+#define LEASE_ORPHAN (lk_kind == S_LIVE && STOPPED(lk_holder - 1))
+#endif
+#endif
+
 proctype Nature() {
   byte s;
 end:
   do
+#ifdef EXPIRY
+  :: d_step {
+       seq < MAXSEQ && LEASE_ORPHAN ->
+       seq++;
+       if
+       :: lk_holder <= NW -> printf("nats: W%c's lease expires: marker rev %d\n", CH(lk_holder - 1), seq)
+       :: else -> printf("nats: P's lease expires: marker rev %d\n", seq)
+       fi;
+       lk_kind = S_DEL; lk_rev = seq; lk_holder = 0
+#ifdef PROBE
+       ; lk_expired = 1
+#endif
+     }
+#endif
   :: d_step {
        seq < MAXSEQ && (EXPIRES(0) || EXPIRES(1)) ->
        if :: EXPIRES(0) -> s = 0 :: else -> s = 1 fi;

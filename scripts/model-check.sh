@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Model check of the lease protocol (model/lease.pml) and of fair queueing
-# (model/fifo.pml) with spin; model/README.md explains the models.
+# Model check of the lease protocol (model/lease.pml), fair queueing
+# (model/fifo.pml), semaphores (model/sem.pml), groups (model/group.pml) and
+# lock-delay fences (model/delay.pml) with spin; model/README.md explains the
+# models.
 #
-#   scripts/model-check.sh            every check (about 6 minutes on 2 cores)
+#   scripts/model-check.sh            every check (about 9 minutes on 2 cores)
 #   scripts/model-check.sh fifo NO_   only checks whose name contains a word
 #
 # Three kinds of check, each counted once in the summary:
 #   verify   the real protocol, searched exhaustively within its bounds:
 #            must report 0 errors and a completed search
 #   control  a mutation of the protocol or a removed assumption: must find a
-#            counterexample (breadth-first, so the shortest); its trail is printed
+#            counterexample (breadth-first, so the shortest) that violates the
+#            property the control targets; its trail is printed
 #   probe    a path of the protocol that the real model must reach (a check
 #            that the model is not vacuous)
 #
@@ -55,8 +58,10 @@ selected() {
   return 1
 }
 
-pass() { passed=$((passed + 1)); echo "  PASS $1"; }
-fail() { failed=$((failed + 1)); failures+=("$1"); echo "  FAIL $1"; }
+# Each check's wall time (build and search) is printed with its verdict.
+check_start=$SECONDS
+pass() { passed=$((passed + 1)); echo "  PASS $1 [$((SECONDS - check_start)) s]"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "  FAIL $1 [$((SECONDS - check_start)) s]"; }
 
 # Generates and compiles pan for model $1 in a fresh folder $2, with spin
 # flags $3 and gcc flags $4.
@@ -90,7 +95,7 @@ trail() {
   # shellcheck disable=SC2086
   (cd "$dir" && spin $sflags -t "$model.pml" 2>&1) |
     sed 's/^[[:space:]]*//; s/[[:space:]][[:space:]]*/ /g; s/ $//' |
-    grep -E '^([AB](@R[01])?[ :]|admin:|nats:|watcher@R[0-9]:|W[0-9]:|P:|VIOLATED|REACHED)' |
+    grep -E '^([ABC](@R[01])?[ :]|[GOSW]:|admin:|nats:|clock:|watcher@R[0-9]:|W[0-9]:|P:|VIOLATED|REACHED)' |
     sed '/^VIOLATED/q; /^REACHED/q'
 }
 
@@ -98,6 +103,7 @@ trail() {
 verify() {
   local name=$1 model=$2 sflags=$3 bounds=$4
   selected "$name" || return 0
+  check_start=$SECONDS
   local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
   echo "verify $name"
   echo "  bounds: $bounds"
@@ -129,6 +135,7 @@ verify() {
 control() {
   local name=$1 model=$2 sflags=$3 what=$4 property=${5:-}
   selected "$name" || return 0
+  check_start=$SECONDS
   local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
   echo "control $name: $what"
   if ! build "$model" "$dir" "$sflags" "-O1 -DSAFETY -DBFS"; then
@@ -156,6 +163,7 @@ control() {
 probe() {
   local name=$1 model=$2 n=$3 what=$4 sflags="-DPROBE=$3 ${5:-}"
   selected "$name" || return 0
+  check_start=$SECONDS
   local dir="$work/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
   if ! build "$model" "$dir" "$sflags" "-O1 -DSAFETY"; then
     fail "$name (does not compile)"
@@ -179,15 +187,15 @@ verify lease-any-replica lease "-DANY_REPLICA -DOPS_A=2 -DOPS_B=2 -DREVOKES=0" \
 verify lease-give-up lease "-DGIVE_UP -DRETRIES=0" \
   "as lease, but instead of a retry 1 call abandoned without an answer (after a Release with no definite answer the client acquires later with a new key)"
 
-control lease-NO_KEY_CHECK lease "-DNO_KEY_CHECK" "Renew and Release accept any lease key"
-control lease-NO_ACQUIRE_KEY_CHECK lease "-DNO_ACQUIRE_KEY_CHECK" "Acquire takes a holding of the same holder name as its own, whatever the key"
-control lease-UNCONDITIONAL_WRITE lease "-DUNCONDITIONAL_WRITE" "publishes without Nats-Expected-Last-Subject-Sequence"
-control lease-NO_STALE_RULE_BOUND lease "-DNO_STALE_RULE_BOUND" "verify_holding accepts an expected revision below the holding's token"
-control lease-NO_CACHE_REVISION lease "-DNO_CACHE_REVISION" "KeyCache answers by name whatever the revision asked"
-control lease-NO_ACQUIRE_RETRY_PATH lease "-DNO_ACQUIRE_RETRY_PATH" "Acquire treats the caller's own holding as someone else's"
-control lease-ACQUIRE_RETRY_WITHOUT_WRITE lease "-DACQUIRE_RETRY_WITHOUT_WRITE" "a retried Acquire answers with the holding it read, without renewing it"
-control lease-NO_CLIENT_DEADLINE lease "-DNO_CLIENT_DEADLINE" "assumption removed: expiry may fire before the client's deadline"
-control lease-REUSE_KEY lease "-DGIVE_UP -DRETRIES=0 -DREUSE_KEY" "assumption removed: after a Release with no answer the client acquires again with the same key"
+control lease-NO_KEY_CHECK lease "-DNO_KEY_CHECK" "Renew and Release accept any lease key" P2
+control lease-NO_ACQUIRE_KEY_CHECK lease "-DNO_ACQUIRE_KEY_CHECK" "Acquire takes a holding of the same holder name as its own, whatever the key" P2
+control lease-UNCONDITIONAL_WRITE lease "-DUNCONDITIONAL_WRITE" "publishes without Nats-Expected-Last-Subject-Sequence" P3
+control lease-NO_STALE_RULE_BOUND lease "-DNO_STALE_RULE_BOUND" "verify_holding accepts an expected revision below the holding's token" P1
+control lease-NO_CACHE_REVISION lease "-DNO_CACHE_REVISION" "KeyCache answers by name whatever the revision asked" P1
+control lease-NO_ACQUIRE_RETRY_PATH lease "-DNO_ACQUIRE_RETRY_PATH" "Acquire treats the caller's own holding as someone else's" P4
+control lease-ACQUIRE_RETRY_WITHOUT_WRITE lease "-DACQUIRE_RETRY_WITHOUT_WRITE" "a retried Acquire answers with the holding it read, without renewing it" P3
+control lease-NO_CLIENT_DEADLINE lease "-DNO_CLIENT_DEADLINE" "assumption removed: expiry may fire before the client's deadline" P3
+control lease-REUSE_KEY lease "-DGIVE_UP -DRETRIES=0 -DREUSE_KEY" "assumption removed: after a Release with no answer the client acquires again with the same key" P3
 
 probe lease-probe-1 lease 1 "a Renew through the KeyCache"
 probe lease-probe-2 lease 2 "a Renew with a stale revision (a retry) accepted"
@@ -204,21 +212,21 @@ verify fifo fifo "-DMAXSEQ=9" \
 verify fifo-split-read fifo "-DSPLIT_READ -DMAXSEQ=7" \
   "as fifo, but the lease read and the queue read are two steps (as the code orders them); stream sequence <= 7"
 
-control fifo-NO_HEAD_CHECK fifo "-DNO_HEAD_CHECK" "any waiter acquires when the lease is free"
-control fifo-ORDER_BY_LAST_REVISION fifo "-DORDER_BY_LAST_REVISION" "the queue is ordered by the ticket's last revision"
-control fifo-NON_ATOMIC_GRANT fifo "-DNON_ATOMIC_GRANT" "the grant deletes the ticket before it writes the lease (the wrong order)"
-control fifo-NO_QUEUE_CHECK fifo "-DNO_QUEUE_CHECK" "a plain Acquire does not read the queue"
-control fifo-STALE_QUEUE_READ fifo "-DSTALE_QUEUE_READ" "the head check may read a snapshot older than the own ticket"
-control fifo-NO_SLOT_CONDITION fifo "-DNO_SLOT_CONDITION" "a ticket is written into its slot unconditionally"
-control fifo-NO_LEASE_CONDITION fifo "-DNO_LEASE_CONDITION -DSPLIT_READ" "the head's lease write is unconditional (lease and queue read in two steps)"
-control fifo-DELETE_ON_LOST_GRANT fifo "-DDELETE_ON_LOST_GRANT" "the head deletes its ticket although its lease write failed"
+control fifo-NO_HEAD_CHECK fifo "-DNO_HEAD_CHECK" "any waiter acquires when the lease is free" F1
+control fifo-ORDER_BY_LAST_REVISION fifo "-DORDER_BY_LAST_REVISION" "the queue is ordered by the ticket's last revision" F1
+control fifo-NON_ATOMIC_GRANT fifo "-DNON_ATOMIC_GRANT" "the grant deletes the ticket before it writes the lease (the wrong order)" F1
+control fifo-NO_QUEUE_CHECK fifo "-DNO_QUEUE_CHECK" "a plain Acquire does not read the queue" F1
+control fifo-STALE_QUEUE_READ fifo "-DSTALE_QUEUE_READ" "the head check may read a snapshot older than the own ticket" F1
+control fifo-NO_SLOT_CONDITION fifo "-DNO_SLOT_CONDITION" "a ticket is written into its slot unconditionally" F1
+control fifo-NO_LEASE_CONDITION fifo "-DNO_LEASE_CONDITION -DSPLIT_READ" "the head's lease write is unconditional (lease and queue read in two steps)" F2
+control fifo-DELETE_ON_LOST_GRANT fifo "-DDELETE_ON_LOST_GRANT" "the head deletes its ticket although its lease write failed" F1
 
-# The probes run within the bounds of the verify runs, except probe 3:
-# serving everyone takes 14 writes (see model/README.md).
+# The probes run within the bounds of the verify runs (probe 3 within
+# fifo-all's, below).
 probe fifo-probe-1 fifo 1 "a grant past an earlier waiter that gave up and whose ticket expired" "-DMAXSEQ=9"
 probe fifo-probe-2 fifo 2 "a waiter queues between P's queue read and P's write, and P is granted" "-DMAXSEQ=9"
-probe fifo-probe-3 fifo 3 "all three waiters and P served (sequence <= 14, no refresh, give-up or failed delete)" \
-  "-DMAXSEQ=14 -DREFRESHES=0 -DGIVEUPS=0 -DFAILED_DELETES=0"
+probe fifo-probe-3 fifo 3 "all three waiters and P served (within fifo-all's bounds)" \
+  "-DEXPIRY -DMAXSEQ=16 -DREFRESHES=0 -DGIVEUPS=0 -DFAILED_DELETES=0"
 probe fifo-probe-4 fifo 4 "a ticket reuses a slot an earlier ticket left" "-DMAXSEQ=9"
 probe fifo-probe-5 fifo 5 "a waiter refused because every slot is live" "-DMAXSEQ=9"
 probe fifo-probe-6 fifo 6 "a waiter reads the queue while another holds the lease with its ticket still live" "-DSPLIT_READ -DMAXSEQ=7"
@@ -236,6 +244,75 @@ control fifo-view-POSITION_RULE fifo "$view -DVIEW_POSITION_RULE" \
   "the view says Mine once its position reaches the waiter's revision (today's rule), complete or not" F1
 probe fifo-view-probe-8 fifo 8 "a grant on the view's Mine while a later waiter waits, after the watcher skipped a superseded ticket write" "$view"
 probe fifo-view-probe-9 fifo 9 "the control's overtake answered Unknown: position past the revision, nobody ahead in the view, an earlier waiter waiting" "$view"
+
+# ---- fair queueing, split: everyone served ----
+# Three waiters and P with neither refresh, give-up nor failed delete: no run
+# needs more than 16 writes, so the bound cuts nothing, and every run that
+# serves all four is inside the verify run.
+verify fifo-all fifo "-DEXPIRY -DMAXSEQ=16 -DREFRESHES=0 -DGIVEUPS=0 -DFAILED_DELETES=0" \
+  "waiters W0, W1, W2 in 2 slots and the plain Acquire P (2 tries); a holder releases or stops acting at its deadline, and NATS then expires its lease; no refresh, give-up or failed delete; stream sequence <= 16 (cuts nothing)"
+
+# ---- fair queueing, split: three waiters and no plain Acquire ----
+# Without P a run of three waiters needs at most 13 writes, so the sequence
+# bound cuts nothing, and a third waiter's grant is inside the verify run.
+waiters="-DEXPIRY -DNW=3 -DPLAIN=0 -DMAXSEQ=13"
+verify fifo-waiters fifo "$waiters" \
+  "waiters W0, W1, W2 in 2 slots, no plain Acquire; a holder releases or stops acting at its deadline, and NATS then expires its lease (a marker) while the others wait; 1 refresh, 1 give-up, 1 failed ticket delete; stream sequence <= 13 (cuts nothing)"
+control fifo-waiters-EXPIRE_WHILE_HOLDING fifo "$waiters -DEXPIRE_WHILE_HOLDING" \
+  "assumption removed: NATS may expire a lease while its holder still acts" F2
+probe fifo-waiters-probe-10 fifo 10 "a waiter granted over an expired holding while a later waiter waits" "$waiters"
+probe fifo-waiters-probe-11 fifo 11 "a third waiter granted after the other two were served" "$waiters"
+
+# ---- fair queueing: the grant with a lock-delay fence (one batch) ----
+batch="-DBATCH_GRANT -DMAXSEQ=7"
+verify fifo-batch-grant fifo "$batch" \
+  "as fifo, but every grant is either the two writes or the one atomic batch (ticket delete + lease; the model has no fence); stream sequence <= 7"
+probe fifo-batch-probe-12 fifo 12 "a grant by the batch" "$batch"
+
+# ---- semaphores: the limit under concurrent limit changes ----
+verify sem sem "" \
+  "clients A (limit 1), B (limit 2), C (limit 1 or 2, chosen per call), 2 Acquires each; slot keys 1, 2 and the definition key; slots read in any order, then the definition, then the slots of a larger limit in force; lone slot writes, first-definition batches, redefinition batches with tombstones; release, deadline and expiry; tombstones and markers age out, not under an attempt that read the slot before them; stream sequence <= 24 (cuts nothing)"
+control sem-NO_TOMBSTONES sem "-DNO_TOMBSTONES" "a redefinition does not tombstone the other free slots" S1
+control sem-DEF_FIRST sem "-DDEF_FIRST" "the definition is read before the slots" S2
+control sem-NO_DEF_WRITE sem "-DNO_DEF_WRITE" "an Acquire with another limit and no holder writes its slot alone, without redefining" S1
+control sem-NO_SLOT_CONDITION sem "-DNO_SLOT_CONDITION" "the lone slot write is unconditional" S3
+control sem-AGE_ANY_TIME sem "-DAGE_ANY_TIME" "assumption removed: a slot's tombstone ages out while an attempt that read the slot before it is in flight" S2
+probe sem-probe-1 sem 1 "a lone slot write refused by a redefinition's tombstone (the limit changed after its reads)"
+probe sem-probe-2 sem 2 "a redefinition to another limit committed"
+probe sem-probe-3 sem 3 "a redefinition refused on a slot condition"
+probe sem-probe-4 sem 4 "an Acquire refused LIMIT_MISMATCH"
+probe sem-probe-5 sem 5 "limit 2 full: an Acquire refused LEASE_HELD"
+probe sem-probe-6 sem 6 "a slot taken over expected 0 after its last message aged out"
+probe sem-probe-7 sem 7 "a first definition lost to another"
+
+# ---- groups: one atomic batch against single Acquires ----
+verify group group "" \
+  "group client G (AcquireGroup N0+N1: member reads, queue reads, one batch of guards and records; ReleaseGroup batch; deadline, then per-member expiry), 2 calls; single client S (either name, reads the queue), 2 calls; waiter W on N0 (ticket, lease, ticket delete); observer O, 2 observations of both members; stream sequence <= 20 (cuts nothing)"
+control group-SPLIT_GROUPS group "-DSPLIT_GROUPS" "the members written as separate publishes (the split-groups test fault)" G1
+control group-NO_MEMBER_CONDITION group "-DNO_MEMBER_CONDITION" "a member's record without its expected revision" G2
+control group-NO_QUEUE_GUARD group "-DNO_QUEUE_GUARD" "the batch without the queue guards" G3
+probe group-probe-1 group 1 "a group granted after the waiter was served"
+probe group-probe-2 group 2 "a group batch refused by a queue guard alone"
+probe group-probe-3 group 3 "a group batch lost to a single Acquire of a member"
+probe group-probe-4 group 4 "an observer sees both members of a group"
+probe group-probe-5 group 5 "an observer sees both ends of a ReleaseGroup"
+probe group-probe-6 group 6 "an observer sees one member expired, the other still the group's"
+
+# ---- lock-delay fences and the batch grant ----
+verify delay delay "" \
+  "one name, its fence and one queue slot; A (lock delay) 2 Acquires, B (none) 2 Acquires, a waiter W (either) whose grant is the batch ticket delete + fence + lease; release (fence delete + tombstone), 1 revoke (fence delete + purge); expiry after the holder's deadline; tombstones and purges age into markers and markers age out, not before the delay has passed; stream sequence <= 12"
+control delay-NO_FENCE delay "-DNO_FENCE" "a holding with a lock delay is written without its fence" D1
+control delay-FENCE_APART delay "-DFENCE_APART" "the fence is a publish of its own after the record (and may fail)" D1
+control delay-NO_FENCE_DELETE delay "-DNO_FENCE_DELETE" "a release of a delayed holding leaves its fence" D2
+control delay-BATCH_TICKET_FIRST delay "-DBATCH_TICKET_FIRST" "the waiter deletes its ticket alone before the fence + lease batch" D4
+control delay-DELAY_OVER_MARKER_TTL delay "-DDELAY_OVER_MARKER_TTL" "assumption removed: a lock delay longer than the marker TTL" D1
+control delay-AGE_ANY_TIME delay "-DAGE_ANY_TIME" "assumption removed: the name's last message ages out under an attempt that read it before" D2
+probe delay-probe-1 delay 1 "an Acquire refused LOCK_DELAY after an expiry"
+probe delay-probe-2 delay 2 "an Acquire refused LOCK_DELAY after a revoke"
+probe delay-probe-3 delay 3 "the waiter goes on once the delay has passed"
+probe delay-probe-4 delay 4 "the waiter's batch deletes an older fence"
+probe delay-probe-5 delay 5 "the waiter's batch writes its own fence"
+probe delay-probe-6 delay 6 "an Acquire of an empty name deletes a fence that outlived the marker"
 
 echo "model-check: total $((SECONDS - start)) s"
 if [ "$failed" -gt 0 ]; then

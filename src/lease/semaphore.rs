@@ -120,6 +120,7 @@ impl Leases {
             // The slots first, then the definition: a limit change committed
             // after the slots were read rewrote them, so a write over a
             // slot's read revision fails if the limit changed since.
+            let read_at = tokio::time::Instant::now();
             let mut slots = self.slots(name, 1, slots_open).await?;
             let def = self.definition(name).await?;
             let in_force = def.limit.unwrap_or(0);
@@ -172,6 +173,15 @@ impl Leases {
                 false => 0,
             };
             let (slot, expected) = free[pick];
+            // A slot read as empty can have been taken, released and aged
+            // back to empty (the marker TTL, twice) under another limit
+            // while a stalled attempt waited; its write over revision 0
+            // would then succeed under a limit it never read
+            // (model/sem.pml, control AGE_ANY_TIME). An attempt older than
+            // half the marker TTL reads again instead of writing.
+            if read_at.elapsed() > self.store.marker_ttl() / 2 {
+                continue 'attempt;
+            }
             let now = now_ms();
             let record = Record::grant(
                 &args.holder,
