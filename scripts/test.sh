@@ -85,7 +85,7 @@ scripts/safety.sh --quick
 # runs beside them; none of them asserts on timing. Its report is printed,
 # and its failure fails the run, after the client suites.
 model_log=$(mktemp)
-step "model check of the lease and fair-queue protocols starts in the background (spin; about 6 minutes)"
+step "model check of the lease, fair-queue, semaphore, group and lock-delay protocols starts in the background (spin; about 8 minutes)"
 scripts/model-check.sh >"$model_log" 2>&1 &
 model_pid=$!
 trap 'kill "$model_pid" "$tools_pid" 2>/dev/null || true; rm -f "$model_log" "$tools_log"' EXIT
