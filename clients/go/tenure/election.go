@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -58,12 +59,15 @@ type ElectionConfig struct {
 	CampaignWait time.Duration
 	// OnStartedLeading runs in its own goroutine when this participant
 	// becomes leader. ctx is cancelled at the term's safe deadline, when
-	// leadership is lost, or when RunElection's context ends: the leader
+	// leadership is lost, when RunElection's context ends, or when
+	// Elector.ResignTo hands the leadership over: the leader
 	// must stop acting as leader when ctx is done, and must pass
 	// term.FencingToken() with every write it makes downstream.
 	OnStartedLeading func(ctx context.Context, term *Session)
 	// OnStoppedLeading is called once per term, after OnStartedLeading's
-	// context is done (whatever the reason) and OnStartedLeading returned.
+	// context is done (whatever the reason) and OnStartedLeading returned
+	// (once per OnStartedLeading call: a failed Elector.ResignTo leads the
+	// same term again).
 	OnStoppedLeading func()
 	// OnNewLeader is called with each new leader (or "nobody", with an
 	// empty Identity) seen through Observe, including this participant, and
@@ -158,8 +162,53 @@ func leaderOf(l *tenurev1.Leadership) Leader {
 // a term ends. When ctx ends it resigns a term it holds (so another
 // participant takes over at once instead of after the TTL) and returns
 // ctx's error. It returns early only on a permanent error (bad arguments,
-// credentials or grants).
+// credentials or grants). It is NewElector(cfg).Run(ctx); use an Elector
+// to hand the leadership over (Elector.ResignTo).
 func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
+	return c.NewElector(cfg).Run(ctx)
+}
+
+// ErrNotLeading is returned by Elector.ResignTo when the elector does not
+// lead (it campaigns, or is not running).
+var ErrNotLeading = errors.New("tenure: the elector does not lead")
+
+// Elector takes part in an election as RunElection does, and lets its
+// leader hand the leadership to a waiting candidate (ResignTo). Create it
+// with Client.NewElector; its methods are safe for concurrent use.
+type Elector struct {
+	c   *Client
+	cfg ElectionConfig
+
+	mu      sync.Mutex
+	leading *leadingTerm // the term being led; nil when not leading
+}
+
+// leadingTerm is one period of leading, which ResignTo reaches.
+type leadingTerm struct {
+	handovers chan *handover // received by the leading loop only
+	done      chan struct{}  // closed when the period ends
+}
+
+// handover is one ResignTo request and its answer.
+type handover struct {
+	ctx       context.Context
+	successor string
+	reply     chan handoverResult // buffered: the loop never blocks on it
+}
+
+type handoverResult struct {
+	leader Leader
+	err    error
+}
+
+// NewElector returns an Elector for cfg; Run makes it take part.
+func (c *Client) NewElector(cfg ElectionConfig) *Elector {
+	return &Elector{c: c, cfg: cfg}
+}
+
+// Run takes part in the election until ctx ends (see RunElection).
+func (e *Elector) Run(ctx context.Context) error {
+	c, cfg := e.c, e.cfg
 	if cfg.Name == "" || cfg.Identity == "" {
 		return errors.New("tenure: RunElection needs a Name and an Identity")
 	}
@@ -199,25 +248,96 @@ func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
 			continue
 		}
 		pause.reset()
-		c.lead(ctx, term, cfg)
+		for e.lead(ctx, term) {
+			// A hand-over failed with the term still held: lead it again.
+		}
 	}
 	return ctx.Err()
 }
 
-// lead runs one term: OnStartedLeading with a context ending at the term's
-// end, then OnStoppedLeading, resigning when ctx ended first.
-func (c *Client) lead(ctx context.Context, term *Session, cfg ElectionConfig) {
-	termCtx, cancel := context.WithCancel(term.Context())
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
+// ResignTo hands the leadership to a waiting candidate, with no moment
+// without a leader (ElectionService.Resign with a successor): to the
+// candidate whose identity is successor, or, with successor == "", to the
+// earliest waiting one. The successor leads with a greater fencing token.
+//
+// Before the hand-over is sent, this leader stops: OnStartedLeading's
+// context is cancelled (with cause ErrTransferred), ResignTo waits for
+// OnStartedLeading to return, and OnStoppedLeading runs; so the successor
+// cannot start leading before this leader stopped, and OnStoppedLeading
+// has run when ResignTo returns. On success it returns the successor, the
+// term's Session ends with ErrTransferred, and the elector campaigns again
+// (stop Run's context to leave the election instead).
+//
+// When the successor does not wait (NO_WAITER) or the call fails while the
+// term is still held, the elector leads the same term again:
+// OnStartedLeading is called anew with it (and OnStoppedLeading when that
+// period ends). ErrNotLeading when the elector does not lead.
+func (e *Elector) ResignTo(ctx context.Context, successor string) (Leader, error) {
+	e.mu.Lock()
+	lt := e.leading
+	e.mu.Unlock()
+	if lt == nil {
+		return Leader{}, ErrNotLeading
+	}
+	h := &handover{ctx: ctx, successor: successor, reply: make(chan handoverResult, 1)}
+	select {
+	case lt.handovers <- h:
+	case <-lt.done:
+		return Leader{}, ErrNotLeading
+	case <-ctx.Done():
+		return Leader{}, ctx.Err()
+	}
+	r := <-h.reply // the loop always answers a request it took
+	return r.leader, r.err
+}
+
+// lead runs one period of leading term: OnStartedLeading with a context
+// ending at the term's end, then OnStoppedLeading, resigning when ctx
+// ended first, or handing the term over on ResignTo. It reports whether
+// the term should be led again (a hand-over failed with the term held).
+func (e *Elector) lead(ctx context.Context, term *Session) (again bool) {
+	cfg := e.cfg
+	termCtx, cancel := context.WithCancelCause(term.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	defer stop()
+	lt := &leadingTerm{handovers: make(chan *handover), done: make(chan struct{})}
+	e.mu.Lock()
+	e.leading = lt
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.leading = nil
+		e.mu.Unlock()
+		close(lt.done)
+	}()
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
 		cfg.OnStartedLeading(termCtx, term)
 	}()
-	<-termCtx.Done()
+	var h *handover
+	select {
+	case <-termCtx.Done():
+	case h = <-lt.handovers:
+		cancel(ErrTransferred)
+	}
 	<-started
+	if h != nil {
+		cfg.OnStoppedLeading()
+		l, err := e.resignTo(h.ctx, term, h.successor)
+		h.reply <- handoverResult{leader: l, err: err}
+		if err == nil {
+			return false
+		}
+		if term.Held() && ctx.Err() == nil {
+			return true
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = term.Release(rctx)
+		rcancel()
+		return false
+	}
 	if ctx.Err() != nil || term.Held() {
 		// Giving up (or the callback returned early): resign so the next
 		// leader need not wait for the TTL. A term already lost is not ours
@@ -227,6 +347,28 @@ func (c *Client) lead(ctx context.Context, term *Session, cfg ElectionConfig) {
 		rcancel()
 	}
 	cfg.OnStoppedLeading()
+	return false
+}
+
+// resignTo sends Resign with a successor (or to the next candidate) for
+// term, ending it as handed over on success.
+func (e *Elector) resignTo(ctx context.Context, term *Session, successor string) (Leader, error) {
+	var next Leader
+	err := term.handOver(ctx, func(ctx context.Context) error {
+		resp, err := e.c.elect.Resign(ctx, &tenurev1.ResignRequest{
+			Name:             term.name,
+			ExpectedRevision: term.Revision(),
+			LeaseKey:         term.leaseKey,
+			Successor:        successor,
+			ToNextCandidate:  successor == "",
+		})
+		if err != nil {
+			return callError(e.c.target, "Resign", err)
+		}
+		next = leaderOf(resp.GetSuccessor())
+		return nil
+	})
+	return next, err
 }
 
 // observe calls onNewLeader for every change of leader of name until ctx

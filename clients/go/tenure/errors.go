@@ -195,6 +195,12 @@ func parseReason(raw string) Reason {
 // ErrReleased is the cause of a Session's loss after Release was called.
 var ErrReleased = errors.New("tenure: lease released")
 
+// ErrTransferred is the cause of a Session's end after Transfer (or an
+// elector's ResignTo) handed the holding to a waiter. It wraps ErrReleased:
+// errors.Is(err, ErrReleased) holds, as after a release, since the holding
+// ended by its holder's choice, not by a loss.
+var ErrTransferred = fmt.Errorf("%w: handed over to a waiter", ErrReleased)
+
 // ErrDeadlinePassed is the cause of a Session's loss when its safe deadline
 // passed without a successful renewal (server unreachable, renewals stalled).
 // The loss error wraps it together with the last renewal error, if any.

@@ -2,10 +2,13 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenure-dev/tenure/clients/go/tenurev1"
 )
 
 // holding is what differs between a Session (one lease) and a
@@ -41,6 +44,8 @@ type lifecycle[R any] struct {
 	lastSent time.Time // send time of the last successful acquire or renewal
 	deadline time.Time // safe deadline (monotonic)
 	lost     error     // why the holding ended; nil while held
+	handing  bool      // a hand-over (Transfer, a Resign to a successor) is in flight
+	heldBack error     // a watch's loss seen while handing over, applied if it fails
 
 	rpcMu     sync.Mutex // serialises renewals and releases
 	releaseMu sync.Mutex // serialises Release
@@ -141,6 +146,12 @@ func (l *lifecycle[R]) renew(ctx context.Context) error {
 func (l *lifecycle[R]) renewOnce(ctx context.Context) error {
 	l.rpcMu.Lock()
 	defer l.rpcMu.Unlock()
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	if lost != nil { // released or handed over while this renewal waited
+		return lost
+	}
 	return l.self.sendRenewal(ctx)
 }
 
@@ -189,14 +200,63 @@ func (l *lifecycle[R]) releaseNow(ctx context.Context) (R, error) {
 }
 
 // lose ends the holding with cause err, once; later calls change nothing.
+// While a hand-over is in flight, a loss seen by the watch (the hand-over's
+// own RELEASED, most likely) is held back: the hand-over's reply decides.
 func (l *lifecycle[R]) lose(err error) {
 	l.mu.Lock()
+	if l.handing && l.lost == nil && errors.Is(err, ErrLostOnWatch) {
+		if l.heldBack == nil {
+			l.heldBack = err
+		}
+		l.mu.Unlock()
+		return
+	}
 	if l.lost == nil {
 		l.lost = err
 	}
 	l.mu.Unlock()
 	l.cancel(err)
 	l.client.loss.remove(l.self)
+}
+
+// handOver hands the holding to a waiter with send (which returns the
+// call's error), one call at a time with renewals and releases. On success
+// the holding ends locally exactly as after a release, with cause
+// ErrTransferred: Done closes, the renewals stop, and Release reports
+// false. On failure the holding is unchanged (NO_WAITER: nobody to hand it
+// to), unless the server says it is no longer held (LEASE_NOT_HELD,
+// LEASE_NOT_FOUND) or the watch saw it end meanwhile: then it is lost.
+func (l *lifecycle[R]) handOver(ctx context.Context, send func(ctx context.Context) error) error {
+	l.releaseMu.Lock()
+	defer l.releaseMu.Unlock()
+	if err := l.err(); err != nil {
+		return err
+	}
+	l.rpcMu.Lock()
+	l.mu.Lock()
+	l.handing = true
+	l.mu.Unlock()
+	err := send(ctx)
+	l.mu.Lock()
+	l.handing = false
+	back := l.heldBack
+	l.heldBack = nil
+	l.mu.Unlock()
+	if err == nil {
+		l.lose(ErrTransferred)
+		l.rpcMu.Unlock()
+		<-l.loopDone
+		l.released = true
+		return nil
+	}
+	l.rpcMu.Unlock()
+	switch {
+	case back != nil:
+		l.lose(back)
+	case ReasonOf(err) == tenurev1.ErrorReason_LEASE_NOT_HELD, ReasonOf(err) == tenurev1.ErrorReason_LEASE_NOT_FOUND:
+		l.lose(err)
+	}
+	return err
 }
 
 // schedule returns the safe deadline and the time of the next renewal.

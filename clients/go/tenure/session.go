@@ -241,7 +241,8 @@ func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 func (s *Session) Context() context.Context { return s.ctx }
 
 // Err returns nil while the lease is held, and otherwise why it is not:
-// ErrReleased after Release; an *Error with LEASE_NOT_HELD (or another
+// ErrReleased after Release; ErrTransferred (which wraps ErrReleased) after
+// Transfer; an *Error with LEASE_NOT_HELD (or another
 // permanent error) when the server refused a renewal; an error wrapping
 // ErrDeadlinePassed (and the last renewal error) when the safe deadline
 // passed without a successful renewal.
@@ -263,6 +264,46 @@ func (s *Session) Renew(ctx context.Context) error { return s.renew(ctx) }
 // Release may be called again. Safe to call more than once.
 func (s *Session) Release(ctx context.Context) (released bool, err error) {
 	return s.release(ctx)
+}
+
+// Transfer hands the holding to a waiting Acquire of another holder, with
+// no moment in which the lease is free (LeaseService.Transfer): to the
+// earliest waiting Acquire of holder to, or, with to == "", to the head of
+// the queue. It returns the recipient's holding, whose fencing token is
+// greater than this Session's. On success the Session ends exactly as
+// after a successful Release: the renewals stop, Held is false, Done
+// closes and Err is ErrTransferred (which wraps ErrReleased), and a later
+// Release reports false. The giver's lease key stops working at the very
+// write that starts the recipient's holding, so stop acting as holder
+// before calling it (the recipient's writes carry a greater token).
+//
+// When nobody (or not to) waits, it fails with NO_WAITER and the Session is
+// unchanged and still held: release it, or transfer once the recipient
+// waits. It fails with LEASE_NOT_HELD (and the Session is lost) when the
+// holding has ended. Plain leases only: not a semaphore slot, a group, or
+// a holding with a lock delay.
+func (s *Session) Transfer(ctx context.Context, to string) (*tenurev1.Lease, error) {
+	if s.slot != 0 {
+		return nil, fmt.Errorf("tenure: Transfer: %q slot %d is a semaphore slot; only a plain lease can be handed over", s.name, s.slot)
+	}
+	var recipient *tenurev1.Lease
+	err := s.handOver(ctx, func(ctx context.Context) error {
+		resp, err := s.client.rpc.Transfer(ctx, &tenurev1.TransferRequest{
+			Name:             s.name,
+			ExpectedRevision: s.Revision(),
+			LeaseKey:         s.leaseKey,
+			ToHolder:         to,
+		})
+		if err != nil {
+			return callError(s.client.target, "Transfer", err)
+		}
+		recipient = resp.GetLease()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recipient, nil
 }
 
 // sendRelease sends Release with the current revision; LEASE_NOT_HELD and

@@ -10,10 +10,10 @@
 //! follows who leads.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -22,6 +22,7 @@ use crate::client::{AcquireOptions, Client};
 use crate::error::{Error, Reason};
 use crate::proto::{
     ChangeType, LeaderRequest, Leadership, Lease, ObserveRequest, ObserveResponse, ProclaimRequest,
+    ResignRequest,
 };
 use crate::session::Session;
 use crate::stub::{ElectionStub, DEFAULT_CALL_TIMEOUT};
@@ -95,13 +96,25 @@ impl From<ObserveResponse> for LeaderChange {
 }
 
 /// One election over a [`Client`]'s connection and credentials. Cheap to
-/// clone.
+/// clone (clones share the hand-over requests of [`Election::resign_to`]).
 #[derive(Debug, Clone)]
 pub struct Election {
     /// The client whose sessions are the terms.
     client: Client,
     /// The election (a lease name).
     name: Arc<str>,
+    /// Where [`Election::resign_to`] asks the running [`Election::run`] to
+    /// hand over: set while it leads.
+    handovers: Arc<Mutex<Option<mpsc::Sender<Handover>>>>,
+}
+
+/// One [`Election::resign_to`] request and where its answer goes.
+#[derive(Debug)]
+struct Handover {
+    /// The waiting candidate to hand over to; `None`: the next one.
+    successor: Option<String>,
+    /// Told the successor, or why there is none.
+    reply: oneshot::Sender<Result<Leader, Error>>,
 }
 
 impl Election {
@@ -110,6 +123,7 @@ impl Election {
         Election {
             client: client.clone(),
             name: name.into().into(),
+            handovers: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -182,6 +196,98 @@ impl Election {
             term.renewed_by(&lease, sent);
         }
         Ok(())
+    }
+
+    /// Hands `term`'s leadership to a waiting candidate, with no moment
+    /// without a leader (`ElectionService.Resign` with a successor): to the
+    /// candidate whose identity is `successor`, or, with `None`, to the
+    /// earliest waiting candidate. Returns the successor, whose fencing
+    /// token is greater; the term then ends as handed over
+    /// ([`LossCause::Transferred`](crate::LossCause::Transferred)). Within
+    /// [`run`](Election::run), use [`resign_to`](Election::resign_to), which
+    /// stops the leader first.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::NoWaiter`] when that candidate does not wait (the term is
+    /// unchanged and still held); [`Reason::LeaseNotHeld`] when the term
+    /// has ended.
+    pub async fn hand_over(
+        &self,
+        term: &Session,
+        successor: Option<&str>,
+    ) -> Result<Leader, Error> {
+        let name = self.name.to_string();
+        let lease_key = term.lease_key().to_string();
+        let successor = successor.unwrap_or_default().to_string();
+        let mut stub = self.stub();
+        term.hand_over("Resign", |lease| async move {
+            let mut request = tonic::Request::new(ResignRequest {
+                name,
+                expected_revision: lease.revision,
+                lease_key,
+                to_next_candidate: successor.is_empty(),
+                successor,
+            });
+            request.set_timeout(DEFAULT_CALL_TIMEOUT);
+            let reply = stub.resign(request).await?.into_inner();
+            reply.successor.map(Leader::from).ok_or_else(|| {
+                Error::local(
+                    Code::Internal,
+                    Reason::Unspecified,
+                    "Resign replied without a successor",
+                )
+            })
+        })
+        .await
+    }
+
+    /// Asks the running [`run`](Election::run) of this election (or of a
+    /// clone of it) to hand its leadership to a waiting candidate: to the
+    /// candidate whose identity is `successor`, or, with `None`, to the
+    /// earliest waiting one. Returns the successor, whose fencing token is
+    /// greater.
+    ///
+    /// Before the hand-over is sent the leader stops: `run` cancels the
+    /// `ended` token of `lead`, waits for `lead` to return, and calls
+    /// `stopped`; so the successor cannot start leading before this leader
+    /// stopped, and `stopped` has run when this returns. `run` then
+    /// campaigns again (cancel its `stop` to leave the election).
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::NoWaiter`] when that candidate does not wait: `run` keeps
+    /// the term and leads it again (`lead` is called anew with it), as
+    /// after any other failure while the term is still held.
+    /// [`Reason::LeaseNotHeld`] when `run` does not lead.
+    pub async fn resign_to(&self, successor: Option<&str>) -> Result<Leader, Error> {
+        let not_leading = || {
+            Error::local(
+                Code::FailedPrecondition,
+                Reason::LeaseNotHeld,
+                format!("this elector does not lead {:?}", self.name),
+            )
+        };
+        let sender = self
+            .handovers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(sender) = sender else {
+            return Err(not_leading());
+        };
+        let (reply, answer) = oneshot::channel();
+        let asked = Handover {
+            successor: successor.map(str::to_string),
+            reply,
+        };
+        sender.send(asked).await.map_err(|_| not_leading())?;
+        answer.await.map_err(|_| not_leading())?
+    }
+
+    /// Sets (or clears) where [`resign_to`](Election::resign_to) asks.
+    fn set_handovers(&self, sender: Option<mpsc::Sender<Handover>>) {
+        *self.handovers.lock().unwrap_or_else(|e| e.into_inner()) = sender;
     }
 
     /// Who leads now; `None` when nobody does.
@@ -308,6 +414,9 @@ impl Election {
     /// stop acting when `ended` fires and pass `term.fencing_token()` with
     /// every downstream write. When `lead` returns, the term is resigned (if
     /// still held) and `stopped` is called; then it campaigns again.
+    /// [`resign_to`](Election::resign_to) hands the leadership over (`lead`
+    /// and `stopped` are then called again for the same term if the
+    /// hand-over fails with the term still held).
     ///
     /// # Errors
     ///
@@ -347,23 +456,55 @@ impl Election {
             };
             backoff = FIRST_BACKOFF;
             let term = Arc::new(term);
-            let ended = term.lost().child_token();
-            let on_stop = {
-                let ended = ended.clone();
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    stop.cancelled().await;
-                    ended.cancel();
-                })
-            };
-            lead(Arc::clone(&term), ended.clone()).await;
-            ended.cancel();
-            on_stop.abort();
-            // Resign: the next participant leads at once, not after the TTL.
-            // A term already lost reports false; an unreachable server lets
-            // the term expire at its TTL.
-            let _ = term.release().await;
-            stopped();
+            loop {
+                let ended = term.lost().child_token();
+                let on_stop = {
+                    let ended = ended.clone();
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        stop.cancelled().await;
+                        ended.cancel();
+                    })
+                };
+                let (asks, mut asked) = mpsc::channel(1);
+                self.set_handovers(Some(asks));
+                let handover = {
+                    let work = lead(Arc::clone(&term), ended.clone());
+                    tokio::pin!(work);
+                    let handover = tokio::select! {
+                        biased;
+                        () = &mut work => None,
+                        Some(handover) = asked.recv() => Some(handover),
+                    };
+                    if handover.is_some() {
+                        // Stop the leader before handing over.
+                        ended.cancel();
+                        work.await;
+                    }
+                    handover
+                };
+                self.set_handovers(None);
+                drop(asked); // requests not taken: "does not lead"
+                ended.cancel();
+                on_stop.abort();
+                let Some(handover) = handover else {
+                    // Resign: the next participant leads at once, not after
+                    // the TTL. A term already lost reports false; an
+                    // unreachable server lets the term expire at its TTL.
+                    let _ = term.release().await;
+                    stopped();
+                    break;
+                };
+                stopped();
+                let result = self.hand_over(&term, handover.successor.as_deref()).await;
+                let failed = result.is_err();
+                let _ = handover.reply.send(result);
+                if failed && term.is_held() && !stop.is_cancelled() {
+                    continue; // NO_WAITER (or a failed call): lead the term again
+                }
+                let _ = term.release().await; // nothing to do after a hand-over
+                break;
+            }
         }
         Ok(())
     }

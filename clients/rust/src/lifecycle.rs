@@ -51,6 +51,10 @@ pub enum LossCause {
     /// [`Session::release`](crate::Session::release) was called, or the
     /// session was dropped.
     Released,
+    /// [`Session::transfer`](crate::Session::transfer) (or an election's
+    /// hand-over) gave the holding to a waiter: like `Released`, the
+    /// holder's own choice, not a loss.
+    Transferred,
     /// The lease ended behind the session's back and may have passed to
     /// another holder: the client's watch saw it `REVOKED`, `EXPIRED`,
     /// `RELEASED` or taken by another holding, or a renewal was refused with
@@ -171,8 +175,12 @@ struct State<T> {
     loss: Option<Loss>,
     /// The last failed renewal's error, cleared by a success.
     last_error: Option<Error>,
-    /// The server answered a release.
+    /// The server answered a release (or a hand-over).
     released: bool,
+    /// A hand-over is in flight: a loss the watch sees waits for its reply.
+    handing: bool,
+    /// A loss the watch saw while a hand-over was in flight.
+    held_back: Option<(Seen, String)>,
 }
 
 /// When a session must renew and when it stops believing it holds.
@@ -213,6 +221,8 @@ impl<H: Holding> Lifecycle<H> {
                 loss: None,
                 last_error: None,
                 released: false,
+                handing: false,
+                held_back: None,
             }),
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
@@ -399,6 +409,60 @@ impl<H: Holding> Lifecycle<H> {
         self.lost.cancel();
     }
 
+    /// Hands the holding over with `send` (a Transfer, or a Resign to a
+    /// successor) given the last holding, one call at a time with the
+    /// renewals (a renewal in flight lands first). On success the holding
+    /// ends as after a release, with cause [`LossCause::Transferred`]; on
+    /// failure it is unchanged, unless the server says it ended
+    /// (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`) or the watch saw it end
+    /// meanwhile. Not held: [`Reason::LeaseNotHeld`] without a call.
+    pub(crate) async fn hand_over<T, F, Fut>(&self, rpc: &str, send: F) -> Result<T, Error>
+    where
+        F: FnOnce(H::Held) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let _calls = self.calls.lock().await;
+        if !self.is_held() {
+            let cause = self.loss_cause().unwrap_or(LossCause::Deadline);
+            return Err(Error::local(
+                Code::FailedPrecondition,
+                Reason::LeaseNotHeld,
+                self.holding.no_longer_held(cause),
+            ));
+        }
+        let held = {
+            let mut state = self.state();
+            state.handing = true;
+            state.held.clone()
+        };
+        let result = match tokio::time::timeout(DEFAULT_CALL_TIMEOUT, send(held)).await {
+            Ok(result) => result,
+            Err(_) => Err(crate::stub::timeout_error(DEFAULT_CALL_TIMEOUT)),
+        }
+        .map_err(|e| e.context(&self.target, rpc));
+        let held_back = {
+            let mut state = self.state();
+            state.handing = false;
+            state.held_back.take()
+        };
+        match &result {
+            Ok(_) => {
+                self.stop.cancel();
+                self.lose(LossCause::Transferred, None);
+                self.state().released = true;
+            }
+            Err(err) => {
+                if let Some((seen, what)) = held_back {
+                    self.lose_observed(seen, what);
+                } else if matches!(err.reason(), Reason::LeaseNotHeld | Reason::LeaseNotFound) {
+                    self.stop.cancel();
+                    self.lose(LossCause::NotHeld, Some(err.clone()));
+                }
+            }
+        }
+        result
+    }
+
     /// Whether a release has nothing to do: released already, or (unless
     /// [`Holding::RELEASE_AFTER_NOT_HELD`]) found not held.
     fn nothing_to_release(&self) -> bool {
@@ -490,6 +554,16 @@ impl<H: Holding> Followed for Lifecycle<H> {
     }
 
     fn lose_observed(&self, seen: Seen, what: String) {
+        {
+            let mut state = self.state();
+            if state.handing {
+                // Most likely the hand-over's own RELEASED: its reply decides.
+                if state.loss.is_none() && state.held_back.is_none() {
+                    state.held_back = Some((seen, what));
+                }
+                return;
+            }
+        }
         let err = Error::local(Code::FailedPrecondition, Reason::LeaseNotHeld, what)
             .context(&self.target, "WatchLease");
         let cause = match seen {

@@ -12,8 +12,9 @@ use crate::error::{Error, Reason};
 use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
 use crate::lifecycle::{ttl_of, Holding, Lifecycle, Loss, LossCause};
-use crate::proto::{KeepAliveEntry, Lease, ReleaseRequest};
+use crate::proto::{KeepAliveEntry, Lease, ReleaseRequest, TransferRequest};
 use crate::stub::Stub;
+use crate::stub::DEFAULT_CALL_TIMEOUT;
 
 /// One held lease, renewed in the background until released or lost.
 ///
@@ -230,6 +231,73 @@ impl Session {
     /// lease then ends at its TTL by itself.
     pub async fn release(&self) -> Result<bool, Error> {
         self.inner.release().await
+    }
+
+    /// Hands the holding to a waiting acquire of another holder, with no
+    /// moment in which the lease is free (`LeaseService.Transfer`): to the
+    /// earliest waiting acquire of holder `to`, or, with `None`, to the head
+    /// of the queue. Returns the recipient's holding, whose fencing token is
+    /// greater than this session's.
+    ///
+    /// On success the session ends exactly as after a successful
+    /// [`release`](Session::release): renewals stop, `is_held` is false,
+    /// [`lost`](Session::lost) is cancelled with cause
+    /// [`LossCause::Transferred`] (not a loss), and a later `release`
+    /// returns `Ok(false)`. The lease key stops working at the transfer's
+    /// write, so stop acting as holder before calling it.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::NoWaiter`] when nobody (or not `to`) waits: the session is
+    /// unchanged and still held (release it, or transfer once the recipient
+    /// waits). [`Reason::LeaseNotHeld`] when the holding has ended (the
+    /// session is then lost), also without a call when the session is not
+    /// held. [`Reason::InvalidArgument`] for a semaphore slot (only a plain
+    /// lease is handed over). Any other failure leaves the session as it
+    /// was.
+    pub async fn transfer(&self, to: Option<&str>) -> Result<Lease, Error> {
+        let holding = &self.inner.holding;
+        if holding.slot != 0 {
+            return Err(Error::local(
+                Code::InvalidArgument,
+                Reason::InvalidArgument,
+                format!(
+                    "lease {:?} slot {} is a semaphore slot: only a plain lease can be handed over",
+                    holding.name, holding.slot
+                ),
+            ));
+        }
+        let to = to.unwrap_or_default().to_string();
+        self.inner
+            .hand_over("Transfer", |lease| async move {
+                let mut request = tonic::Request::new(TransferRequest {
+                    name: holding.name.clone(),
+                    expected_revision: lease.revision,
+                    lease_key: holding.lease_key.clone(),
+                    to_holder: to,
+                });
+                request.set_timeout(DEFAULT_CALL_TIMEOUT);
+                let mut stub = holding.stub.clone();
+                let reply = stub.transfer(request).await?.into_inner();
+                reply.lease.ok_or_else(|| {
+                    Error::local(
+                        Code::Internal,
+                        Reason::Unspecified,
+                        "Transfer replied without a lease",
+                    )
+                })
+            })
+            .await
+    }
+
+    /// Hands the holding over with `send` (an election's Resign to a
+    /// successor); see [`transfer`](Session::transfer).
+    pub(crate) async fn hand_over<T, F, Fut>(&self, rpc: &str, send: F) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        self.inner.hand_over(rpc, send).await
     }
 
     /// Stops sending renewals, as a stalled process would (for tests and

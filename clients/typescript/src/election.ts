@@ -11,12 +11,14 @@
 import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
 
 import type { AcquireOptions, TenureClient } from "./client";
-import { Reason, TenureError } from "./errors";
+import { LeaseLostError, Reason, TenureError } from "./errors";
 import {
   ChangeType,
   ElectionServiceClient,
   LeaderRequest,
   ProclaimRequest,
+  ResignRequest,
+  type ResignResponse,
   type Leadership,
   ObserveRequest,
   type ObserveResponse,
@@ -99,7 +101,11 @@ export interface ElectorOptions {
    * as leader then, and pass `term.fencingToken` with every downstream write.
    */
   readonly onStartedLeading: (term: Session, signal: AbortSignal) => void | Promise<void>;
-  /** Called once per term, after `onStartedLeading`'s signal aborted and its promise settled. */
+  /**
+   * Called once per term, after `onStartedLeading`'s signal aborted and its
+   * promise settled (once per `onStartedLeading` call: a failed
+   * {@link LeaderElector.resignTo} leads the same term again).
+   */
   readonly onStoppedLeading: () => void | Promise<void>;
   /**
    * Called with every change of leader (a {@link Leader} with an empty
@@ -167,6 +173,36 @@ export class Elections {
         sentAt,
       );
     }
+  }
+
+  /**
+   * Hands `term`'s leadership to a waiting candidate, with no moment without
+   * a leader (`ElectionService.Resign` with a successor): to the candidate
+   * whose identity is `successor`, or, without one, to the earliest waiting
+   * candidate. Resolves with the successor (a greater fencing token); the
+   * term then ends as handed over (its signal's reason is `TRANSFERRED`).
+   * Rejects with `NO_WAITER` when that candidate does not wait (the term is
+   * unchanged and still held). A {@link LeaderElector} does this with
+   * {@link LeaderElector.resignTo}, stopping its leader first.
+   */
+  resignTo(term: Session, successor?: string, timeoutMs = 5000): Promise<Leader> {
+    const resign: UnaryMethod<ResignRequest, ResignResponse> = this.#stub.resign.bind(this.#stub);
+    return term._handOver(async () => {
+      const reply = await unary(
+        this.#client.callContext,
+        "Resign",
+        resign,
+        ResignRequest.fromPartial({
+          name: term.name,
+          expectedRevision: term.revision,
+          leaseKey: term.leaseKey,
+          successor: successor ?? "",
+          toNextCandidate: successor === undefined || successor === "",
+        }),
+        timeoutMs,
+      ).result;
+      return leaderOf(reply.successor);
+    });
   }
 
   /** Who leads `name` now (an empty identity when nobody does). */
@@ -250,6 +286,8 @@ export class LeaderElector {
   readonly #options: ElectorOptions;
   /** The current term while leading. */
   term: Session | undefined;
+  /** Takes a resignTo request while leading; undefined otherwise. */
+  #ask: ((request: HandoverRequest) => void) | undefined;
 
   constructor(client: TenureClient, options: ElectorOptions) {
     if (options.name === "" || options.identity === "") throw new RangeError("LeaderElector needs a name and an identity");
@@ -291,11 +329,80 @@ export class LeaderElector {
     }
   }
 
+  /**
+   * Hands the leadership to a waiting candidate, with no moment without a
+   * leader: to the candidate whose identity is `successor`, or, without
+   * one, to the earliest waiting candidate. Resolves with the successor,
+   * whose fencing token is greater.
+   *
+   * Before the hand-over is sent this leader stops: `onStartedLeading`'s
+   * signal aborts (reason: a {@link LeaseLostError} `TRANSFERRED`), its
+   * promise is awaited, and `onStoppedLeading` runs; so the successor
+   * cannot start leading before this leader stopped, and
+   * `onStoppedLeading` has run when this resolves. The elector then
+   * campaigns again (abort {@link run}'s signal to leave).
+   *
+   * Rejects with `NO_WAITER` when that candidate does not wait: the leader
+   * keeps the term and leads it again (`onStartedLeading` is called anew
+   * with it), as after any other failure while the term is still held;
+   * with `LEASE_NOT_HELD` when this elector does not lead.
+   */
+  resignTo(successor?: string, timeoutMs = 5000): Promise<Leader> {
+    const ask = this.#ask;
+    if (ask === undefined) return Promise.reject(this.#notLeading());
+    return new Promise((resolve, reject) => ask({ successor, timeoutMs, resolve, reject }));
+  }
+
+  #notLeading(): TenureError {
+    return new TenureError(
+      9 /* FAILED_PRECONDITION */,
+      Reason.LEASE_NOT_HELD,
+      `${JSON.stringify(this.#options.identity)} does not lead ${JSON.stringify(this.#options.name)}`,
+    );
+  }
+
   async #lead(term: Session, stop: AbortSignal): Promise<void> {
     this.term = term;
+    try {
+      for (;;) {
+        const request = await this.#leadOnce(term, stop);
+        if (request === undefined) return;
+        // This leader has stopped: hand the term over.
+        try {
+          request.resolve(await this.#elections.resignTo(term, request.successor, request.timeoutMs));
+          return;
+        } catch (err) {
+          request.reject(err);
+          // NO_WAITER (or a failed call) with the term still held: lead it again.
+          if (term.isHeld() && !stop.aborted) continue;
+          if (term.isHeld()) await term.release().catch(() => false);
+          return;
+        }
+      }
+    } finally {
+      this.term = undefined;
+    }
+  }
+
+  /**
+   * One period of leading `term`: `onStartedLeading` until the term ends,
+   * `stop` aborts, the callback returns, or {@link resignTo} asks for a
+   * hand-over; then resigns a term still held (not for a hand-over) and
+   * calls `onStoppedLeading`. Resolves with the hand-over asked for, if any.
+   */
+  async #leadOnce(term: Session, stop: AbortSignal): Promise<HandoverRequest | undefined> {
     const ended = AbortSignal.any([term.signal, stop]);
     const ending = new AbortController();
     const termSignal = AbortSignal.any([ended, ending.signal]);
+    let request: HandoverRequest | undefined;
+    this.#ask = (asked) => {
+      if (request !== undefined || termSignal.aborted) {
+        asked.reject(this.#notLeading());
+        return;
+      }
+      request = asked;
+      ending.abort(new LeaseLostError("TRANSFERRED", term.name, term.fencingToken));
+    };
     try {
       const leading = Promise.resolve()
         .then(() => this.#options.onStartedLeading(term, termSignal))
@@ -304,12 +411,13 @@ export class LeaderElector {
       ending.abort(); // the callback returned early: the term ends too
       await leading;
     } finally {
-      this.term = undefined;
+      this.#ask = undefined;
       // Resign a term still held (the elector stopped, or the callback
       // returned): the next participant leads at once, not after the TTL.
-      if (term.isHeld()) await term.release().catch(() => false);
+      if (request === undefined && term.isHeld()) await term.release().catch(() => false);
       await this.#options.onStoppedLeading();
     }
+    return request;
   }
 
   async #observe(signal: AbortSignal): Promise<void> {
@@ -319,6 +427,14 @@ export class LeaderElector {
       // A permanent refusal of Observe: leadership itself still works.
     }
   }
+}
+
+/** One {@link LeaderElector.resignTo} request and where its answer goes. */
+interface HandoverRequest {
+  readonly successor: string | undefined;
+  readonly timeoutMs: number;
+  readonly resolve: (successor: Leader) => void;
+  readonly reject: (err: unknown) => void;
 }
 
 /** Sleeps `ms`; resolves false at once if `signal` aborts first. */

@@ -235,6 +235,9 @@ function detailsOf(err: ServiceError): { info: ErrorInfo | undefined; retryDelay
 
 /**
  * Why a session stopped being held:
+ * - `TRANSFERRED`: its holder handed the holding to a waiter
+ *   (`Session.transfer`, or `LeaderElector.resignTo` for a term): like
+ *   `RELEASED`, the holder's own choice, not a loss.
  * - `LEASE_NOT_HELD`: a renewal was refused; someone else holds the lease or
  *   it was released or revoked behind the session's back.
  * - `LEASE_ENDED`: the client's lease watch showed the holding end (REVOKED,
@@ -256,7 +259,8 @@ export type LossReason =
   | "MISSED"
   | "SAFE_DEADLINE_PASSED"
   | "RENEW_FAILED"
-  | "RELEASED";
+  | "RELEASED"
+  | "TRANSFERRED";
 
 /**
  * The end of a session: the `reason` of its aborted `signal`, and what
@@ -285,6 +289,7 @@ export class LeaseLostError extends Error {
       SAFE_DEADLINE_PASSED: "no renewal got through before the safe deadline",
       RENEW_FAILED: "a renewal failed with an error that retrying cannot fix",
       RELEASED: "the session was released",
+      TRANSFERRED: "the session handed the holding over to a waiter",
     };
     super(`lease ${JSON.stringify(leaseName)} (token ${fencingToken}) lost: ${why[reason]}`, options);
     this.name = "LeaseLostError";

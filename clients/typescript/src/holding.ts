@@ -57,6 +57,9 @@ export abstract class Renewing<R> implements AsyncDisposable {
   #inflight: PendingCall<R> | undefined;
   #lastError: TenureError | undefined;
   #releasing: Promise<boolean> | undefined;
+  /** A hand-over is in flight: renewals wait, a watch's loss is held back. */
+  #handing = false;
+  #heldBack: { reason: LossReason; cause: unknown } | undefined;
 
   protected constructor(options: RenewalOptions) {
     this.signal = this.#controller.signal;
@@ -175,6 +178,66 @@ export abstract class Renewing<R> implements AsyncDisposable {
   }
 
   /**
+   * Hands the holding over with `send` (a Transfer, or a Resign to a
+   * successor), with no renewal in flight beside it. On success the session
+   * ends as after a release, with reason `TRANSFERRED`, and a later
+   * `release()` resolves false. On failure it is unchanged, unless the
+   * server says the holding ended (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`) or
+   * the loss watch saw it end meanwhile.
+   * @internal
+   */
+  protected async handOver<T>(send: () => Promise<T>): Promise<T> {
+    this.assertHeld();
+    if (this.#handing || this.#releasing !== undefined) {
+      throw new RangeError("a hand-over or release of this session is already under way");
+    }
+    this.#handing = true;
+    let handed = false;
+    try {
+      // Let a renewal in flight land first: the hand-over presents the
+      // latest revision, and no renewal crosses it.
+      await this.#inflight?.result.catch(() => undefined);
+      this.assertHeld();
+      const out = await send();
+      handed = true;
+      return out;
+    } catch (err) {
+      const error = err instanceof TenureError ? err : undefined;
+      if (
+        this.#heldBack === undefined &&
+        (error?.reason === ErrorReason.LEASE_NOT_HELD || error?.reason === ErrorReason.LEASE_NOT_FOUND)
+      ) {
+        this.#handing = false;
+        this.lose("LEASE_NOT_HELD", error);
+      }
+      throw err;
+    } finally {
+      this.#handing = false;
+      const back = this.#heldBack;
+      this.#heldBack = undefined;
+      if (handed) {
+        this.#releasing = Promise.resolve(false);
+        this.lose("TRANSFERRED");
+      } else if (back !== undefined) {
+        this.lose(back.reason, back.cause);
+      }
+    }
+  }
+
+  /**
+   * Ends the session for a loss the loss watch saw; while a hand-over is in
+   * flight (whose own RELEASED it most likely is) its reply decides.
+   * @internal
+   */
+  protected lostOnWatch(reason: LossReason, cause: unknown): void {
+    if (this.#handing) {
+      this.#heldBack ??= { reason, cause };
+      return;
+    }
+    this.lose(reason, cause);
+  }
+
+  /**
    * Starts (or moves on) the schedule after a grant of `ttlMs` for a
    * request sent at `sentAt`: a new safe deadline and the next renewal.
    */
@@ -212,6 +275,11 @@ export abstract class Renewing<R> implements AsyncDisposable {
   /** One renewal attempt; schedules the next one or ends the session. */
   async #renew(): Promise<void> {
     if (!this.isHeld()) return;
+    if (this.#handing) {
+      // A hand-over is in flight: renew after it, if it fails.
+      this.#scheduleRenew(this.#retryIntervalMs());
+      return;
+    }
     const sentAt = performance.now();
     const pending = this.sendRenew(Math.min(this.rpcTimeoutMs, this.#safeDeadline - sentAt));
     this.#inflight = pending;

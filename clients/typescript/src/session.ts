@@ -3,15 +3,17 @@
  * background and says, through an AbortSignal, the moment it can no longer
  * be trusted.
  */
-import { LeaseLostError, type LossReason } from "./errors";
+import { LeaseLostError, TenureError, type LossReason } from "./errors";
 import { fenceHeaders } from "./fenceproof";
 import {
   ReleaseRequest,
   RenewRequest,
+  TransferRequest,
   type Lease,
   type LeaseEvent,
   type LeaseServiceClient,
   type ReleaseResponse,
+  type TransferResponse,
 } from "./gen/tenure/v1/lease";
 import { Renewing, type RenewalOptions } from "./holding";
 import type { Renewer } from "./keepalive";
@@ -46,7 +48,8 @@ export interface SessionInit {
  *   {@link LeaseLostError} saying which.
  * - `isHeld()` is true only before the safe deadline (checked against the
  *   monotonic clock on every call) and while the signal has not aborted.
- * - `release()` (or `await using`) ends the holding at once.
+ * - `release()` (or `await using`) ends the holding at once; `transfer()`
+ *   hands it to a waiting acquire.
  *
  * Pass `fencingToken` (and, to a store that verifies proofs, `fenceProof`:
  * {@link fenceHeaders} gives both as HTTP headers) with every write to a
@@ -98,7 +101,7 @@ export class Session extends Renewing<Lease> {
       name: this.name,
       slot: this.slot,
       fencingToken: this.fencingToken,
-      ended: (event: LeaseEvent) => this.lose(lossReasonOf(event), event),
+      ended: (event: LeaseEvent) => this.lostOnWatch(lossReasonOf(event), event),
     };
     this.granted(durationToMs(init.lease.ttl), init.sentAt);
     if (this.isHeld()) {
@@ -162,6 +165,58 @@ export class Session extends Renewing<Lease> {
   _renewed(lease: Lease, sentAt: number): void {
     if (this.signal.aborted || lease.revision <= this.revision || lease.fencingToken !== this.fencingToken) return;
     this.granted(this.renewed(lease), sentAt);
+  }
+
+  /**
+   * Hands the holding to a waiting acquire of another holder, with no moment
+   * in which the lease is free (`LeaseService.Transfer`): to the earliest
+   * waiting acquire of holder `to`, or, without `to`, to the head of the
+   * queue. Resolves with the recipient's lease, whose fencing token is
+   * greater than this session's.
+   *
+   * On success the session ends exactly as after a successful `release()`:
+   * renewals stop, `isHeld()` is false, `signal` aborts with a
+   * {@link LeaseLostError} of reason `TRANSFERRED` (not a loss), and
+   * `release()` resolves false. The lease key stops working at the
+   * transfer's write, so stop acting as holder before calling it.
+   *
+   * Rejects with a {@link TenureError} `NO_WAITER` when nobody (or not `to`)
+   * waits: the session is unchanged and still held (release it, or transfer
+   * once the recipient waits); `LEASE_NOT_HELD` when the holding has ended
+   * (the session is then lost); with the {@link LeaseLostError} when the
+   * session is not held. Plain leases only (not a semaphore slot, a group,
+   * or a holding with a lock delay).
+   */
+  async transfer(to?: string, timeoutMs = this.rpcTimeoutMs): Promise<Lease> {
+    if (this.slot !== 0) {
+      throw new RangeError(`lease ${JSON.stringify(this.name)} slot ${this.slot} is a semaphore slot: only a plain lease can be handed over`);
+    }
+    const transfer: UnaryMethod<TransferRequest, TransferResponse> = this.#stub.transfer.bind(this.#stub);
+    const reply = await this.handOver(
+      () =>
+        unary(
+          this.#ctx,
+          "Transfer",
+          transfer,
+          TransferRequest.fromPartial({
+            name: this.name,
+            expectedRevision: this.revision,
+            leaseKey: this.leaseKey,
+            toHolder: to ?? "",
+          }),
+          timeoutMs,
+        ).result,
+    );
+    if (reply.lease === undefined) throw new TenureError(13 /* INTERNAL */, undefined, "Transfer replied without a lease", {}, { rpc: "Transfer" });
+    return reply.lease;
+  }
+
+  /**
+   * Hands this term over with `send` (an election's Resign to a successor).
+   * @internal
+   */
+  _handOver<T>(send: () => Promise<T>): Promise<T> {
+    return this.handOver(send);
   }
 
   protected sendRenew(timeoutMs: number): PendingCall<Lease> {

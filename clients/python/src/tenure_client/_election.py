@@ -173,7 +173,10 @@ class LeaderElector:
     deadline, a revoke or expiry seen by the server or the watch, or
     :meth:`run` being cancelled). The rule: **stop acting as leader when it is
     cancelled, and pass ``term.fencing_token`` with every downstream write.**
-    ``on_stopped_leading()`` is called once per term after that task ended;
+    :meth:`resign_to` hands the leadership to a waiting candidate.
+    ``on_stopped_leading()`` is called once per term after that task ended
+    (once per ``on_started_leading`` call: a failed :meth:`resign_to` leads
+    the same term again);
     ``on_new_leader(leader)`` with every change of leader (a :class:`Leader`,
     empty for "nobody", with ``missed`` set when the Observe stream missed
     changes and who leads is unknown until the next call). A term the
@@ -218,6 +221,10 @@ class LeaderElector:
         self._acquire_options = acquire_options
         #: The current term while leading, else None.
         self.term: Optional["Session"] = None
+        # resign_to requests for the period of leading under way (None when
+        # not leading), and the event that wakes _lead_once for them.
+        self._requests: Optional[list[_Handover]] = None
+        self._asked = asyncio.Event()
 
     async def run(self) -> None:
         """Campaigns, leads, and campaigns again after each term, until
@@ -255,21 +262,132 @@ class LeaderElector:
                 observer.cancel()
                 await asyncio.gather(observer, return_exceptions=True)
 
+    async def resign_to(self, successor: Optional[str] = None, *, timeout: float = 5.0) -> Leader:
+        """Hands the leadership to a waiting candidate, with no moment without
+        a leader (``ElectionService.Resign`` with a successor): to the
+        candidate whose identity is `successor`, or, with ``None``, to the
+        earliest waiting one. Returns the successor, whose fencing token is
+        greater.
+
+        Before the hand-over is sent this leader stops: the
+        ``on_started_leading`` task is cancelled and awaited, then
+        ``on_stopped_leading`` runs; so the successor cannot start leading
+        before this leader stopped, and ``on_stopped_leading`` has run when
+        this returns. The term then ends as handed over (its session's
+        ``lost_cause`` is TRANSFERRED) and the elector campaigns again
+        (cancel :meth:`run` to leave the election instead).
+
+        Raises:
+            TenureError: NO_WAITER when the successor does not wait: the
+                leader keeps the term and leads it again
+                (``on_started_leading`` is called anew with it); the same for
+                any other failure while the term is still held.
+                LEASE_NOT_HELD, without a call, when this elector does not
+                lead.
+        """
+        requests = self._requests
+        if requests is None:
+            raise TenureError(
+                Reason.LEASE_NOT_HELD,
+                f"{self.identity!r} does not lead {self.name!r}",
+            )
+        request = _Handover(successor, timeout, asyncio.get_running_loop().create_future())
+        requests.append(request)
+        self._asked.set()
+        return await request.future
+
     async def _lead(self, term: "Session") -> None:
         self.term = term
+        try:
+            while True:
+                request = await self._lead_once(term)
+                if request is None:
+                    return
+                # The leader has stopped (its task ended, on_stopped ran):
+                # hand the term over.
+                try:
+                    successor = await self._hand_over(term, request)
+                except BaseException as err:
+                    if not request.future.done():
+                        if isinstance(err, asyncio.CancelledError):
+                            request.future.cancel()
+                        else:
+                            request.future.set_exception(err)
+                    if term.is_held() and not isinstance(err, asyncio.CancelledError):
+                        continue  # NO_WAITER (or a failed call): lead the term again
+                    await asyncio.shield(self._resign(term))
+                    if isinstance(err, asyncio.CancelledError):
+                        raise
+                    return
+                if not request.future.done():
+                    request.future.set_result(successor)
+                return
+        finally:
+            self.term = None
+
+    async def _lead_once(self, term: "Session") -> Optional["_Handover"]:
+        """One period of leading `term`: runs ``on_started_leading`` until the
+        term ends, :meth:`run` is cancelled, the callback returns, or
+        :meth:`resign_to` asks for a hand-over; then ends the callback,
+        resigns a term still held (not for a hand-over) and calls
+        ``on_stopped_leading``. Returns the hand-over asked for, if any."""
+        requests: list[_Handover] = []
+        self._asked.clear()
+        self._requests = requests
         task = asyncio.create_task(self._on_started(term), name=f"tenure-lead:{self.name}")
         lost = asyncio.create_task(term.lost.wait())
+        asked = asyncio.create_task(self._asked.wait())
+        taken: Optional[_Handover] = None
+        cancelled = False
         try:
-            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, lost, asked}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            # Cancelled (run() stopped), lost, or the callback returned: end
-            # the callback, resign if still held, then say so.
+            # Cancelled (run() stopped), lost, the callback returned, or a
+            # hand-over asked: end the callback, resign if still held (unless
+            # handing over), then say so.
+            self._requests = None
+            if requests and not cancelled and not lost.done() and not task.done():
+                taken = requests.pop(0)
+            for other in requests:
+                if not other.future.done():
+                    other.future.set_exception(
+                        TenureError(
+                            Reason.LEASE_NOT_HELD,
+                            f"{self.identity!r} no longer leads {self.name!r}",
+                        )
+                    )
             lost.cancel()
+            asked.cancel()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            self.term = None
-            await asyncio.shield(self._resign(term))
+            if taken is None:
+                await asyncio.shield(self._resign(term))
             await _maybe_await(self._on_stopped())
+        return taken
+
+    async def _hand_over(self, term: "Session", request: "_Handover") -> Leader:
+        """Resigns `term` to the successor `request` names (or the next
+        candidate); the term ends as handed over on success."""
+
+        async def send() -> Leader:
+            reply = await _call(
+                self.client,
+                "Resign",
+                election_pb2.ResignRequest(
+                    name=term.name,
+                    expected_revision=term.revision,
+                    lease_key=term.lease_key,
+                    successor=request.successor or "",
+                    to_next_candidate=not request.successor,
+                ),
+                request.timeout,
+            )
+            return Leader.from_proto(reply.successor if reply.HasField("successor") else None)
+
+        return await term._hand_over(send)
 
     @staticmethod
     async def _resign(term: "Session") -> None:
@@ -309,6 +427,15 @@ class LeaderElector:
                 call.cancel()
             await asyncio.sleep(backoff * (1 + random.random() / 2))
             backoff = min(backoff * 2, 5.0)
+
+
+@dataclass
+class _Handover:
+    """One :meth:`LeaderElector.resign_to` request and where its answer goes."""
+
+    successor: Optional[str]
+    timeout: float
+    future: "asyncio.Future[Leader]"
 
 
 async def _maybe_await(result: Union[None, Awaitable[None]]) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import enum
 import logging
 import time
-from typing import Optional, Protocol
+from typing import Any, Awaitable, Callable, Optional, Protocol, TypeVar
 
 from ._conn import Connection
 from ._errors import Reason, TenureError
@@ -17,6 +17,12 @@ from ._types import EventType, Lease, LeaseEvent
 from .fencing import fence_headers
 
 _log = logging.getLogger("tenure_client")
+
+_T = TypeVar("_T")
+
+#: A watch loss held back while a hand-over is in flight (no event: the
+#: name was missing from a reopened watch's snapshot).
+_NOTHING = object()
 
 #: First pause before retrying a renewal that failed with a retryable error;
 #: it doubles up to the renew interval, and never runs past the safe deadline.
@@ -36,6 +42,10 @@ class LossCause(enum.Enum):
 
     #: :meth:`Session.release` was called (or the ``async with`` block ended).
     RELEASED = "released"
+    #: :meth:`Session.transfer` (or a :class:`LeaderElector`'s
+    #: ``resign_to``) handed the holding to a waiter: like RELEASED, the
+    #: holder's own choice, not a loss.
+    TRANSFERRED = "transferred"
     #: A renewal was refused with LEASE_NOT_HELD or LEASE_NOT_FOUND: the lease
     #: expired and may have passed to another holder.
     NOT_HELD = "not_held"
@@ -135,6 +145,12 @@ class Session:
         self._task: Optional[asyncio.Task[None]] = None
         self._renewing = asyncio.Event()
         self._renewing.set()
+        #: Serialises renewals with a hand-over, so the hand-over presents
+        #: the latest revision and no renewal crosses it.
+        self._rpc_lock = asyncio.Lock()
+        #: A hand-over is in flight: a watch's loss waits for its reply.
+        self._handing = False
+        self._held_back: Any = None
         # Set by _update: revision, ttl, lease, safety_margin, safe_deadline.
         self.revision = 0
         self.ttl = 0.0
@@ -200,11 +216,52 @@ class Session:
                 metadata={"state": "LOST"},
             )
         try:
-            return await self._renew_once(timeout=timeout)
+            async with self._rpc_lock:
+                return await self._renew_once(timeout=timeout)
         except TenureError as err:
             if not err.retryable:
                 self._lose(_cause_of(err), err)
             raise
+
+    async def transfer(self, to: Optional[str] = None, *, timeout: float = 5.0) -> Lease:
+        """Hands the holding to a waiting acquire of another holder, with no
+        moment in which the lease is free (``LeaseService.Transfer``): to the
+        earliest waiting acquire of holder `to`, or, with ``to=None``, to the
+        head of the queue. Returns the recipient's :class:`Lease`, whose
+        fencing token is greater than this session's.
+
+        On success the session ends exactly as after a successful
+        :meth:`release`: renewals stop, :meth:`is_held` is False,
+        :attr:`lost` is set with cause TRANSFERRED (not a loss), and a later
+        :meth:`release` returns False. The lease key stops working at the
+        transfer's write, so stop acting as holder before calling it.
+
+        Raises:
+            TenureError: NO_WAITER when nobody (or not `to`) waits: the
+                session is unchanged and still held (release it, or transfer
+                once the recipient waits). LEASE_NOT_HELD when the holding
+                has ended (the session is then lost), also without a call when
+                the session was already lost, released or past its safe
+                deadline. Any other failure leaves the session as it was.
+            ValueError: a semaphore slot (only a plain lease is handed over).
+        """
+        if self.slot:
+            raise ValueError(
+                f"lease {self.name!r} slot {self.slot} is a semaphore slot: "
+                "only a plain lease can be handed over"
+            )
+
+        async def send() -> Lease:
+            request = lease_pb2.TransferRequest(
+                name=self.name,
+                expected_revision=self.revision,
+                lease_key=self.lease_key,
+                to_holder=to or "",
+            )
+            reply = await self._client._unary("Transfer", request, timeout)
+            return Lease.from_proto(reply.lease)
+
+        return await self._hand_over(send)
 
     # ---- ending ------------------------------------------------------------
 
@@ -223,7 +280,13 @@ class Session:
         """
         cause = self.lost_cause
         await self._stop_renewing()
-        if cause in (LossCause.RELEASED, LossCause.NOT_HELD, LossCause.WATCH, LossCause.MISSED):
+        if cause in (
+            LossCause.RELEASED,
+            LossCause.TRANSFERRED,
+            LossCause.NOT_HELD,
+            LossCause.WATCH,
+            LossCause.MISSED,
+        ):
             return False
         self._lose(LossCause.RELEASED)
         request = lease_pb2.ReleaseRequest(
@@ -339,8 +402,11 @@ class Session:
                 await asyncio.sleep(min(self._next_renew_at, self.safe_deadline) - now)
                 continue
             try:
-                # A renewal still in flight at the safe deadline is useless.
-                await self._renew_once(timeout=self.safe_deadline - now)
+                async with self._rpc_lock:
+                    if self.lost.is_set():  # handed over meanwhile
+                        return
+                    # A renewal still in flight at the safe deadline is useless.
+                    await self._renew_once(timeout=max(0.001, self.safe_deadline - time.monotonic()))
                 self._last_error = None
                 retry = _FIRST_RETRY
             except TenureError as err:
@@ -367,7 +433,7 @@ class Session:
         self.lost_at = time.monotonic()
         self.lost.set()
         self._client._loss.remove(self)
-        if cause is not LossCause.RELEASED:
+        if cause not in (LossCause.RELEASED, LossCause.TRANSFERRED):
             _log.info("tenure: lost lease %r (%s)", self.name, cause.value)
 
     def _watch_names(self) -> tuple[str, ...]:
@@ -395,11 +461,54 @@ class Session:
         MISSED for a MISSED event)."""
         if self.lost.is_set():
             return
+        if self._handing:
+            # Most likely the hand-over's own RELEASED: its reply decides.
+            if self._held_back is None:
+                self._held_back = _NOTHING if event is None else event
+            return
         self.lost_event = event
         missed = event is not None and event.type is EventType.MISSED
         self._lose(LossCause.MISSED if missed else LossCause.WATCH)
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()  # no more renewals of a holding that is gone
+
+    async def _hand_over(self, send: Callable[[], Awaitable[_T]]) -> _T:
+        """Sends a hand-over (a Transfer, or a Resign to a successor) with
+        `send`, one call at a time with the renewals. On success the session
+        ends as after a release, with cause TRANSFERRED; on failure it is
+        unchanged, unless the server says the holding ended (LEASE_NOT_HELD,
+        LEASE_NOT_FOUND) or the watch saw it end meanwhile."""
+        self._raise_unless_held()
+        async with self._rpc_lock:
+            self._raise_unless_held()
+            self._handing = True
+            try:
+                reply = await send()
+            except BaseException as err:
+                self._handing = False
+                held_back, self._held_back = self._held_back, None
+                if held_back is not None:
+                    self._lose_on_watch(None if held_back is _NOTHING else held_back)
+                elif isinstance(err, TenureError) and err.reason in (
+                    Reason.LEASE_NOT_HELD,
+                    Reason.LEASE_NOT_FOUND,
+                ):
+                    self._lose(LossCause.NOT_HELD, err)
+                raise
+            self._handing = False
+            self._held_back = None
+            self._lose(LossCause.TRANSFERRED)
+        await self._stop_renewing()
+        return reply
+
+    def _raise_unless_held(self) -> None:
+        if not self.is_held():
+            cause = self.lost_cause.value if self.lost_cause else "past its safe deadline"
+            raise TenureError(
+                Reason.LEASE_NOT_HELD,
+                f"the session no longer holds lease {self.name!r} ({cause})",
+                metadata={"state": "LOST"},
+            )
 
     async def _stop_renewing(self) -> None:
         """Cancels the renewal task and waits for it to end."""

@@ -209,6 +209,12 @@ class Session:
         was no longer held (lost, taken over, released), which is no error."""
         return self._client._run(self._session.release(**kwargs))
 
+    def transfer(self, to: Optional[str] = None, **kwargs: Any) -> Lease:
+        """Hands the holding to a waiting acquire (of holder `to`, or the
+        first in line) and returns the recipient's lease; the session then
+        ends as released (cause TRANSFERRED). NO_WAITER leaves it held."""
+        return self._client._run(self._session.transfer(to, **kwargs))
+
     def __enter__(self) -> "Session":
         return self
 

@@ -13,6 +13,7 @@ import dev.tenure.v1.ObserveRequest;
 import dev.tenure.v1.ObserveResponse;
 import dev.tenure.v1.ProclaimRequest;
 import dev.tenure.v1.ProclaimResponse;
+import dev.tenure.v1.ResignRequest;
 import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -177,6 +178,43 @@ public final class Election {
             .setRevision(l.getRevision())
             .setTtl(l.getTtl())
             .build());
+  }
+
+  /**
+   * Hands {@code term}'s leadership to a waiting candidate, with no moment without a leader
+   * ({@code ElectionService.Resign} with a successor): to the candidate whose identity is {@code
+   * successor}, or, with null, to the earliest waiting candidate. The term then ends as handed
+   * over (as after a release: not held, no loss). A {@link LeaderElector} does this with {@link
+   * LeaderElector#resignTo(String)}, stopping its leader first.
+   *
+   * @param term a term of this election
+   * @param successor the identity of the waiting candidate; null for the next one
+   * @return the successor, whose fencing token is greater
+   * @throws TenureException {@code NO_WAITER} when that candidate does not wait (the term is
+   *     unchanged and still held); {@code LEASE_NOT_HELD} when the term has ended
+   */
+  public Leader resignTo(Session term, String successor) {
+    return term.handOver(
+        held -> {
+          ResignRequest.Builder request =
+              ResignRequest.newBuilder()
+                  .setName(name)
+                  .setExpectedRevision(held.getRevision())
+                  .setLeaseKey(term.getLeaseKey());
+          if (successor == null || successor.isEmpty()) {
+            request.setToNextCandidate(true);
+          } else {
+            request.setSuccessor(successor);
+          }
+          try {
+            return Leader.of(
+                stub.withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+                    .resign(request.build())
+                    .getSuccessor());
+          } catch (StatusRuntimeException e) {
+            throw client.error(e, "Resign");
+          }
+        });
   }
 
   /**

@@ -3,8 +3,12 @@ package dev.tenure.client;
 import static java.util.concurrent.TimeUnit.MILLISECONDS;
 
 import dev.tenure.v1.ErrorReason;
+import io.grpc.Status;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -38,14 +42,19 @@ public final class LeaderElector implements AutoCloseable {
   public interface Listener {
     /**
      * Runs on the elector's thread while this participant leads; the thread is interrupted when
-     * the term ends. Returning (or throwing) resigns the term.
+     * the term ends or {@link LeaderElector#resignTo(String)} hands it over. Returning (or
+     * throwing) resigns the term.
      *
      * @param term the term: its fencing token goes with every downstream write
      * @throws Exception anything: it is logged and the term is resigned
      */
     void takeLeadership(Session term) throws Exception;
 
-    /** Called once per term, after {@link #takeLeadership} returned. */
+    /**
+     * Called once per term, after {@link #takeLeadership} returned (once per {@code
+     * takeLeadership} call: a failed {@link LeaderElector#resignTo(String)} leads the same term
+     * again).
+     */
     default void stoppedLeading() {}
 
     /**
@@ -67,6 +76,22 @@ public final class LeaderElector implements AutoCloseable {
   private final AutoCloseable observer;
   private volatile boolean closed;
   private volatile TenureException failure;
+  /** Guards {@code leading} and {@code handover}. */
+  private final Object lock = new Object();
+  /** The term while {@code takeLeadership} may run; null otherwise. */
+  private Session leading;
+  /** The {@link #resignTo} request of the period of leading under way. */
+  private Handover handover;
+
+  /** One {@link #resignTo} request and where its answer goes. */
+  private static final class Handover {
+    final String successor;
+    final CompletableFuture<Election.Leader> answer = new CompletableFuture<>();
+
+    Handover(String successor) {
+      this.successor = successor;
+    }
+  }
 
   private LeaderElector(
       LeaseClient client,
@@ -169,26 +194,117 @@ public final class LeaderElector implements AutoCloseable {
     }
   }
 
+  /**
+   * Hands the leadership to a waiting candidate, with no moment without a leader: to the candidate
+   * whose identity is {@code successor}, or, with null, to the earliest waiting one. Call it from
+   * another thread than the elector's (not from {@code takeLeadership}).
+   *
+   * <p>Before the hand-over is sent this leader stops: the elector's thread is interrupted, {@link
+   * Listener#takeLeadership} returns, and {@link Listener#stoppedLeading} runs; so the successor
+   * cannot start leading before this leader stopped, and {@code stoppedLeading} has run when this
+   * returns. The term then ends as handed over (not lost) and the elector campaigns again ({@link
+   * #close()} it to leave the election).
+   *
+   * @param successor the identity of the waiting candidate; null for the next one
+   * @return the successor, whose fencing token is greater
+   * @throws TenureException {@code NO_WAITER} when that candidate does not wait: the leader keeps
+   *     the term and leads it again ({@code takeLeadership} is called anew with it), as after any
+   *     other failure while the term is still held; {@code LEASE_NOT_HELD} when this elector does
+   *     not lead
+   * @throws IllegalStateException when called on the elector's own thread
+   */
+  public Election.Leader resignTo(String successor) {
+    if (Thread.currentThread() == thread) {
+      throw new IllegalStateException("resignTo must be called from another thread than the elector's");
+    }
+    Handover asked = new Handover(successor);
+    synchronized (lock) {
+      if (leading == null || handover != null) {
+        throw notLeading();
+      }
+      handover = asked;
+      thread.interrupt(); // under the lock: the elector clears it under the lock too
+    }
+    try {
+      return asked.answer.join();
+    } catch (CompletionException e) {
+      if (e.getCause() instanceof RuntimeException) {
+        throw (RuntimeException) e.getCause();
+      }
+      throw e;
+    }
+  }
+
+  private TenureException notLeading() {
+    return new TenureException(
+        Status.Code.FAILED_PRECONDITION,
+        ErrorReason.LEASE_NOT_HELD,
+        "",
+        identity + " does not lead " + election.name(),
+        Map.of(),
+        null);
+  }
+
   private void lead(Session term) {
+    while (true) {
+      Handover asked = leadOnce(term);
+      if (asked == null) {
+        return;
+      }
+      // This leader has stopped: hand the term over.
+      try {
+        asked.answer.complete(election.resignTo(term, asked.successor));
+        return;
+      } catch (RuntimeException e) {
+        asked.answer.completeExceptionally(e);
+        if (term.isHeld() && !closed) {
+          continue; // NO_WAITER (or a failed call): lead the term again
+        }
+        term.close();
+        return;
+      }
+    }
+  }
+
+  /**
+   * One period of leading {@code term}: {@code takeLeadership} until the term ends, the elector
+   * closes or {@link #resignTo} asks for a hand-over; then resigns a term still held (not for a
+   * hand-over) and calls {@code stoppedLeading}.
+   *
+   * @return the hand-over asked for, or null
+   */
+  private Handover leadOnce(Session term) {
     Thread self = Thread.currentThread();
     term.addLossListener(loss -> self.interrupt());
+    Handover taken;
+    synchronized (lock) {
+      leading = term;
+    }
     try {
       if (!closed) {
         listener.takeLeadership(term);
       }
     } catch (InterruptedException e) {
-      // The term ended or the elector is closing.
+      // The term ended, the elector is closing, or a hand-over was asked for.
     } catch (Exception e) {
       LOG.log(Level.WARNING, "takeLeadership of " + election.name() + " failed; resigning", e);
     } finally {
-      Thread.interrupted(); // clear a pending interrupt before the release call
-      try {
-        term.release();
-      } catch (TenureException e) {
-        LOG.log(Level.FINE, "resigning " + election.name() + " (the term expires at its TTL)", e);
+      synchronized (lock) {
+        leading = null;
+        taken = handover;
+        handover = null;
+        Thread.interrupted(); // clear a pending interrupt before the release call
+      }
+      if (taken == null) {
+        try {
+          term.release();
+        } catch (TenureException e) {
+          LOG.log(Level.FINE, "resigning " + election.name() + " (the term expires at its TTL)", e);
+        }
       }
       listener.stoppedLeading();
     }
+    return taken;
   }
 
   /** Sleeps with jitter; false when interrupted (the elector is closing). */

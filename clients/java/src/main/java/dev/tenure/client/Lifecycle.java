@@ -13,6 +13,7 @@ import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -129,6 +130,12 @@ final class Lifecycle<R> {
   private ScheduledFuture<?> watchdogTask;
   private boolean renewalsPaused;
   private Consumer<R> renewalObserver;
+  /** A renewal was sent and has not been answered yet. */
+  private boolean renewInFlight;
+  /** A hand-over is in flight: renewals wait, a watch's loss is held back. */
+  private boolean handing;
+  /** A watch event that ended the holding while a hand-over was in flight. */
+  private LeaseEvent heldBack;
 
   /**
    * The life of {@code held}, acquired by a request sent at {@code sendNanos}, logging to {@code
@@ -305,6 +312,105 @@ final class Lifecycle<R> {
     }
   }
 
+  /**
+   * Hands the holding over with {@code send} (a Transfer, or a Resign to a successor), after the
+   * renewal in flight (if any) landed and with no renewal beside it. On success the holding ends
+   * as after a release: not held, no loss, no listener called, and {@link #release()} returns
+   * false. On failure it is unchanged, unless the server says it ended ({@code LEASE_NOT_HELD},
+   * {@code LEASE_NOT_FOUND}) or the loss watch saw it end meanwhile: then it is lost.
+   *
+   * @param send sends the hand-over of the given (latest) holding; throws on failure
+   * @param <T> what the hand-over returns
+   * @return what {@code send} returned
+   * @throws TenureException {@code LEASE_NOT_HELD} without a call when the holding is not held;
+   *     the failure of {@code send}
+   */
+  <T> T handOver(Function<R, T> send) {
+    R toSend;
+    synchronized (this) {
+      if (!isHeld()) {
+        throw notHeldLocked();
+      }
+      if (handing) {
+        throw new IllegalStateException(
+            "a hand-over of " + holding.kind() + " " + holding.label() + " is already under way");
+      }
+      handing = true;
+      long until = System.nanoTime() + options.getRpcTimeout().toNanos();
+      boolean interrupted = false;
+      while (renewInFlight && until - System.nanoTime() > 0) {
+        try {
+          NANOSECONDS.timedWait(this, Math.max(1, until - System.nanoTime()));
+        } catch (InterruptedException e) {
+          interrupted = true;
+        }
+      }
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+      if (!isHeld()) {
+        handing = false;
+        throw notHeldLocked();
+      }
+      toSend = held;
+    }
+    T out;
+    try {
+      out = send.apply(toSend);
+    } catch (RuntimeException error) {
+      List<Session.LossListener> toNotify = null;
+      Session.Loss lost = null;
+      synchronized (this) {
+        handing = false;
+        LeaseEvent back = heldBack;
+        heldBack = null;
+        if (state == State.HELD) {
+          ErrorReason reason =
+              error instanceof TenureException ? ((TenureException) error).getReason() : null;
+          if (back != null) {
+            toNotify = loseLocked(watchReason(back), null, back);
+          } else if (reason == ErrorReason.LEASE_NOT_HELD || reason == ErrorReason.LEASE_NOT_FOUND) {
+            toNotify = loseLocked(Session.LossReason.NOT_HELD, (TenureException) error);
+          } else if (renewTask == null) {
+            scheduleRenewLocked(System.nanoTime()); // one may have been skipped meanwhile
+          }
+          lost = loss;
+        }
+      }
+      if (toNotify != null) {
+        notify(toNotify, lost);
+      }
+      throw error;
+    }
+    synchronized (this) {
+      handing = false;
+      heldBack = null;
+      if (state == State.HELD) {
+        state = State.RELEASED;
+        listeners.clear();
+        cancelTasksLocked();
+      }
+    }
+    holding.forget();
+    return out;
+  }
+
+  private TenureException notHeldLocked() {
+    return new TenureException(
+        io.grpc.Status.Code.FAILED_PRECONDITION,
+        ErrorReason.LEASE_NOT_HELD,
+        "",
+        holding.kind() + " " + holding.label() + " is not held (" + stateString() + ")",
+        java.util.Map.of(),
+        null);
+  }
+
+  private static Session.LossReason watchReason(LeaseEvent event) {
+    return event.getType() == EventType.EVENT_TYPE_MISSED
+        ? Session.LossReason.MISSED
+        : Session.LossReason.LEASE_ENDED;
+  }
+
   /** {@link #release()} that never throws: a failure is logged and the holding expires. */
   void closeQuietly() {
     try {
@@ -355,11 +461,14 @@ final class Lifecycle<R> {
       if (state != State.HELD) {
         return;
       }
-      Session.LossReason reason =
-          event.getType() == EventType.EVENT_TYPE_MISSED
-              ? Session.LossReason.MISSED
-              : Session.LossReason.LEASE_ENDED;
-      toNotify = loseLocked(reason, null, event);
+      if (handing) {
+        // Most likely the hand-over's own RELEASED: its reply decides.
+        if (heldBack == null) {
+          heldBack = event;
+        }
+        return;
+      }
+      toNotify = loseLocked(watchReason(event), null, event);
       lost = loss;
     }
     notify(toNotify, lost);
@@ -430,14 +539,15 @@ final class Lifecycle<R> {
       if (state != State.HELD) {
         return;
       }
-      if (renewalsPaused) {
-        return;
+      if (renewalsPaused || handing) {
+        return; // a failed hand-over schedules the next one
       }
       send = System.nanoTime();
       long left = deadlineNanos - send;
       if (left > 0) {
         request = held;
         timeout = Math.min(left, options.getRpcTimeout().toNanos());
+        renewInFlight = true;
         toNotify = null;
         lost = null;
       } else {
@@ -459,6 +569,7 @@ final class Lifecycle<R> {
     Session.Loss lost = null;
     Consumer<R> observer = null;
     synchronized (this) {
+      landedLocked();
       if (state != State.HELD) {
         return;
       }
@@ -498,6 +609,7 @@ final class Lifecycle<R> {
     List<Session.LossListener> toNotify;
     Session.Loss lost;
     synchronized (this) {
+      landedLocked();
       if (state != State.HELD) {
         return;
       }
@@ -517,6 +629,14 @@ final class Lifecycle<R> {
       lost = loss;
     }
     notify(toNotify, lost);
+  }
+
+  /** A renewal's answer came: a hand-over waiting for it may go. */
+  private void landedLocked() {
+    if (renewInFlight) {
+      renewInFlight = false;
+      notifyAll();
+    }
   }
 
   /** Marks the holding lost; returns the listeners to tell (outside the lock). */

@@ -9,11 +9,13 @@ import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
 import dev.tenure.v1.RenewRequest;
 import dev.tenure.v1.RenewResponse;
+import dev.tenure.v1.TransferRequest;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Optional;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.logging.Logger;
 
 /**
@@ -46,7 +48,8 @@ import java.util.logging.Logger;
  * </ul>
  *
  * <p>{@link #release()} or {@link #close()} (try-with-resources) ends the session and releases
- * the lease; listeners are not called for a release. All methods are thread-safe.
+ * the lease; {@link #transfer(String)} ends it by handing the lease to a waiting acquire;
+ * listeners are not called for either. All methods are thread-safe.
  */
 public final class Session implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(Session.class.getName());
@@ -321,6 +324,56 @@ public final class Session implements AutoCloseable {
    */
   public boolean release() {
     return life.release();
+  }
+
+  /**
+   * Hands the holding to a waiting acquire of another holder, with no moment in which the lease is
+   * free ({@code LeaseService.Transfer}): to the earliest waiting acquire of holder {@code to}, or,
+   * with {@code null} (or ""), to the head of the queue. The recipient's waiting acquire returns
+   * the holding, whose fencing token is greater than this session's.
+   *
+   * <p>On success the session ends exactly as after a successful {@link #release()}: renewals
+   * stop, {@link #isHeld()} is false, {@link #getLoss()} stays empty and no {@link LossListener} is
+   * called (it was handed over, not lost), and a later {@link #release()} returns false. The
+   * lease key stops working at the transfer's write, so stop acting as holder before calling it.
+   *
+   * @param to the holder of the waiting acquire to hand it to; null for the first in line
+   * @return the recipient's lease
+   * @throws TenureException {@code NO_WAITER} when nobody (or not {@code to}) waits: the session
+   *     is unchanged and still held (release it, or transfer once the recipient waits); {@code
+   *     LEASE_NOT_HELD} when the holding has ended (the session is then lost), also without a call
+   *     when the session is not held; any other failure leaves the session as it was
+   * @throws IllegalStateException for a semaphore slot (only a plain lease is handed over)
+   */
+  public Lease transfer(String to) {
+    if (slot != 0) {
+      throw new IllegalStateException(
+          "lease " + name + " slot " + slot + " is a semaphore slot: only a plain lease can be handed over");
+    }
+    return handOver(
+        held -> {
+          TransferRequest request =
+              TransferRequest.newBuilder()
+                  .setName(name)
+                  .setExpectedRevision(held.getRevision())
+                  .setLeaseKey(leaseKey)
+                  .setToHolder(to == null ? "" : to)
+                  .build();
+          try {
+            return client
+                .blockingStub()
+                .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+                .transfer(request)
+                .getLease();
+          } catch (StatusRuntimeException e) {
+            throw client.error(e, "Transfer");
+          }
+        });
+  }
+
+  /** Hands the holding over with {@code send} (see {@link Lifecycle#handOver}). */
+  <T> T handOver(Function<Lease, T> send) {
+    return life.handOver(send);
   }
 
   /**
