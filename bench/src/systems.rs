@@ -371,6 +371,8 @@ impl Raw {
             metadata: Default::default(),
             lock_delay_s: 0,
             group: Vec::new(),
+            over: None,
+            transferred_from: None,
         }
     }
 
