@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use tenure_fence::{key_id, Fence, Signer};
+use tenure_fence::{key_id, keyset_line, Fence, Signer};
 
 use crate::config::{Config, FenceKeyFiles};
 use crate::lease::Holding;
@@ -130,14 +130,10 @@ impl Fences {
         let mut keyset = String::from("# Tenure fence keys\n");
         let mut out = Vec::with_capacity(public.len());
         for (key, active) in public {
-            let id = hex::encode(key_id(&key));
-            keyset.push_str(&format!(
-                "{}  # {id}{}\n",
-                base64_url(&key),
-                if active { " active" } else { "" }
-            ));
+            keyset.push_str(&keyset_line(&key, if active { "active" } else { "" }));
+            keyset.push('\n');
             out.push(proto::FenceKey {
-                key_id: id,
+                key_id: hex::encode(key_id(&key)),
                 public_key: key.to_vec(),
                 active,
             });
@@ -161,9 +157,4 @@ fn summary(keys: &Keys) -> String {
             keys.verify.len()
         ),
     }
-}
-
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }

@@ -79,14 +79,9 @@ pub async fn fence_keys(a: FenceKeysArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One keyset line: the key, then its id (and whether it signs) as a comment.
+/// One keyset line: the key, then its id (and whether it signs).
 fn keyset_line(key: &[u8; 32], active: bool) -> String {
-    format!(
-        "{}  # {}{}",
-        URL_SAFE_NO_PAD.encode(key),
-        hex::encode(tenure_fence::key_id(key)),
-        if active { " active" } else { "" }
-    )
+    tenure_fence::keyset_line(key, if active { "active" } else { "" })
 }
 
 /// Writes a new signing key to `path` (never over an existing file) and

@@ -234,8 +234,7 @@ pub fn lease_json(l: &Lease) -> Value {
 /// A fence proof's text form (the `Tenure-Fence` header): base64url
 /// without padding; empty for no proof.
 pub fn fence_text(proof: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(proof)
+    tenure_fence::Proof(proof.to_vec()).to_text()
 }
 
 /// An event as JSON.

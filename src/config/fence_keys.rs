@@ -6,8 +6,6 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 
@@ -80,29 +78,7 @@ fn public_keys(text: &str) -> Result<Vec<[u8; 32]>, String> {
             .map_err(|e| format!("not an Ed25519 public key in PEM ({e})"))?;
         return Ok(vec![key.to_bytes()]);
     }
-    let mut keys = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let raw = URL_SAFE_NO_PAD
-            .decode(line)
-            .ok()
-            .and_then(|raw| <[u8; 32]>::try_from(raw).ok())
-            .ok_or_else(|| {
-                format!(
-                    "line {}: not a base64url Ed25519 public key (32 bytes, no padding)",
-                    i + 1
-                )
-            })?;
-        VerifyingKey::from_bytes(&raw)
-            .map_err(|_| format!("line {}: not a valid Ed25519 public key", i + 1))?;
-        keys.push(raw);
-    }
-    if keys.is_empty() {
-        return Err("no key in the file (a PEM public key or base64url keys, one per line)".into());
-    }
+    let keys = tenure_fence::Keyset::parse(text)?.public_keys();
     Ok(keys)
 }
 
@@ -142,7 +118,7 @@ mod tests {
         let other = SigningKey::from_bytes(&[6; 32]).verifying_key();
         let pub_pem = other.to_public_key_pem(LineEnding::LF).unwrap();
         let v1 = write(dir.path(), "v.pem", &pub_pem);
-        let line = URL_SAFE_NO_PAD.encode(other.to_bytes());
+        let line = tenure_fence::Signer::from_seed(&[6; 32]).public_key_text();
         let v2 = write(dir.path(), "v.keys", &format!("# keys\n{line}  # old\n"));
         let keys = FenceKeyFiles::read(Some(&signing), &[v1, v2]).unwrap();
         assert_eq!(keys.signing, Some([5; 32]));

@@ -138,6 +138,11 @@ impl Keyset {
         Ok(())
     }
 
+    /// The pinned public keys' 32 bytes, in the order they were added.
+    pub fn public_keys(&self) -> Vec<[u8; 32]> {
+        self.keys.iter().map(|(_, k)| k.to_bytes()).collect()
+    }
+
     /// The ids of the pinned keys, 16 hex digits each.
     pub fn key_ids(&self) -> Vec<String> {
         self.keys.iter().map(|(id, _)| hex(id)).collect()
@@ -168,6 +173,14 @@ impl Keyset {
     pub fn verify_text(&self, text: &str) -> Result<Verified, FenceError> {
         self.verify(Proof::from_text(text)?.as_bytes())
     }
+}
+
+/// One line of a keyset's text form: the key, then its id and `note` as
+/// a comment (what `tenure fence-keys` prints).
+pub fn keyset_line(public: &[u8; 32], note: &str) -> String {
+    let id = hex(&key_id(public));
+    let sep = if note.is_empty() { "" } else { " " };
+    format!("{}  # {id}{sep}{note}", URL_SAFE_NO_PAD.encode(public))
 }
 
 /// Lower-case hex.

@@ -43,7 +43,7 @@ mod proof;
 #[cfg(feature = "http")]
 pub mod http;
 
-pub use keys::{key_id, Keyset, Signer, Verified};
+pub use keys::{key_id, keyset_line, Keyset, Signer, Verified};
 pub use proof::{
     Fence, FenceError, Proof, MAX_PROOF_BYTES, MIN_PROOF_BYTES, SIGNING_CONTEXT, VERSION,
 };
