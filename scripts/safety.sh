@@ -3,7 +3,8 @@
 # prints the results table (see docs/safety.md).
 #
 #   scripts/safety.sh            the long run: 120 s of load per scenario
-#   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 6-8 s for some (~8 min)
+#   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 6-10 s for some, 16 s for
+#                                the NATS-fault and R3 ones (~8.5 min)
 #
 # Other flags go to `tenure-safety run` (e.g. --only baseline,r3-sigstop,
 # --seconds 300, --margin-ms 0). Installs what it needs: nats-server via

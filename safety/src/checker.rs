@@ -1,6 +1,7 @@
-//! The history checker: turns the clients' histories, the store's log of
-//! accepted writes, the lease events and the queue tickets into verdicts on
-//! eight properties.
+//! The history checker: turns the clients' histories (and the runner's
+//! revokes), the store's log of accepted writes, the lease events, the
+//! queue tickets and the bucket's messages into verdicts on nine
+//! properties.
 //!
 //! 1. **Tokens increase.** Per name, holdings ordered by when their holder
 //!    learned of them carry strictly increasing fencing tokens, and no two
@@ -29,7 +30,11 @@
 //!    (send time of its last successful Acquire/Renew + TTL − margin), cut
 //!    short only by the holder's own Release; all on the shared monotonic
 //!    clock. A holding whose Acquire reply came after its deadline (a holder
-//!    paused mid-call) has an empty interval and never acted.
+//!    paused mid-call) has an empty interval and never acted. A revoke (sent
+//!    by the runner; or unanswered: it may have landed) ends the interval
+//!    when sent: the holder acts on until it learns, kept apart from the
+//!    next holder by fencing. A holder that writes after it knew its lease
+//!    was gone (its `lost` line) breaks the property too.
 //! 4. **Leases end, and not late.** A holding that was not released expires
 //!    no later than its due time (server write time of its last
 //!    Acquire/Renew, or send time plus RPC timeout when the outcome was
@@ -42,14 +47,18 @@
 //!    time inside an infrastructure fault (NATS or Tenure down or stopped,
 //!    plus a grace period) is *excused*, but still bounded: the expiry must
 //!    come by the due time plus the durations of the faults around it plus
-//!    the stated slack (allowed lag + grace).
+//!    the stated slack (allowed lag + grace). A revoked holding is not
+//!    judged (an operator ended it, not time).
 //! 5. **Leases do not end early.** The next holding of a name may not be
 //!    granted before the previous, unreleased holding's server-side deadline:
 //!    the send time of its last successful Acquire/Renew plus the TTL that
 //!    call granted (the server wrote later than it was sent, so the real
 //!    deadline is no earlier). Judged on the shared monotonic clock, with the
 //!    next holder's Acquire *reply* as the latest moment it can have been
-//!    granted, so only a certain violation counts.
+//!    granted, so only a certain violation counts. Nor inside the lock
+//!    delay of a holding that expired or was revoked: the next grant's
+//!    server time is at least the end (the `EXPIRED` event's time; the
+//!    `REVOKED` event's, or the revoke's send) plus the delay.
 //! 6. **FIFO order** (plain leases). A waiter's arrival is the place NATS
 //!    gave its queue ticket (`_tenure.q.<name>.<slot>`, the revision of the
 //!    ticket's first write, read by the runner from a watch on the bucket
@@ -80,7 +89,13 @@
 //!    every member over the same interval; and in the runner's WatchLease stream every grant of a
 //!    group member is part of a complete block: the ACQUIRED events of all
 //!    the group's names, in its order, at consecutive revisions, for one
-//!    holder. A block cut by a broken watch stream is not judged.
+//!    holder. A block cut by a broken watch stream is not judged, nor one in
+//!    a resumed stream's replay, nor one a `MISSED` event covers.
+//! 9. **Watches resume without a gap or a duplicate.** The runner's watch,
+//!    dropped and resumed after the last revision it processed, reports
+//!    every change of a lease or semaphore slot the bucket held, once: at
+//!    its revision, coalesced into a later change of its name in a replay,
+//!    or inside a `MISSED` event (see [`watch_resume`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -111,6 +126,56 @@ pub struct Event {
     /// Which watch stream saw it (the runner reconnects after a break; a
     /// block of events is judged only inside one stream).
     pub stream: u32,
+    /// The shard of the bucket it happened in (revisions are per shard).
+    pub shard: u32,
+    /// For `MISSED`: the last revision of the name the stream had seen
+    /// (changes after it and before `revision` went unseen).
+    pub missed_after: u64,
+    /// Whether it came in a resumed stream's replay (before its
+    /// `SNAPSHOT_COMPLETE`), where several changes of a name may arrive as
+    /// the latest one only.
+    pub replay: bool,
+}
+
+/// One connection of the runner's watch (`WatchLease` on every name),
+/// which the runner drops now and then on purpose and resumes after the
+/// last revision it processed.
+#[derive(Debug, Clone, Default)]
+pub struct WatchStream {
+    /// Its number ([`Event::stream`]).
+    pub no: u32,
+    /// Where it asked to resume, per shard (empty: a fresh watch, with a
+    /// snapshot of the leases held instead of the changes it missed).
+    pub resume: Vec<u64>,
+    /// Where its snapshot or replay was complete, per shard (its
+    /// `SNAPSHOT_COMPLETE`; empty: it never got there).
+    pub caught_up: Vec<u64>,
+    /// Why it was refused or ended (`WATCH_HISTORY_COMPACTED`,
+    /// `WATCH_LAGGED`, ...; empty: the runner dropped it, or it broke).
+    pub ended: String,
+}
+
+/// One message of a lease key in the bucket, as the runner's NATS watch
+/// saw it: the ground truth the resumed watch is judged against.
+#[derive(Debug, Clone)]
+pub struct Truth {
+    /// The shard.
+    pub shard: u32,
+    /// Its revision.
+    pub revision: u64,
+    /// The lease name.
+    pub name: String,
+    /// The semaphore slot (0: a plain lease).
+    pub slot: u32,
+    /// Whether it is a change a watch must report (a write of a holding,
+    /// or the end of one; not a marker over a free name).
+    pub change: bool,
+    /// Whether it ends what the key held (a tombstone, purge or marker).
+    pub end: bool,
+    /// Whether it is a tombstone (`KV-Operation: DEL`: a release).
+    pub tombstone: bool,
+    /// NATS's time of the message, ms.
+    pub time_ms: u64,
 }
 
 /// The first write of one FIFO queue ticket, as the runner's bucket watch
@@ -162,6 +227,11 @@ pub struct Input<'a> {
     /// The semaphore limit the holders were promised (property 7); `None`
     /// for plain leases.
     pub limit: Option<u32>,
+    /// The connections of the runner's watch (property 9).
+    pub streams: &'a [WatchStream],
+    /// Every message of a lease key the runner's NATS watch saw (property
+    /// 9's ground truth).
+    pub truth: &'a [Truth],
 }
 
 /// The verdicts of one run.
@@ -257,6 +327,50 @@ pub struct Report {
     pub closest_expiry_handoff_ms: Option<f64>,
     /// Longest time a name had no acting holder, ms.
     pub longest_unavailable_ms: f64,
+    /// Pairs property 5 judged: an unreleased holding and the next
+    /// holding of its name (or slot).
+    pub p5_pairs: usize,
+    /// Lock delays property 5 judged: a holding with a lock delay that
+    /// expired or was revoked, and the next grant of its name.
+    pub delays_judged: usize,
+    /// Of property 5's violations, grants inside a lock delay.
+    pub p5_delay: usize,
+    /// Holdings the runner revoked (RevokeLease answered).
+    pub revoked: usize,
+    /// Writes of a revoked holding sent after the revoke that the store
+    /// accepted (before the next holder wrote: fencing's window).
+    pub revoked_writes_accepted: usize,
+    /// Writes of a revoked holding sent after the revoke that the store
+    /// refused (a newer token had been written).
+    pub revoked_writes_refused: usize,
+    /// Holdings that acted after they knew they had lost their lease
+    /// (counted in property 3).
+    pub acted_after_loss: usize,
+    /// Releases answered `LEASE_NOT_HELD` although their own tombstone
+    /// ended the holding while they were in flight (taken as released).
+    pub released_though_refused: usize,
+    /// Renewals sent on a KeepAlive stream.
+    pub keepalive_renewals: usize,
+    /// Property 9 violations: a change the resumed watch skipped without
+    /// saying so, or delivered twice.
+    pub p9_watch: usize,
+    /// Watch connections resumed with a start revision.
+    pub watch_resumes: usize,
+    /// Changes of the bucket property 9 judged (each reported, coalesced
+    /// into a later change of its name in a replay, or covered by a
+    /// `MISSED`).
+    pub watch_judged: usize,
+    /// Of those, in a resumed stream's replay.
+    pub watch_replayed: usize,
+    /// Of those, coalesced into a later change of their name.
+    pub watch_coalesced: usize,
+    /// Of those, covered by a `MISSED` event.
+    pub watch_missed: usize,
+    /// Resumes refused with `WATCH_HISTORY_COMPACTED` (the watch started
+    /// afresh: its gap is reported, not judged).
+    pub watch_compacted: usize,
+    /// Watch connections ended by the server with `WATCH_LAGGED`.
+    pub watch_lagged: usize,
     /// The first few violations, explained.
     pub examples: Vec<String>,
 }
@@ -275,6 +389,7 @@ impl Report {
             + self.p6_fifo
             + self.p7_limit
             + self.p8_group
+            + self.p9_watch
     }
 
     /// Unreleased holdings that property 4 looked at.
@@ -335,6 +450,18 @@ struct Holding {
     last_ok_t0: u64,
     /// TTL granted by that call, ms.
     last_ok_ttl_ms: u64,
+    /// When the runner revoked it (or may have: its RevokeLease went
+    /// unanswered): send time, mono ns and wall ms.
+    revoked: Option<(u64, u64)>,
+    /// Whether that revoke was answered (the holding surely ended then).
+    surely_revoked: bool,
+    /// Its lock delay, ms (0: none).
+    lock_delay_ms: u64,
+    /// When the holder first knew it had lost the lease (a `lost` line),
+    /// mono ns.
+    lost_t0: Option<u64>,
+    /// Releases refused with `LEASE_NOT_HELD`: send and reply, wall ms.
+    refused_releases: Vec<(u64, u64)>,
 }
 
 impl Holding {
@@ -356,11 +483,15 @@ impl Holding {
 }
 
 impl Holding {
-    /// The acting interval `[start, end)`, if non-empty.
+    /// The acting interval `[start, end)`, if non-empty. A revoke ends
+    /// it when sent: the holder acts on until it learns (its next renewal
+    /// or write is refused), but from then on the lease is another's to
+    /// take, and fencing, not the deadline, keeps the two apart.
     fn interval(&self) -> Option<(u64, u64)> {
         let end = self
             .release_t0
             .map_or(self.deadline, |r| r.min(self.deadline));
+        let end = self.revoked.map_or(end, |(t0, _)| end.min(t0));
         (self.start > 0 && end > self.start).then_some((self.start, end))
     }
 }
@@ -374,6 +505,9 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
     }
     let mut by_id: BTreeMap<&str, Holding> = BTreeMap::new();
     for op in ops {
+        if op.op == OpKind::Revoke || op.holding.is_empty() {
+            continue;
+        }
         let h = by_id.entry(&op.holding).or_insert_with(|| Holding {
             id: op.holding.clone(),
             name: op.name.clone(),
@@ -386,6 +520,7 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
             (OpKind::Acquire, Phase::Ok) => {
                 h.token = op.token;
                 h.slot = op.slot;
+                h.lock_delay_ms = op.lock_delay_ms;
                 h.start = op.t1;
                 h.ttl_ms = op.ttl_ms;
                 h.deadline = h.deadline.max(op.deadline);
@@ -421,10 +556,37 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
                     h.maybe_released = true;
                 }
             }
+            (OpKind::Lost, _) => {
+                h.lost_t0 = Some(h.lost_t0.map_or(op.t0, |t| t.min(op.t0)));
+            }
+            (OpKind::Release, Phase::Fail) if op.detail == "LEASE_NOT_HELD" => {
+                let w1 = op.w0 + op.t1.saturating_sub(op.t0) / 1_000_000;
+                h.refused_releases.push((op.w0, w1));
+            }
             _ => {}
         }
     }
-    by_id.into_values().collect()
+    // The runner's revokes, by the holding they name (name, slot, token):
+    // answered, or unanswered (it may have landed).
+    let mut revokes: HashMap<(&str, u32, u64), (u64, u64, bool)> = HashMap::new();
+    for op in ops.iter().filter(|o| o.op == OpKind::Revoke) {
+        if matches!(op.phase, Phase::Ok | Phase::Info) {
+            let e = revokes
+                .entry((&op.name, op.slot, op.token))
+                .or_insert((op.t0, op.w0, false));
+            e.2 |= op.phase == Phase::Ok;
+        }
+    }
+    let mut all: Vec<Holding> = by_id.into_values().collect();
+    for h in &mut all {
+        if let Some(&(t0, w0, sure)) = revokes.get(&(h.name.as_str(), h.slot, h.token)) {
+            if h.token > 0 {
+                h.revoked = Some((t0, w0));
+                h.surely_revoked = sure;
+            }
+        }
+    }
+    all
 }
 
 /// Whether `t_ms` falls in a fault window (extended by the grace period).
@@ -493,7 +655,23 @@ pub fn check(input: &Input) -> Report {
         ));
     }
 
-    let all = holdings(ops);
+    let mut all = holdings(ops);
+    // A Release refused LEASE_NOT_HELD although the holding's end in the
+    // bucket is a tombstone written while that Release was in flight: its
+    // own write ended the holding (the answer came from a retry that found
+    // it gone). It released.
+    for h in &mut all {
+        let Some(end) = first_end(input.truth, h) else {
+            continue;
+        };
+        let in_flight = h.refused_releases.iter().any(|(w0, w1)| {
+            end.time_ms + STAMP_SLACK_MS >= *w0 && end.time_ms <= w1 + STAMP_SLACK_MS
+        });
+        if end.tombstone && in_flight && !h.maybe_released {
+            h.maybe_released = true;
+            r.released_though_refused += 1;
+        }
+    }
     let mut per_name: BTreeMap<String, Vec<&Holding>> = BTreeMap::new();
     for h in all.iter().filter(|h| h.token > 0) {
         per_name.entry(h.key()).or_default().push(h);
@@ -577,15 +755,62 @@ pub fn check(input: &Input) -> Report {
                 continue;
             }
             let next = sorted.get(i + 1);
+            let expired = input.events.iter().find(|e| {
+                e.kind == "EXPIRED" && e.name == h.name && e.slot == h.slot && e.token == h.token
+            });
             if let Some(b) = sorted[i + 1..].iter().find(|b| b.start > 0) {
-                if b.start < h.server_deadline() {
-                    r.p5_early += 1;
-                    let ms = (h.server_deadline() - b.start) as f64 / 1e6;
-                    r.example(format!(
-                        "P5 {name}: {} (token {}) was granted {ms:.1} ms before {} (token {}) could end (last successful send + TTL)",
-                        b.id, b.token, h.id, h.token
-                    ));
+                // A holding with a lock delay that expired or was revoked
+                // keeps its name refused for the delay after its end: the
+                // expiry's time (its EXPIRED event, the marker's), or a
+                // lower bound of the revoke's (its send, or its REVOKED
+                // event). The next grant's server time must not be inside.
+                let end = match (h.revoked, h.surely_revoked, expired) {
+                    (Some((_, w0)), true, _) => Some(
+                        input
+                            .events
+                            .iter()
+                            .find(|e| e.kind == "REVOKED" && e.name == h.name && e.token == h.token)
+                            .map_or(w0, |e| e.time_ms.max(w0)),
+                    ),
+                    (None, _, Some(e)) => Some(e.time_ms),
+                    _ => None,
+                };
+                if let (true, Some(end)) = (h.lock_delay_ms > 0 && b.acquired_ms > 0, end) {
+                    r.delays_judged += 1;
+                    let free_at = end + h.lock_delay_ms;
+                    if b.acquired_ms + DELAY_SLACK_MS < free_at {
+                        r.p5_early += 1;
+                        r.p5_delay += 1;
+                        r.example(format!(
+                            "P5 {name}: {} (token {}) was granted {} ms into the {} ms lock delay of {} (token {}), which {} at {end}",
+                            b.id,
+                            b.token,
+                            b.acquired_ms as i64 - end as i64,
+                            h.lock_delay_ms,
+                            h.id,
+                            h.token,
+                            if h.revoked.is_some() { "was revoked" } else { "expired" }
+                        ));
+                    }
                 }
+                // A revoked holding (or one that may have been) may be
+                // followed at once.
+                if h.revoked.is_none() {
+                    r.p5_pairs += 1;
+                    if b.start < h.server_deadline() {
+                        r.p5_early += 1;
+                        let ms = (h.server_deadline() - b.start) as f64 / 1e6;
+                        r.example(format!(
+                            "P5 {name}: {} (token {}) was granted {ms:.1} ms before {} (token {}) could end (last successful send + TTL)",
+                            b.id, b.token, h.id, h.token
+                        ));
+                    }
+                }
+            }
+            // Ended by an operator, not by time: property 4 has nothing to
+            // judge.
+            if h.revoked.is_some() {
+                continue;
             }
             let due = h.due_base_ms + h.ttl_ms;
             let extension = fault_extension_ms(input.faults, input.fault_grace_ms, due);
@@ -598,9 +823,6 @@ pub fn check(input: &Input) -> Report {
                 due + input.allowed_lag_ms
             };
             let next_acquire = next.map(|n| n.acquired_ms).filter(|t| *t > 0);
-            let expired = input.events.iter().find(|e| {
-                e.kind == "EXPIRED" && e.name == h.name && e.slot == h.slot && e.token == h.token
-            });
             if let Some(e) = expired {
                 let lag = e.time_ms as i64 - due as i64;
                 if excused {
@@ -645,7 +867,9 @@ pub fn check(input: &Input) -> Report {
                     o.w0 - due,
                     o.client
                 ));
-            } else if next_acquire.is_some_and(|n| n <= bound) {
+            } else if next_acquire.is_some_and(|n| n <= bound)
+                || bucket_end(input.truth, h).is_some_and(|t| t <= bound)
+            {
                 r.expiry_by_handoff += 1;
             } else {
                 r.expiry_unverified += 1;
@@ -656,6 +880,15 @@ pub fn check(input: &Input) -> Report {
     // Property 2's limit: writes accepted from a holding whose lease had
     // ended, after a higher token was granted.
     stale_accepted(ops, &all, &mut r);
+    // A holder stops acting once it knows its lease is gone, and a revoked
+    // holder's writes after the revoke are fencing's to stop.
+    after_loss(ops, &all, &mut r);
+    r.keepalive_renewals = ops
+        .iter()
+        .filter(|o| {
+            o.op == OpKind::Renew && o.phase != Phase::Invoke && o.detail.starts_with(KEEPALIVE)
+        })
+        .count();
 
     // Property 2: the store's log never goes back in tokens per resource.
     let mut highest: HashMap<(&str, u32), i64> = HashMap::new();
@@ -675,6 +908,7 @@ pub fn check(input: &Input) -> Report {
     foreign_tokens(input, &mut r);
     fifo(input, &mut r);
     groups(input, &mut r);
+    watch_resume(input, &mut r);
     if let Some(limit) = input.limit {
         semaphore_limit(&all, limit, &mut r);
     }
@@ -686,6 +920,71 @@ pub fn check(input: &Input) -> Report {
         ));
     }
     r
+}
+
+/// Slack between the server times of a lock delay's start and the next
+/// grant, ms (both millisecond stamps).
+const DELAY_SLACK_MS: u64 = 2;
+/// How the detail of a renewal sent on a KeepAlive stream starts.
+pub const KEEPALIVE: &str = "keepalive";
+
+/// The time of the first end message (tombstone, purge, expiry marker) of
+/// `h`'s key after its grant that the runner's NATS watch saw, ms: an
+/// upper bound of when `h` ended (a message the watch skipped can only
+/// have been earlier), so evidence that it ended by then, never that it
+/// ended late.
+fn bucket_end(truth: &[Truth], h: &Holding) -> Option<u64> {
+    first_end(truth, h).map(|t| t.time_ms)
+}
+
+/// The first end message of `h`'s key after its grant that the runner's
+/// NATS watch saw.
+fn first_end<'a>(truth: &'a [Truth], h: &Holding) -> Option<&'a Truth> {
+    truth
+        .iter()
+        .filter(|t| t.end && t.name == h.name && t.slot == h.slot && t.revision > h.token)
+        .min_by_key(|t| t.revision)
+}
+
+/// Holdings that wrote after they knew their lease was gone (a `lost`
+/// line: deadline passed, renewal refused, token refused by the store):
+/// property 3 violations. And the writes a revoked holding sent after the
+/// revoke: refused by the store once the next holder wrote, accepted
+/// before (fencing's window, like a stale write accepted).
+fn after_loss(ops: &[Op], all: &[Holding], r: &mut Report) {
+    let by_id: HashMap<&str, &Holding> = all.iter().map(|h| (h.id.as_str(), h)).collect();
+    let mut reported = std::collections::HashSet::new();
+    // Completed writes of a holding (zombie writes, sent on purpose after
+    // the holding ended, carry no deadline).
+    for w in ops
+        .iter()
+        .filter(|o| o.op == OpKind::Write && o.phase != Phase::Invoke && o.deadline > 0)
+    {
+        let Some(h) = by_id.get(w.holding.as_str()) else {
+            continue;
+        };
+        if h.lost_t0.is_some_and(|lost| w.t0 > lost) && reported.insert(h.id.as_str()) {
+            r.acted_after_loss += 1;
+            r.p3_overlap += 1;
+            r.example(format!(
+                "P3 {}: {} (token {}) wrote after it knew its lease was gone",
+                h.name, h.id, h.token
+            ));
+        }
+        if let (Some((t0, _)), true) = (h.revoked, h.surely_revoked) {
+            if w.t0 > t0 {
+                match w.phase {
+                    Phase::Ok => r.revoked_writes_accepted += 1,
+                    Phase::Fail if w.detail == STALE => r.revoked_writes_refused += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    r.revoked = all
+        .iter()
+        .filter(|h| h.revoked.is_some() && h.surely_revoked)
+        .count();
 }
 
 /// The detail of a write the store refused for its stale token.
@@ -816,6 +1115,10 @@ struct Waiter<'a> {
     granted: Option<u64>,
 }
 
+/// Slack before a fault window's start within which a FIFO pair's end
+/// (its later arrival's reply) still has it excused, ms.
+const FIFO_FAULT_SLACK_MS: u64 = 250;
+
 /// Slack when comparing a ticket's time (NATS's millisecond stamp) with a
 /// client's wall-clock send time, ms.
 const STAMP_SLACK_MS: u64 = 5;
@@ -899,10 +1202,13 @@ fn fifo(input: &Input, r: &mut Report) {
                     Some(a_token) => a_token > b_token,
                     None => b.t1 < a.t0 + a.wait_ms * 1_000_000,
                 };
+                // Excused when the fault, or the grace after it, falls
+                // between A's send and B's reply (a pair over before the
+                // fault began is judged: nothing of it can have changed).
                 let b_w1 = b.w0 + (b.t1.saturating_sub(b.t0)) / 1_000_000;
                 let faulted = input.faults.iter().any(|w| {
                     a.w0 <= w.end_ms + input.fault_grace_ms
-                        && b_w1 + input.fault_grace_ms >= w.start_ms
+                        && b_w1 + FIFO_FAULT_SLACK_MS >= w.start_ms
                 });
                 if faulted {
                     r.fifo_excused += 1;
@@ -977,10 +1283,12 @@ fn groups(input: &Input, r: &mut Report) {
         }
     }
     // What the watch saw: each member's grant inside its group's block.
+    // A resumed stream's replay may deliver a member's later change in
+    // place of its grant (coalesced): its events are not judged.
     let ev = input.events;
-    let mut in_block = vec![false; ev.len()];
+    let mut in_block: Vec<bool> = ev.iter().map(|e| e.replay).collect();
     for (i, e) in ev.iter().enumerate() {
-        if e.kind != "ACQUIRED" || e.group.is_empty() || e.name != e.group[0] {
+        if e.kind != "ACQUIRED" || e.group.is_empty() || e.name != e.group[0] || e.replay {
             continue;
         }
         let k = e.group.len();
@@ -1007,6 +1315,21 @@ fn groups(input: &Input, r: &mut Report) {
     }
     for (i, e) in ev.iter().enumerate() {
         if e.kind == "ACQUIRED" && !e.group.is_empty() && !in_block[i] {
+            // A stream that says it missed changes of a member where the
+            // group's block would be reported the part it did not see.
+            let at = e.group.iter().position(|n| *n == e.name).unwrap_or(0) as u64;
+            let start = e.revision.saturating_sub(at);
+            let reported = ev.iter().any(|m| {
+                m.kind == "MISSED"
+                    && m.stream == e.stream
+                    && e.group.iter().enumerate().any(|(j, n)| {
+                        let rev = start + j as u64;
+                        *n == m.name && m.missed_after < rev && rev < m.revision
+                    })
+            });
+            if reported {
+                continue;
+            }
             r.p8_group += 1;
             r.p8_watch += 1;
             r.example(format!(
@@ -1014,6 +1337,124 @@ fn groups(input: &Input, r: &mut Report) {
                 e.name, e.holder, e.revision, e.group
             ));
         }
+    }
+}
+
+/// The kinds of event that report one change of the bucket.
+pub const CHANGES: [&str; 5] = ["ACQUIRED", "RENEWED", "RELEASED", "EXPIRED", "REVOKED"];
+
+/// Property 9: the runner's watch, dropped and resumed after the last
+/// revision it processed, neither skips a change without saying so nor
+/// reports one twice. Every change of a lease key the runner's own NATS
+/// watch saw (the ground truth) inside what a stream covered (from where
+/// it resumed, or from its snapshot if it started afresh, to the last
+/// revision it reached) must be reported by that stream: as an event at
+/// its revision; in a resumed stream's replay, also as a later change of
+/// the same name (the bucket keeps one message per name, so a replay
+/// coalesces); or inside a `MISSED` event of its name (the stream says it
+/// did not see it: changes after its `missed_after` up to its revision,
+/// whose change it stands for when that ends a holding the stream never
+/// saw begin). A resume refused with `WATCH_HISTORY_COMPACTED` is
+/// followed by a fresh watch, whose gap is reported, not judged. No change
+/// may be reported twice across the streams.
+fn watch_resume(input: &Input, r: &mut Report) {
+    let streams = input.streams;
+    if streams.is_empty() {
+        return;
+    }
+    r.watch_resumes = streams.iter().filter(|s| !s.resume.is_empty()).count();
+    r.watch_compacted = streams
+        .iter()
+        .filter(|s| s.ended == "WATCH_HISTORY_COMPACTED")
+        .count();
+    r.watch_lagged = streams.iter().filter(|s| s.ended == "WATCH_LAGGED").count();
+    let is_change = |e: &Event| CHANGES.contains(&e.kind.as_str());
+    // Duplicates.
+    let mut delivered: HashMap<(u32, u64, &str, u32), u32> = HashMap::new();
+    for e in input.events.iter().filter(|e| is_change(e)) {
+        if let Some(first) = delivered.insert((e.shard, e.revision, &e.name, e.slot), e.stream) {
+            r.p9_watch += 1;
+            r.example(format!(
+                "P9 {}: the change at revision {} (shard {}, {}) was reported twice, by watch streams {first} and {}",
+                e.name, e.revision, e.shard, e.kind, e.stream
+            ));
+        }
+    }
+    // What each stream covered, per shard: (from, to].
+    let shard_at = |v: &[u64], shard: u32| v.get(shard as usize).copied();
+    let covered = |st: &WatchStream, shard: u32| -> Option<(u64, u64)> {
+        let from = if st.resume.is_empty() {
+            shard_at(&st.caught_up, shard)?
+        } else {
+            shard_at(&st.resume, shard)?
+        };
+        let reached = input
+            .events
+            .iter()
+            .filter(|e| e.stream == st.no && e.shard == shard && is_change(e))
+            .map(|e| e.revision)
+            .max()
+            .unwrap_or(0);
+        let to = reached.max(shard_at(&st.caught_up, shard).unwrap_or(0));
+        (to > from).then_some((from, to))
+    };
+    for m in input.truth.iter().filter(|m| m.change) {
+        let Some(st) = streams.iter().find(|st| {
+            covered(st, m.shard).is_some_and(|(from, to)| from < m.revision && m.revision <= to)
+        }) else {
+            continue;
+        };
+        r.watch_judged += 1;
+        let replay_end = match st.resume.is_empty() {
+            true => None,
+            false => Some(shard_at(&st.caught_up, m.shard).unwrap_or(u64::MAX)),
+        };
+        let in_replay = replay_end.is_some_and(|end| m.revision <= end);
+        if in_replay {
+            r.watch_replayed += 1;
+        }
+        let of_stream = |e: &&Event| e.stream == st.no && e.shard == m.shard;
+        if input
+            .events
+            .iter()
+            .filter(of_stream)
+            .any(|e| e.revision == m.revision && is_change(e))
+        {
+            continue;
+        }
+        // (A change written before the replay reached its name, and
+        // superseded, shows as its name's next change: in the replay, or
+        // live when the name changed again during the replay.)
+        let coalesced = in_replay
+            && input.events.iter().filter(of_stream).any(|e| {
+                is_change(e) && e.name == m.name && e.slot == m.slot && e.revision > m.revision
+            });
+        if coalesced {
+            r.watch_coalesced += 1;
+            continue;
+        }
+        // (A MISSED stands for the change at its own revision too when
+        // that change ends a holding the stream never saw begin.)
+        let missed = input.events.iter().filter(of_stream).any(|e| {
+            e.kind == "MISSED"
+                && e.name == m.name
+                && e.missed_after < m.revision
+                && m.revision <= e.revision
+        });
+        if missed {
+            r.watch_missed += 1;
+            continue;
+        }
+        r.p9_watch += 1;
+        r.example(format!(
+            "P9 {}: the change at revision {} (shard {}{}) was not reported by watch stream {}, which covered it{}",
+            m.name,
+            m.revision,
+            m.shard,
+            if m.slot > 0 { format!(", slot {}", m.slot) } else { String::new() },
+            st.no,
+            if in_replay { " (in its replay)" } else { "" }
+        ));
     }
 }
 
@@ -1092,6 +1533,7 @@ mod tests {
             timeout_ms: 1000,
             slot: 0,
             wait_ms: 0,
+            lock_delay_ms: 0,
             group: String::new(),
             detail: String::new(),
             replaced: None,
@@ -1123,6 +1565,9 @@ mod tests {
             holder: String::new(),
             group: Vec::new(),
             stream: 0,
+            shard: 0,
+            missed_after: 0,
+            replay: false,
         }
     }
 
@@ -1212,6 +1657,8 @@ mod tests {
             limit: None,
             highest: &[],
             prefix: "",
+            streams: &[],
+            truth: &[],
         })
     }
 
@@ -1262,6 +1709,8 @@ mod tests {
             limit: None,
             highest: &[],
             prefix: "",
+            streams: &[],
+            truth: &[],
         })
     }
 
@@ -1472,6 +1921,8 @@ mod tests {
             limit: Some(limit),
             highest: &[],
             prefix: "",
+            streams: &[],
+            truth: &[],
         })
     }
 
@@ -1609,6 +2060,8 @@ mod tests {
             limit: None,
             highest,
             prefix: "p/",
+            streams: &[],
+            truth: &[],
         })
     }
 
@@ -1809,5 +2262,373 @@ mod tests {
         ];
         let r = check_ops(&ops, &[], &[], &[]);
         assert_eq!((r.expiry_by_handoff, r.expiry_unverified), (1, 1));
+    }
+    #[test]
+    fn a_release_refused_while_its_own_tombstone_landed_released() {
+        // a (token 1, TTL 1000 from 1000) released at 1100, answered
+        // LEASE_NOT_HELD at 1108; the bucket's tombstone at 1102. b at
+        // 1200 is then no early grant; with an expiry marker instead, or a
+        // tombstone stamped outside the call, it is.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            op("a#1", OpKind::Release, Phase::Invoke, 1100, 0),
+            Op {
+                detail: "LEASE_NOT_HELD".into(),
+                ..op("a#1", OpKind::Release, Phase::Fail, 1100, 1108)
+            },
+            acquired("b#1", 3, 1150, 1200, 1000, 50),
+        ];
+        let check = |truth: &[Truth]| {
+            check(&Input {
+                ops: &ops,
+                accepted: &[],
+                events: &[],
+                faults: &[],
+                allowed_lag_ms: 1000,
+                fault_grace_ms: 3000,
+                leftover: &[],
+                tickets: &[],
+                limit: None,
+                highest: &[],
+                prefix: "",
+                streams: &[],
+                truth,
+            })
+        };
+        let end = |tombstone, time_ms| Truth {
+            end: true,
+            tombstone,
+            time_ms,
+            ..bucket_change("n", 2)
+        };
+        let r = check(&[end(true, 1102)]);
+        assert_eq!(
+            (r.p5_early, r.released_though_refused),
+            (0, 1),
+            "{:?}",
+            r.examples
+        );
+        assert_eq!(check(&[end(false, 1102)]).p5_early, 1);
+        assert_eq!(check(&[end(true, 1050)]).p5_early, 1);
+    }
+
+    #[test]
+    fn the_buckets_end_message_within_the_bound_proves_an_end() {
+        // a (token 1, due 2000) with no EXPIRED event and no next holder:
+        // the bucket's marker at 2300 proves it ended within the bound; one
+        // at 3500 proves nothing either way (the watch may have skipped an
+        // earlier one).
+        let ops = vec![acquired("a#1", 1, 1000, 1002, 1000, 50)];
+        let marker = |time_ms| Truth {
+            end: true,
+            time_ms,
+            ..bucket_change("n", 4)
+        };
+        let check = |truth: &[Truth]| {
+            check(&Input {
+                ops: &ops,
+                accepted: &[],
+                events: &[],
+                faults: &[],
+                allowed_lag_ms: 1000,
+                fault_grace_ms: 3000,
+                leftover: &[],
+                tickets: &[],
+                limit: None,
+                highest: &[],
+                prefix: "",
+                streams: &[],
+                truth,
+            })
+        };
+        let r = check(&[marker(2300)]);
+        assert_eq!(
+            (r.p4_expiry, r.expiry_by_handoff),
+            (0, 1),
+            "{:?}",
+            r.examples
+        );
+        let r = check(&[marker(3500)]);
+        assert_eq!(
+            (r.p4_expiry, r.expiry_unverified),
+            (0, 1),
+            "{:?}",
+            r.examples
+        );
+    }
+
+    /// The runner's revoke of the holding of `name` "n" with `token`, sent
+    /// at `t0` ms, answered (`Ok`) or not (`Info`).
+    fn revoke(token: u64, t0: u64, phase: Phase) -> Op {
+        Op {
+            client: "runner".into(),
+            holding: String::new(),
+            token,
+            ..op("", OpKind::Revoke, phase, t0, t0 + 3)
+        }
+    }
+
+    #[test]
+    fn a_revoked_holding_ends_at_the_revoke() {
+        // a holds until 1950 by its deadline; revoked at 1200, b takes the
+        // name at 1210: no overlap, no early grant, no expiry to judge.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            revoke(1, 1200, Phase::Ok),
+            acquired("b#1", 3, 1205, 1210, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        // (b, unreleased, is judged by property 4.)
+        assert_eq!((r.revoked, r.p5_pairs, r.expiries_judged()), (1, 0, 1));
+        // An unanswered revoke may have landed: the same.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            revoke(1, 1200, Phase::Info),
+            acquired("b#1", 3, 1205, 1210, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.violations(), r.revoked), (0, 0), "{:?}", r.examples);
+        // A refused revoke (the holding had ended) changes nothing: b's
+        // grant is early again.
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            revoke(1, 1200, Phase::Fail),
+            acquired("b#1", 3, 1205, 1210, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.p3_overlap, r.p5_early), (1, 1), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_revoked_holders_writes_are_fencings_and_it_must_stop_once_it_knows() {
+        let write = |t0, phase, detail: &str| Op {
+            token: 1,
+            deadline: 1950 * MS,
+            detail: detail.into(),
+            ..op("a#1", OpKind::Write, phase, t0, t0 + 2)
+        };
+        // Revoked at 1200: its writes at 1300 (accepted: b had not written)
+        // and 1400 (refused) are fencing's; it learned at 1500 and stopped.
+        let lost = op("a#1", OpKind::Lost, Phase::Ok, 1500, 0);
+        let ops = vec![
+            acquired("a#1", 1, 1000, 1002, 1000, 50),
+            revoke(1, 1200, Phase::Ok),
+            acquired("b#1", 3, 1205, 1210, 1000, 50),
+            write(1300, Phase::Ok, ""),
+            write(1400, Phase::Fail, STALE),
+            lost.clone(),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        assert_eq!(
+            (r.revoked_writes_accepted, r.revoked_writes_refused),
+            (1, 1)
+        );
+        // A write after it knew: property 3.
+        let ops = [ops, vec![write(1600, Phase::Fail, STALE)]].concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(
+            (r.p3_overlap, r.acted_after_loss),
+            (1, 1),
+            "{:?}",
+            r.examples
+        );
+    }
+
+    #[test]
+    fn nobody_takes_a_name_inside_the_lock_delay_of_an_expiry_or_a_revoke() {
+        let delayed = |holding, token, t0| Op {
+            lock_delay_ms: 1000,
+            ..acquired(holding, token, t0, t0 + 2, 1000, 50)
+        };
+        let expired = |token, time_ms| Event {
+            kind: "EXPIRED".into(),
+            token,
+            time_ms,
+            ..plain_event()
+        };
+        // a expired at 2100 with a delay of 1 s: b at 3200 is fine, at 2900
+        // inside the delay.
+        let b = Op {
+            server_ms: 3200,
+            ..acquired("b#1", 3, 2500, 3200, 1000, 50)
+        };
+        let ops = vec![delayed("a#1", 1, 1000), b];
+        let r = check_ops(&ops, &[], &[expired(1, 2100)], &[]);
+        assert_eq!((r.p5_early, r.delays_judged), (0, 1), "{:?}", r.examples);
+        let ops = [
+            delayed("a#1", 1, 1000),
+            acquired("b#1", 3, 2500, 2900, 1000, 50),
+        ];
+        let b = Op {
+            server_ms: 2900,
+            ..ops[1].clone()
+        };
+        let r = check_ops(&[ops[0].clone(), b], &[], &[expired(1, 2100)], &[]);
+        assert_eq!((r.p5_early, r.p5_delay), (1, 1), "{:?}", r.examples);
+        // Revoked at 1200 (sent): b granted at 1900 was inside the delay.
+        let b = Op {
+            server_ms: 1900,
+            ..acquired("b#1", 3, 1300, 1900, 1000, 50)
+        };
+        let ops = vec![delayed("a#1", 1, 1000), revoke(1, 1200, Phase::Ok), b];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.p5_delay, r.delays_judged), (1, 1), "{:?}", r.examples);
+        // A release starts no delay.
+        let ops = vec![
+            delayed("a#1", 1, 1000),
+            op("a#1", OpKind::Release, Phase::Invoke, 1100, 0),
+            op("a#1", OpKind::Release, Phase::Ok, 1100, 1105),
+            acquired("b#1", 3, 1110, 1120, 1000, 50),
+        ];
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.p5_early, r.delays_judged), (0, 0), "{:?}", r.examples);
+    }
+
+    /// A change event `kind` of name `name` at `revision` in stream
+    /// `stream`, `replay` or live.
+    fn change(kind: &str, name: &str, revision: u64, stream: u32, replay: bool) -> Event {
+        Event {
+            kind: kind.into(),
+            name: name.into(),
+            revision,
+            stream,
+            replay,
+            ..plain_event()
+        }
+    }
+
+    /// A write (change) of `name` at `revision` in the bucket.
+    fn bucket_change(name: &str, revision: u64) -> Truth {
+        Truth {
+            shard: 0,
+            revision,
+            name: name.into(),
+            slot: 0,
+            change: true,
+            end: false,
+            tombstone: false,
+            time_ms: 0,
+        }
+    }
+
+    fn check_watch(events: &[Event], streams: &[WatchStream], truth: &[Truth]) -> Report {
+        check(&Input {
+            ops: &[],
+            accepted: &[],
+            events,
+            faults: &[],
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+            tickets: &[],
+            limit: None,
+            highest: &[],
+            prefix: "",
+            streams,
+            truth,
+        })
+    }
+
+    #[test]
+    fn a_resumed_watch_reports_every_change_once() {
+        // Stream 1 (fresh, snapshot at 10) saw 11 and 12; stream 2 resumed
+        // from 12, replayed to 16 (x at 13 coalesced into x at 15, y at
+        // 14 and 16), then live 17.
+        let streams = vec![
+            WatchStream {
+                no: 1,
+                caught_up: vec![10],
+                ..Default::default()
+            },
+            WatchStream {
+                no: 2,
+                resume: vec![12],
+                caught_up: vec![16],
+                ..Default::default()
+            },
+        ];
+        let truth: Vec<Truth> = [
+            ("x", 9),
+            ("x", 11),
+            ("y", 12),
+            ("x", 13),
+            ("y", 14),
+            ("x", 15),
+            ("y", 16),
+            ("x", 17),
+        ]
+        .iter()
+        .map(|(n, r)| bucket_change(n, *r))
+        .collect();
+        let mut events = vec![
+            change("ACQUIRED", "x", 11, 1, false),
+            change("ACQUIRED", "y", 12, 1, false),
+            change("RENEWED", "y", 14, 2, true),
+            change("RELEASED", "x", 15, 2, true),
+            change("RELEASED", "y", 16, 2, true),
+            change("ACQUIRED", "x", 17, 2, false),
+        ];
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 0, "{:?}", r.examples);
+        assert_eq!(
+            (r.watch_resumes, r.watch_judged, r.watch_coalesced),
+            (1, 7, 1)
+        );
+        // y at 14 missing (no later change of y in the replay but 16... so
+        // drop 16 too): a gap.
+        events.retain(|e| !(e.name == "y" && e.revision >= 14));
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 2, "{:?}", r.examples);
+        // Unless the stream said it missed them.
+        let missed = Event {
+            kind: "MISSED".into(),
+            missed_after: 12,
+            ..change("MISSED", "y", 18, 2, false)
+        };
+        events.push(missed);
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!((r.p9_watch, r.watch_missed), (0, 2), "{:?}", r.examples);
+        // 12 replayed again by stream 2: reported twice.
+        events.push(change("ACQUIRED", "y", 12, 2, true));
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
+        // A live change is never coalesced: x at 17 missing (x at 19 live).
+        let events = vec![
+            change("ACQUIRED", "x", 11, 1, false),
+            change("ACQUIRED", "x", 19, 1, false),
+        ];
+        let streams = vec![WatchStream {
+            no: 1,
+            caught_up: vec![10],
+            ..Default::default()
+        }];
+        let r = check_watch(&events, &streams, &[bucket_change("x", 17)]);
+        assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_group_block_the_stream_says_it_missed_is_not_a_violation() {
+        // x granted at 7 in a group with y (8); the stream missed y's 8.
+        let events = vec![
+            granted("x", &["x", "y"], 7, 0),
+            Event {
+                kind: "MISSED".into(),
+                name: "y".into(),
+                revision: 9,
+                missed_after: 3,
+                ..plain_event()
+            },
+        ];
+        let r = check_ops(&[], &[], &events, &[]);
+        assert_eq!((r.p8_group, r.p8_watch), (0, 0), "{:?}", r.examples);
+        // A block in a resumed stream's replay is not judged either.
+        let events = vec![Event {
+            replay: true,
+            ..granted("x", &["x", "y"], 7, 0)
+        }];
+        let r = check_ops(&[], &[], &events, &[]);
+        assert_eq!(r.p8_group, 0, "{:?}", r.examples);
     }
 }

@@ -26,6 +26,12 @@
 //! holder that slept through the end of its lease would): the kit must
 //! refuse it once a newer holder has written. With `--forge` it is also a
 //! hostile client (`hostile`).
+//!
+//! With `--keepalive` single leases (and semaphore slots) are renewed on a
+//! KeepAlive stream instead of unary Renew calls; with `--lock-delay-s`
+//! they are acquired with a lock delay; with `--wait-ms` and
+//! `--hold-max-ms` the client queues (a fixed wait, short holds, always
+//! released), which makes long, fast-moving queues.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,10 +43,12 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use tenure::proto::election_service_client::ElectionServiceClient;
+use tenure::proto::keep_alive_result::Outcome as KeepAliveOutcome;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{
-    AcquireGroupRequest, AcquireRequest, CampaignRequest, GroupMember, Lease, ProclaimRequest,
-    ReleaseGroupRequest, ReleaseRequest, RenewGroupRequest, RenewRequest, ResignRequest,
+    AcquireGroupRequest, AcquireRequest, CampaignRequest, GroupMember, KeepAliveEntry,
+    KeepAliveRequest, KeepAliveResponse, Lease, ProclaimRequest, ReleaseGroupRequest,
+    ReleaseRequest, RenewGroupRequest, RenewRequest, ResignRequest,
 };
 use tenure_fence::Keyset;
 use tonic::transport::{Channel, Endpoint};
@@ -48,7 +56,7 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 use crate::admit::{self, Admitted};
-use crate::checker::{PROOF_REFUSED, STALE};
+use crate::checker::{KEEPALIVE, PROOF_REFUSED, STALE};
 use crate::clock::{mono_ns, ms_to_ns, real_ms};
 use crate::forge::{Book, Genuine};
 use crate::history::{Op, OpKind, Phase, Recorder};
@@ -138,6 +146,23 @@ pub struct ClientArgs {
     /// refusal try again within 2 ms (a client that polls for a name).
     #[arg(long)]
     pub poll: bool,
+    /// Renew single leases (and semaphore slots) on a KeepAlive stream,
+    /// one entry per renewal, instead of with unary Renew calls.
+    #[arg(long)]
+    pub keepalive: bool,
+    /// Acquire single leases with this lock delay, seconds (0: none):
+    /// after such a holding expires or is revoked, nobody may take the
+    /// name for this long.
+    #[arg(long, default_value_t = 0)]
+    pub lock_delay_s: u64,
+    /// Wait this long in every Acquire, ms, instead of half the TTL (a
+    /// queueing client: the TTL must exceed it by the hold time).
+    #[arg(long)]
+    pub wait_ms: Option<u64>,
+    /// Hold each lease at most this long, ms, and always release it (a
+    /// queueing client: short holds, many handoffs, long queues).
+    #[arg(long)]
+    pub hold_max_ms: Option<u64>,
 }
 
 /// Tenure replicas with failover.
@@ -148,6 +173,17 @@ struct Tenure {
     elections: Vec<ElectionServiceClient<Channel>>,
     /// The one in use.
     current: usize,
+    /// The KeepAlive stream open on the replica in use, if any.
+    keepalive: Option<KeepAliveStream>,
+}
+
+/// One KeepAlive stream: requests go in through `tx`, each answered in
+/// order on `rx`.
+struct KeepAliveStream {
+    /// The request side.
+    tx: futures::channel::mpsc::Sender<KeepAliveRequest>,
+    /// The answers.
+    rx: tonic::Streaming<KeepAliveResponse>,
 }
 
 impl Tenure {
@@ -172,6 +208,7 @@ impl Tenure {
                 .map(ElectionServiceClient::new)
                 .collect(),
             current: 0,
+            keepalive: None,
         })
     }
 
@@ -188,6 +225,76 @@ impl Tenure {
     /// Moves to the next address after a call whose outcome is unknown.
     fn fail_over(&mut self) {
         self.current = (self.current + 1) % self.clients.len();
+        self.keepalive = None;
+    }
+
+    /// Renews one holding on the KeepAlive stream (opened on the replica
+    /// in use when there is none), within `timeout`. A stream that breaks
+    /// or does not answer in time is dropped: the next renewal opens one.
+    async fn keep_alive(
+        &mut self,
+        entry: KeepAliveEntry,
+        timeout: Duration,
+    ) -> Result<Option<Lease>, tonic::Status> {
+        use futures::SinkExt;
+        let res = tokio::time::timeout(timeout, async {
+            if self.keepalive.is_none() {
+                let (tx, requests) = futures::channel::mpsc::channel(4);
+                let mut client = self.clients[self.current].clone();
+                let rx = client.keep_alive(requests).await?.into_inner();
+                self.keepalive = Some(KeepAliveStream { tx, rx });
+            }
+            let Some(stream) = self.keepalive.as_mut() else {
+                return Err(tonic::Status::internal("no KeepAlive stream"));
+            };
+            let id = entry.id;
+            let req = KeepAliveRequest {
+                entries: vec![entry],
+            };
+            if stream.tx.send(req).await.is_err() {
+                return Err(tonic::Status::unavailable("the KeepAlive stream closed"));
+            }
+            let resp = stream
+                .rx
+                .message()
+                .await?
+                .ok_or_else(|| tonic::Status::unavailable("the KeepAlive stream ended"))?;
+            let result = resp
+                .results
+                .into_iter()
+                .find(|r| r.id == id)
+                .ok_or_else(|| tonic::Status::internal("no KeepAlive result for the entry"))?;
+            match result.outcome {
+                Some(KeepAliveOutcome::Lease(lease)) => Ok(Some(lease)),
+                Some(KeepAliveOutcome::Error(err)) => {
+                    // As the unary Renew's status would have been, so
+                    // that `definite` and `describe` read it alike.
+                    let details = tonic_types::ErrorDetails::with_error_info(
+                        err.reason,
+                        "tenure.v1",
+                        err.metadata,
+                    );
+                    Err(tonic::Status::with_error_details(
+                        Code::from_i32(err.code),
+                        err.message,
+                        details,
+                    ))
+                }
+                None => Err(tonic::Status::internal("an empty KeepAlive result")),
+            }
+        })
+        .await;
+        let res = match res {
+            Ok(res) => res,
+            Err(_) => Err(tonic::Status::deadline_exceeded("client timeout")),
+        };
+        // A stream that failed as a whole (not one entry refused) is done.
+        if let Err(status) = &res {
+            if status.get_details_error_info().is_none() {
+                self.keepalive = None;
+            }
+        }
+        res
     }
 }
 
@@ -245,6 +352,15 @@ fn describe(status: &tonic::Status) -> String {
         }
         Some(info) => info.reason,
         None => format!("{:?}: {}", status.code(), status.message()),
+    }
+}
+
+/// A failure's detail after the way the call went (`keepalive: ...`),
+/// or the failure alone.
+fn with_via(via: &str, failure: String) -> String {
+    match via {
+        KEEPALIVE => format!("{KEEPALIVE}: {failure}"),
+        _ => failure,
     }
 }
 
@@ -402,6 +518,7 @@ impl Client {
             timeout_ms: 0,
             slot: 0,
             wait_ms: 0,
+            lock_delay_ms: 0,
             group: String::new(),
             detail: String::new(),
             replaced: None,
@@ -484,7 +601,12 @@ impl Client {
         let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
         let wait = match self.args.poll {
             true => Duration::ZERO,
-            false => Duration::from_millis((ttl_s * 500).min(left_ms)),
+            false => Duration::from_millis(self.args.wait_ms.unwrap_or(ttl_s * 500).min(left_ms)),
+        };
+        // A lock delay on plain leases only (not semaphores, elections).
+        let lock_delay_s = match self.args.limit == 0 && !self.args.election {
+            true => self.args.lock_delay_s,
+            false => 0,
         };
         let timeout = wait + Duration::from_millis(1500);
         let give_up = mono_ns() + 3_000_000_000;
@@ -503,12 +625,16 @@ impl Client {
                     nanos: wait.subsec_nanos() as i32,
                 }),
                 metadata: Default::default(),
-                ..Default::default()
+                lock_delay: (lock_delay_s > 0).then_some(prost_types::Duration {
+                    seconds: lock_delay_s as i64,
+                    nanos: 0,
+                }),
             };
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
             op.timeout_ms = timeout.as_millis() as u64;
             op.wait_ms = wait.as_millis() as u64;
+            op.lock_delay_ms = lock_delay_s * 1000;
             op.group = group.to_string();
             self.rec.record(&op);
             let res = if self.args.election {
@@ -590,10 +716,23 @@ impl Client {
     async fn hold(&mut self, mut held: Vec<Held>) {
         let ttl_ns = held.iter().map(|h| h.ttl_ms).min().unwrap_or(0) * 1_000_000;
         let renew_every = ttl_ns / 3;
-        let hold_for = self.rng.random_range(ttl_ns / 4..ttl_ns * 3 / 2);
+        let (hold_for, release_at_end) = match self.args.hold_max_ms {
+            Some(max) => {
+                let max = max.max(5) * 1_000_000;
+                (self.rng.random_range(max / 5..max), true)
+            }
+            None => (
+                self.rng.random_range(ttl_ns / 4..ttl_ns * 3 / 2),
+                self.rng.random_bool(0.6),
+            ),
+        };
+        // (From the grant: a long wait may have used much of the TTL.)
         let sent = held.iter().map(|h| h.last_ok_send).min().unwrap_or(0);
-        let plan_end = (sent + hold_for).min(self.args.until_ns);
-        let release_at_end = self.rng.random_bool(0.6);
+        let plan_end = match self.args.hold_max_ms {
+            Some(_) => mono_ns() + hold_for,
+            None => sent + hold_for,
+        }
+        .min(self.args.until_ns);
         let work_ns = self.args.work_ms * 1_000_000;
         let mut renewing = true;
         let mut next_renew = sent + renew_every;
@@ -1035,6 +1174,17 @@ impl Client {
             )
             .await
             .map(|resp| resp.leadership.map(lease_of))
+        } else if self.args.keepalive {
+            op.detail = KEEPALIVE.into();
+            let entry = KeepAliveEntry {
+                id: self.renewals,
+                name: req.name,
+                expected_revision: req.expected_revision,
+                lease_key: req.lease_key,
+                ttl: None,
+                slot: req.slot,
+            };
+            self.tenure.keep_alive(entry, timeout).await
         } else {
             bounded(
                 timeout,
@@ -1064,14 +1214,14 @@ impl Client {
             }
             Err(status) if definite(&status) => {
                 op.phase = Phase::Fail;
-                op.detail = describe(&status);
+                op.detail = with_via(&op.detail, describe(&status));
                 self.rec.record(&op);
                 self.lost(held, "renew refused");
                 Some(false)
             }
             Err(status) => {
                 op.phase = Phase::Info;
-                op.detail = describe(&status);
+                op.detail = with_via(&op.detail, describe(&status));
                 self.rec.record(&op);
                 self.tenure.fail_over();
                 None

@@ -34,6 +34,10 @@ pub enum OpKind {
     /// The holder stopped acting: its deadline passed, the service said
     /// `LEASE_NOT_HELD`, or the store refused its token (see `detail`).
     Lost,
+    /// A `RevokeLease` the runner sent (client `runner`, no holding): the
+    /// holding of `name` (and `slot`) with fencing token `token`, ended by
+    /// an operator. `revision` is the revoke's, when answered.
+    Revoke,
 }
 
 /// How an operation ended.
@@ -102,6 +106,11 @@ pub struct Op {
     /// queued at least, which the fairness property needs.
     #[serde(default)]
     pub wait_ms: u64,
+    /// The lock delay an Acquire asked for (ms; 0: none): after the
+    /// holding expires or is revoked, nobody may take the name for this
+    /// long.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_ms: u64,
     /// The group a member holding belongs to (the group's holding id, on
     /// its Acquire lines); empty outside groups.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -115,6 +124,11 @@ pub struct Op {
     /// number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced: Option<String>,
+}
+
+/// Whether `n` is 0 (fields left out of the history when 0).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An append-only history file.

@@ -115,6 +115,7 @@ async fn send(set: &Settings, store: &mut Store, forged: &Forged, n: u64) -> Op 
         timeout_ms: 0,
         slot: forged.slot,
         wait_ms: 0,
+        lock_delay_ms: 0,
         group: String::new(),
         detail,
         replaced: None,

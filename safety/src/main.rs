@@ -271,6 +271,29 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.fifo_ticketless,
             r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
         );
+        eprintln!(
+            "   P5: {} pairs judged, {} lock delays judged ({} granted inside one); revokes: {} holdings revoked, their writes after the revoke {} refused / {} accepted; {} acted after a loss; {} renewals on KeepAlive streams; {} releases answered LEASE_NOT_HELD though their own tombstone landed",
+            r.p5_pairs,
+            r.delays_judged,
+            r.p5_delay,
+            r.revoked,
+            r.revoked_writes_refused,
+            r.revoked_writes_accepted,
+            r.acted_after_loss,
+            r.keepalive_renewals,
+            r.released_though_refused
+        );
+        eprintln!(
+            "   watch: {} streams resumed ({} refused WATCH_HISTORY_COMPACTED, {} ended WATCH_LAGGED); {} changes judged ({} in replays, {} coalesced, {} inside a MISSED), {} skipped or repeated",
+            r.watch_resumes,
+            r.watch_compacted,
+            r.watch_lagged,
+            r.watch_judged,
+            r.watch_replayed,
+            r.watch_coalesced,
+            r.watch_missed,
+            r.p9_watch
+        );
         let kinds: Vec<String> = forge::Forgery::ALL
             .iter()
             .zip(r.forged_kinds)
@@ -314,10 +337,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | store tokens not granted | forged writes sent / refused | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early (pairs / lock delays judged) | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | P9 watch resume (resumes / changes judged) | holdings revoked | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | store tokens not granted | forged writes sent / refused | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---:|---|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|---|---:|---|---:|---:|---:|---:|---|---|"
     );
     for o in outcomes {
         let r = &o.report;
@@ -332,7 +355,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} ({} / {}) | {} ({} / {}) | {} | {} | {} ({} / {}) | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} | {} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -347,6 +370,8 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.p3_overlap,
             r.p4_expiry,
             r.p5_early,
+            r.p5_pairs,
+            r.delays_judged,
             r.p6_fifo,
             r.fifo_pairs,
             r.fifo_excused,
@@ -357,6 +382,14 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             },
             if o.scenario.group > 0 {
                 format!("{} ({} / {})", r.p8_group, r.groups_taken, r.group_blocks)
+            } else {
+                "-".to_string()
+            },
+            r.p9_watch,
+            r.watch_resumes,
+            r.watch_judged,
+            if o.scenario.revokes {
+                r.revoked.to_string()
             } else {
                 "-".to_string()
             },

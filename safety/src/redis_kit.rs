@@ -248,6 +248,7 @@ mod tests {
             timeout_ms: 0,
             slot: 0,
             wait_ms: 0,
+            lock_delay_ms: 0,
             group: String::new(),
             detail: String::new(),
             replaced: Some(replaced.into()),

@@ -35,6 +35,10 @@ const FAULT_GRACE_MS: u64 = 3000;
 /// evidence for property 4 is too thin and the scenario fails.
 pub const MAX_UNVERIFIED_SHARE: f64 = 0.25;
 
+/// The name the queueing clients contend for, beside the 8 clients' names:
+/// short holds only, so its queue turns over fast.
+const QUEUE_NAME: &str = "res.q";
+
 /// The limit of the semaphore scenarios (their 8 clients contend for it).
 const SEMAPHORE_LIMIT: u32 = 3;
 
@@ -61,6 +65,16 @@ pub struct Minimums {
     /// genuine holders must also have had `writes` accepted after the
     /// first forged write).
     pub forged: usize,
+    /// Pairs property 5 judged (an unreleased holding and the next one).
+    pub p5_pairs: usize,
+    /// Holdings the runner revoked (the revoke scenario).
+    pub revoked: usize,
+    /// Lock delays property 5 judged (the revoke scenario).
+    pub delays: usize,
+    /// Watch streams resumed with a start revision.
+    pub watch_resumes: usize,
+    /// Changes property 9 judged.
+    pub watch_judged: usize,
 }
 
 /// The property a negative control must be caught breaking: its verdict
@@ -161,6 +175,20 @@ pub struct Scenario {
     /// Members per group taken with AcquireGroup by every client but the
     /// last, which takes single leases on the same names (0: no groups).
     pub group: usize,
+    /// Queueing clients beside the 8, on a name of their own
+    /// ([`QUEUE_NAME`]): TTL 3 s, every Acquire waits 2 s, every holding
+    /// is released within 250 ms. Their queue is long and turns over fast,
+    /// so FIFO pairs come in numbers even where faults excuse most of the
+    /// run.
+    pub queuers: usize,
+    /// Whether the runner revokes random holdings (RevokeLease with their
+    /// fencing token) every 0.3-0.9 s.
+    pub revokes: bool,
+    /// The lock delay every other single-lease client asks for, seconds
+    /// (0: none).
+    pub lock_delay_s: u64,
+    /// How long the load runs before the first fault, ms.
+    pub settle_ms: u64,
     /// Negative control of groups: the group clients take their members
     /// one by one with single Acquires.
     pub fake_group: bool,
@@ -200,6 +228,10 @@ pub fn all() -> Vec<Scenario> {
         pollers: 0,
         ttl_max_s: 0,
         group: 0,
+        queuers: 0,
+        revokes: false,
+        lock_delay_s: 0,
+        settle_ms: 2000,
         fake_group: false,
         fault,
         expect_violations: false,
@@ -214,6 +246,11 @@ pub fn all() -> Vec<Scenario> {
             groups: 0,
             expiries: 0,
             forged: 0,
+            p5_pairs: 0,
+            revoked: 0,
+            delays: 0,
+            watch_resumes: 2,
+            watch_judged: 20,
         },
         quick_secs: None,
     };
@@ -242,6 +279,22 @@ pub fn all() -> Vec<Scenario> {
         },
         ..sc
     };
+    // Where faults excuse most FIFO pairs (NATS down or without a leader
+    // for seconds, and the grace after: every pair around a fault), the
+    // first fault comes after 4 s of load, and queueing clients beside the
+    // 8, on a name of their own, make pairs in numbers (100-250 in 16 s):
+    // at least 50 judged. 16 s in the quick variant, so that a fault still
+    // fits and the load after it gives properties 4 and 5 their floors.
+    let queueing = |sc: Scenario| Scenario {
+        queuers: 8,
+        settle_ms: 4000,
+        quick_secs: Some(16),
+        min: Minimums {
+            fifo_pairs: 50,
+            ..sc.min
+        },
+        ..sc
+    };
     let expiring = |sc: Scenario| Scenario {
         min: Minimums {
             expiries: 2,
@@ -258,7 +311,7 @@ pub fn all() -> Vec<Scenario> {
         quick_secs: Some(8),
         ..sc
     };
-    vec![
+    let mut all = vec![
         fifo(s("baseline", 1, 1, Fault::None)),
         stale(Scenario {
             work_ms: 150,
@@ -266,17 +319,35 @@ pub fn all() -> Vec<Scenario> {
         }),
         s("holder-sigkill", 1, 1, Fault::KillHolder),
         fifo(s("tenure-sigkill", 1, 2, Fault::KillTenure)),
-        s("nats-sigkill", 1, 1, Fault::KillNats),
-        s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader),
+        // No fault: the runner revokes random holdings, and every other
+        // client asks for a lock delay of 1 s, which a revoke or an expiry
+        // starts.
+        Scenario {
+            revokes: true,
+            lock_delay_s: 1,
+            min: Minimums {
+                revoked: 5,
+                delays: 3,
+                ..base_min
+            },
+            ..s("revoke-lock-delay", 1, 2, Fault::None)
+        },
+        queueing(s("nats-sigkill", 1, 1, Fault::KillNats)),
+        queueing(s("r3-leader-sigkill", 3, 2, Fault::KillStreamLeader)),
         // Three shards, their leaders spread over the nodes by Tenure; the
         // leader of the first name's shard is killed while names in other
         // shards are served on.
-        Scenario {
+        queueing(Scenario {
             shards: 3,
             ..s("r3-shards-leader-sigkill", 3, 2, Fault::KillStreamLeader)
-        },
-        s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader),
-        s("r3-netns-partition", 3, 2, Fault::IsolateLeaderThenFollower),
+        }),
+        queueing(s("r3-sigstop", 3, 2, Fault::PauseFollowerThenLeader)),
+        queueing(s(
+            "r3-netns-partition",
+            3,
+            2,
+            Fault::IsolateLeaderThenFollower,
+        )),
         stale(Scenario {
             margin_ms: -1500,
             expect_violations: true,
@@ -333,7 +404,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             limit: SEMAPHORE_LIMIT,
             one_name: true,
-            quick_secs: Some(8),
+            quick_secs: Some(10),
             ..s("semaphore", 1, 2, Fault::None)
         },
         stale(Scenario {
@@ -393,7 +464,32 @@ pub fn all() -> Vec<Scenario> {
             },
             ..s("negative-forged-tokens", 1, 1, Fault::None)
         },
-    ]
+    ];
+    // Floors of what properties 4 to 6 judged, where no violation is
+    // expected (a control passes by what it is caught on): unreleased
+    // holdings whose end property 4 judged, pairs property 5 judged, and
+    // contended FIFO pairs where plain leases are taken (the quick
+    // variant's counts are 2-3 times these).
+    for sc in all.iter_mut().filter(|sc| !sc.expect_violations) {
+        let (expiries, pairs, fifo) = match sc.name {
+            "revoke-lock-delay" => (2, 1, 5),
+            // The queueing clients release every holding: fewer expiries.
+            _ if sc.queuers > 0 => (2, 1, 50),
+            "semaphore" => (2, 1, 0),
+            "group-tenure-sigkill" => (2, 2, 0),
+            "tenure-sigkill" | "fenced-redis" | "negative-forged-tokens" => (3, 2, 3),
+            _ if sc.limit > 0 => (3, 2, 0),
+            _ => (3, 2, 5),
+        };
+        sc.min.expiries = sc.min.expiries.max(expiries);
+        sc.min.p5_pairs = sc.min.p5_pairs.max(pairs);
+        sc.min.fifo_pairs = sc.min.fifo_pairs.max(fifo);
+    }
+    // A control's watch sees fewer changes (8 s of load, names held on).
+    for sc in all.iter_mut().filter(|sc| sc.expect_violations) {
+        sc.min.watch_judged = 10;
+    }
+    all
 }
 
 /// Settings shared by every scenario of a run.
@@ -501,6 +597,18 @@ impl Outcome {
             need("complete group blocks watched", r.group_blocks, min.groups);
         }
         need("expiries judged", r.expiries_judged(), min.expiries);
+        need("property 5 pairs judged", r.p5_pairs, min.p5_pairs);
+        need("holdings revoked", r.revoked, min.revoked);
+        need("lock delays judged", r.delays_judged, min.delays);
+        need("watch streams resumed", r.watch_resumes, min.watch_resumes);
+        need("watch changes judged", r.watch_judged, min.watch_judged);
+        if self.scenario.limit > 0 {
+            need(
+                "most semaphore holders at once",
+                r.max_concurrent,
+                self.scenario.limit as usize,
+            );
+        }
         if self.scenario.forgers > 0 {
             for (kind, sent) in Forgery::ALL.iter().zip(r.forged_kinds) {
                 need(
@@ -591,9 +699,31 @@ fn queued_name(key: &str) -> Option<&str> {
     slot.parse::<usize>().ok().map(|_| name)
 }
 
-/// Records every queue ticket written in `bucket`, resuming after the
-/// last revision seen whenever the watch breaks (NATS restarted).
-async fn watch_tickets(client: async_nats::Client, bucket: String, log: Arc<Mutex<TicketLog>>) {
+/// The lease and semaphore-slot key of a bucket key (`None` for Tenure's
+/// other keys): what a watch reports changes of.
+fn lease_key(key: &str) -> Option<(&str, u32)> {
+    match key.strip_prefix("_tenure.") {
+        None => Some((key, 0)),
+        Some(rest) => {
+            let (name, slot) = rest.strip_prefix("sem.")?.rsplit_once('.')?;
+            slot.parse::<u32>().ok().map(|slot| (name, slot))
+        }
+    }
+}
+
+/// Records every message of `bucket` (shard `shard`): the queue tickets
+/// written (property 6), and every message of a lease key (property 9's
+/// ground truth), resuming after the last revision seen whenever the
+/// watch breaks (NATS restarted). After a break the key's last message is
+/// unknown, so the end of a holding is told from a marker over a free
+/// name again only once a write of the key was seen.
+async fn watch_bucket(
+    client: async_nats::Client,
+    (bucket, shard): (String, u32),
+    log: Arc<Mutex<TicketLog>>,
+    truth: Arc<Mutex<Vec<checker::Truth>>>,
+) {
+    use async_nats::jetstream::kv::Operation;
     let js = async_nats::jetstream::new(client);
     let mut next = 1;
     loop {
@@ -604,39 +734,57 @@ async fn watch_tickets(client: async_nats::Client, bucket: String, log: Arc<Mute
                 continue;
             }
         };
-        if let Ok(mut watch) = kv.watch_from_revision("_tenure.q.>", next).await {
+        // Whether each lease key's last message seen is a write.
+        let mut written: HashMap<String, bool> = HashMap::new();
+        if let Ok(mut watch) = kv.watch_all_from_revision(next).await {
             use futures::StreamExt;
             while let Some(Ok(entry)) = watch.next().await {
                 next = entry.revision + 1;
+                let put = entry.operation == Operation::Put;
+                if let Some((name, slot)) = lease_key(&entry.key) {
+                    let change = put || written.get(&entry.key).copied().unwrap_or(false);
+                    written.insert(entry.key.clone(), put);
+                    let time_ms = entry.created.unix_timestamp_nanos() / 1_000_000;
+                    if let Ok(mut truth) = truth.lock() {
+                        truth.push(checker::Truth {
+                            shard,
+                            revision: entry.revision,
+                            name: name.to_string(),
+                            slot,
+                            change,
+                            end: !put,
+                            tombstone: entry.operation == Operation::Delete,
+                            time_ms: u64::try_from(time_ms).unwrap_or(0),
+                        });
+                    }
+                    continue;
+                }
                 let Some(name) = queued_name(&entry.key) else {
                     continue;
                 };
                 let Ok(mut log) = log.lock() else { return };
-                match entry.operation {
-                    async_nats::jetstream::kv::Operation::Put => {
-                        let Ok(t) = serde_json::from_slice::<TicketValue>(&entry.value) else {
-                            continue;
-                        };
-                        let place = if t.place == 0 {
-                            entry.revision
-                        } else {
-                            t.place
-                        };
-                        log.live
-                            .insert(entry.key.clone(), (name.to_string(), place));
-                        if t.place == 0 {
-                            let time_ms = entry.created.unix_timestamp_nanos() / 1_000_000;
-                            log.seen.push(checker::Ticket {
-                                name: name.to_string(),
-                                holder: t.holder,
-                                place,
-                                time_ms: u64::try_from(time_ms).unwrap_or(0),
-                            });
-                        }
+                if put {
+                    let Ok(t) = serde_json::from_slice::<TicketValue>(&entry.value) else {
+                        continue;
+                    };
+                    let place = if t.place == 0 {
+                        entry.revision
+                    } else {
+                        t.place
+                    };
+                    log.live
+                        .insert(entry.key.clone(), (name.to_string(), place));
+                    if t.place == 0 {
+                        let time_ms = entry.created.unix_timestamp_nanos() / 1_000_000;
+                        log.seen.push(checker::Ticket {
+                            name: name.to_string(),
+                            holder: t.holder,
+                            place,
+                            time_ms: u64::try_from(time_ms).unwrap_or(0),
+                        });
                     }
-                    _ => {
-                        log.live.remove(&entry.key);
-                    }
+                } else {
+                    log.live.remove(&entry.key);
                 }
             }
         }
@@ -694,9 +842,14 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     std::fs::write(&keyset, procs::fence_keyset(&addrs[0]).await?)
         .map_err(|e| format!("cannot write {}: {e}", keyset.display()))?;
 
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let watcher = tokio::spawn(watch(addrs.clone(), events.clone()));
+    let watched = Arc::new(Mutex::new(WatchLog::default()));
+    let watcher = tokio::spawn(watch(
+        addrs.clone(),
+        sc.shards.max(1) as usize,
+        watched.clone(),
+    ));
     let tickets = Arc::new(Mutex::new(TicketLog::default()));
+    let truth = Arc::new(Mutex::new(Vec::new()));
     let nats_client = nats
         .connect()
         .await
@@ -709,7 +862,12 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
                 0 => "tenure".to_string(),
                 i => format!("tenure-shard{i}"),
             };
-            tokio::spawn(watch_tickets(nats_client.clone(), bucket, tickets.clone()))
+            tokio::spawn(watch_bucket(
+                nats_client.clone(),
+                (bucket, i),
+                tickets.clone(),
+                truth.clone(),
+            ))
         })
         .collect();
     // Let the watcher's snapshot complete before load starts.
@@ -721,10 +879,10 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let until_ns = start_ns + duration.as_nanos() as u64;
     let mut clients = Clients {
         live: HashMap::new(),
-        generation: vec![0; set.clients],
+        generation: vec![0; set.clients + sc.queuers],
         killed: HashSet::new(),
     };
-    for slot in 0..set.clients {
+    for slot in 0..set.clients + sc.queuers {
         spawn_client(
             &mut clients,
             slot,
@@ -737,6 +895,15 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         )?;
     }
 
+    // The operator: revokes random holdings while the load runs.
+    let revoker = sc.revokes.then(|| {
+        tokio::spawn(revoke_holdings(
+            addrs.clone(),
+            set.names.clone(),
+            until_ns,
+            hist_dir.join("runner.jsonl"),
+        ))
+    });
     let mut windows = Vec::new();
     let faults = inject(
         sc,
@@ -780,6 +947,9 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
             }
         }
     }
+    if let Some(revoker) = revoker {
+        let _ = revoker.await;
+    }
     let seconds = (mono_ns() - start_ns) as f64 / 1e9;
 
     // Every unreleased holding must be gone once its due time + lag passed.
@@ -804,7 +974,8 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     let limit = last_due_ms(&ops) + set.allowed_lag_ms;
     let leftover = loop {
         let mut held = Vec::new();
-        for name in &set.names {
+        let queue_name = (sc.queuers > 0).then(|| QUEUE_NAME.to_string());
+        for name in set.names.iter().chain(&queue_name) {
             if held_now(&addrs, name).await {
                 held.push(name.clone());
             }
@@ -838,7 +1009,11 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
     drop(netns);
 
     let (accepted, highest) = store_view(sc, set, &prefix, &ops, &mut problems).await?;
-    let events = events.lock().map(|e| e.clone()).unwrap_or_default();
+    let (events, streams) = watched
+        .lock()
+        .map(|w| (w.events.clone(), w.streams.clone()))
+        .unwrap_or_default();
+    let truth = truth.lock().map(|t| t.clone()).unwrap_or_default();
     let tickets = tickets.lock().map(|t| t.seen.clone()).unwrap_or_default();
     // The queue tickets seen, kept beside the histories for a reader of a
     // failed run (property 6's input).
@@ -852,6 +1027,28 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         })
         .collect();
     let _ = std::fs::write(dir.join("tickets.jsonl"), lines);
+    // And property 9's input: the watch's streams and events, and the
+    // bucket's lease-key messages the runner saw.
+    let lines: String = streams
+        .iter()
+        .map(|s| {
+            let line = serde_json::json!({"stream": s.no, "resume": s.resume, "caught_up": s.caught_up, "ended": s.ended});
+            format!("{line}\n")
+        })
+        .chain(events.iter().map(|e| {
+            let line = serde_json::json!({"stream": e.stream, "kind": e.kind, "name": e.name, "slot": e.slot, "shard": e.shard, "revision": e.revision, "token": e.token, "holder": e.holder, "time_ms": e.time_ms, "missed_after": e.missed_after, "replay": e.replay});
+            format!("{line}\n")
+        }))
+        .collect();
+    let _ = std::fs::write(dir.join("watch.jsonl"), lines);
+    let lines: String = truth
+        .iter()
+        .map(|t| {
+            let line = serde_json::json!({"shard": t.shard, "revision": t.revision, "name": t.name, "slot": t.slot, "change": t.change, "end": t.end, "tombstone": t.tombstone, "time_ms": t.time_ms});
+            format!("{line}\n")
+        })
+        .collect();
+    let _ = std::fs::write(dir.join("bucket.jsonl"), lines);
     let report = checker::check(&Input {
         tickets: &tickets,
         limit: (sc.limit > 0).then_some(sc.limit),
@@ -864,6 +1061,8 @@ pub async fn run(sc: &Scenario, set: &Settings) -> Result<Outcome, String> {
         leftover: &leftover,
         highest: &highest,
         prefix: &prefix,
+        streams: &streams,
+        truth: &truth,
     });
     Ok(Outcome {
         scenario: sc.clone(),
@@ -914,10 +1113,11 @@ async fn store_view(
 }
 
 /// How long `sc` runs its load under `set`: the run's duration, or the
-/// scenario's shorter one in the quick variant.
+/// scenario's own in the quick variant (shorter for most that have one,
+/// longer for the ones whose faults need the time).
 pub fn load(sc: &Scenario, set: &Settings) -> Duration {
     match (set.quick, sc.quick_secs) {
-        (true, Some(secs)) => set.duration.min(Duration::from_secs(secs)),
+        (true, Some(secs)) => Duration::from_secs(secs),
         _ => set.duration,
     }
 }
@@ -973,7 +1173,13 @@ fn spawn_client(
     cmd.arg("client")
         .args(["--id", &id])
         .args(["--tenure", &order.join(",")])
-        .args(["--names", &set.names.join(",")])
+        .args([
+            "--names",
+            &match slot >= set.clients {
+                true => QUEUE_NAME.to_string(),
+                false => set.names.join(","),
+            },
+        ])
         .arg(format!(
             "--margin-ms={}",
             match set.margin_ms {
@@ -995,16 +1201,35 @@ fn spawn_client(
     if sc.limit > 0 {
         cmd.args(["--limit", &sc.limit.to_string()]);
     }
-    if slot + sc.pollers >= set.clients {
+    let queuer = slot >= set.clients;
+    if !queuer && slot + sc.pollers >= set.clients {
         cmd.arg("--poll");
     }
-    if sc.ttl_max_s > 0 {
+    if queuer {
+        // TTL 3 s, a wait of 2 s, a hold of at most 250 ms: granted, it
+        // still has ~1 s of its TTL beyond the hold.
+        cmd.args(["--ttl-min", "3", "--ttl-max", "3"]).args([
+            "--wait-ms",
+            "2000",
+            "--hold-max-ms",
+            "250",
+        ]);
+    } else if sc.ttl_max_s > 0 {
         cmd.args(["--ttl-max", &sc.ttl_max_s.to_string()]);
+    }
+    // Every other client renews on a KeepAlive stream; every other asks
+    // for a lock delay where the scenario has one.
+    let grouped = sc.group > 1 && slot + 1 < set.clients;
+    if slot % 2 == 1 && !grouped {
+        cmd.arg("--keepalive");
+    }
+    if sc.lock_delay_s > 0 && slot.is_multiple_of(2) && !queuer {
+        cmd.args(["--lock-delay-s", &sc.lock_delay_s.to_string()]);
     }
     // Groups: every client but the last takes groups, the last single
     // leases on the same names, racing them (more single waiters, queued
     // all the time, starve the groups: a group never jumps a queue).
-    if sc.group > 1 && slot + 1 < set.clients {
+    if grouped {
         cmd.args(["--group", &sc.group.to_string()]);
         if sc.fake_group {
             cmd.arg("--fake-group");
@@ -1069,6 +1294,107 @@ async fn holders_of(addrs: &[String], name: &str) -> Vec<(String, u32)> {
     Vec::new()
 }
 
+/// The holdings of `name` now (a lease's, or each of a semaphore's), from
+/// the first replica that answers.
+async fn holdings_of(addrs: &[String], name: &str) -> Vec<tenure::proto::Lease> {
+    for addr in addrs {
+        let Ok(mut client) = lease_client(addr) else {
+            continue;
+        };
+        let req = GetLeaseRequest { name: name.into() };
+        match client.get_lease(req).await {
+            Ok(resp) => {
+                let resp = resp.into_inner();
+                return match resp.holders.is_empty() {
+                    true => resp.lease.into_iter().collect(),
+                    false => resp.holders,
+                };
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => return Vec::new(),
+            Err(_) => continue,
+        }
+    }
+    Vec::new()
+}
+
+/// The operator of the revoke scenario: every 0.3-0.9 s, revokes a random
+/// holding of a random name (RevokeLease with its fencing token, so only
+/// that holding), and records each revoke in `file` (client `runner`) for
+/// the checker: a revoked holding ends when the revoke lands, its holder
+/// learns it at its next renewal or refused write, and fencing covers the
+/// time between.
+async fn revoke_holdings(addrs: Vec<String>, names: Vec<String>, until_ns: u64, file: PathBuf) {
+    use tenure::proto::RevokeLeaseRequest;
+    let Ok(mut rec) = history::Recorder::open(&file) else {
+        return;
+    };
+    let mut rng = StdRng::from_os_rng();
+    let mut at = 0;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    while mono_ns() + 1_500_000_000 < until_ns {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..900))).await;
+        let name = names.choose(&mut rng).cloned().unwrap_or_default();
+        let Some(lease) = holdings_of(&addrs, &name).await.choose(&mut rng).cloned() else {
+            continue;
+        };
+        let Ok(mut client) = lease_client(&addrs[at % addrs.len()]) else {
+            continue;
+        };
+        let req = RevokeLeaseRequest {
+            name: name.clone(),
+            reason: "safety runner".into(),
+            fencing_token: lease.fencing_token,
+            slot: lease.slot,
+        };
+        let (t0, w0) = (mono_ns(), real_ms());
+        let res = tokio::time::timeout(Duration::from_secs(1), client.revoke_lease(req)).await;
+        let t1 = mono_ns();
+        let (phase, revision, detail) = match res {
+            Ok(Ok(resp)) => (Phase::Ok, resp.into_inner().revision, String::new()),
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::NotFound
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::InvalidArgument
+                ) =>
+            {
+                (Phase::Fail, 0, status.message().to_string())
+            }
+            Ok(Err(status)) => {
+                at += 1;
+                (Phase::Info, 0, status.message().to_string())
+            }
+            Err(_) => {
+                at += 1;
+                (Phase::Info, 0, "timeout".to_string())
+            }
+        };
+        rec.record(&history::Op {
+            client: "runner".into(),
+            holding: String::new(),
+            name,
+            op: OpKind::Revoke,
+            phase,
+            t0,
+            t1,
+            w0,
+            token: lease.fencing_token,
+            revision,
+            ttl_ms: 0,
+            deadline: 0,
+            server_ms: 0,
+            timeout_ms: 1000,
+            slot: lease.slot,
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            group: String::new(),
+            detail,
+            replaced: None,
+        });
+    }
+}
+
 /// The holder of `name` now (a semaphore's first), asking each replica.
 async fn holder_of(addrs: &[String], name: &str) -> Option<String> {
     holders_of(addrs, name)
@@ -1097,53 +1423,168 @@ async fn held_now(addrs: &[String], name: &str) -> bool {
     holder_of(addrs, name).await.is_some()
 }
 
-/// Records lease events from `WatchLease` on every name, reconnecting (to
-/// the next replica) whenever the stream breaks.
-async fn watch(addrs: Vec<String>, events: Arc<Mutex<Vec<Event>>>) {
+/// What the runner's lease watch recorded.
+#[derive(Default)]
+struct WatchLog {
+    /// Every event but `SNAPSHOT_COMPLETE`, in the order received.
+    events: Vec<Event>,
+    /// Every stream (connection), in order.
+    streams: Vec<checker::WatchStream>,
+}
+
+/// How long a watch stream lives before the runner drops it and resumes
+/// on the next replica, ms (random in this range).
+const WATCH_DROP_MS: std::ops::Range<u64> = 1500..4000;
+/// How long the watch stays away before it resumes, ms (random in this
+/// range): long enough for names to change meanwhile, so that the resume's
+/// replay has something to report.
+const WATCH_AWAY_MS: std::ops::Range<u64> = 300..600;
+
+/// Watches lease events with `WatchLease` on every name, as an application
+/// that follows a bucket would: each stream is dropped after a random
+/// 1.5-4 s (or when it breaks: a replica killed, NATS down, the server
+/// ending it with `WATCH_LAGGED`) and the watch resumes 0.3-0.6 s later on
+/// the next replica after the last revision it processed (`start_revision`, or
+/// `shard_revisions` on a bucket of `shards` shards), with no snapshot:
+/// property 9 then judges that nothing was skipped or repeated. A resume
+/// refused (`WATCH_HISTORY_COMPACTED`, or any other refusal) starts afresh.
+async fn watch(addrs: Vec<String>, shards: usize, log: Arc<Mutex<WatchLog>>) {
+    use tonic_types::StatusExt;
+    let mut rng = StdRng::from_os_rng();
     let mut i = 0;
     let mut stream_no = 0u32;
+    // The last revision processed per shard; `None`: start afresh.
+    let mut position: Option<Vec<u64>> = None;
+    let reason = |status: &tonic::Status| {
+        status
+            .get_details_error_info()
+            .map_or_else(|| format!("{:?}", status.code()), |i| i.reason)
+    };
     loop {
         stream_no += 1;
         let addr = &addrs[i % addrs.len()];
         i += 1;
-        if let Ok(mut client) = lease_client(addr) {
-            let req = WatchLeaseRequest {
-                name: ">".into(),
-                event_types: vec![],
-                start_revision: 0,
-                shard_revisions: Vec::new(),
+        let resume = position.clone().unwrap_or_default();
+        let at = match log.lock() {
+            Ok(mut log) => {
+                log.streams.push(checker::WatchStream {
+                    no: stream_no,
+                    resume: resume.clone(),
+                    ..Default::default()
+                });
+                log.streams.len() - 1
+            }
+            Err(_) => return,
+        };
+        let end = |why: String| {
+            if let Ok(mut log) = log.lock() {
+                log.streams[at].ended = why;
+            }
+        };
+        let req = WatchLeaseRequest {
+            name: ">".into(),
+            event_types: vec![],
+            start_revision: match (resume.is_empty(), shards) {
+                (false, 1) => resume[0],
+                _ => 0,
+            },
+            shard_revisions: match shards {
+                1 => Vec::new(),
+                _ => resume.clone(),
+            },
+        };
+        let drop_at =
+            tokio::time::Instant::now() + Duration::from_millis(rng.random_range(WATCH_DROP_MS));
+        let Ok(mut client) = lease_client(addr) else {
+            continue;
+        };
+        let resp = match client.watch_lease(req).await {
+            Ok(resp) => resp,
+            Err(status) => {
+                let why = reason(&status);
+                // Refused: this start revision will not do; afresh. (A
+                // replica that is down: the next one, from the same.)
+                if !matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+                ) {
+                    position = None;
+                }
+                end(why);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut stream = resp.into_inner();
+        let mut replay = !resume.is_empty();
+        loop {
+            let msg = tokio::select! {
+                msg = stream.message() => msg,
+                _ = tokio::time::sleep_until(drop_at) => break,
             };
-            if let Ok(resp) = client.watch_lease(req).await {
-                let mut stream = resp.into_inner();
-                while let Ok(Some(msg)) = stream.message().await {
-                    let Some(ev) = msg.event else { continue };
-                    let kind = EventType::try_from(ev.r#type)
-                        .map(|t| {
-                            t.as_str_name()
-                                .trim_start_matches("EVENT_TYPE_")
-                                .to_string()
-                        })
-                        .unwrap_or_default();
-                    let time_ms = ev.time.map_or(0, |t| {
-                        t.seconds.max(0) as u64 * 1000 + t.nanos.max(0) as u64 / 1_000_000
-                    });
-                    if let Ok(mut list) = events.lock() {
-                        list.push(Event {
-                            kind,
-                            name: ev.name,
-                            token: ev.fencing_token,
-                            time_ms,
-                            slot: ev.slot,
-                            revision: ev.revision,
-                            holder: ev.holder,
-                            group: ev.lease.map(|l| l.group).unwrap_or_default(),
-                            stream: stream_no,
-                        });
+            let msg = match msg {
+                Ok(Some(msg)) => msg,
+                Ok(None) => break,
+                Err(status) => {
+                    end(reason(&status));
+                    break;
+                }
+            };
+            let Some(ev) = msg.event else { continue };
+            let kind = EventType::try_from(ev.r#type)
+                .map(|t| {
+                    t.as_str_name()
+                        .trim_start_matches("EVENT_TYPE_")
+                        .to_string()
+                })
+                .unwrap_or_default();
+            if kind == "SNAPSHOT_COMPLETE" {
+                let caught_up = match ev.shard_revisions.is_empty() {
+                    true => vec![ev.revision],
+                    false => ev.shard_revisions.clone(),
+                };
+                let mut pos = position.take().unwrap_or_else(|| vec![0; caught_up.len()]);
+                pos.resize(caught_up.len().max(pos.len()), 0);
+                for (p, c) in pos.iter_mut().zip(&caught_up) {
+                    *p = (*p).max(*c);
+                }
+                position = Some(pos);
+                replay = false;
+                if let Ok(mut log) = log.lock() {
+                    log.streams[at].caught_up = caught_up;
+                }
+                continue;
+            }
+            // A change moves the position (not a MISSED: the change at its
+            // revision follows it; not the snapshot's CURRENT entries).
+            if checker::CHANGES.contains(&kind.as_str()) {
+                if let Some(pos) = position.as_mut() {
+                    if let Some(p) = pos.get_mut(ev.shard as usize) {
+                        *p = (*p).max(ev.revision);
                     }
                 }
             }
+            let time_ms = ev.time.map_or(0, |t| {
+                t.seconds.max(0) as u64 * 1000 + t.nanos.max(0) as u64 / 1_000_000
+            });
+            if let Ok(mut log) = log.lock() {
+                log.events.push(Event {
+                    kind,
+                    name: ev.name,
+                    token: ev.fencing_token,
+                    time_ms,
+                    slot: ev.slot,
+                    revision: ev.revision,
+                    holder: ev.holder,
+                    group: ev.lease.map(|l| l.group).unwrap_or_default(),
+                    stream: stream_no,
+                    shard: ev.shard,
+                    missed_after: ev.missed_after_revision,
+                    replay,
+                });
+            }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(WATCH_AWAY_MS))).await;
     }
 }
 
@@ -1209,7 +1650,7 @@ async fn inject(
     let sleep = |ms: u64| tokio::time::sleep(Duration::from_millis(ms));
     let time_left = |need_ms: u64| mono_ns() + need_ms * 1_000_000 < stop_at;
     // Let the load settle first.
-    sleep(2000).await;
+    sleep(sc.settle_ms).await;
     match sc.fault {
         Fault::None => {}
         Fault::PauseHolder => {
@@ -1436,6 +1877,12 @@ mod tests {
                 forged_sent: 4 * min.forged,
                 forged_refused: 4 * min.forged,
                 writes_after_forgery: min.writes,
+                p5_pairs: min.p5_pairs,
+                revoked: min.revoked,
+                delays_judged: min.delays,
+                watch_resumes: min.watch_resumes,
+                watch_judged: min.watch_judged,
+                max_concurrent: scenario.limit as usize,
                 ..Report::default()
             },
             scenario,
