@@ -255,11 +255,15 @@ impl Leases {
     }
 
     /// Writes a ticket for `args` into a free slot of the name's queue, at
-    /// the back. Waiters queueing together share a queue read
-    /// ([`fifo::SharedReads`]), and a slot lost to another waiter (a CAS
-    /// conflict) is skipped for the next free one of the same read, so a
-    /// burst of waiters costs a few queue reads, not one per waiter and
-    /// lost race.
+    /// the back, conditional on the whole queue's last revision (so a
+    /// group's guard, which names it too, and a ticket never pass each
+    /// other unseen; see [`fifo`]). Waiters of one name take turns on this
+    /// replica ([`fifo::Lanes`]), each trying the queue as the lane's last
+    /// ticket left it, else as the shared watcher's view shows it (no read
+    /// either way), else as read from the stream leader; a lost race
+    /// (anything written to the queue meanwhile) reads again. A queue the
+    /// view shows full is refused without a read (retryable, as a refusal
+    /// from a read a moment old would be).
     async fn enqueue(&self, args: &AcquireArgs) -> Result<fifo::Ticket> {
         let payload = fifo::TicketRecord {
             place: 0,
@@ -267,65 +271,66 @@ impl Leases {
             grant: ticket_grant(args),
         }
         .encode();
-        // First the slots the watcher saw emptied (no read), then scans.
         let start = rand::random_range(0..self.max_waiters);
-        let seen = self.hub.free_slots(&args.name, self.max_waiters, start);
-        if let Some(ticket) = self.take_slot(args, &payload, seen).await? {
-            return Ok(ticket);
+        let full =
+            |queue: &fifo::Queue| too_many_waiters(&args.name, queue.waiting(), self.max_waiters);
+        let viewed = self.hub.queue(&args.name);
+        if let Some(queue) = viewed.filter(|q| q.free_slots(self.max_waiters, start).is_empty()) {
+            return Err(full(&queue));
         }
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let queue = self
-                .queue_reads
-                .read(&self.store, &args.name, self.max_waiters)
-                .await?;
-            let start = rand::random_range(0..self.max_waiters);
-            let free = queue.free_slots(self.max_waiters, start);
-            if free.is_empty() {
-                return Err(too_many_waiters(
-                    &args.name,
-                    queue.waiting(),
-                    self.max_waiters,
-                ));
-            }
-            if let Some(ticket) = self.take_slot(args, &payload, free).await? {
+        let mut lane = self.queue_lanes.enter(&args.name).await;
+        // The lane's queue is exact at its revision but may be old: a full
+        // one is checked against the view, and the view's against a read.
+        let mut known = lane
+            .take()
+            .filter(|q| !q.free_slots(self.max_waiters, start).is_empty())
+            .or_else(|| self.hub.queue(&args.name));
+        for _ in 0..=MAX_CAS_ATTEMPTS {
+            let queue = match known.take() {
+                Some(queue) => queue,
+                None => fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?,
+            };
+            let Some(&slot) = queue.free_slots(self.max_waiters, start).first() else {
+                return Err(full(&queue));
+            };
+            if let Some(ticket) = self.take_slot(args, &payload, slot, queue.last).await? {
+                lane.keep(queue.with_ticket(slot, ticket.revision));
                 return Ok(ticket);
             }
         }
         Err(contended(&args.name))
     }
 
-    /// Writes the ticket `payload` into the first of `free` (slot, expected
-    /// revision) that is still as expected; `None` when every one was
-    /// taken meanwhile.
+    /// Writes the ticket `payload` into `slot`, conditional on the queue's
+    /// last revision being `last`; `None` when the queue changed since.
     async fn take_slot(
         &self,
         args: &AcquireArgs,
         payload: &bytes::Bytes,
-        free: Vec<(usize, u64)>,
+        slot: usize,
+        last: u64,
     ) -> Result<Option<fifo::Ticket>> {
-        for (slot, expected) in free {
-            let key = keys::queue_slot(&args.name, slot);
-            match self
-                .store
-                .put(&key, payload.clone(), expected, fifo::TICKET_TTL)
-                .await
-            {
-                Ok(revision) => {
-                    tracing::debug!(name = %args.name, slot, place = revision, "queued");
-                    return Ok(Some(fifo::Ticket {
-                        store: self.store.clone(),
-                        key,
-                        slot,
-                        revision,
-                        place: revision,
-                        armed: true,
-                    }));
-                }
-                Err(CasError::Conflict) => continue,
-                Err(CasError::Failed(err)) => return Err(err),
+        let key = keys::queue_slot(&args.name, slot);
+        let queue = keys::queue_filter(&args.name);
+        match self
+            .store
+            .put_under(&key, payload.clone(), last, &queue, fifo::TICKET_TTL)
+            .await
+        {
+            Ok(revision) => {
+                tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                Ok(Some(fifo::Ticket {
+                    store: self.store.clone(),
+                    key,
+                    slot,
+                    revision,
+                    place: revision,
+                    armed: true,
+                }))
             }
+            Err(CasError::Conflict) => Ok(None),
+            Err(CasError::Failed(err)) => Err(err),
         }
-        Ok(None)
     }
 
     /// Rewrites a ticket so that it does not expire, keeping its place.

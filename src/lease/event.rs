@@ -91,6 +91,23 @@ impl Event {
         }
     }
 
+    /// The same event shown under `name` and `slot`: a semaphore slot's
+    /// change, read under the slot's key, is shown as slot `slot` of
+    /// semaphore `name` (a plain lease keeps its name and slot 0).
+    pub fn shown(self, name: &str, slot: u32) -> Event {
+        if slot == 0 {
+            return self;
+        }
+        Event {
+            name: name.to_string(),
+            slot,
+            holding: self
+                .holding
+                .map(|h| Arc::new(Holding::clone(&h).in_slot(name, slot))),
+            ..self
+        }
+    }
+
     /// Roughly how many bytes this event holds (its strings and holding),
     /// for the watch buffer budgets.
     pub fn weight(&self) -> usize {

@@ -14,10 +14,18 @@
 //! involved), then the delete of its ticket; the waiters behind it still
 //! see its ticket until then, and the lease is held meanwhile. An Acquire
 //! without a wait reads the queue from the stream leader and writes only
-//! when no ticket is live. A group's batch carries the queue's guard key
-//! `_tenure.q.<name>.plain`, conditional on the whole queue's last revision
-//! (design sections 16 and 21). `model/fifo.pml` checks this design.
+//! when no ticket is live.
 //!
+//! A new ticket is conditional on the last revision of the whole queue
+//! (`_tenure.q.<name>.*`), and so is a group's guard: its batch carries the
+//! guard key `_tenure.q.<name>.plain` under that condition. On a replicated
+//! stream the leader holds back a condition while another one on the same
+//! subject string is in flight, so a group's batch and a new ticket never
+//! pass each other unseen (design sections 16 and 21). Since any ticket
+//! fails every other write over the same queue revision, waiters of one
+//! name write their tickets one at a time on a replica ([`Lanes`]).
+//! `model/fifo.pml` checks this design.
+
 //! Each replica's shared watcher keeps a queue view of the live tickets
 //! (`watch/queue_view.rs`), from the same bucket messages it mirrors leases
 //! from: it lets a waiter know it is not the head without a read (so a
@@ -35,7 +43,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::{BoxFuture, FutureExt, Shared};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{self, QueueKey};
@@ -105,8 +112,6 @@ pub struct Live {
 pub struct Queue {
     /// The live tickets.
     pub live: Vec<Live>,
-    /// The last revision of each slot that has a message, by slot.
-    pub slots: Vec<(usize, u64)>,
     /// The last revision of any key of the queue (0: none): what a write
     /// conditional on "no change to the queue" names.
     pub last: u64,
@@ -136,9 +141,7 @@ impl Queue {
             if of != name {
                 continue;
             }
-            queue.slots.retain(|(s, _)| *s != slot);
             queue.live.retain(|t| t.slot != slot);
-            queue.slots.push((slot, msg.revision));
             if let Op::Put(payload) = &msg.op {
                 if let Ok(ticket) = serde_json::from_slice::<TicketRecord>(payload) {
                     let place = if ticket.place == 0 {
@@ -169,6 +172,20 @@ impl Queue {
         self.live.iter().filter(|t| t.place < place).count()
     }
 
+    /// The queue once a new ticket was written into `slot` at `revision`
+    /// over this one (its condition named [`Queue::last`]).
+    pub fn with_ticket(mut self, slot: usize, revision: u64) -> Queue {
+        self.live.push(Live {
+            slot,
+            revision,
+            place: revision,
+            holder: String::new(),
+            grant: None,
+        });
+        self.last = revision;
+        self
+    }
+
     /// Whether the ticket in `slot` is live at exactly `revision`.
     pub fn holds(&self, slot: usize, revision: u64) -> bool {
         self.live
@@ -177,20 +194,13 @@ impl Queue {
     }
 
     /// The slots below `max_waiters` with no live ticket, in order from
-    /// `start` (so that concurrent waiters spread over the free slots), each
-    /// with the revision a write into it must name.
-    pub fn free_slots(&self, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
+    /// `start` (so that concurrent waiters spread over the free slots). A
+    /// ticket written into one names the queue's last revision
+    /// ([`Queue::last`]), so a slot taken since this read fails the write.
+    pub fn free_slots(&self, max_waiters: usize, start: usize) -> Vec<usize> {
         (0..max_waiters)
             .map(|i| (start + i) % max_waiters)
             .filter(|slot| !self.live.iter().any(|t| t.slot == *slot))
-            .map(|slot| {
-                let expected = self
-                    .slots
-                    .iter()
-                    .find(|(s, _)| *s == slot)
-                    .map_or(0, |(_, r)| *r);
-                (slot, expected)
-            })
             .collect()
     }
 
@@ -210,45 +220,75 @@ impl Queue {
     }
 }
 
-/// One queue read, awaited by every waiter that shares it.
-type SharedRead = Shared<BoxFuture<'static, Result<Arc<Queue>>>>;
-
-/// The queue reads of waiters that are queueing, in flight on this replica,
-/// by name: waiters of one name that queue at the same time share one read
-/// instead of each scanning the queue. A shared read may have begun just
-/// before the caller asked, which is safe here: every ticket write names
-/// the revision of the slot it takes, so a slot taken meanwhile fails the
-/// write, and a refusal (every slot live) is retryable. The head check never
-/// uses it (it needs a read made after its own ticket).
+/// One lane per name with a ticket being written on this replica: waiters
+/// of one name write their tickets one at a time. Every ticket write names
+/// the whole queue's last revision, so of waiters writing at once only one
+/// could win; in a lane each tries once it has the queue to itself (on this
+/// replica), and the lane keeps the queue as the last ticket written in it
+/// left it (exact at that revision: the write's condition said nothing came
+/// between), so a burst of waiters writes one ticket after the other without
+/// a read in between.
 #[derive(Default)]
-pub struct SharedReads {
-    /// The read in flight for each name.
-    inflight: Mutex<HashMap<String, SharedRead>>,
+pub struct Lanes {
+    /// The lane of each name that has a waiter in or before it.
+    lanes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Queue>>>>>,
 }
 
-impl SharedReads {
-    /// The queue of `name`: the read in flight, or a new one.
-    pub async fn read(&self, store: &Store, name: &str, max_waiters: usize) -> Result<Arc<Queue>> {
-        let read = {
-            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            inflight
-                .entry(name.to_string())
-                .or_insert_with(|| {
-                    let (store, name) = (store.clone(), name.to_string());
-                    async move { Queue::read(&store, &name, max_waiters).await.map(Arc::new) }
-                        .boxed()
-                        .shared()
-                })
-                .clone()
+impl Lanes {
+    /// Waits for `name`'s lane; the lane (and the queue it keeps) is the
+    /// caller's until the returned guard drops.
+    pub async fn enter(&self, name: &str) -> Lane<'_> {
+        let lane = {
+            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            lanes.entry(name.to_string()).or_default().clone()
         };
-        let queue = read.clone().await;
-        // The first caller back retires the read, so later callers start a
-        // new one (at most one entry per name with a read in flight).
-        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        if inflight.get(name).is_some_and(|r| r.ptr_eq(&read)) {
-            inflight.remove(name);
+        let guard = lane.clone().lock_owned().await;
+        Lane {
+            lanes: self,
+            name: name.to_string(),
+            lane,
+            guard: Some(guard),
         }
-        queue
+    }
+}
+
+/// A waiter's turn in its name's lane ([`Lanes::enter`]).
+pub struct Lane<'a> {
+    /// Where the lane is kept.
+    lanes: &'a Lanes,
+    /// The name.
+    name: String,
+    /// The lane.
+    lane: Arc<tokio::sync::Mutex<Option<Queue>>>,
+    /// The turn, with the queue as the lane's last ticket left it; taken
+    /// on drop.
+    guard: Option<tokio::sync::OwnedMutexGuard<Option<Queue>>>,
+}
+
+impl Lane<'_> {
+    /// The queue as the lane's last ticket write left it, if any (taken:
+    /// put back a newer one with [`Lane::keep`]).
+    pub fn take(&mut self) -> Option<Queue> {
+        self.guard.as_mut().and_then(|g| g.take())
+    }
+
+    /// Keeps `queue` for the next waiter in the lane.
+    pub fn keep(&mut self, queue: Queue) {
+        if let Some(g) = self.guard.as_mut() {
+            **g = Some(queue);
+        }
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        // Forget the lane (and its queue) when nobody else holds or waits
+        // for it (every other holder took its clone under this lock).
+        let mut lanes = self.lanes.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&self.lane) == 2 {
+            lanes.remove(&self.name);
+        }
     }
 }
 
@@ -305,7 +345,7 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
-    fn queue(live: &[(usize, u64, u64)], slots: &[(usize, u64)]) -> Queue {
+    fn queue(live: &[(usize, u64, u64)], last: u64) -> Queue {
         Queue {
             live: live
                 .iter()
@@ -317,8 +357,7 @@ mod tests {
                     grant: None,
                 })
                 .collect(),
-            slots: slots.to_vec(),
-            last: 0,
+            last,
         }
     }
 
@@ -326,20 +365,51 @@ mod tests {
     /// ticket keeps its place ahead of later arrivals.
     #[test]
     fn orders_by_place() {
-        let q = queue(&[(0, 9, 3), (1, 5, 5)], &[(0, 9), (1, 5)]);
+        let q = queue(&[(0, 9, 3), (1, 5, 5)], 9);
         assert_eq!(q.ahead_of(3), 0);
         assert_eq!(q.ahead_of(5), 1);
         assert!(q.holds(0, 9));
         assert!(!q.holds(0, 3));
     }
 
-    /// A free slot names the revision of its last message (a gone ticket),
-    /// or 0; a full queue has none.
+    /// Free slots are the slots with no live ticket, from `start`; a full
+    /// queue has none.
     #[test]
     fn finds_free_slots() {
-        let q = queue(&[(0, 9, 3)], &[(0, 9), (1, 7)]);
-        assert_eq!(q.free_slots(3, 0), vec![(1, 7), (2, 0)]);
-        assert_eq!(q.free_slots(3, 2), vec![(2, 0), (1, 7)]);
+        let q = queue(&[(0, 9, 3)], 9);
+        assert_eq!(q.free_slots(3, 0), vec![1, 2]);
+        assert_eq!(q.free_slots(3, 2), vec![2, 1]);
         assert!(q.free_slots(1, 0).is_empty());
+    }
+
+    /// A lane is one waiter's at a time, hands the queue its last ticket
+    /// left to the next waiter in it, and is forgotten (queue and all) once
+    /// nobody holds or waits for it.
+    #[tokio::test]
+    async fn lanes_take_turns_and_are_forgotten() {
+        let lanes = Arc::new(Lanes::default());
+        let mut first = lanes.enter("n").await;
+        assert!(first.take().is_none());
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let next = {
+            let lanes = lanes.clone();
+            tokio::spawn(async move {
+                let mut lane = lanes.enter("n").await;
+                let _ = entered_tx.send(());
+                lane.take().map(|q| (q.last, q.free_slots(3, 0)))
+            })
+        };
+        let other = lanes.enter("m").await;
+        // The next waiter waits for the lane (the map, the holder's lane
+        // and turn, the waiter's lane and pending turn).
+        while lanes.lanes.lock().unwrap().get("n").map(Arc::strong_count) != Some(5) {
+            tokio::task::yield_now().await;
+        }
+        assert!(entered_rx.is_empty(), "the lane is taken");
+        first.keep(queue(&[], 4).with_ticket(2, 5));
+        drop(first);
+        assert_eq!(next.await.unwrap(), Some((5, vec![0, 1])));
+        drop(other);
+        assert!(lanes.lanes.lock().unwrap().is_empty());
     }
 }

@@ -88,15 +88,6 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
     Some(QueueKey::Slot(name, last.parse().ok()?))
 }
 
-/// The lease name and slot of a queue slot key (`None` for the guard and
-/// every other key).
-pub fn parse_queue_slot(key: &str) -> Option<(&str, usize)> {
-    match parse_queue(key)? {
-        QueueKey::Slot(name, slot) => Some((name, slot)),
-        QueueKey::Guard(_) => None,
-    }
-}
-
 /// The prefix every slot key of semaphore `name` starts with (and, for a
 /// subtree, of the names below it).
 pub fn semaphore_prefix(name: &str) -> String {
@@ -151,19 +142,21 @@ mod tests {
         assert_eq!(queue_slot("a.b", 3), "_tenure.q.a.b.3");
         assert_eq!(queue_guard("a.b"), "_tenure.q.a.b.plain");
         assert_eq!(queue_filter("a"), "_tenure.q.a.*");
-        assert_eq!(parse_queue_slot("_tenure.q.a.b.3"), Some(("a.b", 3)));
+        assert_eq!(
+            parse_queue("_tenure.q.a.b.3"),
+            Some(QueueKey::Slot("a.b", 3))
+        );
         assert_eq!(
             parse_queue("_tenure.q.a.b.plain"),
             Some(QueueKey::Guard("a.b"))
         );
-        assert_eq!(parse_queue_slot("_tenure.q.a.b.plain"), None);
-        assert_eq!(parse_queue_slot("_tenure.delay.a.3"), None);
-        assert_eq!(parse_queue_slot("a.3"), None);
-        assert_eq!(parse_queue_slot("_tenure.q.3"), None);
+        assert_eq!(parse_queue("_tenure.delay.a.3"), None);
+        assert_eq!(parse_queue("a.3"), None);
+        assert_eq!(parse_queue("_tenure.q.3"), None);
         for (name, slot) in [("a", 0), ("a.b.c", 63), ("x-1/y", 7)] {
             assert_eq!(
-                parse_queue_slot(&queue_slot(name, slot)),
-                Some((name, slot))
+                parse_queue(&queue_slot(name, slot)),
+                Some(QueueKey::Slot(name, slot))
             );
         }
     }

@@ -102,8 +102,8 @@ pub struct Leases {
     shutdown: CancellationToken,
     /// Most waiters queued on one name (its queue slots).
     max_waiters: usize,
-    /// Queue reads shared by waiters that queue at the same time.
-    queue_reads: Arc<fifo::SharedReads>,
+    /// Per name, the lane its waiters write their tickets in, one at a time.
+    queue_lanes: Arc<fifo::Lanes>,
     /// Names this replica released, for Acquires in one round trip.
     free: Arc<FreeHints>,
     /// Waiters without a queue ticket (semaphore slots) on this replica,
@@ -128,7 +128,7 @@ impl Leases {
             hub,
             shutdown,
             max_waiters: DEFAULT_MAX_WAITERS,
-            queue_reads: Arc::default(),
+            queue_lanes: Arc::default(),
             free: Arc::default(),
             unqueued: Arc::default(),
             slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),

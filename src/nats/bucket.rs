@@ -567,6 +567,33 @@ impl Store {
         self.publish(name, msg).await
     }
 
+    /// Writes `payload` to `name` (expiring after `ttl`) if the last
+    /// revision of any key matching `of` (a KV wildcard that covers `name`)
+    /// is `expected`: a put that fails if anything under `of` changed. On a
+    /// replicated stream the leader also refuses it while another write
+    /// conditional on the same `of` is in flight (it holds conditions back
+    /// by their subject string), which an exact key's condition would not
+    /// see. Returns its revision.
+    pub async fn put_under(
+        &self,
+        name: &str,
+        payload: Bytes,
+        expected: u64,
+        of: &str,
+        ttl: Duration,
+    ) -> Result<u64, CasError> {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .expected_last_subject_sequence(expected)
+            .header(
+                EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+                format!("{}{of}", self.prefix).as_str(),
+            )
+            .ttl(ttl);
+        self.publish_counted(name, msg, &METRICS.queue_conflicts)
+            .await
+    }
+
     /// Writes a delete tombstone (`KV-Operation: DEL`) carrying `payload` if
     /// the name's last revision is `expected`. Returns its revision.
     pub async fn delete(&self, name: &str, payload: Bytes, expected: u64) -> Result<u64, CasError> {
@@ -604,6 +631,17 @@ impl Store {
         name: &str,
         msg: jetstream::message::PublishMessage,
     ) -> Result<u64, CasError> {
+        self.publish_counted(name, msg, &METRICS.cas_conflicts)
+            .await
+    }
+
+    /// [`Store::publish`], counting a lost race in `conflicts`.
+    async fn publish_counted(
+        &self,
+        name: &str,
+        msg: jetstream::message::PublishMessage,
+        conflicts: &prometheus::IntCounter,
+    ) -> Result<u64, CasError> {
         self.ensure_connected().map_err(CasError::Failed)?;
         let subject = format!("{}{}", self.prefix, name);
         let span = tracing::debug_span!("nats.publish", otel.kind = "client", subject = %subject);
@@ -620,11 +658,11 @@ impl Store {
             Err(err) => match err.kind() {
                 PublishErrorKind::WrongLastSequence => {
                     // Counted here, the one place every lost race passes.
-                    METRICS.cas_conflicts.inc();
+                    conflicts.inc();
                     Err(CasError::Conflict)
                 }
                 _ if jetstream_code(&err) == Some(ERR_WRONG_LAST_SEQUENCE_IN_PROCESS) => {
-                    METRICS.cas_conflicts.inc();
+                    conflicts.inc();
                     Err(CasError::Conflict)
                 }
                 _ if jetstream_code(&err) == Some(ERR_STORE_FAILED)

@@ -95,25 +95,35 @@ impl Store {
     /// when it fails for good, the caller follows again [`Start::After`] the
     /// last revision it saw.
     pub async fn follow(&self, filter: &str, from: Start) -> Result<Follow> {
-        self.read(filter, from, Delivery::Push).await
+        self.read(&[filter], from, Delivery::Push).await
     }
 
-    /// Reads the bucket's messages after revision `after` matching `filter`
-    /// (a key or KV wildcard) with an ordered *pull* consumer that fetches
+    /// Reads the bucket's messages after revision `after` matching any of
+    /// `filters` (keys or KV wildcards) with an ordered *pull* consumer that fetches
     /// at most [`REPLAY_BATCH`] messages at a time, so a reader that stops
     /// reading holds no more than one batch. It stays open for new
     /// messages; drop it when done (NATS removes the consumer).
-    pub async fn replay(&self, filter: &str, after: u64) -> Result<Follow> {
-        self.read(filter, Start::After(after), Delivery::Pull).await
+    pub async fn replay(&self, filters: &[&str], after: u64) -> Result<Follow> {
+        self.read(filters, Start::After(after), Delivery::Pull)
+            .await
     }
 
     /// The one body of [`Store::follow`] and [`Store::replay`]: reads the
-    /// messages matching `filter` (a key or KV wildcard) from `from` on with
-    /// an ordered consumer delivered as `delivery` says.
-    async fn read(&self, filter: &str, from: Start, delivery: Delivery) -> Result<Follow> {
+    /// messages matching any of `filters` (keys or KV wildcards) from
+    /// `from` on with an ordered consumer delivered as `delivery` says.
+    async fn read(&self, filters: &[&str], from: Start, delivery: Delivery) -> Result<Follow> {
         self.ensure_connected()?;
         let description = Some(delivery.description().to_string());
-        let filter_subject = format!("{}{}", self.prefix, filter);
+        let mut subjects: Vec<String> = filters
+            .iter()
+            .map(|f| format!("{}{f}", self.prefix))
+            .collect();
+        // One filter goes in `filter_subject` (every server knows it),
+        // several in `filter_subjects`.
+        let (filter_subject, filter_subjects) = match subjects.len() {
+            1 => (subjects.remove(0), Vec::new()),
+            _ => (String::new(), subjects),
+        };
         let replay_policy = consumer::ReplayPolicy::Instant;
         let deliver_policy = from.deliver_policy();
         // A push and a pull consumer have their own config and message
@@ -124,6 +134,7 @@ impl Store {
                     deliver_subject: self.client.new_inbox(),
                     description,
                     filter_subject,
+                    filter_subjects,
                     replay_policy,
                     deliver_policy,
                     ..Default::default()
@@ -135,6 +146,7 @@ impl Store {
                 let config = consumer::pull::OrderedConfig {
                     description,
                     filter_subject,
+                    filter_subjects,
                     replay_policy,
                     deliver_policy,
                     max_batch: REPLAY_BATCH,

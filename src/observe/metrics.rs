@@ -50,6 +50,9 @@ pub struct Metrics {
     pub rpc_duration: HistogramVec,
     /// `tenure_cas_conflicts_total`: conditional writes that lost a race.
     pub cas_conflicts: IntCounter,
+    /// `tenure_queue_conflicts_total`: new queue tickets that lost a race
+    /// with another write to their queue (not counted as CAS conflicts).
+    pub queue_conflicts: IntCounter,
     /// `tenure_acquire_hint_misses_total`: Acquire writes made on what this
     /// replica knew (its own release, the watcher's view of the queue)
     /// that failed their condition and were made again after a read.
@@ -167,6 +170,10 @@ impl Metrics {
             cas_conflicts: counter(
                 "tenure_cas_conflicts_total",
                 "conditional writes that lost a race and were re-read",
+            ),
+            queue_conflicts: counter(
+                "tenure_queue_conflicts_total",
+                "new queue tickets written over a queue that changed meanwhile, written again after a read",
             ),
             acquire_hint_misses: counter(
                 "tenure_acquire_hint_misses_total",

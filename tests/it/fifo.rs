@@ -40,8 +40,8 @@ async fn kv(t: &Tenure) -> Kv {
         .unwrap()
 }
 
-/// The next change of a queue slot (not the guard that Acquires without a
-/// wait write): its key and whether it is a ticket (a put).
+/// The next change of a queue slot (not the guard that new tickets and
+/// groups write): its key and whether it is a ticket (a put).
 async fn next_ticket_change(w: &mut async_nats::jetstream::kv::Watch) -> (String, bool) {
     loop {
         let entry = within("a queue change", w.next()).await.unwrap().unwrap();
@@ -437,6 +437,55 @@ async fn the_queue_is_bounded() {
     let info = err.get_details_error_info().unwrap();
     assert_eq!(info.metadata["max_waiters"], "2");
     for w in waiters {
+        w.abort();
+    }
+}
+
+/// A burst of waiters larger than the queue, all at once on one replica:
+/// one ticket per slot, and every other waiter refused TOO_MANY_WAITERS
+/// rather than left waiting (each ticket names the whole queue's last
+/// revision, so the burst's ticket writes take turns; none of them may
+/// wait its whole wait for a turn).
+#[tokio::test]
+async fn a_burst_of_waiters_fills_the_queue_and_the_rest_are_refused() {
+    let _serial = SERIAL.lock().await;
+    let t = Tenure::start_with(|c| c.max_waiters = 16).await;
+    let mut a = t.client().await;
+    let name = "fifo.burst";
+    let (_lease, _key) = acquire(&mut a, acquire_req(name, "holder", 60)).await;
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    let burst: Vec<_> = (0..150)
+        .map(|i| {
+            let (mut c, done_tx) = (a.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                let result = c
+                    .acquire(AcquireRequest {
+                        wait: Some(secs(60)),
+                        ..acquire_req(name, &format!("w{i}"), 30)
+                    })
+                    .await;
+                let _ = done_tx.send(result.map(drop));
+            })
+        })
+        .collect();
+    // 134 come back refused (a waiter that waited out its wait would come
+    // back after a minute, past `within`'s patience)...
+    for _ in 0..134 {
+        let err = within("a refusal", done.recv())
+            .await
+            .unwrap()
+            .expect_err("the name is held");
+        assert_eq!(reason(&err), "TOO_MANY_WAITERS", "{err:?}");
+    }
+    // ...and the 16 queued are waiting.
+    assert_eq!(burst.iter().filter(|w| !w.is_finished()).count(), 16);
+    let got = a
+        .get_lease(GetLeaseRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.waiting, 16);
+    for w in burst {
         w.abort();
     }
 }

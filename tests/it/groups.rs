@@ -771,3 +771,56 @@ async fn one_member_is_not_renewed_or_released_alone() {
     .unwrap();
     assert!(get(&mut c, "alone.a").await.is_none());
 }
+
+/// A waiting group kept out only by a member's queued waiter writes as soon
+/// as that waiter leaves the queue (the name free), not on the backstop
+/// tick: here the waiter's ticket is removed while the group waits 10 s,
+/// shorter than the tick.
+#[tokio::test]
+async fn a_group_kept_out_by_a_queue_writes_when_it_empties() {
+    let _serial = SERIAL.lock().await;
+    let t = start().await;
+    let mut c = t.client().await;
+    let kv = t
+        .nats
+        .jetstream()
+        .await
+        .get_key_value(&t.config.bucket)
+        .await
+        .unwrap();
+    // A waiter queued on the free name (as if its Acquire had just lost
+    // the name to a holder that released it since).
+    let slot = "_tenure.q.qg.a.0";
+    // The shared watcher is live, so the group waits on its events (with
+    // the backstop tick), not on the short poll of a waiter without them.
+    let mut w = watch(&mut c, ">").await;
+    next_of(&mut w, EventType::SnapshotComplete).await;
+    kv.put(slot, r#"{"place":0,"holder":"w"}"#.into())
+        .await
+        .unwrap();
+    let before = counter(&t, "tenure_group_refusals_total").await;
+    let mut cg = c.clone();
+    let group = tokio::spawn(async move {
+        cg.acquire_group(AcquireGroupRequest {
+            wait: Some(secs(10)),
+            ..group_req(&["qg.a", "qg.b"], "g")
+        })
+        .await
+    });
+    // Its first try, and the second one made once it follows the names:
+    // it sleeps now, and only an event (or the tick) wakes it.
+    within("the group's first tries", async {
+        while counter(&t, "tenure_group_refusals_total").await < before + 2.0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    kv.delete(slot).await.unwrap();
+    let got = within("the group", group)
+        .await
+        .unwrap()
+        .expect("granted once the queue emptied")
+        .into_inner();
+    assert_eq!(got.leases.len(), 2);
+    assert!(get(&mut c, "qg.a").await.is_some());
+}

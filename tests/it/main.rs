@@ -33,6 +33,7 @@ mod expiry_bounds;
 mod fence_proofs;
 mod fencing;
 mod fifo;
+mod fifo_r3;
 mod fuzz;
 mod groups;
 mod health;

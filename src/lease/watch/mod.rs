@@ -343,10 +343,9 @@ impl Hub {
         self.view.waiting(name)
     }
 
-    /// Free slots of `name`'s queue as this hub has seen them
-    /// ([`QueueView::free_slots`]).
-    pub fn free_slots(&self, name: &str, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
-        self.view.free_slots(name, max_waiters, start)
+    /// `name`'s queue as this hub has seen it ([`QueueView::queue`]).
+    pub fn queue(&self, name: &str) -> Option<crate::lease::fifo::Queue> {
+        self.view.queue(name)
     }
 
     /// Whether the hub follows the bucket (false while it resubscribes
@@ -428,7 +427,9 @@ impl Hub {
         // Dropping the subscription on refusal unregisters it.
         let deadline = Instant::now() + proof.check()?;
         let follow = if at > from {
-            Some(self.store.replay(&resume::subject(&filter), from).await?)
+            let subjects = resume::subjects(&filter);
+            let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+            Some(self.store.replay(&subjects, from).await?)
         } else {
             None
         };

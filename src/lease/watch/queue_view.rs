@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::lease::fifo::{Live, TicketRecord};
+use crate::lease::fifo::{Live, Queue, TicketRecord};
 use crate::lease::keys;
 use crate::nats::Op;
 
@@ -61,10 +61,10 @@ pub struct QueueView {
 struct Seen {
     /// The live tickets.
     live: Vec<Live>,
-    /// slot → the revision of its last message the view saw (a ticket, a
-    /// tombstone, a marker), for slots seen since the queue last had a live
-    /// ticket: where a new ticket can go without a scan.
-    slots: HashMap<usize, u64>,
+    /// The revision of the last message of any key of the queue (slots
+    /// and guard) since the view began keeping it (at a ticket, the newest
+    /// of the queue's messages then): what a new ticket's write names.
+    last: u64,
     /// The revision of the lease's last message when the view saw it
     /// released (and nothing written to the lease since); `None` otherwise.
     released_at: Option<u64>,
@@ -76,7 +76,17 @@ impl QueueView {
     /// when the slot is emptied (a grant, a departure, an expiry marker).
     /// Returns the lease name whose queue lost a live ticket, if any.
     pub fn apply(&self, key: &str, revision: u64, op: &Op) -> Option<String> {
-        let (name, slot) = keys::parse_queue_slot(key)?;
+        let (name, slot) = match keys::parse_queue(key)? {
+            keys::QueueKey::Slot(name, slot) => (name, slot),
+            keys::QueueKey::Guard(name) => {
+                // A group's guard changes the queue's last revision.
+                let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(seen) = tickets.get_mut(name) {
+                    seen.last = seen.last.max(revision);
+                }
+                return None;
+            }
+        };
         let place = match op {
             Op::Put(payload) => serde_json::from_slice::<TicketRecord>(payload)
                 .ok()
@@ -85,7 +95,7 @@ impl QueueView {
         };
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         let seen = tickets.entry(name.to_string()).or_default();
-        seen.slots.insert(slot, revision);
+        seen.last = seen.last.max(revision);
         let before = seen.live.len();
         seen.live.retain(|t| t.slot != slot);
         let removed = seen.live.len() < before;
@@ -134,25 +144,20 @@ impl QueueView {
         tickets.get(name).map_or(0, |q| q.live.len())
     }
 
-    /// Slots below `max_waiters` of `name`'s queue that the view saw emptied
-    /// and not taken since, from `start` on, each with the revision a ticket
-    /// written into it must name (a stale one fails that write).
-    pub fn free_slots(&self, name: &str, max_waiters: usize, start: usize) -> Vec<(usize, u64)> {
+    /// `name`'s queue as the view has it: its live tickets (places only, no
+    /// holders) and its last revision, which a new ticket's write names (a
+    /// stale one fails it). `None` when the view does not keep the queue
+    /// (it has no live ticket, or the view is not live): read it.
+    pub fn queue(&self, name: &str) -> Option<Queue> {
         if self.position.load(Ordering::Acquire) == 0 {
-            return Vec::new();
+            return None;
         }
         let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(seen) = tickets.get(name) else {
-            return Vec::new();
-        };
-        let mut free: Vec<(usize, u64)> = seen
-            .slots
-            .iter()
-            .filter(|(slot, _)| **slot < max_waiters && !seen.live.iter().any(|t| t.slot == **slot))
-            .map(|(slot, revision)| (*slot, *revision))
-            .collect();
-        free.sort_by_key(|(slot, _)| (slot + max_waiters - start % max_waiters) % max_waiters);
-        free
+        let seen = tickets.get(name)?;
+        Some(Queue {
+            live: seen.live.clone(),
+            last: seen.last,
+        })
     }
 
     /// Marks the view as applied up to `position` (0: not live); with
@@ -173,15 +178,6 @@ impl QueueView {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-    }
-
-    /// Whether `name`'s queue has a live ticket.
-    pub fn has_waiters(&self, name: &str) -> bool {
-        self.tickets
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .is_some_and(|q| !q.live.is_empty())
     }
 
     /// Whose turn it is for the waiter of `name` whose ticket has `place`
@@ -257,9 +253,14 @@ mod tests {
         assert_eq!(view.turn("n", 11, 12), Turn::NotMine, "10 is ahead anyway");
         assert_eq!(view.turn("n", 10, 12), Turn::Unknown, "a later write of it");
         assert_eq!(view.waiting("n"), 2);
-        assert!(
-            view.free_slots("n", 64, 0).is_empty(),
-            "both seen slots live"
+        let free = |view: &QueueView, slots| {
+            view.queue("n")
+                .map(|q| (q.free_slots(slots, 0), q.last, q.waiting()))
+        };
+        assert_eq!(
+            free(&view, 3),
+            Some((vec![0, 2], 11, 2)),
+            "slots 1 and 4 live; the queue's last revision"
         );
         // A refresh keeps the place; the head's departure is reported.
         assert!(view
@@ -274,9 +275,9 @@ mod tests {
         );
         view.set_position(13, true);
         assert_eq!(view.turn("n", 11, 11), Turn::Mine);
-        assert!(view.has_waiters("n"));
+        assert_eq!(view.waiting("n"), 1);
         assert_eq!(view.turn("n", 10, 10), Turn::Unknown, "gone");
-        assert_eq!(view.free_slots("n", 64, 0), vec![(4, 13)]);
+        assert_eq!(free(&view, 5), Some((vec![0, 2, 3, 4], 13, 1)));
         assert_eq!(view.released_at("n"), None);
         view.apply_lease("n", 14, true);
         assert_eq!(view.released_at("n"), Some(14));
@@ -284,18 +285,17 @@ mod tests {
         assert_eq!(view.released_at("n"), None, "written since");
         view.apply_lease("other", 16, true);
         assert_eq!(view.released_at("other"), None, "no queue: not kept");
-        assert!(
-            view.free_slots("n", 4, 0).is_empty(),
-            "slot 4 is past 4 slots"
-        );
-        // A guard write is not a ticket; an empty queue is forgotten.
+        assert_eq!(free(&view, 2), Some((vec![0], 13, 1)), "slot 1 live");
+        // A guard write is not a ticket, but it moves the queue's last
+        // revision; an empty queue is forgotten.
         assert!(view
             .apply("_tenure.q.n.plain", 14, &Op::Delete(Bytes::new()))
             .is_none());
+        assert_eq!(free(&view, 2), Some((vec![0], 14, 1)));
         assert!(view
             .apply(&keys::queue_slot("n", 1), 15, &Op::Delete(Bytes::new()))
             .is_some());
-        assert!(!view.has_waiters("n"));
+        assert_eq!(view.waiting("n"), 0);
         view.clear();
         assert!(view
             .apply(&keys::queue_slot("n", 2), 16, &ticket(0))

@@ -170,12 +170,21 @@ impl Proof {
     }
 }
 
-/// The KV key filter of a watch filter, for a consumer.
-pub fn subject(filter: &Filter) -> String {
+/// The KV key filters of a watch filter, for a consumer: the lease keys it
+/// covers and the slot keys of the semaphores it covers (a semaphore's
+/// holders are kept under `_tenure.sem.<name>.<slot>`); the whole bucket's
+/// `>` covers both.
+pub fn subjects(filter: &Filter) -> Vec<String> {
     match filter {
-        Filter::Name(name) => name.clone(),
-        Filter::Subtree(prefix) if prefix.is_empty() => ">".into(),
-        Filter::Subtree(prefix) => format!("{prefix}.>"),
+        Filter::Name(name) => vec![
+            name.clone(),
+            format!("{}.*", crate::lease::keys::semaphore_prefix(name)),
+        ],
+        Filter::Subtree(prefix) if prefix.is_empty() => vec![">".into()],
+        Filter::Subtree(prefix) => vec![
+            format!("{prefix}.>"),
+            format!("{}.>", crate::lease::keys::semaphore_prefix(prefix)),
+        ],
     }
 }
 
@@ -267,13 +276,31 @@ impl Replay {
             if pending == 0 || message.revision == self.until {
                 self.follow = None;
             }
-            let replaced = message.replaced;
-            let entry = Entry::from(message);
-            if crate::lease::keys::is_reserved(&entry.name) || !self.filter.matches(&entry.name) {
+            if message.revision <= self.from {
+                // Never before the resumed revision (a consumer restarted
+                // by its reconnect may deliver from earlier).
                 continue;
             }
-            let missed = self.missed(&entry, replaced);
-            let event = self.classify(entry);
+            let replaced = message.replaced;
+            let entry = Entry::from(message);
+            // A semaphore slot key stands for one holder of the semaphore,
+            // shown under the semaphore's name and slot (as the hub shows
+            // it); Tenure's other keys are not leases.
+            let (shown, slot) = match crate::lease::keys::parse_semaphore_slot(&entry.name) {
+                Some((name, slot)) => (name.to_string(), slot),
+                None if crate::lease::keys::is_reserved(&entry.name) => continue,
+                None => (entry.name.clone(), 0),
+            };
+            if !self.filter.matches(&shown) {
+                continue;
+            }
+            let missed = self.missed(&entry, replaced).map(|e| e.shown(&shown, slot));
+            let event = self
+                .classify(entry)
+                .map(|e| e.shown(&shown, slot))
+                // A tombstone a semaphore's (re)definition wrote over a
+                // free slot ends no holding.
+                .filter(|e| !(slot > 0 && e.kind == EventKind::Released && e.token == 0));
             match missed {
                 // Always delivered; the event after it on the next call.
                 Some(missed) => {
@@ -462,7 +489,7 @@ impl Replay {
             token,
             holding,
             time_ms: entry.time_ms,
-            // Semaphore slot keys are reserved and not replayed (above).
+            // Set by `next` for a semaphore slot.
             slot: 0,
             missed_after: 0,
         })
@@ -664,5 +691,64 @@ mod tests {
             .any(|(k, v)| *k == "oldest_resumable_revision" && v == "7"));
         assert!(proof(None, Some(1)).check().is_err());
         assert!(proof(Some(1), None).check().is_err());
+    }
+
+    /// A replay never delivers a message at or before the resumed revision
+    /// (a consumer recreated after a reconnect may start earlier), and
+    /// shows a semaphore slot's change under the semaphore's name and slot.
+    #[tokio::test]
+    async fn replay_skips_what_the_client_has_and_shows_slots() {
+        let proof = Proof {
+            from: 10,
+            since_ms: Some(0),
+            now_ms: Some(0),
+            marker_ttl: Duration::from_secs(60),
+            oldest: None,
+        };
+        // Each write replaced its key's message at `over`.
+        let put = |name: &str, revision: u64, token: u64, over: u64| {
+            let record = crate::lease::record::fixtures::record("h", "k", token);
+            Ok((
+                crate::nats::Message {
+                    name: name.into(),
+                    revision,
+                    time_ms: 0,
+                    op: crate::nats::Op::Put(record.encode()),
+                    replaced: Some(over),
+                },
+                12 - revision,
+            ))
+        };
+        let slot = crate::lease::keys::semaphore_slot("pool", 2);
+        let messages = vec![
+            put("a", 9, 0, 3),
+            put("a", 10, 9, 9),
+            put("a", 11, 9, 10),
+            put(&slot, 12, 0, 5),
+        ];
+        let follow = crate::nats::Follow {
+            initially_pending: 4,
+            messages: futures::stream::iter(messages).boxed(),
+        };
+        let mut replay = Replay::new(
+            Some(follow),
+            12,
+            Filter::parse(">"),
+            Vec::new(),
+            imbl::OrdMap::new(),
+            Instant::now() + Duration::from_secs(60),
+            proof,
+        );
+        let mut got = Vec::new();
+        while let Some(e) = replay.next().await.expect("the replay") {
+            got.push((e.kind, e.name, e.revision, e.slot));
+        }
+        assert_eq!(
+            got,
+            [
+                (EventKind::Renewed, "a".to_string(), 11, 0),
+                (EventKind::Acquired, "pool".to_string(), 12, 2),
+            ]
+        );
     }
 }

@@ -613,13 +613,11 @@ impl HubState {
     }
 
     /// Tells the waiters of each name whose queue lost a ticket, and that
-    /// is free now, that the next waiter may be the head.
+    /// is free now, that the next waiter may be the head, or (the queue
+    /// now empty) that a waiting group kept out by the queue may write.
     fn give_turns(&mut self) {
         for name in std::mem::take(&mut self.turns) {
-            if !self.mirror.live
-                || self.mirror.names.contains_key(&name)
-                || !self.view.has_waiters(&name)
-            {
+            if !self.mirror.live || self.mirror.names.contains_key(&name) {
                 continue;
             }
             let event = Arc::new(Event {
