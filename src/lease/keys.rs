@@ -88,6 +88,17 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
     Some(QueueKey::Slot(name, last.parse().ok()?))
 }
 
+/// What a bucket key shows as in a watch: a lease name and slot 0 for a
+/// lease key, the semaphore's name and slot for a semaphore slot key;
+/// `None` for Tenure's other keys (fences, definitions, tickets).
+pub fn shown_as(key: &str) -> Option<(&str, u32)> {
+    match parse_semaphore_slot(key) {
+        Some(shown) => Some(shown),
+        None if is_reserved(key) => None,
+        None => Some((key, 0)),
+    }
+}
+
 /// The prefix every slot key of semaphore `name` starts with (and, for a
 /// subtree, of the names below it).
 pub fn semaphore_prefix(name: &str) -> String {
@@ -163,6 +174,10 @@ mod tests {
 
     #[test]
     fn semaphores() {
+        assert_eq!(shown_as("_tenure.sem.jobs.2"), Some(("jobs", 2)));
+        assert_eq!(shown_as("jobs.2"), Some(("jobs.2", 0)));
+        assert_eq!(shown_as("_tenure.sem.jobs.limit"), None);
+        assert_eq!(shown_as("_tenure.q.jobs.0"), None);
         assert_eq!(semaphore_slot("jobs", 2), "_tenure.sem.jobs.2");
         assert_eq!(semaphore_definition("jobs"), "_tenure.sem.jobs.limit");
         assert!(semaphore_slot("jobs.a", 1).starts_with(&semaphore_prefix("jobs")));

@@ -133,13 +133,12 @@ impl Mirror {
         self.forget_old_ends(entry.time_ms);
         // A semaphore slot key stands for one holder of the semaphore: it is
         // kept under its key and shown under the semaphore's name and slot.
-        let (shown, slot) = match crate::lease::keys::parse_semaphore_slot(&entry.name) {
-            Some((name, slot)) => (name.to_string(), slot),
-            // Tenure's own other keys (fences, definitions, tickets) are not
-            // leases.
-            None if crate::lease::keys::is_reserved(&entry.name) => return Applied::default(),
-            None => (entry.name.clone(), 0),
+        // Tenure's own other keys (fences, definitions, tickets) are not
+        // leases.
+        let Some((shown, slot)) = crate::lease::keys::shown_as(&entry.name) else {
+            return Applied::default();
         };
+        let shown = shown.to_string();
         let key = entry.name.clone();
         let before = self.names.get(&key).cloned();
         let last_seen = before

@@ -286,11 +286,10 @@ impl Replay {
             // A semaphore slot key stands for one holder of the semaphore,
             // shown under the semaphore's name and slot (as the hub shows
             // it); Tenure's other keys are not leases.
-            let (shown, slot) = match crate::lease::keys::parse_semaphore_slot(&entry.name) {
-                Some((name, slot)) => (name.to_string(), slot),
-                None if crate::lease::keys::is_reserved(&entry.name) => continue,
-                None => (entry.name.clone(), 0),
+            let Some((shown, slot)) = crate::lease::keys::shown_as(&entry.name) else {
+                continue;
             };
+            let shown = shown.to_string();
             if !self.filter.matches(&shown) {
                 continue;
             }
