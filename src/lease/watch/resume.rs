@@ -501,19 +501,24 @@ mod tests {
     use crate::lease::record::fixtures::{entry, held};
     use crate::lease::record::Released;
 
+    /// A proof for a resume after `from` whose history is young enough.
+    fn young_proof(from: u64) -> Proof {
+        Proof {
+            from,
+            since_ms: Some(0),
+            now_ms: Some(0),
+            marker_ttl: Duration::from_secs(60),
+            oldest: None,
+        }
+    }
+
     /// Replayed messages are classified without the state before them: a
     /// token above the resumed revision is a new holding; ends are named
     /// from the payload or from how the hub saw them, and a marker the hub
     /// saw land on a free name is no event.
     #[test]
     fn replay_classifies_without_prior_state() {
-        let proof = Proof {
-            from: 10,
-            since_ms: Some(0),
-            now_ms: Some(0),
-            marker_ttl: Duration::from_secs(60),
-            oldest: None,
-        };
+        let proof = young_proof(10);
         let mut ends = imbl::OrdMap::new();
         let end = |revision, ended: Option<(&str, u64)>| End {
             revision,
@@ -578,13 +583,7 @@ mod tests {
     /// `Missed`; what follows the client's knowledge is not.
     #[test]
     fn replay_says_what_it_cannot_replay() {
-        let proof = Proof {
-            from: 10,
-            since_ms: Some(0),
-            now_ms: Some(0),
-            marker_ttl: Duration::from_secs(60),
-            oldest: None,
-        };
+        let proof = young_proof(10);
         let mut ends = imbl::OrdMap::new();
         let end = |revision, after| End {
             revision,
@@ -697,13 +696,7 @@ mod tests {
     /// shows a semaphore slot's change under the semaphore's name and slot.
     #[tokio::test]
     async fn replay_skips_what_the_client_has_and_shows_slots() {
-        let proof = Proof {
-            from: 10,
-            since_ms: Some(0),
-            now_ms: Some(0),
-            marker_ttl: Duration::from_secs(60),
-            oldest: None,
-        };
+        let proof = young_proof(10);
         // Each write replaced its key's message at `over`.
         let put = |name: &str, revision: u64, token: u64, over: u64| {
             let record = crate::lease::record::fixtures::record("h", "k", token);
