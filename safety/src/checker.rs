@@ -1513,6 +1513,26 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// A test's input: nothing seen, a 1 s expiry lag and a 3 s fault grace;
+    /// each test sets what it judges.
+    fn input<'a>() -> Input<'a> {
+        Input {
+            ops: &[],
+            accepted: &[],
+            highest: &[],
+            prefix: "",
+            events: &[],
+            faults: &[],
+            allowed_lag_ms: 1000,
+            fault_grace_ms: 3000,
+            leftover: &[],
+            tickets: &[],
+            limit: None,
+            streams: &[],
+            truth: &[],
+        }
+    }
+
     /// A completed op of `holding` on name `n`, sent at `t0` ms and
     /// answered at `t1` ms (monotonic), `w0` = `t0` on the wall clock.
     fn op(holding: &str, kind: OpKind, phase: Phase, t0: u64, t1: u64) -> Op {
@@ -1650,15 +1670,7 @@ mod tests {
             accepted,
             events,
             faults,
-            allowed_lag_ms: 1000,
-            fault_grace_ms: 3000,
-            leftover: &[],
-            tickets: &[],
-            limit: None,
-            highest: &[],
-            prefix: "",
-            streams: &[],
-            truth: &[],
+            ..input()
         })
     }
 
@@ -1699,18 +1711,9 @@ mod tests {
     fn check_fifo(ops: &[Op], tickets: &[Ticket], faults: &[Window]) -> Report {
         check(&Input {
             ops,
-            accepted: &[],
-            events: &[],
             faults,
-            allowed_lag_ms: 1000,
-            fault_grace_ms: 3000,
-            leftover: &[],
             tickets,
-            limit: None,
-            highest: &[],
-            prefix: "",
-            streams: &[],
-            truth: &[],
+            ..input()
         })
     }
 
@@ -1911,18 +1914,8 @@ mod tests {
     fn check_limit(ops: &[Op], limit: u32) -> Report {
         check(&Input {
             ops,
-            accepted: &[],
-            events: &[],
-            faults: &[],
-            allowed_lag_ms: 1000,
-            fault_grace_ms: 3000,
-            leftover: &[],
-            tickets: &[],
             limit: Some(limit),
-            highest: &[],
-            prefix: "",
-            streams: &[],
-            truth: &[],
+            ..input()
         })
     }
 
@@ -2051,17 +2044,9 @@ mod tests {
         check(&Input {
             ops,
             accepted,
-            events: &[],
-            faults: &[],
-            allowed_lag_ms: 1000,
-            fault_grace_ms: 3000,
-            leftover: &[],
-            tickets: &[],
-            limit: None,
             highest,
             prefix: "p/",
-            streams: &[],
-            truth: &[],
+            ..input()
         })
     }
 
@@ -2281,18 +2266,8 @@ mod tests {
         let check = |truth: &[Truth]| {
             check(&Input {
                 ops: &ops,
-                accepted: &[],
-                events: &[],
-                faults: &[],
-                allowed_lag_ms: 1000,
-                fault_grace_ms: 3000,
-                leftover: &[],
-                tickets: &[],
-                limit: None,
-                highest: &[],
-                prefix: "",
-                streams: &[],
                 truth,
+                ..input()
             })
         };
         let end = |tombstone, time_ms| Truth {
@@ -2327,18 +2302,8 @@ mod tests {
         let check = |truth: &[Truth]| {
             check(&Input {
                 ops: &ops,
-                accepted: &[],
-                events: &[],
-                faults: &[],
-                allowed_lag_ms: 1000,
-                fault_grace_ms: 3000,
-                leftover: &[],
-                tickets: &[],
-                limit: None,
-                highest: &[],
-                prefix: "",
-                streams: &[],
                 truth,
+                ..input()
             })
         };
         let r = check(&[marker(2300)]);
@@ -2515,19 +2480,10 @@ mod tests {
 
     fn check_watch(events: &[Event], streams: &[WatchStream], truth: &[Truth]) -> Report {
         check(&Input {
-            ops: &[],
-            accepted: &[],
             events,
-            faults: &[],
-            allowed_lag_ms: 1000,
-            fault_grace_ms: 3000,
-            leftover: &[],
-            tickets: &[],
-            limit: None,
-            highest: &[],
-            prefix: "",
             streams,
             truth,
+            ..input()
         })
     }
 

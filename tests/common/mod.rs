@@ -228,6 +228,17 @@ impl Tenure {
         (other, client)
     }
 
+    /// The lease bucket, read and written directly (what a test sets up or
+    /// checks behind Tenure's back).
+    pub async fn kv(&self) -> async_nats::jetstream::kv::Store {
+        self.nats
+            .jetstream()
+            .await
+            .get_key_value(&self.config.bucket)
+            .await
+            .unwrap()
+    }
+
     /// The bucket's last sequence: unchanged means nothing was written.
     pub async fn last_sequence(&self) -> u64 {
         let js = self.nats.jetstream().await;

@@ -268,13 +268,7 @@ async fn server_stop_sends_sigterm_before_the_lease_can_expire() {
     // The last write of the holding, by the NATS server's clock (the same
     // machine's): the client sent it earlier, so its expiry is no later
     // than this + TTL.
-    let kv = t
-        .nats
-        .jetstream()
-        .await
-        .get_key_value(&t.config.bucket)
-        .await
-        .unwrap();
+    let kv = t.kv().await;
     let entry = kv.entry("jobs.stop").await.unwrap().expect("the holding");
     let written = entry.created.unix_timestamp_nanos() as f64 / 1e9;
     let expiry = written + 3.0;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::*;
-use async_nats::jetstream::kv::{Operation, Store as Kv};
+use async_nats::jetstream::kv::Operation;
 use async_nats::jetstream::message::PublishMessage;
 use futures::StreamExt;
 use tenure::proto::lease_service_client::LeaseServiceClient;
@@ -28,16 +28,6 @@ fn waiting(name: &str, holder: &str) -> AcquireRequest {
         wait: Some(secs(60)),
         ..acquire_req(name, holder, 30)
     }
-}
-
-/// The bucket as a KV store, for watching the queue's keys.
-async fn kv(t: &Tenure) -> Kv {
-    t.nats
-        .jetstream()
-        .await
-        .get_key_value(&t.config.bucket)
-        .await
-        .unwrap()
 }
 
 /// The next change of a queue slot (not the guard that new tickets and
@@ -96,7 +86,8 @@ async fn arrival_order_is_kept_across_two_replicas() {
     let (first, first_key) = acquire(&mut a, acquire_req(name, "first", 30)).await;
     let mut events = watch(&mut b.clone(), name).await;
     next_of(&mut events, EventType::SnapshotComplete).await;
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -186,7 +177,8 @@ async fn a_killed_waiter_is_skipped() {
     let (_other, b) = t.replica().await;
     let mut a = t.client().await;
     let name = "fifo.killed";
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -207,7 +199,7 @@ async fn a_killed_waiter_is_skipped() {
         .unwrap();
     let (doomed_ticket, put) = next_ticket_change(&mut queue).await;
     assert!(put);
-    let written = kv(&t).await.entry(&doomed_ticket).await.unwrap().unwrap();
+    let written = t.kv().await.entry(&doomed_ticket).await.unwrap().unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let survivor = spawn_waiter(b.clone(), name, "survivor", tx);
     let (survivor_ticket, put) = next_ticket_change(&mut queue).await;
@@ -262,7 +254,8 @@ async fn plain_acquire_does_not_jump_waiters() {
     let (_other, mut b) = t.replica().await;
     let mut a = t.client().await;
     let name = "fifo.plain";
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -340,7 +333,8 @@ async fn a_cancelled_waiter_leaves_and_the_next_is_granted() {
     let (_other, b) = t.replica().await;
     let mut a = t.client().await;
     let name = "fifo.cancel";
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -377,7 +371,8 @@ async fn a_waiter_that_gives_up_behind_others_says_so() {
     let (_other, mut b) = t.replica().await;
     let mut a = t.client().await;
     let name = "fifo.behind";
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -416,7 +411,8 @@ async fn the_queue_is_bounded() {
     let t = Tenure::start_with(|c| c.max_waiters = 2).await;
     let mut a = t.client().await;
     let name = "fifo.bound";
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -564,7 +560,8 @@ async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
             .expected_last_subject_sequence(expected)
             .ttl(Duration::from_secs(TICKET_TTL_S as u64))
     };
-    let mut queue = kv(&t)
+    let mut queue = t
+        .kv()
         .await
         .watch(format!("_tenure.q.{name}.*"))
         .await
@@ -587,7 +584,8 @@ async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
     });
     let (later_key, put) = next_ticket_change(&mut queue).await;
     assert!(put && !later_key.ends_with(".0"), "{later_key}");
-    let later_ticket = kv(&t)
+    let later_ticket = t
+        .kv()
         .await
         .entry(&later_key)
         .await

@@ -781,13 +781,7 @@ async fn a_group_kept_out_by_a_queue_writes_when_it_empties() {
     let _serial = SERIAL.lock().await;
     let t = start().await;
     let mut c = t.client().await;
-    let kv = t
-        .nats
-        .jetstream()
-        .await
-        .get_key_value(&t.config.bucket)
-        .await
-        .unwrap();
+    let kv = t.kv().await;
     // A waiter queued on the free name (as if its Acquire had just lost
     // the name to a holder that released it since).
     let slot = "_tenure.q.qg.a.0";
