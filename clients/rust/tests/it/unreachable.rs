@@ -1,10 +1,8 @@
 //! Loss by the safe deadline when the server goes away.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{within, Server};
+use crate::common::{within, Server};
 use tenure_client::{AcquireOptions, Client, LossCause, Reason, Session};
 
 async fn hold(client: &Client, name: &str) -> Session {

@@ -4,12 +4,10 @@
 //! The server's `/metrics` counts each renewal by method (`KeepAlive` per
 //! stream entry, `Renew` per unary call), which tells the two paths apart.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{expect_event, metrics_text, server_with_metrics, within};
+use crate::common::{expect_event, metrics_text, server_with_metrics, within};
 use tenure_client::proto::{KeepAliveRequest, KeepAliveResponse};
 use tenure_client::{AcquireOptions, Client, EventType, Semaphore, Session};
 

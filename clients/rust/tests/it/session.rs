@@ -1,11 +1,9 @@
 //! Sessions against a real Tenure: acquire/renew/release, races, fencing
 //! tokens, loss signalling, waits, retries, typed errors.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{expect_event, within, Server};
+use crate::common::{expect_event, within, Server};
 use tenure_client::proto::ReleaseRequest;
 use tenure_client::{AcquireOptions, Client, EventType, FencingGuard, LossCause, Reason};
 use tokio::time::Instant;

@@ -1,13 +1,11 @@
 //! Leader election helpers against a real Tenure: hand-over when the leader
 //! stops, a revoked leader stops and campaigns again, proclaim and leader.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{within, Server};
+use crate::common::{within, Server};
 use tenure_client::{ChangeType, Client, Election, Leader, LeaderChange, Reason};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -1,10 +1,8 @@
 //! Watch streams against a real Tenure.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{expect_event, next_event, Server};
+use crate::common::{expect_event, next_event, Server};
 use tenure_client::{AcquireOptions, EventType};
 
 fn opts() -> AcquireOptions {

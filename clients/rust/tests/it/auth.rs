@@ -6,13 +6,11 @@
 //! RPC. Also: without a `watch` grant the shared loss watch is refused and
 //! loss is noticed at renewal.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{within, Server};
+use crate::common::{within, Server};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tenure_client::{AcquireOptions, Client, ClientConfig, LossCause, Reason};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};

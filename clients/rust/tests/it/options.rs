@@ -2,11 +2,9 @@
 //! revoke (not after a release), and FIFO waiting seen through
 //! `Client::inspect`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{metrics_text, server_with_metrics, within, Server};
+use crate::common::{metrics_text, server_with_metrics, within, Server};
 use tenure_client::{AcquireOptions, Client, LeaseInfo, Reason};
 
 fn secs(s: u64) -> Duration {

@@ -5,12 +5,10 @@
 //! each group member has its own; without a key there is no proof and no
 //! `Tenure-Fence` header.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::Server;
 use base64::Engine as _;
-use common::Server;
 use tenure_client::AcquireOptions;
 use tenure_fence::Keyset;
 
@@ -18,7 +16,7 @@ use tenure_fence::Keyset;
 async fn signing_server() -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("fence.pem");
-    let status = std::process::Command::new(common::tenure_bin())
+    let status = std::process::Command::new(crate::common::tenure_bin())
         .args(["fence-keys", "--generate"])
         .arg(&key)
         .stdout(std::process::Stdio::null())

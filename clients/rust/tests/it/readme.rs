@@ -1,12 +1,10 @@
 //! The README's example is `examples/quickstart.rs`, verbatim, and it runs.
 
-mod common;
-
 #[allow(dead_code)]
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 mod quickstart;
 
-use common::{expect_event, Server};
+use crate::common::{expect_event, Server};
 use tenure_client::{EventType, Reason};
 
 const BEGIN: &str = "<!-- begin examples/quickstart.rs -->\n```rust\n";

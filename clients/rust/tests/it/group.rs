@@ -2,12 +2,10 @@
 //! taken with their own fencing tokens, renewed together, lost as a whole
 //! when any member is, released with one call.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{expect_event, within, Server};
+use crate::common::{expect_event, within, Server};
 use tenure_client::{AcquireOptions, EventType, LossCause, Reason};
 
 fn secs(s: u64) -> Duration {

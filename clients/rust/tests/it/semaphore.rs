@@ -2,14 +2,12 @@
 //! mismatched limit is a typed error, and a holder's session follows only
 //! its own slot.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{server_with_metrics, watch_streams_open, within, Server};
+use crate::common::{server_with_metrics, watch_streams_open, within, Server};
 use tenure_client::proto::ReleaseRequest;
 use tenure_client::{limit_in_force, AcquireOptions, LossCause, Reason, Semaphore};
 use tonic::Code;

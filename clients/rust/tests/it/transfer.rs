@@ -2,12 +2,10 @@
 //! waiting acquire of another client, `NO_WAITER`, and an election's
 //! `resign_to` (the leader stops before the successor starts).
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{within, Server};
+use crate::common::{within, Server};
 use tenure_client::{AcquireOptions, Client, Election, LossCause, Reason};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +58,7 @@ async fn transfer_hands_the_holding_to_a_waiting_acquire() {
                     name,
                     "waiter",
                     TTL,
-                    AcquireOptions::default().wait(common::WAIT),
+                    AcquireOptions::default().wait(crate::common::WAIT),
                 )
                 .await
         })
@@ -99,7 +97,7 @@ async fn transfer_hands_the_holding_to_a_waiting_acquire() {
                     name,
                     "third",
                     TTL,
-                    AcquireOptions::default().wait(common::WAIT),
+                    AcquireOptions::default().wait(crate::common::WAIT),
                 )
                 .await
         })
