@@ -8,7 +8,9 @@
 //! workloads 1 to 6 of issue 5 (3: fair handoff, issue 12), 7 and 9 (the
 //! KeepAlive stream, issue 14) and 8 (semaphores, issue 13) against each
 //! system, and 10 (shards, issue 14: one stream vs three on a 3-node
-//! cluster it starts for that workload alone), alternating systems
+//! cluster it starts for that workload alone) and 11 (an atomic batch
+//! beside a conditional put, raw NATS on one node and on a 3-node R3
+//! cluster, issue 25), alternating systems
 //! within every run (the order rotates each run), each figure over several
 //! runs, and prints one Markdown table: the median and spread of each
 //! figure, and Tenure's ratio to raw NATS and to etcd.
@@ -16,6 +18,7 @@
 //! `scripts/bench.sh` installs what is missing, builds, pins and runs it;
 //! `BENCHMARKS.md` explains every number. `--quick` is the CI smoke run.
 
+mod batches;
 mod ghz;
 mod hostile;
 mod procs;
@@ -585,6 +588,26 @@ async fn run(args: Args) -> R<()> {
         };
         if let Err(e) = shards::run(&o, &launcher, &mut rep).await {
             rep.note(format!("10. shards: {e}"));
+        }
+    }
+
+    if want(11) {
+        let nats_bin = find_program(
+            "nats-server",
+            args.nats_server.as_deref(),
+            &[repo_root().join(".tools/bin/nats-server")],
+        )
+        .ok_or("nats-server not found: run scripts/tools.sh or pass --nats-server")?;
+        let o = batches::Opts {
+            nats_bin: &nats_bin,
+            dir: dir.path(),
+            runs,
+            dur,
+            c: if quick { 8 } else { 40 },
+            sync_always: args.nats_sync_always,
+        };
+        if let Err(e) = batches::run(&o, &launcher, &mut rep).await {
+            rep.note(format!("11. atomic batch vs put: {e}"));
         }
     }
 
