@@ -6,6 +6,8 @@
 #
 #   scripts/model-check.sh            every check (about 9 minutes on 2 cores)
 #   scripts/model-check.sh fifo NO_   only checks whose name contains a word
+#   scripts/model-check.sh --install  only installs spin and gcc (CI, before
+#                                     running the checks beside other apt users)
 #
 # Three kinds of check, each counted once in the summary:
 #   verify   the real protocol, searched exhaustively within its bounds:
@@ -37,6 +39,7 @@ if ! command -v spin >/dev/null 2>&1 || ! command -v gcc >/dev/null 2>&1; then
   "${sudo[@]}" apt-get update -qq >&2
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin gcc >/dev/null
 fi
+[ "${1:-}" = --install ] && exit 0
 
 memlim=${MODEL_MEMLIM:-4096}
 filters=("$@")
