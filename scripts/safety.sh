@@ -2,7 +2,7 @@
 # Safety under faults: runs every scenario of the tenure-safety checker and
 # prints the results table (see docs/safety.md).
 #
-#   scripts/safety.sh            the long run: 120 s of load per scenario
+#   scripts/safety.sh            the long run: 120 s of load per scenario (~60 min)
 #   scripts/safety.sh --quick    the CI variant: 12 s per scenario, 6-10 s for some, 16 s for
 #                                the NATS-fault and R3 ones (~8.5 min)
 #
