@@ -94,8 +94,9 @@
 //! 9. **Watches resume without a gap or a duplicate.** The runner's watch,
 //!    dropped and resumed after the last revision it processed, reports
 //!    every change of a lease or semaphore slot the bucket held, once: at
-//!    its revision, coalesced into a later change of its name in a replay,
-//!    or inside a `MISSED` event (see [`watch_resume`]).
+//!    its revision, coalesced into a later change of its name in a replay
+//!    (live, into the same holding's next write), or inside a `MISSED`
+//!    event (see [`watch_resume`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -1351,7 +1352,10 @@ pub const CHANGES: [&str; 5] = ["ACQUIRED", "RENEWED", "RELEASED", "EXPIRED", "R
 /// revision it reached) must be reported by that stream: as an event at
 /// its revision; in a resumed stream's replay, also as a later change of
 /// the same name (the bucket keeps one message per name, so a replay
-/// coalesces); or inside a `MISSED` event of its name (the stream says it
+/// coalesces); live, a write (never an end) also as the same holding's next
+/// reported write, before any end of the name (a watcher that lags reads
+/// a holding first at a renewal: "a gap inside one holding's renewals
+/// loses nothing", design section 9); or inside a `MISSED` event of its name (the stream says it
 /// did not see it: changes after its `missed_after` up to its revision,
 /// whose change it stands for when that ends a holding the stream never
 /// saw begin). A resume refused with `WATCH_HISTORY_COMPACTED` is
@@ -1425,10 +1429,39 @@ fn watch_resume(input: &Input, r: &mut Report) {
         // (A change written before the replay reached its name, and
         // superseded, shows as its name's next change: in the replay, or
         // live when the name changed again during the replay.)
-        let coalesced = in_replay
-            && input.events.iter().filter(of_stream).any(|e| {
-                is_change(e) && e.name == m.name && e.slot == m.slot && e.revision > m.revision
-            });
+        let later = |e: &&Event| {
+            is_change(e) && e.name == m.name && e.slot == m.slot && e.revision > m.revision
+        };
+        // (Live, a write the watcher never read because the holding's
+        // next write superseded it first shows in that next write: a
+        // grant as the ACQUIRED of its first renewal, renewals as one.
+        // Only within one holding: the stream's next event of the name
+        // must come before any end of it in the bucket, and an end itself
+        // never coalesces.)
+        let within_holding = || {
+            let Some(next) = input
+                .events
+                .iter()
+                .filter(of_stream)
+                .filter(later)
+                .map(|e| e.revision)
+                .min()
+            else {
+                return false;
+            };
+            !input.truth.iter().any(|t| {
+                t.shard == m.shard
+                    && t.name == m.name
+                    && t.slot == m.slot
+                    && t.end
+                    && m.revision < t.revision
+                    && t.revision < next
+            })
+        };
+        let coalesced = match in_replay {
+            true => input.events.iter().filter(of_stream).any(|e| later(&e)),
+            false => !m.end && within_holding(),
+        };
         if coalesced {
             r.watch_coalesced += 1;
             continue;
@@ -2550,7 +2583,8 @@ mod tests {
         events.push(change("ACQUIRED", "y", 12, 2, true));
         let r = check_watch(&events, &streams, &truth);
         assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
-        // A live change is never coalesced: x at 17 missing (x at 19 live).
+        // Live, a write shows in the same holding's next write (a lagging
+        // watcher first reads the grant at 17 as its renewal at 19)...
         let events = vec![
             change("ACQUIRED", "x", 11, 1, false),
             change("ACQUIRED", "x", 19, 1, false),
@@ -2560,8 +2594,19 @@ mod tests {
             caught_up: vec![10],
             ..Default::default()
         }];
-        let r = check_watch(&events, &streams, &[bucket_change("x", 17)]);
-        assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
+        let truth = [bucket_change("x", 17), bucket_change("x", 19)];
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!((r.p9_watch, r.watch_coalesced), (0, 1), "{:?}", r.examples);
+        // ...but never across an end, and an end never coalesces: x
+        // released at 18 between them, neither 17 nor 18 reported.
+        let end = Truth {
+            end: true,
+            tombstone: true,
+            ..bucket_change("x", 18)
+        };
+        let truth = [bucket_change("x", 17), end, bucket_change("x", 19)];
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 2, "{:?}", r.examples);
     }
 
     #[test]
