@@ -38,7 +38,7 @@ elif [ -n "${1:-}" ]; then
   exit 2
 fi
 
-step "every check and test: about 30 minutes on a fresh 2-core machine (a clean clone of e5be1d9 reached the client suites at 22 min 27 s), most of it building, the safety run and the client suites"
+step "every check and test: about 35 minutes on a fresh 2-core machine (a clean clone of 4a8eeb8: 34 min 29 s), most of it building, the safety run beside the model check, and the client suites"
 step "disk before the run (a clean run needs about 6 GB)"
 df -h . >&2 || true
 
