@@ -55,11 +55,8 @@ pub async fn run(o: &Opts<'_>, launcher: &Launcher, rep: &mut Report) -> R<()> {
     let single = launcher
         .nats(o.nats_bin, &o.dir.join("batch-single"), o.sync_always)
         .await?;
-    let url = format!("nats://127.0.0.1:{}", single.port);
     let result = async {
-        let client = async_nats::connect(url.as_str())
-            .await
-            .map_err(|e| format!("NATS {url}: {e}"))?;
+        let client = single.connect_nats().await?;
         measure(o, rep, client, "1 node, R1", 1).await
     }
     .await;
@@ -90,10 +87,7 @@ pub async fn run(o: &Opts<'_>, launcher: &Launcher, rep: &mut Report) -> R<()> {
             .iter()
             .position(|n| *n == leader)
             .ok_or_else(|| format!("leader {leader} is not a node of the cluster"))?;
-        let url = format!("nats://127.0.0.1:{}", cluster.nodes[i].port);
-        let client = async_nats::connect(url.as_str())
-            .await
-            .map_err(|e| format!("NATS {url}: {e}"))?;
+        let client = cluster.nodes[i].connect_nats().await?;
         figures(o, rep, &client, &bucket, "3 nodes, R3").await
     }
     .await;

@@ -47,6 +47,14 @@ impl Server {
         Ok(server)
     }
 
+    /// A NATS client of this server (a nats-server on 127.0.0.1).
+    pub async fn connect_nats(&self) -> R<async_nats::Client> {
+        let url = format!("nats://127.0.0.1:{}", self.port);
+        async_nats::connect(url.as_str())
+            .await
+            .map_err(|e| format!("NATS {url}: {e}"))
+    }
+
     /// The process id, for `/proc` readings.
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or_default()

@@ -146,9 +146,7 @@ pub async fn run(o: &Opts<'_>, launcher: &Launcher, rep: &mut Report) -> R<()> {
         .await?;
     let url = format!("nats://127.0.0.1:{}", single.port);
     let result = async {
-        let client = async_nats::connect(url.as_str())
-            .await
-            .map_err(|e| format!("NATS {url}: {e}"))?;
+        let client = single.connect_nats().await?;
         let raw = Raw::open_on(client, "one", true, 1, None).await?;
         let setup = Setup {
             kind: Kind::Raw,
