@@ -50,6 +50,17 @@
  *                      read the slot before them is still in flight
  * Not a violation (run by hand, see model/README.md):
  *   NO_DEF_CONDITION   the definition write in a batch is unconditional
+ *
+ * With SWEEP, a sweeper (src/lease/semaphore/sweep.rs) removes the
+ * semaphore when it reads the definition and every slot of its limit free:
+ * one atomic batch of a tombstone over each of those slots at its read
+ * revision and a tombstone over the definition at its read revision. Reads
+ * are one step each, in any order (the sweep scans the stream one message
+ * at a time). The definition's tombstone ages out like the slots' (not
+ * while an attempt that read the definition before it is in flight).
+ * Mutation (SWEEP runs):
+ *   SWEEP_DEF_ONLY     the removal tombstones the definition alone, without
+ *                      a tombstone (and condition) over each free slot
  */
 
 #ifndef NC
@@ -60,6 +71,9 @@
 #endif
 #ifndef MAXSEQ
 #define MAXSEQ 24       /* stream sequence bound: writes past it fail (24 cuts nothing) */
+#endif
+#ifndef SWEEPS
+#define SWEEPS 2        /* sweeps (SWEEP runs) */
 #endif
 #define NS 2            /* slot keys 1..NS; limits 1..NS */
 #define NK (NS + 1)     /* per-client arrays indexed by slot 1..NS */
@@ -94,6 +108,12 @@ byte mys[NC], myr[NC];                  /* the holding a client acts on: slot, r
 #ifdef PROBE
 bool used[NK];                          /* ghost, probes only: the slot held a record once */
 #endif
+#ifdef SWEEP
+byte wst, wsweeps;                      /* the sweeper: phase, sweeps left */
+byte wdr, wdl;                          /* its definition read: revision, limit (0: none read yet or none) */
+bool wdd;                               /* whether it read the definition */
+byte wrk[NK], wrr[NK];                  /* its slot reads: kind, revision */
+#endif
 #define RK(c, s) rk[(c) * NK + (s)]
 #define RR(c, s) rr[(c) * NK + (s)]
 
@@ -126,7 +146,24 @@ inline check_sem() {
 #ifdef AGE_ANY_TIME
 #define MAY_AGE(s) (1)
 #else
+#ifdef SWEEP
+#define MAY_AGE(s) (!OLDER_READ(0, s) && !OLDER_READ(1, s) && (NC < 3 || !OLDER_READ(NC - 1, s)) && !SWEEP_OLDER(s))
+#else
 #define MAY_AGE(s) (!OLDER_READ(0, s) && !OLDER_READ(1, s) && (NC < 3 || !OLDER_READ(NC - 1, s)))
+#endif
+#endif
+
+#ifdef SWEEP
+/* the definition's tombstone ages out only when no attempt in flight read
+   the definition before it was written */
+#define DEF_READ(c) (st[c] >= C_EXTRA && st[c] <= C_BATCH)
+#define OLDER_DEF_READ(c) (DEF_READ(c) && dr[c] < df_rev)
+#define SWEEP_OLDER(s) (wst != 0 && wrk[s] != R_UNREAD && wrr[s] < sr[s])
+#ifdef AGE_ANY_TIME
+#define MAY_AGE_DEF (1)
+#else
+#define MAY_AGE_DEF (!OLDER_DEF_READ(0) && !OLDER_DEF_READ(1) && (NC < 3 || !OLDER_DEF_READ(NC - 1)) && !(wst != 0 && wdd && wdr < df_rev))
+#endif
 #endif
 
 /* the batch's condition on the definition */
@@ -225,6 +262,7 @@ inline batch_write(c) {
   if
   :: ok && seq + n <= MAXSEQ ->
      REACH(2, dr[c] != 0 && df_lim != lim[c]);
+     REACH(9, dr[c] != 0 && dl[c] == 0);       /* a definition written over a removed one */
      seq++;
      printf("%c: batch: definition limit %d rev %d (expected %d)\n", CH(c), lim[c], seq, dr[c]);
      df_rev = seq; df_lim = lim[c];
@@ -371,8 +409,93 @@ end:
        printf("nats: slot 2 rev %d ages out: empty\n", sr[2]);
        sk[2] = K_NONE; sr[2] = 0
      }
+#ifdef SWEEP
+  :: d_step {
+       df_lim == 0 && df_rev != 0 && MAY_AGE_DEF ->
+       printf("nats: the definition's tombstone rev %d ages out: no definition\n", df_rev);
+       df_rev = 0
+     }
+#endif
   od
 }
+
+#ifdef SWEEP
+#define W_IDLE 0
+#define W_READ 1        /* reading the definition and slots, any order */
+#define W_BATCH 2       /* the removal batch is next */
+
+inline sweep_forget() {
+  wdr = 0; wdl = 0; wdd = 0; wrk[1] = 0; wrr[1] = 0; wrk[2] = 0; wrr[2] = 0; wst = W_IDLE
+}
+
+/* after a read: stop when a slot read is held or there is no definition,
+   go to the batch once the definition and every slot of its limit are read */
+inline sweep_decide() {
+  if
+  :: wrk[1] == R_HELD || wrk[2] == R_HELD || (wdd && wdl == 0) ->
+     printf("W: in use or not defined: nothing to remove\n"); sweep_forget()
+  :: wdd && wdl != 0 && wrk[1] != R_UNREAD && (wdl < 2 || wrk[2] != R_UNREAD) -> wst = W_BATCH
+  :: else -> skip
+  fi
+}
+
+proctype Sweeper() {
+  byte n;
+  bool ok;
+end:
+  do
+  :: d_step { wst == W_IDLE && wsweeps > 0 -> wsweeps--; printf("W: sweep\n"); wst = W_READ }
+  :: d_step {
+       wst == W_READ && !wdd ->
+       wdd = 1; wdr = df_rev; wdl = df_lim;
+       printf("W: reads the definition rev %d: limit %d\n", df_rev, df_lim);
+       sweep_decide()
+     }
+  :: d_step {
+       wst == W_READ && wrk[1] == R_UNREAD ->
+       wrr[1] = sr[1]; wrk[1] = (sk[1] == K_HELD -> R_HELD : R_FREE);
+       printf("W: reads slot 1 rev %d\n", sr[1]);
+       sweep_decide()
+     }
+  :: d_step {
+       wst == W_READ && wrk[2] == R_UNREAD ->
+       wrr[2] = sr[2]; wrk[2] = (sk[2] == K_HELD -> R_HELD : R_FREE);
+       printf("W: reads slot 2 rev %d\n", sr[2]);
+       sweep_decide()
+     }
+  :: d_step {
+       wst == W_BATCH ->
+#ifdef SWEEP_DEF_ONLY
+       ok = df_rev == wdr; n = 1;
+#else
+       ok = df_rev == wdr && sr[1] == wrr[1] && (wdl < 2 || sr[2] == wrr[2]);
+       n = 1 + wdl;
+#endif
+       if
+       :: ok && seq + n <= MAXSEQ ->
+          REACH(8, 1);
+#ifndef SWEEP_DEF_ONLY
+          seq++; printf("W: batch: tombstone slot 1 rev %d (expected %d)\n", seq, wrr[1]);
+          sk[1] = K_END; sr[1] = seq; sh[1] = 0;
+          if
+          :: wdl == 2 ->
+             seq++; printf("W: batch: tombstone slot 2 rev %d (expected %d)\n", seq, wrr[2]);
+             sk[2] = K_END; sr[2] = seq; sh[2] = 0
+          :: else -> skip
+          fi;
+#endif
+          seq++; printf("W: batch: definition tombstone rev %d (expected %d): removed\n", seq, wdr);
+          df_rev = seq; df_lim = 0;
+          check_sem()
+       :: else -> printf("W: removal refused (the semaphore moved on)\n")
+       fi;
+       n = 0; ok = 0;
+       sweep_forget()
+     }
+  :: wst == W_IDLE && wsweeps == 0 -> break
+  od
+}
+#endif
 
 init {
   byte c;
@@ -381,6 +504,10 @@ init {
     :: c < NC -> calls[c] = CALLS; run Client(c); c++
     :: else -> break
     od;
+#ifdef SWEEP
+    wsweeps = SWEEPS;
+    run Sweeper();
+#endif
     run Nature()
   }
 }

@@ -288,6 +288,13 @@ probe sem-probe-5 sem 5 "limit 2 full: an Acquire refused LEASE_HELD"
 probe sem-probe-6 sem 6 "a slot taken over expected 0 after its last message aged out"
 probe sem-probe-7 sem 7 "a first definition lost to another"
 
+# ---- semaphores with the sweep that removes unused ones ----
+verify sem-sweep sem "-DSWEEP -DNC=2" \
+  "as sem but clients A (limit 1) and B (limit 2) only (with C the search does not fit 4 GB), and a sweeper (2 sweeps) that reads the definition and the slots of its limit, one step each in any order, and removes the semaphore in one batch when they are free; the definition's tombstone ages out, not under an attempt that read the definition before it"
+control sem-sweep-SWEEP_DEF_ONLY sem "-DSWEEP -DNC=2 -DSWEEP_DEF_ONLY" "the removal tombstones the definition alone, without a tombstone over each free slot" S1
+probe sem-sweep-probe-8 sem 8 "a sweep removes the semaphore" "-DSWEEP -DNC=2"
+probe sem-sweep-probe-9 sem 9 "an Acquire defines the semaphore again over a removed definition" "-DSWEEP -DNC=2"
+
 # ---- groups: one atomic batch against single Acquires ----
 verify group group "" \
   "group client G (AcquireGroup N0+N1: member reads, queue reads, one batch of guards and records; ReleaseGroup batch; deadline, then per-member expiry), 2 calls; single client S (either name, reads the queue), 2 calls; waiter W on N0 (ticket, lease, ticket delete); observer O, 2 observations of both members; stream sequence <= 20 (cuts nothing)"

@@ -165,6 +165,10 @@ pub async fn start(
         );
     }
     let shards = Shards::new(shards).with_history(history);
+    // Unused semaphores are removed by every replica, each shard apart.
+    for leases in shards.all() {
+        tokio::spawn(leases.clone().sweep_semaphores());
+    }
     tokio::spawn(follow_connection(
         events,
         all_healthy(

@@ -12,7 +12,7 @@
 //! | `_tenure.q.<name>.<slot>` | a waiter's ticket in slot `slot` of `name`'s queue |
 //! | `_tenure.q.<name>.plain` | the queue's guard, written only by group batches |
 //! | `_tenure.sem.<name>.<slot>` | slot `slot` (1 to the limit) of semaphore `name` |
-//! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name` |
+//! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name`; removed once the semaphore is unused |
 //!
 //! Parsing is the inverse of building: a key either parses to exactly what
 //! built it or to nothing, so a foreign key under the reserved level is
@@ -115,6 +115,24 @@ pub fn semaphore_definition(name: &str) -> String {
     format!("{RESERVED}.{SEMAPHORE}.{name}.{DEFINITION}")
 }
 
+/// The KV wildcard that matches every key of every semaphore (slots and
+/// definitions), and nothing else.
+pub fn semaphores_filter() -> String {
+    format!("{RESERVED}.{SEMAPHORE}.>")
+}
+
+/// The semaphore name of a definition key; `None` for any other key.
+pub fn parse_semaphore_definition(key: &str) -> Option<&str> {
+    let name = key
+        .strip_prefix(RESERVED)?
+        .strip_prefix('.')?
+        .strip_prefix(SEMAPHORE)?
+        .strip_prefix('.')?
+        .strip_suffix(DEFINITION)?
+        .strip_suffix('.')?;
+    (!name.is_empty()).then_some(name)
+}
+
 /// The semaphore name and slot of a slot key; `None` for any other key
 /// (the definition included).
 pub fn parse_semaphore_slot(key: &str) -> Option<(&str, u32)> {
@@ -189,5 +207,17 @@ mod tests {
         assert_eq!(parse_semaphore_slot("_tenure.sem.a.0"), None);
         assert_eq!(parse_semaphore_slot("_tenure.sem.a.+1"), None);
         assert_eq!(parse_semaphore_slot("_tenure.delay.a.1"), None);
+        assert_eq!(semaphores_filter(), "_tenure.sem.>");
+        assert_eq!(
+            parse_semaphore_definition(&semaphore_definition("jobs.a")),
+            Some("jobs.a")
+        );
+        assert_eq!(
+            parse_semaphore_definition("_tenure.sem.limit.limit"),
+            Some("limit")
+        );
+        assert_eq!(parse_semaphore_definition("_tenure.sem.limit"), None);
+        assert_eq!(parse_semaphore_definition("_tenure.sem.jobs.2"), None);
+        assert_eq!(parse_semaphore_definition("_tenure.q.jobs.limit"), None);
     }
 }

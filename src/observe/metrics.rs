@@ -53,6 +53,9 @@ pub struct Metrics {
     /// `tenure_queue_conflicts_total`: new queue tickets that lost a race
     /// with another write to their queue (not counted as CAS conflicts).
     pub queue_conflicts: IntCounter,
+    /// `tenure_semaphores_removed_total`: unused semaphores (their
+    /// definitions and slots) this replica's sweep removed.
+    pub semaphores_removed: IntCounter,
     /// `tenure_acquire_hint_misses_total`: Acquire writes made on what this
     /// replica knew (its own release, the watcher's view of the queue)
     /// that failed their condition and were made again after a read.
@@ -174,6 +177,10 @@ impl Metrics {
             queue_conflicts: counter(
                 "tenure_queue_conflicts_total",
                 "new queue tickets written over a queue that changed meanwhile, written again after a read",
+            ),
+            semaphores_removed: counter(
+                "tenure_semaphores_removed_total",
+                "unused semaphores (definitions and slots) removed by this replica's sweep",
             ),
             acquire_hint_misses: counter(
                 "tenure_acquire_hint_misses_total",

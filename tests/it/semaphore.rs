@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
+use futures::StreamExt;
 use tenure::proto::{
     AcquireRequest, EventType, GetLeaseRequest, ListLeasesRequest, ReleaseRequest, RenewRequest,
     RevokeLeaseRequest,
@@ -577,4 +578,81 @@ async fn admins_list_and_revoke_semaphore_holders() {
         .unwrap()
         .into_inner();
     assert_eq!((got.holders.len(), got.free_slots), (2, 1));
+}
+
+/// An unused semaphore is removed: once its slots have been free and
+/// unwritten for the marker TTL, a sweep tombstones its definition and every
+/// slot of its limit in one batch (tombstones that age out with the marker
+/// TTL), while a semaphore held all along keeps its definition; the name can
+/// then be defined again, with another limit and a higher token.
+#[tokio::test]
+async fn an_unused_semaphore_is_removed_and_a_held_one_is_kept() {
+    let t = Tenure::start_with(|c| c.marker_ttl = Duration::from_secs(2)).await;
+    let mut c = t.client().await;
+    let kv = t.kv().await;
+    let mut changes = kv.watch("_tenure.sem.>").await.unwrap();
+    let (held, _) = acquire(&mut c, sem_req("sweep.held", "b", 600, 2)).await;
+    let (used, key) = acquire(&mut c, sem_req("sweep.idle", "a", 30, 3)).await;
+    c.release(release_slot("sweep.idle", used.slot, used.revision, &key))
+        .await
+        .expect("release");
+
+    // The removal, as the bucket's watch sees it: the definition's
+    // tombstone, after a tombstone over each of the three slots.
+    let definition = "_tenure.sem.sweep.idle.limit";
+    let mut tombstoned = Vec::new();
+    within("the unused semaphore's removal", async {
+        loop {
+            let e = changes.next().await.expect("watch").expect("entry");
+            if e.operation != async_nats::jetstream::kv::Operation::Delete {
+                continue;
+            }
+            if e.key == definition {
+                break;
+            }
+            tombstoned.push(e.key);
+        }
+    })
+    .await;
+    for slot in 1..=3 {
+        let slot_key = format!("_tenure.sem.sweep.idle.{slot}");
+        assert!(
+            tombstoned.contains(&slot_key),
+            "{slot_key} in {tombstoned:?}"
+        );
+    }
+    // The tombstones age out: they carry the marker TTL.
+    let js = t.nats.jetstream().await;
+    let stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
+        .await
+        .unwrap();
+    let last = stream
+        .get_last_raw_message_by_subject(&format!("$KV.{}.{definition}", t.config.bucket))
+        .await
+        .unwrap();
+    assert_eq!(last.headers.get("Nats-TTL").map(|v| v.as_str()), Some("2"));
+
+    // The held semaphore was swept too (the removal above came from a
+    // sweep of the whole bucket) and keeps its definition and holder.
+    let kept = kv
+        .entry("_tenure.sem.sweep.held.limit")
+        .await
+        .unwrap()
+        .expect("the held semaphore's definition");
+    assert_eq!(kept.operation, async_nats::jetstream::kv::Operation::Put);
+    let got = c
+        .get_lease(GetLeaseRequest {
+            name: "sweep.held".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((got.limit, got.holders.len()), (2, 1));
+    assert_eq!(got.holders[0].revision, held.revision);
+
+    // Defined again, with another limit.
+    let (again, _) = acquire(&mut c, sem_req("sweep.idle", "c", 30, 2)).await;
+    assert_eq!(again.slot, 1);
+    assert!(again.revision > used.revision);
 }

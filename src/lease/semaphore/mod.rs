@@ -26,6 +26,11 @@
 //!
 //! Renew and Release touch only the holder's slot key (through the lease
 //! code): renewing one holder never conflicts with acquiring another.
+//!
+//! A semaphore unused for the marker TTL is removed by a sweep
+//! ([`sweep`]), so that definitions do not pile up in the bucket.
+
+mod sweep;
 
 use std::time::Duration;
 
