@@ -50,8 +50,10 @@ fi
 export CARGO_TARGET_DIR="$root/target"
 
 if $quick; then
-  cargo build --quiet
-  (cd bench && cargo build --quiet --no-default-features)
+  # The workspace's own build (CI's `cargo build --workspace` made it): the
+  # quick run skips etcd, but building without the etcd feature would
+  # compile the benchmark a second time.
+  cargo build --quiet --workspace --bins
   exec target/debug/tenure-bench --tenure-bin target/debug/tenure "${pin[@]}" "$@"
 fi
 

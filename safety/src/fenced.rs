@@ -81,18 +81,35 @@ pub async fn connect(url: &str) -> Result<Client, String> {
     Ok(client)
 }
 
+/// The advisory lock that runs under `setup`: two concurrent `CREATE OR
+/// REPLACE FUNCTION`s of one function can fail ("tuple concurrently
+/// updated"), and `scripts/safety.sh --lanes` starts runs at once.
+const SETUP_LOCK: i64 = 0x7465_6e75_7265; // "tenure"
+
 /// Creates the checker's tables if they are missing and applies the kit
-/// (idempotent). Once per run, before any client: two concurrent
-/// `CREATE OR REPLACE FUNCTION`s of one function can fail.
+/// (idempotent). Once per run, before any client; runs started together
+/// take turns under an advisory lock.
 pub async fn setup(client: &Client) -> Result<(), String> {
     client
-        .batch_execute(SCHEMA)
+        .execute("SELECT pg_advisory_lock($1)", &[&SETUP_LOCK])
         .await
-        .map_err(|e| format!("cannot create the fenced tables: {e}"))?;
+        .map_err(|e| format!("cannot take the setup lock: {e}"))?;
+    let done = async {
+        client
+            .batch_execute(SCHEMA)
+            .await
+            .map_err(|e| format!("cannot create the fenced tables: {e}"))?;
+        client
+            .batch_execute(KIT)
+            .await
+            .map_err(|e| format!("cannot apply fence/kits/postgres/tenure_fence.sql: {e}"))
+    }
+    .await;
     client
-        .batch_execute(KIT)
+        .execute("SELECT pg_advisory_unlock($1)", &[&SETUP_LOCK])
         .await
-        .map_err(|e| format!("cannot apply fence/kits/postgres/tenure_fence.sql: {e}"))
+        .map_err(|e| format!("cannot release the setup lock: {e}"))?;
+    done
 }
 
 /// A database error as a one-liner: the server's message when there is one.
