@@ -59,23 +59,32 @@
 //!    delay of a holding that expired or was revoked: the next grant's
 //!    server time is at least the end (the `EXPIRED` event's time; the
 //!    `REVOKED` event's, or the revoke's send) plus the delay.
-//! 6. **FIFO order** (plain leases). A waiter's arrival is the place NATS
-//!    gave its queue ticket (`_tenure.q.<name>.<slot>`, the revision of the
-//!    ticket's first write, read by the runner from a watch on the bucket
-//!    and tied to the Acquire that was in flight from that holder when the
-//!    ticket was written). Of two waiters A and B on a name with A's ticket
-//!    first, B may not be granted before A: a violation is A granted with
-//!    a higher token than B, or A's wait ending without the lease although
-//!    B's reply came before A's wait could have run out (A's send + its
-//!    wait). A grant that took no ticket (an Acquire that found the name
-//!    free, a group member) is a B too, arrived when it was sent: judged
+//! 6. **FIFO order** (plain leases and semaphores). A waiter's arrival is
+//!    the place NATS gave its queue ticket (`_tenure.q.<name>.<slot>` for a
+//!    lease; `_tenure.q._tenure.sem.<name>.<slot>` for a semaphore, whose
+//!    waiters queue under the reserved name `_tenure.sem.<name>`), the
+//!    revision of the ticket's first write, read by the runner from a
+//!    watch on the bucket and tied to the Acquire that was in flight from
+//!    that holder when the ticket was written. Of two waiters A and B on a
+//!    name (a lease's, or a semaphore's: each queue judged on its own) with
+//!    A's ticket first, B may not be granted before A: a violation is A
+//!    granted with a higher token than B, or A's wait ending without the
+//!    lease although B's reply came before A's wait could have run out
+//!    (A's send + its wait). For a semaphore the token is the revision of
+//!    the slot's write, stream-wide, so tokens of different slots compare:
+//!    only the head of the queue takes a free slot, and its ticket goes
+//!    only after its slot is written, so the waiter behind it gets a
+//!    higher token whichever slot it takes. A grant that took no ticket
+//!    (an Acquire that found the name free, or a free slot with nobody
+//!    queued; a group member) is a B too, arrived when it was sent: judged
 //!    against every A whose ticket was written (its latest, should it have
-//!    queued twice) before that send, on the one wall clock of the machine.
-//!    Only pairs where B was sent before A was answered (contended)
-//!    are judged; Acquires retried after an unknown outcome (a new ticket
-//!    on another replica) are left out, and a pair with a fault window
-//!    between A's send and B's reply is excused (a ticket may expire while
-//!    NATS is down). Semaphore holdings (no queue) are not judged.
+//!    queued twice) before that send, on the one wall clock of the machine
+//!    (a holder that releases and acquires again may take a slot without a
+//!    ticket only while nobody is queued). Only pairs where B was sent
+//!    before A was answered (contended) are judged; Acquires retried after
+//!    an unknown outcome (a new ticket on another replica) are left out,
+//!    and a pair with a fault window between A's send and B's reply is
+//!    excused (a ticket may expire while NATS is down).
 //! 7. **Semaphore limit.** Of the holdings of a semaphore (Acquire with a
 //!    limit N), at no instant do more than N acting intervals (property 3's
 //!    intervals, by client deadlines) overlap. Each slot of a semaphore is
@@ -183,8 +192,13 @@ pub struct Truth {
 /// saw it.
 #[derive(Debug, Clone)]
 pub struct Ticket {
-    /// The lease name queued for.
+    /// The lease or semaphore name queued for (a semaphore's waiters queue
+    /// under the reserved queue name `_tenure.sem.<name>`; this is
+    /// `<name>`, the Acquire's name).
     pub name: String,
+    /// Whether it is a semaphore waiter's ticket (in the queue of
+    /// `_tenure.sem.<name>`), not a lease waiter's (of `<name>`).
+    pub semaphore: bool,
     /// The waiter (the holder name the Acquire carried).
     pub holder: String,
     /// Its place: the revision of the ticket's first write.
@@ -1136,14 +1150,17 @@ fn fifo(input: &Input, r: &mut Report) {
     {
         *attempts.entry(&o.holding).or_default() += 1;
     }
-    let mut per_name: BTreeMap<&str, Vec<Waiter>> = BTreeMap::new();
+    // Per queue: a lease's name, or a semaphore's (`true`). A semaphore
+    // Acquire is one granted a slot, or any of a run with a limit (a
+    // refusal carries no slot).
+    let mut per_name: BTreeMap<(&str, bool), Vec<Waiter>> = BTreeMap::new();
     for o in ops.iter().filter(|o| {
         o.op == OpKind::Acquire
             && matches!(o.phase, Phase::Ok | Phase::Fail)
             && attempts.get(o.holding.as_str()) == Some(&1)
             && (o.phase == Phase::Ok || o.detail.starts_with("LEASE_HELD"))
-            && o.slot == 0
     }) {
+        let semaphore = o.slot > 0 || input.limit.is_some();
         // The tickets this holder wrote for this name while the call was
         // in flight (same machine, one wall clock; a few ms of slack for
         // NATS's millisecond stamps).
@@ -1153,6 +1170,7 @@ fn fifo(input: &Input, r: &mut Report) {
             .iter()
             .filter(|t| {
                 t.name == o.name
+                    && t.semaphore == semaphore
                     && t.holder == o.client
                     && t.time_ms + STAMP_SLACK_MS >= o.w0
                     && t.time_ms <= w1 + STAMP_SLACK_MS
@@ -1169,19 +1187,23 @@ fn fifo(input: &Input, r: &mut Report) {
         if place.is_some() {
             r.fifo_waiters += 1;
         }
-        per_name.entry(&o.name).or_default().push(Waiter {
-            holding: &o.holding,
-            place,
-            arrived_ms,
-            t0: o.t0,
-            t1: o.t1,
-            w0: o.w0,
-            wait_ms: o.wait_ms,
-            granted: (o.phase == Phase::Ok).then_some(o.token),
-        });
+        per_name
+            .entry((&o.name, semaphore))
+            .or_default()
+            .push(Waiter {
+                holding: &o.holding,
+                place,
+                arrived_ms,
+                t0: o.t0,
+                t1: o.t1,
+                w0: o.w0,
+                wait_ms: o.wait_ms,
+                granted: (o.phase == Phase::Ok).then_some(o.token),
+            });
     }
     let mut ticketless_judged = std::collections::HashSet::new();
-    for (name, ws) in &mut per_name {
+    for ((name, semaphore), ws) in &mut per_name {
+        let kind = if *semaphore { " (semaphore)" } else { "" };
         let (mut queued, ticketless): (Vec<&Waiter>, Vec<&Waiter>) =
             ws.iter().partition(|w| w.place.is_some());
         queued.sort_by_key(|w| w.place);
@@ -1222,7 +1244,7 @@ fn fifo(input: &Input, r: &mut Report) {
                 if overtaken {
                     r.p6_fifo += 1;
                     r.example(format!(
-                        "P6 {name}: {} ({}) was granted token {b_token} before {} (place {}) {}",
+                        "P6 {name}{kind}: {} ({}) was granted token {b_token} before {} (place {}) {}",
                         b.holding,
                         match b.place {
                             Some(p) => format!("place {p}"),
@@ -1735,6 +1757,7 @@ mod tests {
     fn ticket(holder: &str, place: u64, time_ms: u64) -> Ticket {
         Ticket {
             name: "n".into(),
+            semaphore: false,
             holder: holder.into(),
             place,
             time_ms,
@@ -1874,16 +1897,137 @@ mod tests {
         .concat();
         assert_eq!(check_fifo(&ops, &tickets, &[]).fifo_pairs, 0);
 
-        // A semaphore holding (slot 1) never queues: not judged.
+        // A semaphore's grant (slot 1) is not judged against a lease's
+        // queue: the semaphore's waiters have their own.
         let ops = [
             waited("a#1", 1000, 2500, 1500, 30),
-            waited("b#1", 1100, 1105, 500, 20)
-                .into_iter()
-                .map(|o| Op { slot: 1, ..o })
-                .collect(),
+            sem_waited("b#1", 1100, 1105, 500, 20, 1),
         ]
         .concat();
         assert_eq!(check_fifo(&ops, &tickets, &[]).fifo_pairs, 0);
+    }
+
+    /// [`waited`] for a slot of semaphore `n`: granted slot `slot` with
+    /// `token`, or (token 0) refused when its wait ran out.
+    fn sem_waited(holding: &str, t0: u64, t1: u64, wait: u64, token: u64, slot: u32) -> Vec<Op> {
+        waited(holding, t0, t1, wait, token)
+            .into_iter()
+            .map(|o| match o.phase {
+                Phase::Ok => Op { slot, ..o },
+                _ => o,
+            })
+            .collect()
+    }
+
+    /// The first write of `holder`'s ticket in semaphore `n`'s queue
+    /// (`_tenure.q._tenure.sem.n.<slot>`) at `time_ms`.
+    fn sem_ticket(holder: &str, place: u64, time_ms: u64) -> Ticket {
+        Ticket {
+            semaphore: true,
+            ..ticket(holder, place, time_ms)
+        }
+    }
+
+    /// Property 6 on a run of semaphores of limit 3.
+    fn check_sem_fifo(ops: &[Op], tickets: &[Ticket], faults: &[Window]) -> Report {
+        check(&Input {
+            ops,
+            faults,
+            tickets,
+            limit: Some(3),
+            ..input()
+        })
+    }
+
+    #[test]
+    fn semaphore_waiters_granted_slots_in_ticket_order_pass_fifo() {
+        // a queued first (place 10), b second (place 12): a takes slot 2
+        // with token 20 at 1500, b slot 1 with token 30 at 2500 (tokens
+        // are stream revisions: they compare across slots).
+        let ops = [
+            sem_waited("a#1", 1000, 1500, 1500, 20, 2),
+            sem_waited("b#1", 1100, 2500, 1500, 30, 1),
+        ]
+        .concat();
+        let tickets = [sem_ticket("a", 10, 1001), sem_ticket("b", 12, 1102)];
+        let r = check_sem_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 1), "{:?}", r.examples);
+
+        // a's wait ran out (refused at 2500, no slot); b took a slot
+        // after that (2600): not overtaken.
+        let ops = [
+            sem_waited("a#1", 1000, 2500, 1500, 0, 0),
+            sem_waited("b#1", 1100, 2600, 1500, 20, 3),
+        ]
+        .concat();
+        let r = check_sem_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 1), "{:?}", r.examples);
+
+        // b released and acquired again at 1600, after a was granted
+        // (1500), and took a free slot without a ticket (nobody queued):
+        // not contended, not judged.
+        let ops = [
+            sem_waited("a#1", 1000, 1500, 1500, 20, 2),
+            sem_waited("b#2", 1600, 1605, 500, 30, 1),
+        ]
+        .concat();
+        let r = check_sem_fifo(&ops, &tickets[..1], &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (0, 0), "{:?}", r.examples);
+
+        // The same waiters' tickets in a lease's queue of the same name
+        // are not this semaphore's: nothing queued, nothing judged.
+        let lease_tickets = [ticket("a", 10, 1001), ticket("b", 12, 1102)];
+        let r = check_sem_fifo(&ops, &lease_tickets, &[]);
+        assert_eq!((r.fifo_waiters, r.fifo_pairs), (0, 0), "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_later_semaphore_waiter_taking_a_slot_first_breaks_fifo() {
+        // b queued after a (place 12 after 10) but took a free slot first
+        // (slot 3, token 20 at 1500) while a waited on; a got slot 1 later
+        // with token 30: overtaken (the semaphore-herd fault's race).
+        let ops = [
+            sem_waited("a#1", 1000, 2500, 1500, 30, 1),
+            sem_waited("b#1", 1100, 1500, 1500, 20, 3),
+        ]
+        .concat();
+        let tickets = [sem_ticket("a", 10, 1001), sem_ticket("b", 12, 1102)];
+        let r = check_sem_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (1, 1), "{:?}", r.examples);
+        assert!(r.examples[0].contains("(semaphore)"), "{:?}", r.examples);
+
+        // a gave up (its wait ran out at 2500) though b had a slot at
+        // 1500, inside a's wait: overtaken too.
+        let ops = [
+            sem_waited("a#1", 1000, 2500, 1500, 0, 0),
+            sem_waited("b#1", 1100, 1500, 1500, 20, 3),
+        ]
+        .concat();
+        assert_eq!(check_sem_fifo(&ops, &tickets, &[]).p6_fifo, 1);
+
+        // b sent at 1100, after a queued, took a slot at once without a
+        // ticket (a holder acquiring again while a waiter was queued):
+        // overtaking.
+        let ops = [
+            sem_waited("a#1", 1000, 2500, 1500, 30, 1),
+            sem_waited("b#2", 1100, 1105, 500, 20, 2),
+        ]
+        .concat();
+        let r = check_sem_fifo(&ops, &tickets[..1], &[]);
+        assert_eq!(
+            (r.p6_fifo, r.fifo_pairs, r.fifo_ticketless),
+            (1, 1, 1),
+            "{:?}",
+            r.examples
+        );
+
+        // Under a fault, excused.
+        let fault = Window {
+            start_ms: 1200,
+            end_ms: 1300,
+        };
+        let r = check_sem_fifo(&ops, &tickets[..1], &[fault]);
+        assert_eq!((r.p6_fifo, r.fifo_excused), (0, 1), "{:?}", r.examples);
     }
 
     /// A fenced write of `holding` with `token` sent at `t0`, answered at

@@ -408,7 +408,7 @@ impl LeaseService for LeaseApi {
             let first = sem.holders.iter().min_by_key(|h| h.token).map(lease);
             Ok(proto::GetLeaseResponse {
                 lease: first,
-                waiting,
+                waiting: leases.semaphore_waiting(name).await? as u32,
                 free_slots: sem.limit.saturating_sub(sem.holders.len() as u32),
                 limit: sem.limit,
                 holders: sem.holders.iter().map(lease).collect(),

@@ -92,6 +92,10 @@ pub enum TestFault {
     /// Semaphores have one slot more than their limit: more holders than
     /// the limit hold at once (property 7).
     SemaphoreOverLimit,
+    /// Queued semaphore waiters take every wake as their turn and race
+    /// for a free slot, as before semaphores queued: a later waiter takes a
+    /// slot ahead of an earlier one (property 6).
+    SemaphoreHerd,
 }
 
 impl TestFault {

@@ -87,7 +87,7 @@ impl Leases {
             return self.try_once(args).await;
         };
         let wait = Wait::new("Acquire", wait);
-        if args.limit > 0 {
+        if args.limit > 0 && !self.fair() {
             return self.acquire_slot(args, wait).await;
         }
         if !self.fair() {
@@ -96,9 +96,12 @@ impl Leases {
                 .wait_for(wait, wakeups, || self.try_acquire(args))
                 .await;
         }
+        // The queue of the name's lease, or of its semaphore (see
+        // `keys::semaphore_queue`): one queue design for both.
+        let queue = queue_of(args);
         // Waiters are queued already (as this replica's watcher sees them):
         // an Acquire without a ticket would be refused, so queue at once.
-        let mut seen = self.hub.waiting(&args.name);
+        let mut seen = self.hub.waiting(&queue);
         // TEST FAULT barging: try without a ticket first, whoever is queued.
         if self.faults.contains(TestFault::Barging) {
             seen = 0;
@@ -106,7 +109,7 @@ impl Leases {
         let mut held = if seen > 0 {
             queued(&args.name, seen)
         } else {
-            match self.try_acquire(args).await {
+            match self.try_once(args).await {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             }
@@ -165,17 +168,20 @@ impl Leases {
                     if !self.refresh(args, t).await? {
                         // A Transfer may have handed it the lease (deleting
                         // the ticket with the grant): then the lease is its
-                        // own, and an attempt returns it.
-                        match self.attempt(args, Place::Queued(t), Known::default()).await {
-                            Ok(Some(holding)) => {
-                                if let Some(mut t) = ticket.take() {
-                                    t.armed = false;
+                        // own, and an attempt returns it. Nothing hands a
+                        // semaphore slot over.
+                        if args.limit == 0 {
+                            match self.attempt(args, Place::Queued(t), Known::default()).await {
+                                Ok(Some(holding)) => {
+                                    if let Some(mut t) = ticket.take() {
+                                        t.armed = false;
+                                    }
+                                    return Ok(holding);
                                 }
-                                return Ok(holding);
+                                Ok(None) => {}
+                                Err(err) if err.reason == Reason::LeaseHeld => {}
+                                Err(err) => return Err(err),
                             }
-                            Ok(None) => {}
-                            Err(err) if err.reason == Reason::LeaseHeld => {}
-                            Err(err) => return Err(err),
                         }
                         // The ticket is gone (it expired before this
                         // refresh): queue again, at the back.
@@ -193,8 +199,11 @@ impl Leases {
                 // Not its turn: no read, no write; sleep again (should the
                 // wait run out, it says so, not an older holder).
                 None => {
-                    held = behind(&args.name, self.hub.waiting(&args.name));
+                    held = behind(&args.name, self.hub.waiting(&queue));
                     continue;
+                }
+                Some(known) if args.limit > 0 => {
+                    self.attempt_slot_queued(args, t, known.head).await
                 }
                 Some(known) => self.attempt_queued(args, t, known).await,
             };
@@ -274,26 +283,27 @@ impl Leases {
         let start = rand::random_range(0..self.max_waiters);
         let full =
             |queue: &fifo::Queue| too_many_waiters(&args.name, queue.waiting(), self.max_waiters);
-        let viewed = self.hub.queue(&args.name);
+        let name = queue_of(args);
+        let viewed = self.hub.queue(&name);
         if let Some(queue) = viewed.filter(|q| q.free_slots(self.max_waiters, start).is_empty()) {
             return Err(full(&queue));
         }
-        let mut lane = self.queue_lanes.enter(&args.name).await;
+        let mut lane = self.queue_lanes.enter(&name).await;
         // The lane's queue is exact at its revision but may be old: a full
         // one is checked against the view, and the view's against a read.
         let mut known = lane
             .take()
             .filter(|q| !q.free_slots(self.max_waiters, start).is_empty())
-            .or_else(|| self.hub.queue(&args.name));
+            .or_else(|| self.hub.queue(&name));
         for _ in 0..=MAX_CAS_ATTEMPTS {
             let queue = match known.take() {
                 Some(queue) => queue,
-                None => fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?,
+                None => fifo::Queue::read(&self.store, &name, self.max_waiters).await?,
             };
             let Some(&slot) = queue.free_slots(self.max_waiters, start).first() else {
                 return Err(full(&queue));
             };
-            if let Some(ticket) = self.take_slot(args, &payload, slot, queue.last).await? {
+            if let Some(ticket) = self.take_slot(&name, &payload, slot, queue.last).await? {
                 lane.keep(queue.with_ticket(slot, ticket.revision));
                 return Ok(ticket);
             }
@@ -305,20 +315,20 @@ impl Leases {
     /// last revision being `last`; `None` when the queue changed since.
     async fn take_slot(
         &self,
-        args: &AcquireArgs,
+        name: &str,
         payload: &bytes::Bytes,
         slot: usize,
         last: u64,
     ) -> Result<Option<fifo::Ticket>> {
-        let key = keys::queue_slot(&args.name, slot);
-        let queue = keys::queue_filter(&args.name);
+        let key = keys::queue_slot(name, slot);
+        let queue = keys::queue_filter(name);
         match self
             .store
             .put_under(&key, payload.clone(), last, &queue, fifo::TICKET_TTL)
             .await
         {
             Ok(revision) => {
-                tracing::debug!(name = %args.name, slot, place = revision, "queued");
+                tracing::debug!(name, slot, place = revision, "queued");
                 Ok(Some(fifo::Ticket {
                     store: self.store.clone(),
                     key,
@@ -398,19 +408,32 @@ impl Leases {
     /// the watcher saw is a release (unless something was written since,
     /// which fails the grant).
     fn on_wake(&self, args: &AcquireArgs, ticket: &fifo::Ticket) -> Option<Known> {
-        match self.hub.turn(&args.name, ticket.place, ticket.revision) {
+        // TEST FAULT semaphore-herd: a queued semaphore waiter takes every
+        // wake as its turn, and races the others for the free slot.
+        if args.limit > 0 && self.faults.contains(TestFault::SemaphoreHerd) {
+            return Some(Known {
+                last: None,
+                head: true,
+            });
+        }
+        match self
+            .hub
+            .turn(&queue_of(args), ticket.place, ticket.revision)
+        {
             Turn::NotMine => None,
             Turn::Unknown => Some(Known::default()),
             Turn::Mine => {
                 // The release the watcher saw last, not the event's: a
                 // waiter slow to read its events may hold an older one.
                 let last = match args.lock_delay_s {
-                    0 => self.hub.released_at(&args.name).map(|revision| Entry {
-                        name: args.name.clone(),
-                        revision,
-                        time_ms: 0,
-                        kind: Kind::Released(None),
-                    }),
+                    0 if args.limit == 0 => {
+                        self.hub.released_at(&args.name).map(|revision| Entry {
+                            name: args.name.clone(),
+                            revision,
+                            time_ms: 0,
+                            kind: Kind::Released(None),
+                        })
+                    }
                     _ => None,
                 };
                 Some(Known { last, head: true })
@@ -632,4 +655,13 @@ fn ticket_grant(args: &AcquireArgs) -> Option<fifo::TicketGrant> {
         ttl_s: args.ttl_s,
         metadata: args.metadata.clone(),
     })
+}
+
+/// The name of the queue `args` waits in: the lease's own name, or for a
+/// semaphore its reserved queue name ([`keys::semaphore_queue`]).
+fn queue_of(args: &AcquireArgs) -> std::borrow::Cow<'_, str> {
+    match args.limit {
+        0 => std::borrow::Cow::Borrowed(args.name.as_str()),
+        _ => std::borrow::Cow::Owned(keys::semaphore_queue(&args.name)),
+    }
 }

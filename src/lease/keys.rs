@@ -115,6 +115,27 @@ pub fn semaphore_definition(name: &str) -> String {
     format!("{RESERVED}.{SEMAPHORE}.{name}.{DEFINITION}")
 }
 
+/// The queue name of semaphore `name`'s waiters: the reserved name
+/// `_tenure.sem.<name>`, so that its queue is the keys
+/// `_tenure.q._tenure.sem.<name>.<slot>` ([`queue_slot`]), built, read and
+/// watched exactly as a lease's queue, and never a lease's (lease names
+/// cannot start with `_tenure`) nor a semaphore key (those start
+/// `_tenure.sem.`).
+pub fn semaphore_queue(name: &str) -> String {
+    semaphore_prefix(name)
+}
+
+/// The semaphore whose waiters queue under the queue name `queue`
+/// ([`semaphore_queue`]); `None` for a lease's queue.
+pub fn semaphore_of_queue(queue: &str) -> Option<&str> {
+    queue
+        .strip_prefix(RESERVED)?
+        .strip_prefix('.')?
+        .strip_prefix(SEMAPHORE)?
+        .strip_prefix('.')
+        .filter(|name| !name.is_empty())
+}
+
 /// The KV wildcard that matches every key of every semaphore (slots and
 /// definitions), and nothing else.
 pub fn semaphores_filter() -> String {
@@ -219,5 +240,26 @@ mod tests {
         assert_eq!(parse_semaphore_definition("_tenure.sem.limit"), None);
         assert_eq!(parse_semaphore_definition("_tenure.sem.jobs.2"), None);
         assert_eq!(parse_semaphore_definition("_tenure.q.jobs.limit"), None);
+    }
+
+    /// A semaphore's queue is the queue of a reserved name: its keys parse
+    /// back to that name, never to a lease's or a semaphore key, and its
+    /// wildcard matches one level below it only.
+    #[test]
+    fn semaphore_queues() {
+        let queue = semaphore_queue("jobs.a");
+        assert_eq!(queue, "_tenure.sem.jobs.a");
+        assert_eq!(queue_slot(&queue, 3), "_tenure.q._tenure.sem.jobs.a.3");
+        assert_eq!(queue_filter(&queue), "_tenure.q._tenure.sem.jobs.a.*");
+        assert_eq!(
+            parse_queue("_tenure.q._tenure.sem.jobs.a.3"),
+            Some(QueueKey::Slot("_tenure.sem.jobs.a", 3))
+        );
+        assert_eq!(semaphore_of_queue(&queue), Some("jobs.a"));
+        assert_eq!(semaphore_of_queue("jobs.a"), None);
+        assert_eq!(semaphore_of_queue("_tenure.sem."), None);
+        assert_eq!(shown_as(&queue_slot(&queue, 3)), None);
+        assert_eq!(parse_semaphore_slot(&queue_slot(&queue, 3)), None);
+        assert_eq!(parse_semaphore_definition(&queue_slot(&queue, 3)), None);
     }
 }

@@ -200,6 +200,12 @@ impl Leases {
             .waiting())
     }
 
+    /// How many waiters are queued for a slot of semaphore `name` (0
+    /// without fair waiting).
+    pub async fn semaphore_waiting(&self, name: &str) -> Result<usize> {
+        self.waiting(&keys::semaphore_queue(name)).await
+    }
+
     /// The current holding of a name.
     pub async fn get(&self, name: &str) -> Result<Holding> {
         let last = self.store.last(name).await?.map(Entry::from);

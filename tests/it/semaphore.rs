@@ -178,6 +178,103 @@ async fn twenty_clients_never_exceed_a_limit_of_three() {
     );
 }
 
+/// Semaphore waiters queue like a lock's: eight waiters arriving one after
+/// the other on two replicas behind a full semaphore of 2 are granted in
+/// arrival order (by token) as the holders release, each woken only when a
+/// slot is free for it, with no CAS race lost (only the head writes); an
+/// Acquire without a wait that finds a slot free while waiters are queued
+/// is refused `state=QUEUED` instead of taking it ahead of them.
+#[tokio::test]
+async fn waiters_are_served_in_arrival_order_one_per_free_slot() {
+    let _serial = SERIAL.lock().await;
+    const LIMIT: u32 = 2;
+    let name = "sem.fifo";
+    let t = start().await;
+    let (_other, b) = t.replica().await;
+    let mut a = t.client().await;
+    let mut holders = Vec::new();
+    for i in 0..LIMIT {
+        holders.push(acquire(&mut a, sem_req(name, &format!("h{i}"), 30, LIMIT)).await);
+    }
+    let mut queue = t
+        .kv()
+        .await
+        .watch(format!("_tenure.q._tenure.sem.{name}.*"))
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (mut arrivals, mut tasks) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        let holder = format!("w{i}");
+        let mut c = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let tx = tx.clone();
+        let who = holder.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = AcquireRequest {
+                wait: Some(secs(60)),
+                ..sem_req(name, &who, 30, LIMIT)
+            };
+            let (lease, key) = acquire(&mut c, req).await;
+            tx.send((who, lease.fencing_token)).unwrap();
+            c.release(release_slot(name, lease.slot, lease.revision, &key))
+                .await
+                .expect("release");
+        }));
+        // Arrivals in order: each waiter's ticket is in the bucket before
+        // the next waiter starts (a first write says place 0; refreshes of
+        // earlier tickets name their place).
+        loop {
+            let entry = within("a ticket", queue.next()).await.unwrap().unwrap();
+            let ticket: serde_json::Value =
+                serde_json::from_slice(&entry.value).unwrap_or_default();
+            if ticket["place"] == 0 && ticket["holder"] == holder.as_str() {
+                break;
+            }
+        }
+        arrivals.push(holder);
+    }
+    for c in [&mut a, &mut b.clone()] {
+        let shown = c
+            .get_lease(GetLeaseRequest { name: name.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((shown.waiting, shown.free_slots), (8, 0), "{shown:?}");
+    }
+    let before = conflicts(&t).await;
+    // One slot frees: an Acquire without a wait does not take it ahead of
+    // the queue (the head may take it first; then it is simply held).
+    let ((first, first_key), rest) = holders.split_first().unwrap();
+    a.release(release_slot(name, first.slot, first.revision, first_key))
+        .await
+        .unwrap();
+    let err = a
+        .acquire(sem_req(name, "barger", 30, LIMIT))
+        .await
+        .expect_err("a slot taken ahead of the queue");
+    assert_eq!(reason(&err), "LEASE_HELD", "{err:?}");
+    for (lease, key) in rest {
+        a.release(release_slot(name, lease.slot, lease.revision, key))
+            .await
+            .unwrap();
+    }
+    let mut grants = Vec::new();
+    for _ in 0..arrivals.len() {
+        grants.push(within("the next grant", rx.recv()).await.unwrap());
+    }
+    for task in tasks {
+        within("a waiter to finish", task).await.unwrap();
+    }
+    grants.sort_by_key(|(_, token)| *token);
+    let by_token: Vec<String> = grants.into_iter().map(|(holder, _)| holder).collect();
+    assert_eq!(by_token, arrivals, "granted in arrival order (by token)");
+    assert_eq!(
+        conflicts(&t).await,
+        before,
+        "a handoff lost a CAS race: a semaphore waiter other than the head wrote"
+    );
+}
+
 /// A holder that stops renewing loses its slot when its TTL runs out: the
 /// watch reports that slot EXPIRED with its token, and the next Acquire
 /// gets the slot with a greater token.

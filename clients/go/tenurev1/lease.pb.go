@@ -395,7 +395,11 @@ type AcquireRequest struct {
 	// limit defines the semaphore while it has holders: an Acquire with another
 	// limit fails with FAILED_PRECONDITION, reason LIMIT_MISMATCH (metadata
 	// `limit`: the limit in force). When all slots are taken, Acquire fails with
-	// LEASE_HELD, or waits with `wait`. Not combinable with lock_delay. A
+	// LEASE_HELD, or waits with `wait`: waiters queue in arrival order across
+	// replicas, as for a lease, and each freed slot goes to the earliest
+	// (an Acquire without a wait does not take a slot while anyone is
+	// queued: LEASE_HELD, metadata state QUEUED). Not combinable with
+	// lock_delay. A
 	// semaphore's holdings are kept apart from a plain lease of the same name:
 	// use each name one way only.
 	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`

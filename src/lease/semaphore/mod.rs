@@ -9,7 +9,11 @@
 //! most one holder, and a holder that stops renewing loses its slot within its
 //! TTL. The definition (`{"limit":N}`, no TTL) says which limit is in force.
 //!
-//! An Acquire reads the slots and the definition and picks a free slot. While
+//! An Acquire reads the slots and the definition and picks a free slot (a
+//! waiting Acquire queues first, in the fair queue of the reserved name
+//! `_tenure.sem.<name>` (`keys::semaphore_queue`), and only the head of
+//! that queue takes a slot, so waiters are served in arrival order with no
+//! race among them). While
 //! the limit stands it writes the slot's record alone, conditional on the
 //! slot's revision. An Acquire that defines the limit writes one atomic
 //! batch: the definition conditional on the revision it read (which
@@ -36,9 +40,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::fifo;
 use super::keys::{self, semaphore_slot as slot_key};
 use super::record::{Entry, Holding, KeyHash, Kind, Record};
-use super::refusals::{cas_failed, contended, unreadable};
+use super::refusals::{cas_failed, contended, queued as queued_for, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, FOLLOW_PATIENCE};
 use super::{now_ms, AcquireArgs, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
@@ -80,9 +85,10 @@ struct Read {
 }
 
 impl Leases {
-    /// Takes a semaphore slot, waiting for one to free if the wait allows:
-    /// every end of a holding of the name wakes the waiters, who race for
-    /// the free slot (semaphores do not queue yet). At most `--max-waiters`
+    /// Takes a semaphore slot on a bucket without atomic batches (no fair
+    /// queue: see `acquire.rs` for the queued wait), waiting for one to
+    /// free if the wait allows: every end of a holding of the name wakes
+    /// the waiters, who race for the free slot. At most `--max-waiters`
     /// wait for one semaphore on this replica; more are refused
     /// TOO_MANY_WAITERS.
     pub(super) async fn acquire_slot(&self, args: &AcquireArgs, wait: Wait) -> Result<Holding> {
@@ -100,8 +106,35 @@ impl Leases {
     }
 
     /// One attempt to take a slot of semaphore `args.name` with limit
-    /// `args.limit`.
+    /// `args.limit`, by a caller without a queue ticket: it writes only
+    /// when nobody is queued.
     pub(super) async fn try_acquire_slot(&self, args: &AcquireArgs) -> Result<Holding> {
+        self.slot_attempt(args, None).await
+    }
+
+    /// One attempt of the queued semaphore waiter holding `ticket`; `head`:
+    /// the shared watcher's view says it is the head of the queue (else
+    /// the queue is read). Only the head takes a slot, so waiters are
+    /// served in arrival order, one per free slot, with no race among
+    /// them; the ticket is deleted once the slot is written (design
+    /// section 19).
+    pub(super) async fn attempt_slot_queued(
+        &self,
+        args: &AcquireArgs,
+        ticket: &fifo::Ticket,
+        head: bool,
+    ) -> Result<Holding> {
+        self.slot_attempt(args, Some((ticket, head))).await
+    }
+
+    /// One attempt to take a slot: without a ticket (`queued` is `None`),
+    /// or as the queued waiter with that ticket (and whether the view says
+    /// it is the head).
+    async fn slot_attempt(
+        &self,
+        args: &AcquireArgs,
+        queued: Option<(&fifo::Ticket, bool)>,
+    ) -> Result<Holding> {
         let name = args.name.as_str();
         let limit = args.limit;
         let hash = KeyHash::of(&args.key);
@@ -169,6 +202,9 @@ impl Leases {
             if free.is_empty() {
                 return Err(full(name, limit, &live));
             }
+            // The queue decides who may take a free slot: nobody queued
+            // (no ticket), or the head (a ticket).
+            self.may_take_slot(name, queued).await?;
             // A random free slot, so that concurrent Acquires rarely pick the
             // same; the Acquire that defines the semaphore (alone: the batch
             // serialises definers) takes the lowest, so a fresh semaphore's
@@ -200,8 +236,14 @@ impl Leases {
             let key = slot_key(name, slot);
             let ttl = self.nats_ttl(args.ttl_s);
             let written = if in_force == limit {
-                // The limit stands: only the slot is written.
-                self.store.put(&key, record.encode(), expected, ttl).await
+                // The limit stands: only the slot is written; a queued
+                // waiter's ticket is deleted after it (the waiters behind
+                // see it until then, and the slot is held meanwhile).
+                let put = self.store.put(&key, record.encode(), expected, ttl).await;
+                if let (Ok(_), Some((ticket, _))) = (&put, queued) {
+                    leave_after_grant(name, ticket).await;
+                }
+                put
             } else {
                 // (Re)defining the limit: the definition over its read
                 // revision, and, when an old definition exists, every free
@@ -246,6 +288,9 @@ impl Leases {
                     ));
                 }
                 writes.push(Write::put(key.clone(), record.encode(), expected, ttl));
+                if let Some((ticket, _)) = queued {
+                    writes.insert(0, ticket.grant_write());
+                }
                 self.store.batch(&writes).await
             };
             match written {
@@ -260,6 +305,38 @@ impl Leases {
             }
         }
         Err(contended(name))
+    }
+
+    /// Whether the caller may take a free slot of semaphore `name` now: a
+    /// caller without a ticket only when nobody is queued (one read of the
+    /// queue), a queued waiter only as the head (no read when the view
+    /// said so). `LEASE_HELD` otherwise.
+    async fn may_take_slot(&self, name: &str, queued: Option<(&fifo::Ticket, bool)>) -> Result<()> {
+        let queue_name = keys::semaphore_queue(name);
+        match queued {
+            // TEST FAULT barging: an Acquire without a ticket does not
+            // read the queue.
+            None if !self.fair() || self.faults.contains(TestFault::Barging) => Ok(()),
+            None => {
+                let queue = fifo::Queue::read(&self.store, &queue_name, self.max_waiters).await?;
+                match queue.waiting() {
+                    0 => Ok(()),
+                    n => Err(queued_for(name, n)),
+                }
+            }
+            Some((_, true)) => Ok(()),
+            Some((ticket, false)) => {
+                let queue = fifo::Queue::read(&self.store, &queue_name, self.max_waiters).await?;
+                if !queue.holds(ticket.slot, ticket.revision) {
+                    // Gone or rewritten: the next refresh finds out which.
+                    return Err(contended(name));
+                }
+                match queue.ahead_of(ticket.place) {
+                    0 => Ok(()),
+                    ahead => Err(queued_for(name, queue.waiting()).with("ahead", ahead)),
+                }
+            }
+        }
     }
 
     /// Renews the holding in slot `slot` of semaphore `name`: only its slot
@@ -476,4 +553,17 @@ fn full(name: &str, limit: u32, live: &[(u32, u64, &Record)]) -> Error {
     .with("limit", limit)
     .with("holders", live.len())
     .with("ttl_seconds", soonest)
+}
+
+/// Deletes a granted waiter's ticket, over its last revision (a lost
+/// delete leaves it to expire within the ticket TTL: the waiters behind it
+/// wait meanwhile, nobody is overtaken).
+async fn leave_after_grant(name: &str, ticket: &fifo::Ticket) {
+    if let Err(CasError::Failed(err)) = ticket
+        .store
+        .delete(&ticket.key, bytes::Bytes::new(), ticket.revision)
+        .await
+    {
+        tracing::warn!(name, %err, "a granted semaphore waiter's ticket was not deleted; it expires within the ticket TTL");
+    }
 }

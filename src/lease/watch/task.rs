@@ -616,8 +616,17 @@ impl HubState {
     /// is free now, that the next waiter may be the head, or (the queue
     /// now empty) that a waiting group kept out by the queue may write.
     fn give_turns(&mut self) {
-        for name in std::mem::take(&mut self.turns) {
-            if !self.mirror.live || self.mirror.names.contains_key(&name) {
+        for queue in std::mem::take(&mut self.turns) {
+            // A semaphore's queue: its waiters follow the semaphore's name,
+            // and a slot may be free whatever the other slots show.
+            let (name, free) = match crate::lease::keys::semaphore_of_queue(&queue) {
+                Some(semaphore) => (semaphore.to_string(), true),
+                None => {
+                    let free = !self.mirror.names.contains_key(&queue);
+                    (queue, free)
+                }
+            };
+            if !self.mirror.live || !free {
                 continue;
             }
             let event = Arc::new(Event {
