@@ -23,7 +23,7 @@ use super::refusals::{
 };
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE, WAIT_POLL};
-use super::watch::Turn;
+use super::watch::{Dormant, Turn};
 use super::{now_ms, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::config::TestFault;
 use crate::error::{Reason, Result};
@@ -126,6 +126,11 @@ impl Leases {
         );
         let mut first = Some(first);
         let mut ticket: Option<fifo::Ticket> = None;
+        // While the view shows a ticket ahead, the waiter sleeps dormant:
+        // without its subscription (every end, grant and turn of the name
+        // would wake it for nothing), woken only when its ticket is first.
+        let mut dormant: Option<Dormant> = None;
+        let mut unsubscribed = false;
         let mut refresh = tokio::time::interval(fifo::TICKET_REFRESH);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         refresh.reset();
@@ -145,12 +150,15 @@ impl Leases {
                     Err(_) => return Err(wait.gave_up(held)),
                 }
                 refresh.reset();
+                // A new ticket, a new place: the old registration is void.
+                dormant = None;
             }
             // Sleep until the lease may be free, keeping the ticket alive.
             let woke = wait
                 .sleep(
                     &self.shutdown,
                     &mut wakeups,
+                    dormant.as_ref(),
                     &held,
                     Some(&mut refresh),
                     queued_now,
@@ -195,7 +203,28 @@ impl Leases {
                 (Ok(_), None) => continue,
                 (Ok(Woke::Retry), Some(t)) => t,
             };
-            let attempt = match self.on_wake(args, t) {
+            let mut known = self.on_wake(args, t);
+            if known.is_none() && dormant.is_none() {
+                // Registered first, then asked again: a ticket ahead that
+                // left in between is not missed.
+                let registered = self.hub.dormant(&queue, t.place);
+                known = self.on_wake(args, t);
+                if known.is_none() {
+                    dormant = Some(registered);
+                    if wakeups.take().is_some() {
+                        unsubscribed = true;
+                    }
+                }
+            }
+            if known.is_some() {
+                dormant = None;
+                if std::mem::take(&mut unsubscribed) {
+                    // Its turn may have come: follow the name's ends again
+                    // before the attempt reads, so none after it is missed.
+                    wakeups = self.follow_ends(&args.name, true).await;
+                }
+            }
+            let attempt = match known {
                 // Not its turn: no read, no write; sleep again (should the
                 // wait run out, it says so, not an older holder).
                 None => {
@@ -416,10 +445,10 @@ impl Leases {
                 head: true,
             });
         }
-        match self
+        let turn = self
             .hub
-            .turn(&queue_of(args), ticket.place, ticket.revision)
-        {
+            .turn(&queue_of(args), ticket.place, ticket.revision);
+        match turn {
             Turn::NotMine => None,
             Turn::Unknown => Some(Known::default()),
             Turn::Mine => {

@@ -20,6 +20,7 @@ use futures::StreamExt;
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
 
+use super::watch::Dormant;
 use super::Leases;
 use crate::error::{Error, Reason, Result};
 
@@ -99,14 +100,17 @@ impl Wait {
 
     /// Sleeps until something may have changed since `held` refused the
     /// waiter: an event of `wakeups` (a broken stream is dropped and the
-    /// waiter polls), the `poll` tick or the end of `held`'s lock delay,
+    /// waiter polls), its `dormant` registration firing (its ticket is
+    /// first now), the `poll` tick or the end of `held`'s lock delay,
     /// whichever is sooner, a `refresh` tick, or at once when `at_once`.
     /// Ends the wait (an error) at the deadline, with what held it, or at
     /// shutdown.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn sleep(
         &self,
         shutdown: &CancellationToken,
         wakeups: &mut Wakeups,
+        dormant: Option<&Dormant>,
         held: &Error,
         refresh: Option<&mut Interval>,
         at_once: bool,
@@ -129,6 +133,12 @@ impl Wait {
                 None => std::future::pending().await,
             }
         };
+        let first = async {
+            match dormant {
+                Some(dormant) => dormant.woken().await,
+                None => std::future::pending().await,
+            }
+        };
         let broke = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return Err(self.shutting_down()),
@@ -136,6 +146,7 @@ impl Wait {
             _ = refresh_tick, if refreshing => return Ok(Woke::Refresh),
             _ = std::future::ready(()), if at_once => false,
             _ = tokio::time::sleep(tick) => false,
+            _ = first => false,
             event = event => !matches!(event, Some(Ok(()))),
         };
         if broke {
@@ -194,7 +205,7 @@ impl Leases {
                 Some(_) => EVENTED_POLL,
                 None => WAIT_POLL,
             };
-            wait.sleep(&self.shutdown, &mut wakeups, &held, None, false, poll)
+            wait.sleep(&self.shutdown, &mut wakeups, None, &held, None, false, poll)
                 .await?;
         }
     }

@@ -46,6 +46,7 @@ use super::record::{Entry, Holding, KeyHash, Kind, Record};
 use super::refusals::{cas_failed, contended, queued as queued_for, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, FOLLOW_PATIENCE};
+use super::watch::SlotHint;
 use super::{now_ms, AcquireArgs, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::config::TestFault;
 use crate::error::{Error, Reason, Result};
@@ -138,31 +139,67 @@ impl Leases {
         let name = args.name.as_str();
         let limit = args.limit;
         let hash = KeyHash::of(&args.key);
+        // The slots a holder may take: as many as the limit (TEST FAULT
+        // semaphore-over-limit: one more).
+        let mut slots_open = limit;
+        if self.faults.contains(TestFault::SemaphoreOverLimit) {
+            slots_open = limit + 1;
+        }
+        // The head of the queue asks the shared watcher's view which slot
+        // to try, and reads that one slot instead of all of them (TEST
+        // FAULT semaphore-herd: every waiter is a "head"; they read all).
+        let mut hint = match queued {
+            Some((_, true)) if !self.faults.contains(TestFault::SemaphoreHerd) => Some(
+                self.hub
+                    .free_slot(name, slots_open, &args.holder, &hash.to_hex()),
+            ),
+            _ => None,
+        };
         'attempt: for _ in 0..MAX_CAS_ATTEMPTS {
+            let hinted = match hint.take() {
+                // The view saw every slot taken: wait for an end (which the
+                // view applies before it wakes anyone).
+                Some(SlotHint::Free(free)) if free.is_empty() => {
+                    return Err(full_seen(name, limit))
+                }
+                Some(SlotHint::Free(free)) => Some(free[rand::random_range(0..free.len())]),
+                Some(SlotHint::Mine(slot)) => Some(slot),
+                Some(SlotHint::Unknown) | None => None,
+            };
             // Another limit in force is refused as soon as one live holder
             // of it is found, before the slots of a large limit are read
             // (a small one's are read as cheaply as the probe).
-            if limit > LIVE_PROBE {
+            if limit > LIVE_PROBE && hinted.is_none() {
                 if let Some(in_force) = self.definition(name).await?.limit {
                     if in_force != limit && self.any_holder(name, in_force).await? {
                         return Err(mismatch(name, limit, in_force));
                     }
                 }
             }
-            // The slots a holder may take: as many as the limit (TEST
-            // FAULT semaphore-over-limit: one more).
-            let mut slots_open = limit;
-            if self.faults.contains(TestFault::SemaphoreOverLimit) {
-                slots_open = limit + 1;
-            }
             // The slots first, then the definition: a limit change committed
             // after the slots were read rewrote them, so a write over a
             // slot's read revision fails if the limit changed since.
             let read_at = tokio::time::Instant::now();
-            let mut slots = self.slots(name, 1, slots_open).await?;
+            let mut slots = match hinted {
+                Some(slot) => vec![(slot, self.slot(name, slot).await?)],
+                None => self.slots(name, 1, slots_open).await?,
+            };
             let def = self.definition(name).await?;
             let in_force = def.limit.unwrap_or(0);
-            if in_force > slots_open {
+            if hinted.is_some() {
+                // One slot was read: good for a write only under the limit
+                // asked for, and when it is free or the caller's own; else
+                // read them all (the hint is gone).
+                let usable = in_force == limit
+                    && matches!(
+                        rules::plan_acquire(slots[0].1.as_ref(), &args.holder, &hash),
+                        AcquirePlan::Take { .. } | AcquirePlan::Retry { .. }
+                    );
+                if !usable {
+                    METRICS.acquire_hint_misses.inc();
+                    continue 'attempt;
+                }
+            } else if in_force > slots_open {
                 slots.extend(self.slots(name, slots_open + 1, in_force).await?);
             }
             let live: Vec<(u32, u64, &Record)> = slots
@@ -490,6 +527,17 @@ impl Leases {
         )
     }
 
+    /// Reads slot `slot` of semaphore `name` from the stream leader (one
+    /// of this replica's [`SLOT_READS`] slot reads at a time).
+    async fn slot(&self, name: &str, slot: u32) -> Result<Option<Entry>> {
+        let _turn = self.slot_reads.acquire().await;
+        Ok(self
+            .store
+            .last(&slot_key(name, slot))
+            .await?
+            .map(Entry::from))
+    }
+
     /// Reads slots `from` to `to` of semaphore `name` from the stream
     /// leader, concurrently, at most [`SLOT_READS`] of this replica's slot
     /// reads at a time (a read waits for its turn).
@@ -538,6 +586,20 @@ fn mismatch(name: &str, asked: u32, in_force: u32) -> Error {
         ),
     )
     .with("limit", in_force)
+}
+
+/// `LEASE_HELD` for the head of the queue when the shared watcher's view
+/// shows every slot of the semaphore taken.
+fn full_seen(name: &str, limit: u32) -> Error {
+    Error::new(
+        Reason::LeaseHeld,
+        format!(
+            "semaphore {name:?} has all {limit} slots taken; retry after a holder releases or expires, \
+             or Acquire with a wait"
+        ),
+    )
+    .with("limit", limit)
+    .with("holders", limit)
 }
 
 /// `LEASE_HELD`: every slot of the semaphore is taken.

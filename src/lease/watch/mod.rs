@@ -31,7 +31,7 @@ mod resume;
 mod task;
 
 pub use outbox::WatchBudget;
-pub use queue_view::Turn;
+pub use queue_view::{Dormant, SlotHint, Turn};
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -323,6 +323,18 @@ impl Hub {
     /// hub has seen ([`QueueView`]).
     pub fn turn(&self, name: &str, place: u64, revision: u64) -> Turn {
         self.view.turn(name, place, revision)
+    }
+
+    /// Registers this replica's waiter of queue `name` with the ticket of
+    /// `place` as asleep behind another ticket ([`QueueView::dormant`]).
+    pub fn dormant(&self, name: &str, place: u64) -> Dormant {
+        self.view.dormant(name, place)
+    }
+
+    /// Which slot the head of semaphore `name`'s queue should try
+    /// ([`QueueView::free_slot`]).
+    pub fn free_slot(&self, name: &str, open: u32, holder: &str, key: &str) -> SlotHint {
+        self.view.free_slot(name, open, holder, key)
     }
 
     /// The revision of `name`'s release, when that is the last lease

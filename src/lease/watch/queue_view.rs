@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
 
 use crate::lease::fifo::{Live, Queue, TicketRecord};
 use crate::lease::keys;
@@ -54,6 +56,30 @@ pub struct QueueView {
     complete: AtomicU64,
     /// name → its queue, for names with a live ticket.
     tickets: Mutex<HashMap<String, Seen>>,
+    /// Waiters of this replica asleep behind another ticket, by queue and
+    /// place: each is woken only when the view shows its ticket first
+    /// ([`QueueView::dormant`]), not by every event of its name.
+    dormant: Mutex<HashMap<String, HashMap<u64, Arc<Notify>>>>,
+    /// semaphore → its slots holding a record (as the view last saw each
+    /// slot key), with the holder and key hash: so that the head of a
+    /// semaphore's queue reads one free slot, not every slot
+    /// ([`QueueView::free_slot`]).
+    held: Mutex<HashMap<String, HeldSlots>>,
+}
+
+/// A semaphore's slots holding a record: slot → (holder, key hash).
+type HeldSlots = HashMap<u32, (String, String)>;
+
+/// Which slot the head of a semaphore's queue should try, as the view sees
+/// the semaphore's slots ([`QueueView::free_slot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotHint {
+    /// The view is not live: read every slot.
+    Unknown,
+    /// The caller (holder and key hash) holds this slot already.
+    Mine(u32),
+    /// These slots hold no record (maybe none).
+    Free(Vec<u32>),
 }
 
 /// One queue as the view has seen it.
@@ -108,10 +134,47 @@ impl QueueView {
                 holder: String::new(),
                 grant: None,
             });
-        } else if seen.live.is_empty() {
+        }
+        let head = seen.live.iter().map(|t| t.place).min();
+        if seen.live.is_empty() {
             tickets.remove(name);
         }
-        (removed && place.is_none()).then(|| name.to_string())
+        drop(tickets);
+        let left = removed && place.is_none();
+        if left {
+            self.wake_head(name, head);
+        }
+        left.then(|| name.to_string())
+    }
+
+    /// Wakes this replica's waiter whose ticket is now first in `queue`
+    /// (`head`: its place), if it sleeps dormant.
+    fn wake_head(&self, queue: &str, head: Option<u64>) {
+        let Some(head) = head else { return };
+        let dormant = self.dormant.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = dormant.get(queue).and_then(|q| q.get(&head)) {
+            notify.notify_one();
+        }
+    }
+
+    /// Registers a waiter of `queue` with the ticket of `place` that sleeps
+    /// behind another ticket: the returned notification fires when the
+    /// view shows its ticket first (a ticket ahead left), or when the view
+    /// starts over (it must then read). Dropping the guard unregisters.
+    pub fn dormant(self: &Arc<Self>, queue: &str, place: u64) -> Dormant {
+        let notify = Arc::new(Notify::new());
+        self.dormant
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(queue.to_string())
+            .or_default()
+            .insert(place, notify.clone());
+        Dormant {
+            view: self.clone(),
+            queue: queue.to_string(),
+            place,
+            notify,
+        }
     }
 
     /// Applies the lease message at `revision` of `name`: whether it is a
@@ -170,7 +233,53 @@ impl QueueView {
         self.position.store(position, Ordering::Release);
     }
 
-    /// Forgets everything (the watcher stops or starts a fresh load).
+    /// Applies the message of semaphore `name`'s slot `slot`: `held` is
+    /// its record's holder and key hash when the message is a holding.
+    pub fn apply_slot(&self, name: &str, slot: u32, held: Option<(&str, &str)>) {
+        let mut sems = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held {
+            Some((holder, key)) => {
+                sems.entry(name.to_string())
+                    .or_default()
+                    .insert(slot, (holder.to_string(), key.to_string()));
+            }
+            None => {
+                if let Some(slots) = sems.get_mut(name) {
+                    slots.remove(&slot);
+                    if slots.is_empty() {
+                        sems.remove(name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Which of slots 1 to `open` of semaphore `name` the head of its
+    /// queue should read and take: the caller's own (a retried Acquire,
+    /// `holder` with key hash `key`), else those holding no record. A
+    /// hint only: the slot is read from the stream leader before it is
+    /// written, and a write over a stale read fails. A head is the head
+    /// once the view was complete after its ticket's last write, so the
+    /// view has applied every grant made before that, its own included.
+    pub fn free_slot(&self, name: &str, open: u32, holder: &str, key: &str) -> SlotHint {
+        if self.position.load(Ordering::Acquire) == 0 {
+            return SlotHint::Unknown;
+        }
+        let sems = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(slots) = sems.get(name) else {
+            return SlotHint::Free((1..=open).collect());
+        };
+        if let Some((&slot, _)) = slots
+            .iter()
+            .find(|(slot, (h, k))| **slot <= open && h == holder && k == key)
+        {
+            return SlotHint::Mine(slot);
+        }
+        SlotHint::Free((1..=open).filter(|s| !slots.contains_key(s)).collect())
+    }
+
+    /// Forgets everything (the watcher stops or starts a fresh load), and
+    /// wakes every dormant waiter: what kept it asleep is gone.
     pub fn clear(&self) {
         self.position.store(0, Ordering::Release);
         self.complete.store(0, Ordering::Release);
@@ -178,6 +287,11 @@ impl QueueView {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let dormant = self.dormant.lock().unwrap_or_else(|e| e.into_inner());
+        for notify in dormant.values().flat_map(|q| q.values()) {
+            notify.notify_one();
+        }
     }
 
     /// Whose turn it is for the waiter of `name` whose ticket has `place`
@@ -216,6 +330,41 @@ impl QueueView {
             return Turn::Unknown;
         }
         Turn::Mine
+    }
+}
+
+/// A waiter asleep behind another ticket ([`QueueView::dormant`]).
+pub struct Dormant {
+    /// The view it is registered with.
+    view: Arc<QueueView>,
+    /// Its queue.
+    queue: String,
+    /// Its place.
+    place: u64,
+    /// Fired when its ticket is first, or the view started over.
+    notify: Arc<Notify>,
+}
+
+impl Dormant {
+    /// Waits until the view shows the ticket first (or started over).
+    pub async fn woken(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for Dormant {
+    fn drop(&mut self) {
+        let mut dormant = self.view.dormant.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(q) = dormant.get_mut(&self.queue) {
+            if q.get(&self.place)
+                .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+            {
+                q.remove(&self.place);
+            }
+            if q.is_empty() {
+                dormant.remove(&self.queue);
+            }
+        }
     }
 }
 
@@ -301,6 +450,82 @@ mod tests {
             .apply(&keys::queue_slot("n", 2), 16, &ticket(0))
             .is_none());
         assert_eq!(view.turn("n", 16, 16), Turn::Unknown, "cleared: not live");
+    }
+
+    /// A dormant waiter is woken when a ticket ahead of it leaves and its
+    /// own is first, not by other changes; a wake that comes before it
+    /// sleeps is kept; a fresh start wakes every dormant waiter.
+    #[tokio::test]
+    async fn a_dormant_waiter_wakes_when_its_ticket_is_first() {
+        let view = Arc::new(QueueView::default());
+        for (slot, revision) in [(0, 10), (1, 11), (2, 12)] {
+            view.apply(&keys::queue_slot("n", slot), revision, &ticket(0));
+        }
+        view.set_position(12, true);
+        let second = view.dormant("n", 11);
+        let third = view.dormant("n", 12);
+        let woken = |d: &Dormant| {
+            let mut wait = Box::pin(d.woken());
+            let waker = futures::task::noop_waker();
+            wait.as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker))
+                .is_ready()
+        };
+        use std::future::Future;
+        // A refresh of the head is no departure.
+        view.apply(&keys::queue_slot("n", 0), 13, &ticket(10));
+        assert!(!woken(&second) && !woken(&third));
+        // The head leaves: only the new head is woken.
+        view.apply(&keys::queue_slot("n", 0), 14, &Op::Delete(Bytes::new()));
+        assert!(woken(&second), "the new head");
+        assert!(!woken(&third), "still behind one");
+        drop(second);
+        view.apply(&keys::queue_slot("n", 1), 15, &Op::Expired);
+        assert!(woken(&third));
+        assert!(!view.dormant.lock().unwrap().is_empty());
+        drop(third);
+        assert!(view.dormant.lock().unwrap().is_empty(), "unregistered");
+        let again = view.dormant("n", 12);
+        view.clear();
+        assert!(woken(&again), "a fresh start wakes every dormant waiter");
+    }
+
+    /// The head of a semaphore's queue is told which slots hold no
+    /// record, or its own slot (a retried Acquire); nothing before the
+    /// view is live.
+    #[test]
+    fn the_view_knows_the_free_slots_of_a_semaphore() {
+        let view = QueueView::default();
+        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Unknown);
+        view.set_position(1, true);
+        assert_eq!(
+            view.free_slot("s", 3, "a", "k"),
+            SlotHint::Free(vec![1, 2, 3])
+        );
+        view.apply_slot("s", 2, Some(("b", "kb")));
+        view.apply_slot("s", 3, Some(("a", "k")));
+        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Mine(3));
+        assert_eq!(
+            view.free_slot("s", 3, "a", "other"),
+            SlotHint::Free(vec![1])
+        );
+        assert_eq!(
+            view.free_slot("s", 2, "a", "k"),
+            SlotHint::Free(vec![1]),
+            "3 is past the limit"
+        );
+        view.apply_slot("s", 3, None);
+        view.apply_slot("s", 1, Some(("c", "kc")));
+        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Free(vec![3]));
+        view.apply_slot("s", 3, Some(("d", "kd")));
+        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Free(vec![]));
+        view.clear();
+        view.set_position(2, true);
+        assert_eq!(
+            view.free_slot("s", 3, "a", "k"),
+            SlotHint::Free(vec![1, 2, 3]),
+            "forgotten"
+        );
     }
 
     /// A lagging watcher that skipped an earlier waiter's first ticket write

@@ -576,6 +576,14 @@ impl HubState {
         if !crate::lease::keys::is_reserved(&entry.name) {
             let released = matches!(entry.kind, Kind::Released(_));
             self.view.apply_lease(&entry.name, entry.revision, released);
+        } else if let Some((semaphore, slot)) =
+            crate::lease::keys::parse_semaphore_slot(&entry.name)
+        {
+            let held = match &entry.kind {
+                Kind::Held(record) => Some((record.holder.as_str(), record.key_sha256.as_str())),
+                _ => None,
+            };
+            self.view.apply_slot(semaphore, slot, held);
         }
         self.checkpoints.note(entry.revision, entry.time_ms);
         self.newest_ms = self.newest_ms.max(entry.time_ms);
