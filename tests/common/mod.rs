@@ -609,3 +609,9 @@ impl HealthStatuses {
             .status
     }
 }
+
+/// The CAS-conflict counter (`tenure_cas_conflicts_total`) is one per test
+/// process: the tests that count it, and the tests that make conflicts
+/// (lease and semaphore FIFO, semaphore races), take turns under this lock,
+/// whichever file they are in.
+pub static CAS_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -11,16 +11,16 @@ use async_nats::jetstream::message::PublishMessage;
 use futures::StreamExt;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireRequest, EventType, GetLeaseRequest, ListLeasesRequest};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 /// The TTL of a waiter's ticket (`src/lease/fifo.rs` TICKET_TTL).
 const TICKET_TTL_S: i128 = 5;
 
-/// The CAS-conflict counter is one per process: tests that count it must
-/// not run while another test of this file makes conflicts.
-static SERIAL: Mutex<()> = Mutex::const_new(());
+// Tests that count CAS conflicts, or make them, take turns with those of
+// every file (the counter is one per process).
+use crate::common::CAS_SERIAL as SERIAL;
 
 /// An Acquire that waits up to a minute.
 fn waiting(name: &str, holder: &str) -> AcquireRequest {
@@ -493,6 +493,7 @@ async fn a_burst_of_waiters_fills_the_queue_and_the_rest_are_refused() {
 /// not failed).
 #[tokio::test]
 async fn many_simultaneous_acquires_of_free_names_all_succeed() {
+    let _serial = SERIAL.lock().await;
     let t = Tenure::start().await;
     let c = t.client().await;
     let calls = (0..300).map(|i| {
@@ -528,6 +529,7 @@ async fn many_simultaneous_acquires_of_free_names_all_succeed() {
 /// at that point and it took the free lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
+    let _serial = SERIAL.lock().await;
     let name = "lag.job";
     let t = Tenure::start_with(|c| c.watcher_idle_timeout = Duration::ZERO).await;
     let mut a = t.client().await;

@@ -37,6 +37,8 @@ fn group_wait(names: &[String], holder: &str, wait_s: i64) -> AcquireGroupReques
 /// outside the bound: all ten waited.)
 #[tokio::test]
 async fn semaphore_waiters_are_bounded_by_max_waiters() {
+    // It makes CAS conflicts (tickets racing for queue slots).
+    let _serial = crate::common::CAS_SERIAL.lock().await;
     let t = Tenure::start_with(|c| c.max_waiters = 3).await;
     let mut c = t.client().await;
     let (held, key) = acquire(&mut c, sem_wait("sem.capped", "holder", 1, 0)).await;
@@ -84,6 +86,8 @@ async fn semaphore_waiters_are_bounded_by_max_waiters() {
 /// TOO_MANY_REQUESTS naming the flag (each used to take one place).
 #[tokio::test]
 async fn a_waiting_group_counts_every_member() {
+    // It makes CAS conflicts (tickets racing for queue slots).
+    let _serial = crate::common::CAS_SERIAL.lock().await;
     let nats = Nats::start().await;
     let server = Serve::start(&nats, &["--max-waiting-acquires", "4"]).await;
     let mut c = server.client().await;
@@ -121,6 +125,8 @@ async fn a_waiting_group_counts_every_member() {
 /// release of one group's members grants it.
 #[tokio::test]
 async fn waiting_groups_wake_on_events_not_a_poll() {
+    // It makes CAS conflicts (tickets racing for queue slots).
+    let _serial = crate::common::CAS_SERIAL.lock().await;
     let nats = Nats::start().await;
     let server = Serve::start(&nats, &[]).await;
     let mut c = server.client().await;

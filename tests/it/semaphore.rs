@@ -22,9 +22,9 @@ use tonic_types::StatusExt;
 /// A gRPC client of one replica.
 type Client = tenure::proto::lease_service_client::LeaseServiceClient<Channel>;
 
-/// Tests that read the process-wide CAS-conflict counter run one at a time
-/// (every replica of this test binary shares the metrics).
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Tests that count CAS conflicts, or make them, take turns with those of
+// every file (the counter is one per process).
+use crate::common::CAS_SERIAL as SERIAL;
 
 /// An Acquire of a slot of semaphore `name` with `limit`.
 fn sem_req(name: &str, holder: &str, ttl_s: i64, limit: u32) -> AcquireRequest {
