@@ -48,7 +48,7 @@ pub fn event(e: &Event) -> proto::LeaseEvent {
         EventKind::Revoked => proto::EventType::Revoked,
         EventKind::Missed => proto::EventType::Missed,
         // Only waiting Acquires subscribe to it; no watch receives it.
-        EventKind::Turn => proto::EventType::Unspecified,
+        EventKind::Turn | EventKind::Candidate => proto::EventType::Unspecified,
     };
     proto::LeaseEvent {
         r#type: kind as i32,

@@ -112,6 +112,7 @@ fn change(c: &Change) -> proto::ObserveResponse {
         ChangeKind::Expired => proto::ChangeType::Expired,
         ChangeKind::Revoked => proto::ChangeType::Revoked,
         ChangeKind::Missed => proto::ChangeType::Missed,
+        ChangeKind::Preferred => proto::ChangeType::Preferred,
     };
     proto::ObserveResponse {
         r#type: kind as i32,
@@ -119,6 +120,10 @@ fn change(c: &Change) -> proto::ObserveResponse {
         ended_holder: c.ended_holder.clone(),
         ended_fencing_token: c.ended_token,
         revision: c.revision,
+        preferred: c.preferred.as_ref().map(|p| proto::Candidate {
+            holder: p.holder.clone(),
+            preference: p.preference,
+        }),
     }
 }
 
@@ -143,6 +148,7 @@ impl ElectionService for ElectionApi {
                     ttl_s: validate::ttl(req.ttl.as_ref(), limits, limits.default_ttl_s)?,
                     key: key.map_or_else(validate::mint_key, str::to_string),
                     wait,
+                    preference: req.preference,
                 };
                 let holding = self.of(&args.name).campaign(&args).await?;
                 Ok(proto::CampaignResponse {

@@ -324,8 +324,10 @@ impl LeaseService for LeaseApi {
                 wait = Some(w.min(d.saturating_sub(DEADLINE_MARGIN)));
             }
             let lock_delay_s = validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?;
+            let limit = validate::limit(req.limit, lock_delay_s, &self.limits)?;
             let args = AcquireArgs {
-                limit: validate::limit(req.limit, lock_delay_s, &self.limits)?,
+                limit,
+                preference: validate::preference(req.preference, limit)?,
                 name: name.into(),
                 holder: holder.into(),
                 ttl_s,

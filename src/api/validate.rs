@@ -366,6 +366,18 @@ pub fn limit(limit: u32, lock_delay_s: u64, limits: &Limits) -> Result<u32> {
     Ok(limit)
 }
 
+/// Checks an Acquire's election preference: a semaphore's waiters have
+/// no leader to hand over to them.
+pub fn preference(preference: u32, limit: u32) -> Result<u32> {
+    if preference > 0 && limit > 0 {
+        return Err(Error::new(
+            Reason::InvalidArgument,
+            "a semaphore (limit > 0) takes no preference (an election candidate's); drop one of them",
+        ));
+    }
+    Ok(preference)
+}
+
 /// Checks the semaphore slot a Renew or Release presents (0: a plain
 /// lease): at most the server's largest limit.
 pub fn slot(slot: u32, limits: &Limits) -> Result<u32> {

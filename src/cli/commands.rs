@@ -300,6 +300,7 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         metadata: a.metadata.into_iter().collect(),
         lock_delay: None,
         limit: a.limit,
+        preference: 0,
     };
     let (lease, key, _) = acquire_waiting(&mut c, &a.conn, req, a.wait).await?;
     match a.output.output {

@@ -140,6 +140,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         metadata: a.metadata.iter().cloned().collect(),
         lock_delay: None,
         limit,
+        preference: 0,
     };
     let acquiring = async {
         let mut client = connect(&a.conn).await?;

@@ -49,6 +49,9 @@ pub struct AcquireArgs {
     pub lock_delay_s: u64,
     /// The semaphore limit (0: a plain, exclusive lease; see [`super::semaphore`]).
     pub limit: u32,
+    /// An election candidate's preference, kept in its ticket while it
+    /// waits (0: none; see [`super::election`]).
+    pub preference: u32,
 }
 
 /// Where an attempt to take a lease stands towards the name's queue.
@@ -311,6 +314,7 @@ impl Leases {
             place: 0,
             holder: args.holder.clone(),
             grant: ticket_grant(args),
+            preference: args.preference,
         }
         .encode();
         let start = rand::random_range(0..self.max_waiters);
@@ -383,6 +387,7 @@ impl Leases {
             place: ticket.place,
             holder: args.holder.clone(),
             grant: ticket_grant(args),
+            preference: args.preference,
         }
         .encode();
         match self

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use super::event::{Event, EventKind, Filter};
 use super::record::{Holding, KeyHash};
+pub use super::watch::Candidate;
 use super::watch::Subscription;
 use super::{now_ms, AcquireArgs, Leases, MAX_CAS_ATTEMPTS};
 use crate::error::{Error, Reason, Result};
@@ -48,6 +49,9 @@ pub struct CampaignArgs {
     /// How long to wait for the election to have no leader; `None`: fail
     /// at once.
     pub wait: Option<Duration>,
+    /// Asks a leader of lower preference to hand over while this candidate
+    /// waits (0: nothing); see [`Candidate`].
+    pub preference: u32,
 }
 
 /// What kind of leadership change an [`Change`] is.
@@ -68,6 +72,9 @@ pub enum ChangeKind {
     /// No leader known: the watcher missed changes (see
     /// [`EventKind::Missed`]); the next change says who leads.
     Missed,
+    /// The same leader; the preferred waiting candidate changed (see
+    /// [`Change::preferred`]).
+    Preferred,
 }
 
 /// One leadership change of an election.
@@ -85,6 +92,10 @@ pub struct Change {
     pub ended_token: u64,
     /// The bucket revision of the change (0 for a `Current` without leader).
     pub revision: u64,
+    /// The waiting candidate of the highest preference above 0 (the
+    /// earliest of equals) when the change was reported: a leader of lower
+    /// preference hands over to it.
+    pub preferred: Option<Candidate>,
 }
 
 /// The leader's value in a holding's record (empty when the holding was
@@ -132,6 +143,7 @@ impl Elections {
             metadata: BTreeMap::from([(VALUE_KEY.to_string(), args.value.clone())]),
             lock_delay_s: 0,
             limit: 0,
+            preference: args.preference,
         };
         self.leases
             .acquire(&acquire)
@@ -217,13 +229,28 @@ impl Elections {
 
     /// Observes one election: its state now, then every leadership change.
     pub async fn observe(&self, name: &str) -> Result<Observation> {
+        // Every change of the lease, and the internal signal that the
+        // preferred candidate changed.
+        let kinds = vec![
+            EventKind::Current,
+            EventKind::SnapshotComplete,
+            EventKind::Acquired,
+            EventKind::Renewed,
+            EventKind::Released,
+            EventKind::Expired,
+            EventKind::Revoked,
+            EventKind::Missed,
+            EventKind::Candidate,
+        ];
         let subscription = self
             .leases
-            .watch(Filter::Name(name.to_string()), Vec::new())
+            .watch(Filter::Name(name.to_string()), kinds)
             .await?;
         Ok(Observation {
             subscription,
             tracker: Tracker::default(),
+            leases: self.leases.clone(),
+            name: name.to_string(),
         })
     }
 }
@@ -235,6 +262,10 @@ pub struct Observation {
     subscription: Subscription,
     /// What was reported so far.
     tracker: Tracker,
+    /// Where the preferred candidate is read (the shared watcher's view).
+    leases: Leases,
+    /// The election.
+    name: String,
 }
 
 /// What an observation has reported so far, to tell which lease events
@@ -245,6 +276,12 @@ struct Tracker {
     initial: Option<Arc<Holding>>,
     /// The token and value last reported; `None`: no leader.
     last: Option<(u64, String)>,
+    /// Whether the current state was reported.
+    started: bool,
+    /// The leader's latest holding, for a change of candidate only.
+    leader: Option<Arc<Holding>>,
+    /// The preferred candidate last reported.
+    preferred: Option<Candidate>,
 }
 
 impl Observation {
@@ -253,7 +290,8 @@ impl Observation {
     pub async fn next(&mut self) -> Result<Change> {
         loop {
             let event = self.subscription.next().await?;
-            if let Some(change) = self.tracker.apply(&event) {
+            let preferred = self.leases.preferred(&self.name);
+            if let Some(change) = self.tracker.apply(&event, preferred) {
                 return Ok(change);
             }
         }
@@ -277,26 +315,67 @@ impl Observation {
 }
 
 impl Tracker {
-    /// The change `event` stands for, if any: the first is always the
-    /// current state; renewals that change neither leader nor value, and
-    /// endings when there is already no leader, are dropped.
-    fn apply(&mut self, event: &Event) -> Option<Change> {
+    /// The change `event` stands for, if any, with `preferred` (the
+    /// preferred candidate now): the first is always the current state;
+    /// renewals that change neither leader nor value, endings when there is
+    /// already no leader, and candidate signals that change no candidate
+    /// are dropped.
+    fn apply(&mut self, event: &Event, preferred: Option<Candidate>) -> Option<Change> {
+        match event.kind {
+            EventKind::Acquired | EventKind::Renewed => self.leader = event.holding.clone(),
+            EventKind::Released | EventKind::Expired | EventKind::Revoked | EventKind::Missed => {
+                self.leader = None
+            }
+            _ => {}
+        }
+        if event.kind == EventKind::Candidate {
+            if preferred == self.preferred || self.initial_pending() {
+                return None;
+            }
+            self.preferred = preferred.clone();
+            return Some(Change {
+                kind: ChangeKind::Preferred,
+                leader: self.leader.clone(),
+                ended_holder: String::new(),
+                ended_token: 0,
+                revision: event.revision,
+                preferred,
+            });
+        }
+        let mut change = self.leadership(event)?;
+        self.preferred = preferred.clone();
+        change.preferred = preferred;
+        Some(change)
+    }
+
+    /// Whether the snapshot has not been reported yet (the first change
+    /// reported is always the current state).
+    fn initial_pending(&self) -> bool {
+        !self.started
+    }
+
+    /// The leadership change `event` stands for, if any.
+    fn leadership(&mut self, event: &Event) -> Option<Change> {
         let change = |kind, leader: Option<Arc<Holding>>| Change {
             kind,
             revision: leader.as_ref().map_or(event.revision, |h| h.revision),
             leader,
             ended_holder: String::new(),
             ended_token: 0,
+            preferred: None,
         };
         match event.kind {
-            // Never delivered to an observer (it does not ask for turns).
-            EventKind::Turn => None,
+            // Never delivered to an observer (it does not ask for turns);
+            // candidates are handled by `apply`.
+            EventKind::Turn | EventKind::Candidate => None,
             EventKind::Current => {
                 self.initial = event.holding.clone();
                 None
             }
             EventKind::SnapshotComplete => {
+                self.started = true;
                 let leader = self.initial.take();
+                self.leader = leader.clone();
                 self.last = leader.as_ref().map(|h| (h.token, value_of(h).to_string()));
                 Some(Change {
                     revision: leader.as_ref().map_or(0, |h| h.revision),
@@ -406,7 +485,7 @@ mod tests {
     /// once.
     #[test]
     fn events_become_leadership_changes() {
-        let step = |obs: &mut Tracker, e: Event| obs.apply(&e);
+        let step = |obs: &mut Tracker, e: Event| obs.apply(&e, None);
         let mut obs = Tracker::default();
         let a = leading("a", 5, 5, "addr-a");
         assert!(step(&mut obs, Event::current(&a)).is_none());
@@ -440,9 +519,42 @@ mod tests {
     #[test]
     fn no_leader_at_start() {
         let mut obs = Tracker::default();
-        let c = obs.apply(&Event::snapshot_complete()).unwrap();
+        let c = obs.apply(&Event::snapshot_complete(), None).unwrap();
         assert_eq!((c.kind, c.revision), (ChangeKind::Current, 0));
         assert!(c.leader.is_none());
+    }
+
+    /// Every change carries the preferred candidate; a candidate signal is
+    /// a PREFERRED change only when the candidate changed, and never comes
+    /// before the current state.
+    #[test]
+    fn candidates_become_preferred_changes() {
+        let mut obs = Tracker::default();
+        let v2 = || {
+            Some(Candidate {
+                holder: "v2".into(),
+                preference: 2,
+            })
+        };
+        let signal = || event(EventKind::Candidate, None, "", 0);
+        let a = leading("a", 5, 5, "addr-a");
+        assert!(obs.apply(&Event::current(&a), v2()).is_none());
+        assert!(obs.apply(&signal(), v2()).is_none(), "before CURRENT");
+        let c = obs.apply(&Event::snapshot_complete(), v2()).unwrap();
+        assert_eq!((c.kind, c.preferred), (ChangeKind::Current, v2()));
+        assert!(obs.apply(&signal(), v2()).is_none(), "no change");
+        let c = obs.apply(&signal(), None).unwrap();
+        assert_eq!((c.kind, c.preferred), (ChangeKind::Preferred, None));
+        assert_eq!(c.leader.unwrap().token, 5, "the leader is unchanged");
+        let c = obs.apply(&signal(), v2()).unwrap();
+        assert_eq!((c.kind, c.preferred), (ChangeKind::Preferred, v2()));
+        // v2 is handed the leadership: its ticket leaves with the grant.
+        let b = leading("v2", 9, 9, "addr-v2");
+        let c = obs
+            .apply(&event(EventKind::Acquired, Some(b), "v2", 9), None)
+            .unwrap();
+        assert_eq!((c.kind, c.preferred), (ChangeKind::Elected, None));
+        assert!(obs.apply(&signal(), None).is_none(), "already reported");
     }
 
     /// Lease errors read as election errors, keeping reason and metadata.

@@ -33,6 +33,19 @@ pub enum EventKind {
     /// waiter may now be the head. Delivered only to subscribers that ask
     /// for it by name (waiting Acquires).
     Turn,
+    /// Internal, never sent to a watch: the preferred candidate of the
+    /// election of this name changed (a candidate with a preference began
+    /// or stopped waiting; see [`crate::lease::election`]). Delivered only
+    /// to subscribers that ask for it by name (Observe streams).
+    Candidate,
+}
+
+impl EventKind {
+    /// Whether events of this kind are the server's own signals, never
+    /// sent to a watch and delivered only to subscribers that ask.
+    pub fn is_internal(self) -> bool {
+        matches!(self, EventKind::Turn | EventKind::Candidate)
+    }
 }
 
 /// One lease event.

@@ -68,6 +68,16 @@ pub struct TicketRecord {
     /// which no Transfer picks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<TicketGrant>,
+    /// An election candidate's preference (`CampaignRequest.preference`):
+    /// a leader of lower preference hands over to the waiting candidate of
+    /// the highest. Absent (0) in every other ticket.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preference: u32,
+}
+
+/// Whether `n` is 0 (a field left out of a ticket's JSON).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The holding a waiter asked for, kept in its ticket so that a holder
@@ -105,6 +115,8 @@ pub struct Live {
     pub holder: String,
     /// What it asked for, when its ticket says.
     pub grant: Option<TicketGrant>,
+    /// Its preference as an election candidate (0: none).
+    pub preference: u32,
 }
 
 /// The queue of one name, read from the stream leader.
@@ -155,6 +167,7 @@ impl Queue {
                         place,
                         holder: ticket.holder,
                         grant: ticket.grant,
+                        preference: ticket.preference,
                     });
                 }
             }
@@ -181,6 +194,7 @@ impl Queue {
             place: revision,
             holder: String::new(),
             grant: None,
+            preference: 0,
         });
         self.last = revision;
         self
@@ -355,6 +369,7 @@ mod tests {
                     place,
                     holder: String::new(),
                     grant: None,
+                    preference: 0,
                 })
                 .collect(),
             last,

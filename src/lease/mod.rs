@@ -206,6 +206,12 @@ impl Leases {
         self.waiting(&keys::semaphore_queue(name)).await
     }
 
+    /// The waiting election candidate of `name` with the highest
+    /// preference, as the shared watcher's view shows it.
+    pub fn preferred(&self, name: &str) -> Option<election::Candidate> {
+        self.hub.preferred(name)
+    }
+
     /// The current holding of a name.
     pub async fn get(&self, name: &str) -> Result<Holding> {
         let last = self.store.last(name).await?.map(Entry::from);

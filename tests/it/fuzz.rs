@@ -75,6 +75,9 @@ fn request() -> impl Strategy<Value = Req> {
                 // Mostly plain leases (so that enough requests reach the
                 // bucket); about one in twelve a semaphore, up to 99 slots.
                 limit: limit.saturating_sub(275) * 4 * (limit % 2),
+                // Now and then a candidate's preference (also with a limit:
+                // refused).
+                preference: (limit % 7 == 0) as u32 * limit,
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {

@@ -344,6 +344,10 @@ async fn another_limit_is_a_mismatch_while_held() {
             lock_delay: Some(secs(1)),
             ..sem_req("sem.delay", "x", 30, 2)
         },
+        AcquireRequest {
+            preference: 2,
+            ..sem_req("sem.preference", "x", 30, 2)
+        },
     ] {
         let err = a.acquire(bad).await.expect_err("refused");
         assert_eq!(err.code(), Code::InvalidArgument);

@@ -299,3 +299,128 @@ async fn the_cli_transfers() {
     let got = within("the waiter", w).await.unwrap().unwrap().into_inner();
     assert_eq!(got.lease.unwrap().holder, "next");
 }
+
+/// A candidate that campaigns with a preference is named to every observer
+/// (on any replica), in CURRENT and then as PREFERRED changes: the waiting
+/// candidate of the highest preference, the earliest of equals; a candidate
+/// without preference is never named. The leader resigns to it, and it
+/// leads from the very write that ends the leader's term (no leaderless
+/// moment, by the records' server times), with a higher token; the
+/// observer is then told that no candidate is preferred.
+#[tokio::test]
+async fn a_preferred_candidate_is_named_to_the_leader_which_hands_over() {
+    use tenure::proto::election_service_client::ElectionServiceClient;
+    use tenure::proto::{CampaignRequest, Candidate, ChangeType, ObserveRequest, ResignRequest};
+    let t = Tenure::start().await;
+    let (other, _) = t.replica().await;
+    let mut e = ElectionServiceClient::new(t.channel().await);
+    let e2 = ElectionServiceClient::connect(format!("http://{}", other.addr()))
+        .await
+        .unwrap();
+    let mut lc = t.client().await;
+    let name = "pref.leader";
+    let campaign = |holder: &str, wait: i64, preference: u32| CampaignRequest {
+        name: name.into(),
+        holder: holder.into(),
+        value: format!("{holder}:80"),
+        ttl: Some(secs(30)),
+        wait: (wait > 0).then(|| secs(wait)),
+        preference,
+        ..Default::default()
+    };
+    let wait_for = |holder: &str, wait, preference| {
+        let mut e = e2.clone();
+        let req = campaign(holder, wait, preference);
+        tokio::spawn(async move { e.campaign(req).await })
+    };
+    let named = |holder: &str, preference| {
+        Some(Candidate {
+            holder: holder.into(),
+            preference,
+        })
+    };
+    let leader = e.campaign(campaign("v1", 0, 1)).await.unwrap().into_inner();
+    let term = leader.leadership.unwrap();
+    // A candidate of no preference, then one of preference 1 (the
+    // leader's own): waiting, named, though the leader need not step down.
+    let plain = wait_for("plain", 20, 0);
+    queued(&mut lc, name, 1).await;
+    let same = wait_for("v1-b", 20, 1);
+    queued(&mut lc, name, 2).await;
+    let mut observe = e
+        .observe(ObserveRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = next(&mut observe).await;
+    assert_eq!(first.r#type, ChangeType::Current as i32);
+    assert_eq!(
+        first.preferred,
+        named("v1-b", 1),
+        "queued before the stream"
+    );
+    // Two of preference 2: the earlier is preferred, the later changes
+    // nothing.
+    let v2 = wait_for("v2", 20, 2);
+    let change = next(&mut observe).await;
+    assert_eq!(change.r#type, ChangeType::Preferred as i32);
+    assert_eq!(change.preferred, named("v2", 2));
+    assert_eq!(
+        change.leader.unwrap().holder,
+        "v1",
+        "the leader is unchanged"
+    );
+    let v2b = wait_for("v2-b", 20, 2);
+    queued(&mut lc, name, 4).await;
+    // The leader (preference 1) resigns to the preferred candidate.
+    let resigned = e
+        .resign(ResignRequest {
+            name: name.into(),
+            expected_revision: term.revision,
+            lease_key: leader.lease_key.clone(),
+            successor: "v2".into(),
+            to_next_candidate: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let succ = resigned.successor.expect("the successor's term");
+    assert_eq!(succ.holder, "v2");
+    assert!(succ.fencing_token > term.fencing_token);
+    let won = within("v2's Campaign", v2)
+        .await
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    let won = won.leadership.unwrap();
+    assert_eq!(won.fencing_token, succ.fencing_token);
+    let resigned_at = next(&mut observe).await;
+    assert_eq!(resigned_at.r#type, ChangeType::Resigned as i32);
+    let elected = next(&mut observe).await;
+    assert_eq!(elected.r#type, ChangeType::Elected as i32);
+    assert_eq!(
+        resigned_at.revision, elected.revision,
+        "one write: no leaderless moment"
+    );
+    assert_eq!(elected.leader.unwrap().holder, "v2");
+    // v2 leads now; the other 2 waits, of the same preference: it is named,
+    // but a leader of preference 2 has no reason to step down for it.
+    let mut preferred = elected.preferred;
+    if preferred != named("v2-b", 2) {
+        let change = next(&mut observe).await;
+        assert_eq!(change.r#type, ChangeType::Preferred as i32);
+        preferred = change.preferred;
+    }
+    assert_eq!(preferred, named("v2-b", 2));
+    for waiter in [plain, same, v2b] {
+        waiter.abort();
+    }
+    drop(other);
+}
+
+/// The next message of an Observe stream.
+async fn next(
+    s: &mut tonic::Streaming<tenure::proto::ObserveResponse>,
+) -> tenure::proto::ObserveResponse {
+    within("observe", s.message()).await.unwrap().unwrap()
+}

@@ -60,6 +60,10 @@ const (
 	// no longer leads, and terms may have come and gone before `revision`.
 	// The next change says who leads.
 	ChangeType_CHANGE_TYPE_MISSED ChangeType = 7
+	// CHANGE_TYPE_PREFERRED is a new preferred candidate, or none any more
+	// (it began to lead, or stopped waiting): see preferred. The leader is
+	// unchanged.
+	ChangeType_CHANGE_TYPE_PREFERRED ChangeType = 8
 )
 
 // Enum value maps for ChangeType.
@@ -73,6 +77,7 @@ var (
 		5: "CHANGE_TYPE_EXPIRED",
 		6: "CHANGE_TYPE_REVOKED",
 		7: "CHANGE_TYPE_MISSED",
+		8: "CHANGE_TYPE_PREFERRED",
 	}
 	ChangeType_value = map[string]int32{
 		"CHANGE_TYPE_UNSPECIFIED": 0,
@@ -83,6 +88,7 @@ var (
 		"CHANGE_TYPE_EXPIRED":     5,
 		"CHANGE_TYPE_REVOKED":     6,
 		"CHANGE_TYPE_MISSED":      7,
+		"CHANGE_TYPE_PREFERRED":   8,
 	}
 )
 
@@ -265,7 +271,17 @@ type CampaignRequest struct {
 	LeaseKey string `protobuf:"bytes,5,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
 	// wait is how long to wait for the election to have no leader. Absent or
 	// zero means fail at once with LEASE_HELD when someone leads.
-	Wait          *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// preference asks a leader of lower preference to hand over to this
+	// candidate while it waits: Observe names the waiting candidate with the
+	// highest preference (ObserveResponse.preferred), and a leader whose own
+	// Campaign had a lower preference resigns to it (Resign with successor;
+	// the client electors do this after their OnStoppedLeading), so the
+	// leadership moves with no leaderless moment and a higher fencing token.
+	// For a rolling update, campaign with the deployment's generation: the
+	// first new-version candidate takes over once, the others wait. 0 (the
+	// default) asks for nothing. Only a Campaign with a wait queues.
+	Preference    uint32 `protobuf:"varint,7,opt,name=preference,proto3" json:"preference,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +356,13 @@ func (x *CampaignRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *CampaignRequest) GetPreference() uint32 {
+	if x != nil {
+		return x.Preference
+	}
+	return 0
 }
 
 // CampaignResponse is the leadership won.
@@ -817,7 +840,12 @@ type ObserveResponse struct {
 	EndedFencingToken uint64 `protobuf:"varint,4,opt,name=ended_fencing_token,json=endedFencingToken,proto3" json:"ended_fencing_token,omitempty"`
 	// revision is the bucket revision of the change (0 for CURRENT without a
 	// leader).
-	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// preferred is the waiting candidate with the highest preference above
+	// zero (the earliest of equals) when this message was sent, on every
+	// message; absent when no such candidate waits. A leader whose own
+	// preference is lower hands over to it (ResignRequest.successor).
+	Preferred     *Candidate `protobuf:"bytes,6,opt,name=preferred,proto3" json:"preferred,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -887,6 +915,69 @@ func (x *ObserveResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *ObserveResponse) GetPreferred() *Candidate {
+	if x != nil {
+		return x.Preferred
+	}
+	return nil
+}
+
+// Candidate is a candidate waiting to lead (a Campaign with a wait).
+type Candidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// holder identifies the candidate (its CampaignRequest.holder): the
+	// successor to name in ResignRequest.
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// preference is its CampaignRequest.preference.
+	Preference    uint32 `protobuf:"varint,2,opt,name=preference,proto3" json:"preference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Candidate) Reset() {
+	*x = Candidate{}
+	mi := &file_tenure_v1_election_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Candidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Candidate) ProtoMessage() {}
+
+func (x *Candidate) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_election_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
+func (*Candidate) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_election_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Candidate) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Candidate) GetPreference() uint32 {
+	if x != nil {
+		return x.Preference
+	}
+	return 0
+}
+
 var File_tenure_v1_election_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_election_proto_rawDesc = "" +
@@ -906,14 +997,17 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\bttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\attlLeft\x12\x1f\n" +
 	"\vfence_proof\x18\n" +
 	" \x01(\fR\n" +
-	"fenceProof\"\xcc\x01\n" +
+	"fenceProof\"\xec\x01\n" +
 	"\x0fCampaignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\tR\x05value\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1b\n" +
 	"\tlease_key\x18\x05 \x01(\tR\bleaseKey\x12-\n" +
-	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"f\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1e\n" +
+	"\n" +
+	"preference\x18\a \x01(\rR\n" +
+	"preference\"f\n" +
 	"\x10CampaignResponse\x125\n" +
 	"\n" +
 	"leadership\x18\x01 \x01(\v2\x15.tenure.v1.LeadershipR\n" +
@@ -944,13 +1038,19 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"leadership\x18\x01 \x01(\v2\x15.tenure.v1.LeadershipR\n" +
 	"leadership\"$\n" +
 	"\x0eObserveRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xda\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x8e\x02\n" +
 	"\x0fObserveResponse\x12)\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x15.tenure.v1.ChangeTypeR\x04type\x12-\n" +
 	"\x06leader\x18\x02 \x01(\v2\x15.tenure.v1.LeadershipR\x06leader\x12!\n" +
 	"\fended_holder\x18\x03 \x01(\tR\vendedHolder\x12.\n" +
 	"\x13ended_fencing_token\x18\x04 \x01(\x04R\x11endedFencingToken\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision*\xdb\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x122\n" +
+	"\tpreferred\x18\x06 \x01(\v2\x14.tenure.v1.CandidateR\tpreferred\"C\n" +
+	"\tCandidate\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x1e\n" +
+	"\n" +
+	"preference\x18\x02 \x01(\rR\n" +
+	"preference*\xf6\x01\n" +
 	"\n" +
 	"ChangeType\x12\x1b\n" +
 	"\x17CHANGE_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -960,7 +1060,8 @@ const file_tenure_v1_election_proto_rawDesc = "" +
 	"\x14CHANGE_TYPE_RESIGNED\x10\x04\x12\x17\n" +
 	"\x13CHANGE_TYPE_EXPIRED\x10\x05\x12\x17\n" +
 	"\x13CHANGE_TYPE_REVOKED\x10\x06\x12\x16\n" +
-	"\x12CHANGE_TYPE_MISSED\x10\a2\xdd\x02\n" +
+	"\x12CHANGE_TYPE_MISSED\x10\a\x12\x19\n" +
+	"\x15CHANGE_TYPE_PREFERRED\x10\b2\xdd\x02\n" +
 	"\x0fElectionService\x12C\n" +
 	"\bCampaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12C\n" +
 	"\bProclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n" +
@@ -982,7 +1083,7 @@ func file_tenure_v1_election_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_election_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tenure_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_tenure_v1_election_proto_goTypes = []any{
 	(ChangeType)(0),               // 0: tenure.v1.ChangeType
 	(*Leadership)(nil),            // 1: tenure.v1.Leadership
@@ -996,37 +1097,39 @@ var file_tenure_v1_election_proto_goTypes = []any{
 	(*LeaderResponse)(nil),        // 9: tenure.v1.LeaderResponse
 	(*ObserveRequest)(nil),        // 10: tenure.v1.ObserveRequest
 	(*ObserveResponse)(nil),       // 11: tenure.v1.ObserveResponse
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*Candidate)(nil),             // 12: tenure.v1.Candidate
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_tenure_v1_election_proto_depIdxs = []int32{
-	12, // 0: tenure.v1.Leadership.ttl:type_name -> google.protobuf.Duration
-	13, // 1: tenure.v1.Leadership.elected_time:type_name -> google.protobuf.Timestamp
-	13, // 2: tenure.v1.Leadership.renew_time:type_name -> google.protobuf.Timestamp
-	12, // 3: tenure.v1.Leadership.ttl_left:type_name -> google.protobuf.Duration
-	12, // 4: tenure.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	12, // 5: tenure.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	13, // 0: tenure.v1.Leadership.ttl:type_name -> google.protobuf.Duration
+	14, // 1: tenure.v1.Leadership.elected_time:type_name -> google.protobuf.Timestamp
+	14, // 2: tenure.v1.Leadership.renew_time:type_name -> google.protobuf.Timestamp
+	13, // 3: tenure.v1.Leadership.ttl_left:type_name -> google.protobuf.Duration
+	13, // 4: tenure.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	13, // 5: tenure.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 6: tenure.v1.CampaignResponse.leadership:type_name -> tenure.v1.Leadership
 	1,  // 7: tenure.v1.ProclaimResponse.leadership:type_name -> tenure.v1.Leadership
 	1,  // 8: tenure.v1.ResignResponse.successor:type_name -> tenure.v1.Leadership
 	1,  // 9: tenure.v1.LeaderResponse.leadership:type_name -> tenure.v1.Leadership
 	0,  // 10: tenure.v1.ObserveResponse.type:type_name -> tenure.v1.ChangeType
 	1,  // 11: tenure.v1.ObserveResponse.leader:type_name -> tenure.v1.Leadership
-	2,  // 12: tenure.v1.ElectionService.Campaign:input_type -> tenure.v1.CampaignRequest
-	4,  // 13: tenure.v1.ElectionService.Proclaim:input_type -> tenure.v1.ProclaimRequest
-	6,  // 14: tenure.v1.ElectionService.Resign:input_type -> tenure.v1.ResignRequest
-	8,  // 15: tenure.v1.ElectionService.Leader:input_type -> tenure.v1.LeaderRequest
-	10, // 16: tenure.v1.ElectionService.Observe:input_type -> tenure.v1.ObserveRequest
-	3,  // 17: tenure.v1.ElectionService.Campaign:output_type -> tenure.v1.CampaignResponse
-	5,  // 18: tenure.v1.ElectionService.Proclaim:output_type -> tenure.v1.ProclaimResponse
-	7,  // 19: tenure.v1.ElectionService.Resign:output_type -> tenure.v1.ResignResponse
-	9,  // 20: tenure.v1.ElectionService.Leader:output_type -> tenure.v1.LeaderResponse
-	11, // 21: tenure.v1.ElectionService.Observe:output_type -> tenure.v1.ObserveResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 12: tenure.v1.ObserveResponse.preferred:type_name -> tenure.v1.Candidate
+	2,  // 13: tenure.v1.ElectionService.Campaign:input_type -> tenure.v1.CampaignRequest
+	4,  // 14: tenure.v1.ElectionService.Proclaim:input_type -> tenure.v1.ProclaimRequest
+	6,  // 15: tenure.v1.ElectionService.Resign:input_type -> tenure.v1.ResignRequest
+	8,  // 16: tenure.v1.ElectionService.Leader:input_type -> tenure.v1.LeaderRequest
+	10, // 17: tenure.v1.ElectionService.Observe:input_type -> tenure.v1.ObserveRequest
+	3,  // 18: tenure.v1.ElectionService.Campaign:output_type -> tenure.v1.CampaignResponse
+	5,  // 19: tenure.v1.ElectionService.Proclaim:output_type -> tenure.v1.ProclaimResponse
+	7,  // 20: tenure.v1.ElectionService.Resign:output_type -> tenure.v1.ResignResponse
+	9,  // 21: tenure.v1.ElectionService.Leader:output_type -> tenure.v1.LeaderResponse
+	11, // 22: tenure.v1.ElectionService.Observe:output_type -> tenure.v1.ObserveResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_election_proto_init() }
@@ -1040,7 +1143,7 @@ func file_tenure_v1_election_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_election_proto_rawDesc), len(file_tenure_v1_election_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -402,7 +402,14 @@ type AcquireRequest struct {
 	// lock_delay. A
 	// semaphore's holdings are kept apart from a plain lease of the same name:
 	// use each name one way only.
-	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	// preference is an election candidate's preference, kept with its place
+	// while it waits (ElectionService's CampaignRequest.preference: the
+	// electors of the client libraries campaign with Acquire): Observe names
+	// the waiting candidate of the highest preference, and a leader of lower
+	// preference hands over to it. 0 (the default) asks for nothing. Not
+	// combinable with limit.
+	Preference    uint32 `protobuf:"varint,9,opt,name=preference,proto3" json:"preference,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +496,13 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 func (x *AcquireRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetPreference() uint32 {
+	if x != nil {
+		return x.Preference
 	}
 	return 0
 }
@@ -3012,7 +3026,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"fenceProof\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x03\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -3022,7 +3036,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\bmetadata\x18\x06 \x03(\v2'.tenure.v1.AcquireRequest.MetadataEntryR\bmetadata\x128\n" +
 	"\n" +
 	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x14\n" +
-	"\x05limit\x18\b \x01(\rR\x05limit\x1a;\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\x12\x1e\n" +
+	"\n" +
+	"preference\x18\t \x01(\rR\n" +
+	"preference\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +

@@ -31,7 +31,7 @@ mod resume;
 mod task;
 
 pub use outbox::WatchBudget;
-pub use queue_view::{Dormant, SlotHint, Turn};
+pub use queue_view::{Candidate, Dormant, SlotHint, Turn};
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -353,6 +353,12 @@ impl Hub {
     /// it does not follow the bucket).
     pub fn waiting(&self, name: &str) -> usize {
         self.view.waiting(name)
+    }
+
+    /// The waiting election candidate of `name` with the highest
+    /// preference ([`QueueView::preferred`]).
+    pub fn preferred(&self, name: &str) -> Option<Candidate> {
+        self.view.preferred(name)
     }
 
     /// `name`'s queue as this hub has seen it ([`QueueView::queue`]).

@@ -82,6 +82,36 @@ pub enum SlotHint {
     Free(Vec<u32>),
 }
 
+/// What applying one message changed in the view.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The queue that lost a live ticket (its next waiter may be the head).
+    pub left: Option<String>,
+    /// The queue whose preferred election candidate changed.
+    pub candidates: Option<String>,
+}
+
+/// An election candidate waiting in a queue, as Observe names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Who waits (its Campaign's holder).
+    pub holder: String,
+    /// Its Campaign's preference (above 0).
+    pub preference: u32,
+}
+
+/// The live candidate with the highest preference above 0, the earliest
+/// place among equals.
+fn preferred_of(live: &[Live]) -> Option<Candidate> {
+    live.iter()
+        .filter(|t| t.preference > 0)
+        .min_by_key(|t| (std::cmp::Reverse(t.preference), t.place))
+        .map(|t| Candidate {
+            holder: t.holder.clone(),
+            preference: t.preference,
+        })
+}
+
 /// One queue as the view has seen it.
 #[derive(Debug, Default)]
 struct Seen {
@@ -98,53 +128,82 @@ struct Seen {
 
 impl QueueView {
     /// Applies the message at `revision` to key `key` if it is a queue
-    /// slot: `place` is the ticket's place when it is a live ticket, `None`
-    /// when the slot is emptied (a grant, a departure, an expiry marker).
-    /// Returns the lease name whose queue lost a live ticket, if any.
-    pub fn apply(&self, key: &str, revision: u64, op: &Op) -> Option<String> {
-        let (name, slot) = match keys::parse_queue(key)? {
-            keys::QueueKey::Slot(name, slot) => (name, slot),
-            keys::QueueKey::Guard(name) => {
+    /// slot: a live ticket when it is a ticket's write, the slot emptied
+    /// otherwise (a grant, a departure, an expiry marker). Says which
+    /// queue lost a live ticket and whose preferred candidate changed.
+    pub fn apply(&self, key: &str, revision: u64, op: &Op) -> Applied {
+        let (name, slot) = match keys::parse_queue(key) {
+            Some(keys::QueueKey::Slot(name, slot)) => (name, slot),
+            Some(keys::QueueKey::Guard(name)) => {
                 // A group's guard changes the queue's last revision.
                 let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(seen) = tickets.get_mut(name) {
                     seen.last = seen.last.max(revision);
                 }
-                return None;
+                return Applied::default();
             }
+            None => return Applied::default(),
         };
-        let place = match op {
-            Op::Put(payload) => serde_json::from_slice::<TicketRecord>(payload)
-                .ok()
-                .map(|t| if t.place == 0 { revision } else { t.place }),
+        let ticket = match op {
+            Op::Put(payload) => serde_json::from_slice::<TicketRecord>(payload).ok(),
             _ => None,
         };
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         let seen = tickets.entry(name.to_string()).or_default();
         seen.last = seen.last.max(revision);
+        // Only a candidate's ticket (preference above 0) can change who is
+        // preferred; every other ticket skips the comparison.
+        let was_candidate = seen.live.iter().any(|t| t.slot == slot && t.preference > 0);
+        let is_candidate = ticket.as_ref().is_some_and(|t| t.preference > 0);
+        let preferred_before = (was_candidate || is_candidate)
+            .then(|| preferred_of(&seen.live))
+            .flatten();
         let before = seen.live.len();
         seen.live.retain(|t| t.slot != slot);
         let removed = seen.live.len() < before;
-        if let Some(place) = place {
-            // The view needs places only, not who waits.
+        let live = ticket.is_some();
+        if let Some(t) = ticket {
             seen.live.push(Live {
                 slot,
                 revision,
-                place,
-                holder: String::new(),
+                place: if t.place == 0 { revision } else { t.place },
+                // The view keeps who waits only for candidates (Observe
+                // names the preferred one); other waiters need places only.
+                holder: if t.preference > 0 {
+                    t.holder
+                } else {
+                    String::new()
+                },
                 grant: None,
+                preference: t.preference,
             });
         }
+        let candidates =
+            (was_candidate || is_candidate) && preferred_of(&seen.live) != preferred_before;
         let head = seen.live.iter().map(|t| t.place).min();
         if seen.live.is_empty() {
             tickets.remove(name);
         }
         drop(tickets);
-        let left = removed && place.is_none();
+        let left = removed && !live;
         if left {
             self.wake_head(name, head);
         }
-        left.then(|| name.to_string())
+        Applied {
+            left: left.then(|| name.to_string()),
+            candidates: candidates.then(|| name.to_string()),
+        }
+    }
+
+    /// The waiting election candidate of `name` with the highest
+    /// preference above 0 (the earliest of equals), as the view shows it;
+    /// `None` when none waits or the view is not live.
+    pub fn preferred(&self, name: &str) -> Option<Candidate> {
+        if self.position.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        preferred_of(&tickets.get(name)?.live)
     }
 
     /// Wakes this replica's waiter whose ticket is now first in `queue`
@@ -374,14 +433,70 @@ mod tests {
     use bytes::Bytes;
 
     fn ticket(place: u64) -> Op {
+        candidate(place, "h", 0)
+    }
+
+    /// A ticket of `holder` campaigning with `preference`.
+    fn candidate(place: u64, holder: &str, preference: u32) -> Op {
         Op::Put(
             TicketRecord {
                 place,
-                holder: "h".into(),
+                holder: holder.into(),
                 grant: None,
+                preference,
             }
             .encode(),
         )
+    }
+
+    /// The preferred candidate is the waiting one of the highest
+    /// preference, the earliest of equals; only a candidate's ticket (or
+    /// its leaving) reports a change, and a refresh changes nothing.
+    #[test]
+    fn the_view_names_the_preferred_candidate() {
+        let view = QueueView::default();
+        let slot = |n| keys::queue_slot("e", n);
+        let changed = |a: Applied| a.candidates.is_some();
+        assert!(
+            !changed(view.apply(&slot(0), 10, &ticket(0))),
+            "no preference"
+        );
+        assert!(changed(view.apply(&slot(1), 11, &candidate(0, "v2-a", 2))));
+        assert!(changed(view.apply(&slot(2), 12, &candidate(0, "v3", 3))));
+        assert!(
+            !changed(view.apply(&slot(3), 13, &candidate(0, "v2-b", 2))),
+            "v3 stays"
+        );
+        assert_eq!(view.preferred("e"), None, "not live yet");
+        view.set_position(13, true);
+        let named = |holder: &str, preference| {
+            Some(Candidate {
+                holder: holder.into(),
+                preference,
+            })
+        };
+        assert_eq!(view.preferred("e"), named("v3", 3));
+        assert!(
+            !changed(view.apply(&slot(2), 14, &candidate(12, "v3", 3))),
+            "a refresh"
+        );
+        // v3 is granted (its ticket deleted): the earliest of the 2s.
+        let applied = view.apply(&slot(2), 15, &Op::Delete(Bytes::new()));
+        assert_eq!(applied.candidates.as_deref(), Some("e"));
+        assert_eq!(view.preferred("e"), named("v2-a", 2));
+        assert!(changed(view.apply(&slot(1), 16, &Op::Expired)));
+        assert_eq!(view.preferred("e"), named("v2-b", 2));
+        assert!(changed(view.apply(&slot(3), 17, &Op::Delete(Bytes::new()))));
+        assert_eq!(
+            view.preferred("e"),
+            None,
+            "only a waiter without preference"
+        );
+        assert!(!changed(view.apply(
+            &slot(0),
+            18,
+            &Op::Delete(Bytes::new())
+        )));
     }
 
     /// The view names the head once it has applied the waiter's ticket,
@@ -391,9 +506,11 @@ mod tests {
         let view = QueueView::default();
         assert!(view
             .apply(&keys::queue_slot("n", 4), 10, &ticket(0))
+            .left
             .is_none());
         assert!(view
             .apply(&keys::queue_slot("n", 1), 11, &ticket(0))
+            .left
             .is_none());
         assert_eq!(view.turn("n", 10, 10), Turn::Unknown, "not live yet");
         view.set_position(11, true);
@@ -414,11 +531,13 @@ mod tests {
         // A refresh keeps the place; the head's departure is reported.
         assert!(view
             .apply(&keys::queue_slot("n", 4), 12, &ticket(10))
+            .left
             .is_none());
         view.set_position(12, true);
         assert_eq!(view.turn("n", 11, 11), Turn::NotMine);
         assert_eq!(
             view.apply(&keys::queue_slot("n", 4), 13, &Op::Expired)
+                .left
                 .as_deref(),
             Some("n")
         );
@@ -439,15 +558,18 @@ mod tests {
         // revision; an empty queue is forgotten.
         assert!(view
             .apply("_tenure.q.n.plain", 14, &Op::Delete(Bytes::new()))
+            .left
             .is_none());
         assert_eq!(free(&view, 2), Some((vec![0], 14, 1)));
         assert!(view
             .apply(&keys::queue_slot("n", 1), 15, &Op::Delete(Bytes::new()))
+            .left
             .is_some());
         assert_eq!(view.waiting("n"), 0);
         view.clear();
         assert!(view
             .apply(&keys::queue_slot("n", 2), 16, &ticket(0))
+            .left
             .is_none());
         assert_eq!(view.turn("n", 16, 16), Turn::Unknown, "cleared: not live");
     }
@@ -540,11 +662,13 @@ mod tests {
         // watcher delivers 11 with the refresh still pending behind it.
         assert!(view
             .apply(&keys::queue_slot("n", 1), 11, &ticket(0))
+            .left
             .is_none());
         view.set_position(11, false);
         assert_eq!(view.turn("n", 11, 11), Turn::Unknown, "not complete");
         assert!(view
             .apply(&keys::queue_slot("n", 0), 12, &ticket(10))
+            .left
             .is_none());
         view.set_position(12, true);
         assert_eq!(view.turn("n", 11, 11), Turn::NotMine, "10 is ahead");

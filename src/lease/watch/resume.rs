@@ -390,13 +390,17 @@ impl Replay {
             .insert(entry.name.clone(), (entry.revision, token));
         // A holding handed over by a Transfer from the one the client knew
         // (or the one just replayed): the giver's end, at this revision.
+        // A renewal of a recipient keeps `transferred_from`: when the
+        // Transfer itself (the recipient's token) is at or before `from`,
+        // the client has seen the giver's end already.
         if let (false, Kind::Held(record)) = (gap, &entry.kind) {
             if let Some(from) = &record.transferred_from {
+                let recipient = record.token_at(entry.revision);
                 let knew = match known {
                     Some((_, t)) => t == from.token,
-                    None => from.token <= self.from,
+                    None => from.token <= self.from && recipient > self.from,
                 };
-                if knew && record.token_at(entry.revision) != from.token {
+                if knew && recipient != from.token {
                     return Some(Event {
                         kind: EventKind::Released,
                         name: entry.name.clone(),
@@ -635,6 +639,57 @@ mod tests {
         assert_eq!(missed(entry("aged-new", 15, Kind::Expired), None), Some(10));
         // Unknown to the hub: missed rather than silent.
         assert_eq!(missed(entry("d", 21, Kind::Expired), None), Some(10));
+    }
+
+    /// A replayed holding handed over by a Transfer names the giver's end
+    /// only when the Transfer came after the resumed revision: a renewal
+    /// of the recipient keeps `transferred_from`, and a client that
+    /// resumed after the Transfer has seen that end already.
+    #[test]
+    fn replay_names_a_transfer_once() {
+        let replay = || {
+            Replay::new(
+                None,
+                40,
+                Filter::parse(">"),
+                Vec::new(),
+                imbl::OrdMap::new(),
+                Instant::now() + Duration::from_secs(60),
+                young_proof(20),
+            )
+        };
+        // The giver "g" held with token 5; the Transfer at 18 (the
+        // recipient's token) wrote over it; a renewal of the recipient at 25.
+        let handed = |token| {
+            Kind::Held(crate::lease::record::Record {
+                over: Some(17),
+                transferred_from: Some(Released {
+                    holder: "g".into(),
+                    token: 5,
+                }),
+                ..crate::lease::record::fixtures::record("r", "k", token)
+            })
+        };
+        // Each write replaced the giver's message at 17.
+        let ended = |e: Entry| {
+            replay()
+                .missed(&e, Some(17))
+                .map(|m| (m.kind, m.holder, m.token))
+        };
+        // Resumed after 20: the Transfer at 18 was seen.
+        assert_eq!(ended(entry("t", 25, handed(18))), None);
+        // The Transfer itself after the resume (token 0: the write's own
+        // revision, 22): the giver's end, at that revision.
+        assert_eq!(
+            ended(entry("t", 22, handed(0))),
+            Some((EventKind::Released, "g".to_string(), 5))
+        );
+        // A renewal after a Transfer that came after the resume: the
+        // client never saw that end either.
+        assert_eq!(
+            ended(entry("t", 25, handed(22))),
+            Some((EventKind::Released, "g".to_string(), 5))
+        );
     }
 
     /// Checkpoints bound the time of later messages from below, thin out

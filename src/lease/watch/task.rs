@@ -60,7 +60,7 @@ impl Subscriber {
     /// watch says when it is incomplete, and a waiter learns the name may be
     /// free.
     fn wants(&self, kind: EventKind) -> bool {
-        (self.kinds.is_empty() && kind != EventKind::Turn)
+        (self.kinds.is_empty() && !kind.is_internal())
             || self.kinds.contains(&kind)
             || (kind == EventKind::Missed
                 && self
@@ -121,6 +121,10 @@ pub(super) struct HubState {
     /// name is still free (a grant's batch removes the head's ticket just
     /// before it writes the lease: no turn then).
     turns: HashSet<String>,
+    /// Names whose preferred election candidate changed since the hub last
+    /// caught up: their observers are told ([`EventKind::Candidate`]) once
+    /// it has.
+    candidates: HashSet<String>,
 }
 
 /// What the hub task runs with.
@@ -335,6 +339,7 @@ impl HubState {
             marker_ttl: Duration::ZERO,
             view: Arc::default(),
             turns: HashSet::new(),
+            candidates: HashSet::new(),
         }
     }
 
@@ -399,6 +404,7 @@ impl HubState {
         self.newest_ms = 0;
         self.view.clear();
         self.turns.clear();
+        self.candidates.clear();
     }
 
     /// Refuses every pending snapshot, resume and follow: the hub could not
@@ -561,11 +567,14 @@ impl HubState {
     /// Applies one bucket message: to the queue view, then as a lease
     /// message.
     fn apply_message(&mut self, message: Message, pending: u64) {
-        if let Some(name) = self
+        let applied = self
             .view
-            .apply(&message.name, message.revision, &message.op)
-        {
+            .apply(&message.name, message.revision, &message.op);
+        if let Some(name) = applied.left {
             self.turns.insert(name);
+        }
+        if let Some(name) = applied.candidates {
+            self.candidates.insert(name);
         }
         let replaced = message.replaced;
         self.apply(Entry::from(message), replaced, pending);
@@ -615,6 +624,9 @@ impl HubState {
         if pending == 0 && !self.turns.is_empty() {
             self.give_turns();
         }
+        if pending == 0 && !self.candidates.is_empty() {
+            self.tell_candidates();
+        }
         if !self.pending.is_empty() {
             self.serve_pending(false);
         }
@@ -639,6 +651,30 @@ impl HubState {
             }
             let event = Arc::new(Event {
                 kind: EventKind::Turn,
+                name: name.clone(),
+                revision: self.mirror.position,
+                holder: String::new(),
+                token: 0,
+                holding: None,
+                time_ms: self.newest_ms,
+                slot: 0,
+                missed_after: 0,
+            });
+            for id in self.by_name.get(&name).cloned().unwrap_or_default() {
+                self.deliver(id, &event);
+            }
+        }
+    }
+
+    /// Tells the observers of each election whose preferred candidate
+    /// changed (they read who it is from the view, which is complete now).
+    fn tell_candidates(&mut self) {
+        if !self.mirror.live {
+            return;
+        }
+        for name in std::mem::take(&mut self.candidates) {
+            let event = Arc::new(Event {
+                kind: EventKind::Candidate,
                 name: name.clone(),
                 revision: self.mirror.position,
                 holder: String::new(),

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tenure/v1/election.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x02\n\nLeadership\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x10\n\x08revision\x18\x05 \x01(\x04\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\x0c\x65lected_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrenew_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08ttl_left\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x66\x65nce_proof\x18\n \x01(\x0c\"\xa2\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tlease_key\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"P\n\x10\x43\x61mpaignResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\x12\x11\n\tlease_key\x18\x02 \x01(\t\"\\\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\x11\n\tlease_key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\"=\n\x10ProclaimResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\"y\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\x11\n\tlease_key\x18\x03 \x01(\t\x12\x11\n\tsuccessor\x18\x04 \x01(\t\x12\x19\n\x11to_next_candidate\x18\x05 \x01(\x08\"L\n\x0eResignResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12(\n\tsuccessor\x18\x02 \x01(\x0b\x32\x15.tenure.v1.Leadership\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x0eLeaderResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\"\x1e\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa2\x01\n\x0fObserveResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.tenure.v1.ChangeType\x12%\n\x06leader\x18\x02 \x01(\x0b\x32\x15.tenure.v1.Leadership\x12\x14\n\x0c\x65nded_holder\x18\x03 \x01(\t\x12\x1b\n\x13\x65nded_fencing_token\x18\x04 \x01(\x04\x12\x10\n\x08revision\x18\x05 \x01(\x04*\xdb\x01\n\nChangeType\x12\x1b\n\x17\x43HANGE_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_TYPE_CURRENT\x10\x01\x12\x17\n\x13\x43HANGE_TYPE_ELECTED\x10\x02\x12\x1a\n\x16\x43HANGE_TYPE_PROCLAIMED\x10\x03\x12\x18\n\x14\x43HANGE_TYPE_RESIGNED\x10\x04\x12\x17\n\x13\x43HANGE_TYPE_EXPIRED\x10\x05\x12\x17\n\x13\x43HANGE_TYPE_REVOKED\x10\x06\x12\x16\n\x12\x43HANGE_TYPE_MISSED\x10\x07\x32\xdd\x02\n\x0f\x45lectionService\x12\x43\n\x08\x43\x61mpaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.tenure.v1.ResignRequest\x1a\x19.tenure.v1.ResignResponse\x12=\n\x06Leader\x12\x18.tenure.v1.LeaderRequest\x1a\x19.tenure.v1.LeaderResponse\x12\x42\n\x07Observe\x12\x19.tenure.v1.ObserveRequest\x1a\x1a.tenure.v1.ObserveResponse0\x01\x42[\n\rdev.tenure.v1B\rElectionProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tenure/v1/election.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x02\n\nLeadership\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x10\n\x08revision\x18\x05 \x01(\x04\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\x0c\x65lected_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrenew_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08ttl_left\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x66\x65nce_proof\x18\n \x01(\x0c\"\xb6\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tlease_key\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\npreference\x18\x07 \x01(\r\"P\n\x10\x43\x61mpaignResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\x12\x11\n\tlease_key\x18\x02 \x01(\t\"\\\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\x11\n\tlease_key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\"=\n\x10ProclaimResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\"y\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\x11\n\tlease_key\x18\x03 \x01(\t\x12\x11\n\tsuccessor\x18\x04 \x01(\t\x12\x19\n\x11to_next_candidate\x18\x05 \x01(\x08\"L\n\x0eResignResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12(\n\tsuccessor\x18\x02 \x01(\x0b\x32\x15.tenure.v1.Leadership\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x0eLeaderResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.tenure.v1.Leadership\"\x1e\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xcb\x01\n\x0fObserveResponse\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.tenure.v1.ChangeType\x12%\n\x06leader\x18\x02 \x01(\x0b\x32\x15.tenure.v1.Leadership\x12\x14\n\x0c\x65nded_holder\x18\x03 \x01(\t\x12\x1b\n\x13\x65nded_fencing_token\x18\x04 \x01(\x04\x12\x10\n\x08revision\x18\x05 \x01(\x04\x12\'\n\tpreferred\x18\x06 \x01(\x0b\x32\x14.tenure.v1.Candidate\"/\n\tCandidate\x12\x0e\n\x06holder\x18\x01 \x01(\t\x12\x12\n\npreference\x18\x02 \x01(\r*\xf6\x01\n\nChangeType\x12\x1b\n\x17\x43HANGE_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_TYPE_CURRENT\x10\x01\x12\x17\n\x13\x43HANGE_TYPE_ELECTED\x10\x02\x12\x1a\n\x16\x43HANGE_TYPE_PROCLAIMED\x10\x03\x12\x18\n\x14\x43HANGE_TYPE_RESIGNED\x10\x04\x12\x17\n\x13\x43HANGE_TYPE_EXPIRED\x10\x05\x12\x17\n\x13\x43HANGE_TYPE_REVOKED\x10\x06\x12\x16\n\x12\x43HANGE_TYPE_MISSED\x10\x07\x12\x19\n\x15\x43HANGE_TYPE_PREFERRED\x10\x08\x32\xdd\x02\n\x0f\x45lectionService\x12\x43\n\x08\x43\x61mpaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.tenure.v1.ResignRequest\x1a\x19.tenure.v1.ResignResponse\x12=\n\x06Leader\x12\x18.tenure.v1.LeaderRequest\x1a\x19.tenure.v1.LeaderResponse\x12\x42\n\x07Observe\x12\x19.tenure.v1.ObserveRequest\x1a\x1a.tenure.v1.ObserveResponse0\x01\x42[\n\rdev.tenure.v1B\rElectionProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,30 +34,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tenure.v1.election_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rdev.tenure.v1B\rElectionProtoP\001Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1'
-  _globals['_CHANGETYPE']._serialized_start=1304
-  _globals['_CHANGETYPE']._serialized_end=1523
+  _globals['_CHANGETYPE']._serialized_start=1414
+  _globals['_CHANGETYPE']._serialized_end=1660
   _globals['_LEADERSHIP']._serialized_start=105
   _globals['_LEADERSHIP']._serialized_end=407
   _globals['_CAMPAIGNREQUEST']._serialized_start=410
-  _globals['_CAMPAIGNREQUEST']._serialized_end=572
-  _globals['_CAMPAIGNRESPONSE']._serialized_start=574
-  _globals['_CAMPAIGNRESPONSE']._serialized_end=654
-  _globals['_PROCLAIMREQUEST']._serialized_start=656
-  _globals['_PROCLAIMREQUEST']._serialized_end=748
-  _globals['_PROCLAIMRESPONSE']._serialized_start=750
-  _globals['_PROCLAIMRESPONSE']._serialized_end=811
-  _globals['_RESIGNREQUEST']._serialized_start=813
-  _globals['_RESIGNREQUEST']._serialized_end=934
-  _globals['_RESIGNRESPONSE']._serialized_start=936
-  _globals['_RESIGNRESPONSE']._serialized_end=1012
-  _globals['_LEADERREQUEST']._serialized_start=1014
-  _globals['_LEADERREQUEST']._serialized_end=1043
-  _globals['_LEADERRESPONSE']._serialized_start=1045
-  _globals['_LEADERRESPONSE']._serialized_end=1104
-  _globals['_OBSERVEREQUEST']._serialized_start=1106
-  _globals['_OBSERVEREQUEST']._serialized_end=1136
-  _globals['_OBSERVERESPONSE']._serialized_start=1139
-  _globals['_OBSERVERESPONSE']._serialized_end=1301
-  _globals['_ELECTIONSERVICE']._serialized_start=1526
-  _globals['_ELECTIONSERVICE']._serialized_end=1875
+  _globals['_CAMPAIGNREQUEST']._serialized_end=592
+  _globals['_CAMPAIGNRESPONSE']._serialized_start=594
+  _globals['_CAMPAIGNRESPONSE']._serialized_end=674
+  _globals['_PROCLAIMREQUEST']._serialized_start=676
+  _globals['_PROCLAIMREQUEST']._serialized_end=768
+  _globals['_PROCLAIMRESPONSE']._serialized_start=770
+  _globals['_PROCLAIMRESPONSE']._serialized_end=831
+  _globals['_RESIGNREQUEST']._serialized_start=833
+  _globals['_RESIGNREQUEST']._serialized_end=954
+  _globals['_RESIGNRESPONSE']._serialized_start=956
+  _globals['_RESIGNRESPONSE']._serialized_end=1032
+  _globals['_LEADERREQUEST']._serialized_start=1034
+  _globals['_LEADERREQUEST']._serialized_end=1063
+  _globals['_LEADERRESPONSE']._serialized_start=1065
+  _globals['_LEADERRESPONSE']._serialized_end=1124
+  _globals['_OBSERVEREQUEST']._serialized_start=1126
+  _globals['_OBSERVEREQUEST']._serialized_end=1156
+  _globals['_OBSERVERESPONSE']._serialized_start=1159
+  _globals['_OBSERVERESPONSE']._serialized_end=1362
+  _globals['_CANDIDATE']._serialized_start=1364
+  _globals['_CANDIDATE']._serialized_end=1411
+  _globals['_ELECTIONSERVICE']._serialized_start=1663
+  _globals['_ELECTIONSERVICE']._serialized_end=2012
 # @@protoc_insertion_point(module_scope)

@@ -20,6 +20,7 @@ class ChangeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_TYPE_EXPIRED: _ClassVar[ChangeType]
     CHANGE_TYPE_REVOKED: _ClassVar[ChangeType]
     CHANGE_TYPE_MISSED: _ClassVar[ChangeType]
+    CHANGE_TYPE_PREFERRED: _ClassVar[ChangeType]
 CHANGE_TYPE_UNSPECIFIED: ChangeType
 CHANGE_TYPE_CURRENT: ChangeType
 CHANGE_TYPE_ELECTED: ChangeType
@@ -28,6 +29,7 @@ CHANGE_TYPE_RESIGNED: ChangeType
 CHANGE_TYPE_EXPIRED: ChangeType
 CHANGE_TYPE_REVOKED: ChangeType
 CHANGE_TYPE_MISSED: ChangeType
+CHANGE_TYPE_PREFERRED: ChangeType
 
 class Leadership(_message.Message):
     __slots__ = ("name", "holder", "value", "fencing_token", "revision", "ttl", "elected_time", "renew_time", "ttl_left", "fence_proof")
@@ -54,20 +56,22 @@ class Leadership(_message.Message):
     def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., elected_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fence_proof: _Optional[bytes] = ...) -> None: ...
 
 class CampaignRequest(_message.Message):
-    __slots__ = ("name", "holder", "value", "ttl", "lease_key", "wait")
+    __slots__ = ("name", "holder", "value", "ttl", "lease_key", "wait", "preference")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    PREFERENCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     value: str
     ttl: _duration_pb2.Duration
     lease_key: str
     wait: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    preference: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., value: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preference: _Optional[int] = ...) -> None: ...
 
 class CampaignResponse(_message.Message):
     __slots__ = ("leadership", "lease_key")
@@ -136,15 +140,25 @@ class ObserveRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ObserveResponse(_message.Message):
-    __slots__ = ("type", "leader", "ended_holder", "ended_fencing_token", "revision")
+    __slots__ = ("type", "leader", "ended_holder", "ended_fencing_token", "revision", "preferred")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     ENDED_HOLDER_FIELD_NUMBER: _ClassVar[int]
     ENDED_FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_FIELD_NUMBER: _ClassVar[int]
     type: ChangeType
     leader: Leadership
     ended_holder: str
     ended_fencing_token: int
     revision: int
-    def __init__(self, type: _Optional[_Union[ChangeType, str]] = ..., leader: _Optional[_Union[Leadership, _Mapping]] = ..., ended_holder: _Optional[str] = ..., ended_fencing_token: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    preferred: Candidate
+    def __init__(self, type: _Optional[_Union[ChangeType, str]] = ..., leader: _Optional[_Union[Leadership, _Mapping]] = ..., ended_holder: _Optional[str] = ..., ended_fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., preferred: _Optional[_Union[Candidate, _Mapping]] = ...) -> None: ...
+
+class Candidate(_message.Message):
+    __slots__ = ("holder", "preference")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    PREFERENCE_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    preference: int
+    def __init__(self, holder: _Optional[str] = ..., preference: _Optional[int] = ...) -> None: ...

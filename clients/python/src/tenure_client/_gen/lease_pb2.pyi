@@ -83,7 +83,7 @@ class Lease(_message.Message):
     def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ..., fence_proof: _Optional[bytes] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit")
+    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit", "preference")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,7 @@ class AcquireRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PREFERENCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     ttl: _duration_pb2.Duration
@@ -107,7 +108,8 @@ class AcquireRequest(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     lock_delay: _duration_pb2.Duration
     limit: int
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+    preference: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ..., preference: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "lease_key")

@@ -72,6 +72,12 @@ export enum ChangeType {
    * The next change says who leads.
    */
   MISSED = "CHANGE_TYPE_MISSED",
+  /**
+   * PREFERRED - CHANGE_TYPE_PREFERRED is a new preferred candidate, or none any more
+   * (it began to lead, or stopped waiting): see preferred. The leader is
+   * unchanged.
+   */
+  PREFERRED = "CHANGE_TYPE_PREFERRED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -101,6 +107,9 @@ export function changeTypeFromJSON(object: any): ChangeType {
     case 7:
     case "CHANGE_TYPE_MISSED":
       return ChangeType.MISSED;
+    case 8:
+    case "CHANGE_TYPE_PREFERRED":
+      return ChangeType.PREFERRED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -126,6 +135,8 @@ export function changeTypeToJSON(object: ChangeType): string {
       return "CHANGE_TYPE_REVOKED";
     case ChangeType.MISSED:
       return "CHANGE_TYPE_MISSED";
+    case ChangeType.PREFERRED:
+      return "CHANGE_TYPE_PREFERRED";
     case ChangeType.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -150,6 +161,8 @@ export function changeTypeToNumber(object: ChangeType): number {
       return 6;
     case ChangeType.MISSED:
       return 7;
+    case ChangeType.PREFERRED:
+      return 8;
     case ChangeType.UNRECOGNIZED:
     default:
       return -1;
@@ -232,7 +245,21 @@ export interface CampaignRequest {
    * wait is how long to wait for the election to have no leader. Absent or
    * zero means fail at once with LEASE_HELD when someone leads.
    */
-  wait: Duration | undefined;
+  wait:
+    | Duration
+    | undefined;
+  /**
+   * preference asks a leader of lower preference to hand over to this
+   * candidate while it waits: Observe names the waiting candidate with the
+   * highest preference (ObserveResponse.preferred), and a leader whose own
+   * Campaign had a lower preference resigns to it (Resign with successor;
+   * the client electors do this after their OnStoppedLeading), so the
+   * leadership moves with no leaderless moment and a higher fencing token.
+   * For a rolling update, campaign with the deployment's generation: the
+   * first new-version candidate takes over once, the others wait. 0 (the
+   * default) asks for nothing. Only a Campaign with a wait queues.
+   */
+  preference: number;
 }
 
 /** CampaignResponse is the leadership won. */
@@ -353,6 +380,24 @@ export interface ObserveResponse {
    * leader).
    */
   revision: bigint;
+  /**
+   * preferred is the waiting candidate with the highest preference above
+   * zero (the earliest of equals) when this message was sent, on every
+   * message; absent when no such candidate waits. A leader whose own
+   * preference is lower hands over to it (ResignRequest.successor).
+   */
+  preferred: Candidate | undefined;
+}
+
+/** Candidate is a candidate waiting to lead (a Campaign with a wait). */
+export interface Candidate {
+  /**
+   * holder identifies the candidate (its CampaignRequest.holder): the
+   * successor to name in ResignRequest.
+   */
+  holder: string;
+  /** preference is its CampaignRequest.preference. */
+  preference: number;
 }
 
 function createBaseLeadership(): Leadership {
@@ -610,7 +655,7 @@ export const Leadership: MessageFns<Leadership> = {
 };
 
 function createBaseCampaignRequest(): CampaignRequest {
-  return { name: "", holder: "", value: "", ttl: undefined, leaseKey: "", wait: undefined };
+  return { name: "", holder: "", value: "", ttl: undefined, leaseKey: "", wait: undefined, preference: 0 };
 }
 
 export const CampaignRequest: MessageFns<CampaignRequest> = {
@@ -632,6 +677,9 @@ export const CampaignRequest: MessageFns<CampaignRequest> = {
     }
     if (message.wait !== undefined) {
       Duration.encode(message.wait, writer.uint32(50).fork()).join();
+    }
+    if (message.preference !== 0) {
+      writer.uint32(56).uint32(message.preference);
     }
     return writer;
   },
@@ -697,6 +745,14 @@ export const CampaignRequest: MessageFns<CampaignRequest> = {
             message.wait = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.preference = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -721,6 +777,7 @@ export const CampaignRequest: MessageFns<CampaignRequest> = {
         ? globalThis.String(object.lease_key)
         : "",
       wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      preference: isSet(object.preference) ? globalThis.Number(object.preference) : 0,
     };
   },
 
@@ -744,6 +801,9 @@ export const CampaignRequest: MessageFns<CampaignRequest> = {
     if (message.wait !== undefined) {
       obj.wait = Duration.toJSON(message.wait);
     }
+    if (message.preference !== 0) {
+      obj.preference = Math.round(message.preference);
+    }
     return obj;
   },
 
@@ -758,6 +818,7 @@ export const CampaignRequest: MessageFns<CampaignRequest> = {
     message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
     message.leaseKey = object.leaseKey ?? "";
     message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    message.preference = object.preference ?? 0;
     return message;
   },
 };
@@ -1496,7 +1557,14 @@ export const ObserveRequest: MessageFns<ObserveRequest> = {
 };
 
 function createBaseObserveResponse(): ObserveResponse {
-  return { type: ChangeType.UNSPECIFIED, leader: undefined, endedHolder: "", endedFencingToken: 0n, revision: 0n };
+  return {
+    type: ChangeType.UNSPECIFIED,
+    leader: undefined,
+    endedHolder: "",
+    endedFencingToken: 0n,
+    revision: 0n,
+    preferred: undefined,
+  };
 }
 
 export const ObserveResponse: MessageFns<ObserveResponse> = {
@@ -1521,6 +1589,9 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
         throw new globalThis.Error("value provided for field message.revision of type uint64 too large");
       }
       writer.uint32(40).uint64(message.revision);
+    }
+    if (message.preferred !== undefined) {
+      Candidate.encode(message.preferred, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -1578,6 +1649,14 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
             message.revision = reader.uint64() as bigint;
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.preferred = Candidate.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1605,6 +1684,7 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
         ? BigInt(object.ended_fencing_token)
         : 0n,
       revision: isSet(object.revision) ? BigInt(object.revision) : 0n,
+      preferred: isSet(object.preferred) ? Candidate.fromJSON(object.preferred) : undefined,
     };
   },
 
@@ -1625,6 +1705,9 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
     if (message.revision !== 0n) {
       obj.revision = message.revision.toString();
     }
+    if (message.preferred !== undefined) {
+      obj.preferred = Candidate.toJSON(message.preferred);
+    }
     return obj;
   },
 
@@ -1642,6 +1725,94 @@ export const ObserveResponse: MessageFns<ObserveResponse> = {
       ? BigInt(object.endedFencingToken)
       : 0n;
     message.revision = (object.revision !== undefined && object.revision !== null) ? BigInt(object.revision) : 0n;
+    message.preferred = (object.preferred !== undefined && object.preferred !== null)
+      ? Candidate.fromPartial(object.preferred)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCandidate(): Candidate {
+  return { holder: "", preference: 0 };
+}
+
+export const Candidate: MessageFns<Candidate> = {
+  encode(message: Candidate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.holder !== "") {
+      writer.uint32(10).string(message.holder);
+    }
+    if (message.preference !== 0) {
+      writer.uint32(16).uint32(message.preference);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Candidate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCandidate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.preference = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Candidate {
+    return {
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      preference: isSet(object.preference) ? globalThis.Number(object.preference) : 0,
+    };
+  },
+
+  toJSON(message: Candidate): unknown {
+    const obj: any = {};
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.preference !== 0) {
+      obj.preference = Math.round(message.preference);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Candidate>, I>>(base?: I): Candidate {
+    return Candidate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Candidate>, I>>(object: I): Candidate {
+    const message = createBaseCandidate();
+    message.holder = object.holder ?? "";
+    message.preference = object.preference ?? 0;
     return message;
   },
 };

@@ -397,6 +397,15 @@ export interface AcquireRequest {
    * use each name one way only.
    */
   limit: number;
+  /**
+   * preference is an election candidate's preference, kept with its place
+   * while it waits (ElectionService's CampaignRequest.preference: the
+   * electors of the client libraries campaign with Acquire): Observe names
+   * the waiting candidate of the highest preference, and a leader of lower
+   * preference hands over to it. 0 (the default) asks for nothing. Not
+   * combinable with limit.
+   */
+  preference: number;
 }
 
 export interface AcquireRequest_MetadataEntry {
@@ -1456,6 +1465,7 @@ function createBaseAcquireRequest(): AcquireRequest {
     metadata: {},
     lockDelay: undefined,
     limit: 0,
+    preference: 0,
   };
 }
 
@@ -1484,6 +1494,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.limit !== 0) {
       writer.uint32(64).uint32(message.limit);
+    }
+    if (message.preference !== 0) {
+      writer.uint32(72).uint32(message.preference);
     }
     return writer;
   },
@@ -1568,6 +1581,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.limit = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.preference = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1611,6 +1632,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         ? Duration.fromJSON(object.lock_delay)
         : undefined,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      preference: isSet(object.preference) ? globalThis.Number(object.preference) : 0,
     };
   },
 
@@ -1646,6 +1668,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     if (message.limit !== 0) {
       obj.limit = Math.round(message.limit);
     }
+    if (message.preference !== 0) {
+      obj.preference = Math.round(message.preference);
+    }
     return obj;
   },
 
@@ -1672,6 +1697,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
       ? Duration.fromPartial(object.lockDelay)
       : undefined;
     message.limit = object.limit ?? 0;
+    message.preference = object.preference ?? 0;
     return message;
   },
 };
