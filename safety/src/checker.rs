@@ -366,6 +366,9 @@ pub struct Report {
     pub released_though_refused: usize,
     /// Renewals sent on a KeepAlive stream.
     pub keepalive_renewals: usize,
+    /// Leaderships handed over to the next waiting candidate (Resign with
+    /// a successor, answered).
+    pub handovers: usize,
     /// Property 9 violations: a change the resumed watch skipped without
     /// saying so, or delivered twice.
     pub p9_watch: usize,
@@ -904,6 +907,10 @@ pub fn check(input: &Input) -> Report {
             o.op == OpKind::Renew && o.phase != Phase::Invoke && o.detail.starts_with(KEEPALIVE)
         })
         .count();
+    r.handovers = ops
+        .iter()
+        .filter(|o| o.op == OpKind::Release && o.phase == Phase::Ok && o.detail == HANDOVER)
+        .count();
 
     // Property 2: the store's log never goes back in tokens per resource.
     let mut highest: HashMap<(&str, u32), i64> = HashMap::new();
@@ -1363,6 +1370,10 @@ fn groups(input: &Input, r: &mut Report) {
     }
 }
 
+/// The detail of a Release op that was an election's Resign handing the
+/// leadership to the next waiting candidate.
+pub const HANDOVER: &str = "handover";
+
 /// The kinds of event that report one change of the bucket.
 pub const CHANGES: [&str; 5] = ["ACQUIRED", "RENEWED", "RELEASED", "EXPIRED", "REVOKED"];
 
@@ -1395,10 +1406,19 @@ fn watch_resume(input: &Input, r: &mut Report) {
         .count();
     r.watch_lagged = streams.iter().filter(|s| s.ended == "WATCH_LAGGED").count();
     let is_change = |e: &Event| CHANGES.contains(&e.kind.as_str());
-    // Duplicates.
-    let mut delivered: HashMap<(u32, u64, &str, u32), u32> = HashMap::new();
+    // Duplicates: a change is one event per revision and kind (a
+    // Transfer's one write is the giver's RELEASED and the recipient's
+    // ACQUIRED), and an end one per holding (its token), at whatever
+    // revision a replay names it.
+    let mut delivered: HashMap<(u32, &str, u32, &str, u64), u32> = HashMap::new();
     for e in input.events.iter().filter(|e| is_change(e)) {
-        if let Some(first) = delivered.insert((e.shard, e.revision, &e.name, e.slot), e.stream) {
+        let key = match e.kind.as_str() {
+            "RELEASED" | "EXPIRED" | "REVOKED" if e.token > 0 => {
+                (e.shard, e.name.as_str(), e.slot, "end", e.token)
+            }
+            kind => (e.shard, e.name.as_str(), e.slot, kind, e.revision),
+        };
+        if let Some(first) = delivered.insert(key, e.stream) {
             r.p9_watch += 1;
             r.example(format!(
                 "P9 {}: the change at revision {} (shard {}, {}) was reported twice, by watch streams {first} and {}",
@@ -2725,6 +2745,20 @@ mod tests {
         assert_eq!((r.p9_watch, r.watch_missed), (0, 2), "{:?}", r.examples);
         // 12 replayed again by stream 2: reported twice.
         events.push(change("ACQUIRED", "y", 12, 2, true));
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
+        events.pop();
+        // A Transfer: the giver's end and the recipient's grant at one
+        // revision are two changes; the same end named again by a replay,
+        // at a later revision, is one reported twice.
+        let ended = |revision, stream, replay| Event {
+            token: 11,
+            ..change("RELEASED", "x", revision, stream, replay)
+        };
+        events.push(ended(17, 2, false));
+        let r = check_watch(&events, &streams, &truth);
+        assert_eq!(r.p9_watch, 0, "{:?}", r.examples);
+        events.push(ended(19, 2, true));
         let r = check_watch(&events, &streams, &truth);
         assert_eq!(r.p9_watch, 1, "{:?}", r.examples);
         // Live, a write shows in the same holding's next write (a lagging

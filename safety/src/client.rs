@@ -56,7 +56,7 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 use crate::admit::{self, Admitted};
-use crate::checker::{KEEPALIVE, PROOF_REFUSED, STALE};
+use crate::checker::{HANDOVER, KEEPALIVE, PROOF_REFUSED, STALE};
 use crate::clock::{mono_ns, ms_to_ns, real_ms};
 use crate::forge::{Book, Genuine};
 use crate::history::{Op, OpKind, Phase, Recorder};
@@ -614,6 +614,7 @@ impl Client {
             let req = AcquireRequest {
                 name: name.to_string(),
                 limit: self.args.limit,
+                preference: 0,
                 holder: self.args.id.clone(),
                 ttl: Some(prost_types::Duration {
                     seconds: ttl_s as i64,
@@ -645,6 +646,7 @@ impl Client {
                     ttl: req.ttl,
                     lease_key: req.lease_key,
                     wait: req.wait,
+                    preference: 0,
                 };
                 bounded(
                     timeout,
@@ -1229,9 +1231,15 @@ impl Client {
         }
     }
 
-    /// Stops acting, then releases (one retry on another replica).
+    /// Stops acting, then releases (one retry on another replica). An
+    /// election's leader resigns to the next waiting candidate every other
+    /// time (a handover: the candidate leads from the resignation's own
+    /// write), and plainly when none waits.
     async fn release(&mut self, held: &Held) {
-        for _ in 0..2 {
+        let mut handover = self.args.election && self.rng.random_bool(0.5);
+        let mut attempts = 0;
+        while attempts < 2 {
+            attempts += 1;
             let timeout = Duration::from_secs(1);
             let req = ReleaseRequest {
                 name: held.name.clone(),
@@ -1257,6 +1265,7 @@ impl Client {
                     name: req.name,
                     expected_revision: req.expected_revision,
                     lease_key: req.lease_key,
+                    to_next_candidate: handover,
                     ..Default::default()
                 };
                 bounded(
@@ -1280,6 +1289,9 @@ impl Client {
                 Ok(revision) => {
                     op.phase = Phase::Ok;
                     op.revision = revision;
+                    if handover {
+                        op.detail = HANDOVER.to_string();
+                    }
                     self.rec.record(&op);
                     return;
                 }
@@ -1291,6 +1303,12 @@ impl Client {
                     };
                     op.detail = describe(&status);
                     self.rec.record(&op);
+                    if handover && op.detail == "NO_WAITER" {
+                        // Nobody to hand over to: resign plainly.
+                        handover = false;
+                        attempts -= 1;
+                        continue;
+                    }
                     if op.phase == Phase::Fail {
                         return;
                     }

@@ -272,7 +272,7 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
         );
         eprintln!(
-            "   P5: {} pairs judged, {} lock delays judged ({} granted inside one); revokes: {} holdings revoked, their writes after the revoke {} refused / {} accepted; {} acted after a loss; {} renewals on KeepAlive streams; {} releases answered LEASE_NOT_HELD though their own tombstone landed",
+            "   P5: {} pairs judged, {} lock delays judged ({} granted inside one); revokes: {} holdings revoked, their writes after the revoke {} refused / {} accepted; {} acted after a loss; {} renewals on KeepAlive streams; {} releases answered LEASE_NOT_HELD though their own tombstone landed; {} leaderships handed over",
             r.p5_pairs,
             r.delays_judged,
             r.p5_delay,
@@ -281,7 +281,8 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.revoked_writes_accepted,
             r.acted_after_loss,
             r.keepalive_renewals,
-            r.released_though_refused
+            r.released_though_refused,
+            r.handovers
         );
         eprintln!(
             "   watch: {} streams resumed ({} refused WATCH_HISTORY_COMPACTED, {} ended WATCH_LAGGED); {} changes judged ({} in replays, {} coalesced, {} inside a MISSED), {} skipped or repeated",
