@@ -6,7 +6,9 @@ package tenure
 // OnStoppedLeading when the term ends, and tells every participant who
 // leads through OnNewLeader (from ElectionService.Observe). An election is
 // the lease of the same name, so a term is a Session: its fencing token is
-// the term's token, to pass to every downstream write.
+// the term's token, to pass to every downstream write. A participant
+// campaigns with a preference (ElectionConfig.Preference), and a leader
+// hands over to a waiting candidate of greater preference.
 
 import (
 	"context"
@@ -57,6 +59,29 @@ type ElectionConfig struct {
 	// CampaignWait is how long one Campaign call waits for the election to
 	// have no leader before it is retried (0: 30 s; the server caps it).
 	CampaignWait time.Duration
+	// Preference is this participant's preference as a candidate (0, the
+	// default: none; see WithPreference). While it leads, a waiting
+	// candidate of a greater preference takes over: the Observe stream
+	// names the waiting candidate with the highest preference (the
+	// earliest of equals), and this leader hands the term over to it as
+	// Elector.ResignTo does (OnStartedLeading's context is cancelled with
+	// cause ErrTransferred, OnStoppedLeading runs, then the Resign with the
+	// successor is sent), so the successor never starts before this leader
+	// stopped, leads from the very write that ends this term, and has a
+	// greater fencing token; no moment without a leader. When the preferred
+	// candidate is already named as this participant wins a term, it hands
+	// over at once, before OnStartedLeading (neither callback runs for that
+	// term). If the hand-over fails (NO_WAITER: the candidate left) it
+	// leads the same term as after a failed ResignTo, and tries again only
+	// when an Observe message names a preferred candidate anew. Candidates
+	// of equal preference never displace each other.
+	//
+	// Rolling updates: campaign with the deployment's generation (or
+	// version) as the preference. The first candidate of the new version
+	// to wait takes over from an old-version leader once, with no
+	// leaderless moment; the other new-version candidates wait behind it
+	// and do not displace it.
+	Preference uint32
 	// OnStartedLeading runs in its own goroutine when this participant
 	// becomes leader. ctx is cancelled at the term's safe deadline, when
 	// leadership is lost, when RunElection's context ends, or when
@@ -72,10 +97,13 @@ type ElectionConfig struct {
 	// OnNewLeader is called with each new leader (or "nobody", with an
 	// empty Identity) seen through Observe, including this participant, and
 	// with a Leader whose Missed is set when the Observe stream missed
-	// changes (who leads is then unknown until the next call). Optional.
+	// changes (who leads is then unknown until the next call). Not for a
+	// CHANGE_TYPE_PREFERRED change (a new preferred candidate; the leader
+	// is unchanged). Optional.
 	OnNewLeader func(Leader)
 	// AcquireOptions are passed to the Acquire of each term (e.g.
-	// WithSafetyMargin). WithWait and WithMetadata are set by RunElection.
+	// WithSafetyMargin). WithWait, WithMetadata and WithPreference (from
+	// Preference) are set by RunElection.
 	AcquireOptions []AcquireOption
 }
 
@@ -162,8 +190,10 @@ func leaderOf(l *tenurev1.Leadership) Leader {
 // a term ends. When ctx ends it resigns a term it holds (so another
 // participant takes over at once instead of after the TTL) and returns
 // ctx's error. It returns early only on a permanent error (bad arguments,
-// credentials or grants). It is NewElector(cfg).Run(ctx); use an Elector
-// to hand the leadership over (Elector.ResignTo).
+// credentials or grants). It follows the election's Observe stream all
+// along (for OnNewLeader, and for the preferred candidate a leader of
+// lower Preference hands over to). It is NewElector(cfg).Run(ctx); use an
+// Elector to hand the leadership over (Elector.ResignTo).
 func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
 	return c.NewElector(cfg).Run(ctx)
 }
@@ -173,8 +203,10 @@ func (c *Client) RunElection(ctx context.Context, cfg ElectionConfig) error {
 var ErrNotLeading = errors.New("tenure: the elector does not lead")
 
 // Elector takes part in an election as RunElection does, and lets its
-// leader hand the leadership to a waiting candidate (ResignTo). Create it
-// with Client.NewElector; its methods are safe for concurrent use.
+// leader hand the leadership to a waiting candidate (ResignTo); it also
+// hands over by itself to a waiting candidate of greater preference
+// (ElectionConfig.Preference). Create it with Client.NewElector; its
+// methods are safe for concurrent use.
 type Elector struct {
 	c   *Client
 	cfg ElectionConfig
@@ -189,11 +221,63 @@ type leadingTerm struct {
 	done      chan struct{}  // closed when the period ends
 }
 
-// handover is one ResignTo request and its answer.
+// handover is one ResignTo request and its answer, or (ctx and reply nil)
+// a hand-over to the preferred candidate.
 type handover struct {
 	ctx       context.Context
 	successor string
 	reply     chan handoverResult // buffered: the loop never blocks on it
+}
+
+// handOverTimeout bounds the Resign of a hand-over to the preferred
+// candidate.
+const handOverTimeout = 10 * time.Second
+
+// preferred is the latest preferred candidate the Observe stream named.
+type preferred struct {
+	mu         sync.Mutex
+	holder     string // "" when none waits
+	preference uint32
+	seq        uint64        // how many Observe messages named a candidate
+	changed    chan struct{} // closed (and replaced) at each message
+}
+
+func newPreferred() *preferred {
+	return &preferred{changed: make(chan struct{})}
+}
+
+// set takes the preferred candidate of one Observe message (nil: none).
+func (p *preferred) set(c *tenurev1.Candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.GetHolder() != "" {
+		p.holder, p.preference = c.GetHolder(), c.GetPreference()
+		p.seq++
+	} else {
+		p.holder, p.preference = "", 0
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// changes is closed at the next message.
+func (p *preferred) changes() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+// due returns the candidate a leader (identity, preference own) hands over
+// to now: the preferred one, when its preference is greater and this naming
+// of it was not tried yet (*tried, which it then updates).
+func (p *preferred) due(identity string, own uint32, tried *uint64) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holder == "" || p.holder == identity || p.preference <= own || p.seq == *tried {
+		return "", false
+	}
+	*tried = p.seq
+	return p.holder, true
 }
 
 type handoverResult struct {
@@ -219,17 +303,24 @@ func (e *Elector) Run(ctx context.Context) error {
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
-	if cfg.OnNewLeader != nil {
-		observed := make(chan struct{})
-		defer func() { <-observed }()
-		go func() {
-			defer close(observed)
-			c.observe(ctx, cfg.Name, cfg.OnNewLeader)
-		}()
-	}
+	// Observe, for OnNewLeader and the preferred candidate, until Run
+	// returns (also on a permanent error, with ctx still live).
+	named := newPreferred()
+	observeCtx, stopObserving := context.WithCancel(ctx)
+	observed := make(chan struct{})
+	defer func() {
+		stopObserving()
+		<-observed
+	}()
+	go func() {
+		defer close(observed)
+		c.observe(observeCtx, cfg.Name, cfg.OnNewLeader, named.set)
+	}()
+	opts := append(append([]AcquireOption{}, cfg.AcquireOptions...), WithPreference(cfg.Preference))
+	var tried uint64  // the naming of the preferred candidate last handed over to
 	var pause backoff // the watch's capped, jittered backoff
 	for ctx.Err() == nil {
-		term, err := c.Elect(ctx, cfg.Name, cfg.Identity, cfg.Value, cfg.TTL, wait, cfg.AcquireOptions...)
+		term, err := c.Elect(ctx, cfg.Name, cfg.Identity, cfg.Value, cfg.TTL, wait, opts...)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -248,7 +339,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			continue
 		}
 		pause.reset()
-		for e.lead(ctx, term) {
+		for e.lead(ctx, term, named, &tried) {
 			// A hand-over failed with the term still held: lead it again.
 		}
 	}
@@ -293,10 +384,18 @@ func (e *Elector) ResignTo(ctx context.Context, successor string) (Leader, error
 
 // lead runs one period of leading term: OnStartedLeading with a context
 // ending at the term's end, then OnStoppedLeading, resigning when ctx
-// ended first, or handing the term over on ResignTo. It reports whether
+// ended first, or handing the term over on ResignTo or to a preferred
+// candidate of greater preference (named; when one is already named as the
+// period starts, at once and without the callbacks). It reports whether
 // the term should be led again (a hand-over failed with the term held).
-func (e *Elector) lead(ctx context.Context, term *Session) (again bool) {
+func (e *Elector) lead(ctx context.Context, term *Session, named *preferred, tried *uint64) (again bool) {
 	cfg := e.cfg
+	if successor, ok := named.due(cfg.Identity, cfg.Preference, tried); ok {
+		hctx, hcancel := context.WithTimeout(ctx, handOverTimeout)
+		_, err := e.resignTo(hctx, term, successor)
+		hcancel()
+		return e.handedOver(ctx, term, err)
+	}
 	termCtx, cancel := context.WithCancelCause(term.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
@@ -317,26 +416,35 @@ func (e *Elector) lead(ctx context.Context, term *Session) (again bool) {
 		cfg.OnStartedLeading(termCtx, term)
 	}()
 	var h *handover
-	select {
-	case <-termCtx.Done():
-	case h = <-lt.handovers:
+	for h == nil && termCtx.Err() == nil {
+		changed := named.changes() // before due: no message is missed
+		if successor, ok := named.due(cfg.Identity, cfg.Preference, tried); ok {
+			h = &handover{successor: successor}
+			break
+		}
+		select {
+		case <-termCtx.Done():
+		case h = <-lt.handovers:
+		case <-changed:
+		}
+	}
+	if h != nil {
 		cancel(ErrTransferred)
 	}
 	<-started
 	if h != nil {
 		cfg.OnStoppedLeading()
-		l, err := e.resignTo(h.ctx, term, h.successor)
-		h.reply <- handoverResult{leader: l, err: err}
-		if err == nil {
-			return false
+		hctx := h.ctx
+		if hctx == nil { // to the preferred candidate
+			var hcancel context.CancelFunc
+			hctx, hcancel = context.WithTimeout(ctx, handOverTimeout)
+			defer hcancel()
 		}
-		if term.Held() && ctx.Err() == nil {
-			return true
+		l, err := e.resignTo(hctx, term, h.successor)
+		if h.reply != nil {
+			h.reply <- handoverResult{leader: l, err: err}
 		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, _ = term.Release(rctx)
-		rcancel()
-		return false
+		return e.handedOver(ctx, term, err)
 	}
 	if ctx.Err() != nil || term.Held() {
 		// Giving up (or the callback returned early): resign so the next
@@ -347,6 +455,23 @@ func (e *Elector) lead(ctx context.Context, term *Session) (again bool) {
 		rcancel()
 	}
 	cfg.OnStoppedLeading()
+	return false
+}
+
+// handedOver is what lead reports after a hand-over of term that ended
+// with err: on success the term is over; when it failed with the term
+// still held (NO_WAITER) it is led again, unless ctx ended (then it is
+// resigned).
+func (e *Elector) handedOver(ctx context.Context, term *Session, err error) (again bool) {
+	if err == nil {
+		return false
+	}
+	if term.Held() && ctx.Err() == nil {
+		return true
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_, _ = term.Release(rctx)
+	rcancel()
 	return false
 }
 
@@ -372,9 +497,11 @@ func (e *Elector) resignTo(ctx context.Context, term *Session, successor string)
 }
 
 // observe calls onNewLeader for every change of leader of name until ctx
-// ends, reopening the Observe stream (which starts with the current state)
-// after an error.
-func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Leader)) {
+// ends (not for a PREFERRED change, whose leader is unchanged), and
+// onPreferred with the preferred candidate of every message (nil when none
+// waits), reopening the Observe stream (which starts with the current
+// state) after an error. Either may be nil.
+func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Leader), onPreferred func(*tenurev1.Candidate)) {
 	var last Leader
 	first := true
 	var pause backoff
@@ -388,6 +515,9 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 					break
 				}
 				pause.reset()
+				if onPreferred != nil {
+					onPreferred(msg.GetPreferred())
+				}
 				now := leaderOf(msg.GetLeader())
 				if msg.GetType() == tenurev1.ChangeType_CHANGE_TYPE_MISSED {
 					now = Leader{Missed: true, EndedIdentity: msg.GetEndedHolder(), EndedFencingToken: msg.GetEndedFencingToken()}
@@ -395,7 +525,9 @@ func (c *Client) observe(ctx context.Context, name string, onNewLeader func(Lead
 				if first || now != last {
 					first = false
 					last = now
-					onNewLeader(now)
+					if onNewLeader != nil {
+						onNewLeader(now)
+					}
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,7 +51,8 @@ type GroupRelease struct {
 // one lease key, and renews them together in the background. With WithWait
 // it waits until every name is free at once (it never holds some while
 // waiting for others, so groups cannot deadlock whatever the order of the
-// names). WithLockDelay applies to every member. On failure it returns an
+// names). WithLockDelay applies to every member; WithPreference is refused
+// (an election candidate's option). On failure it returns an
 // *Error: LEASE_HELD names a held member in Metadata["name"]; a server
 // without groups answers UNIMPLEMENTED, one on nats-server older than 2.12
 // FAILED_PRECONDITION.
@@ -61,6 +63,9 @@ func (c *Client) AcquireGroup(ctx context.Context, names []string, holder string
 	}
 	if err := cfg.check(ttl); err != nil {
 		return nil, err
+	}
+	if cfg.preference != 0 {
+		return nil, errors.New("tenure: AcquireGroup: WithPreference is for an election candidate's Acquire, not a group")
 	}
 	req := &tenurev1.AcquireGroupRequest{
 		Names:     names,

@@ -3,6 +3,7 @@ package tenure_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -312,5 +314,143 @@ func TestGroupLossWatchMissed(t *testing.T) {
 				t.Fatalf("lost with %v; want ErrLostOnWatch, ErrMissedOnWatch %v", g.Err(), tc.missed)
 			}
 		})
+	}
+}
+
+// preferFake is an ElectionService whose Observe stream sends what the
+// test puts in msgs, and whose Resign always answers NO_WAITER (the
+// candidate left), recording each successor asked for.
+type preferFake struct {
+	tenurev1.UnimplementedElectionServiceServer
+	msgs     chan *tenurev1.ObserveResponse
+	noWaiter error
+
+	mu      sync.Mutex
+	resigns []string
+}
+
+func (f *preferFake) Observe(_ *tenurev1.ObserveRequest, stream tenurev1.ElectionService_ObserveServer) error {
+	for {
+		select {
+		case m := <-f.msgs:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func (f *preferFake) Resign(_ context.Context, req *tenurev1.ResignRequest) (*tenurev1.ResignResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resigns = append(f.resigns, req.GetSuccessor())
+	return nil, f.noWaiter
+}
+
+func (f *preferFake) resigned() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.resigns...)
+}
+
+// A leader hands over to a preferred candidate of greater preference
+// (after stopping: its context's cause is ErrTransferred, and
+// OnStoppedLeading ran); when that fails with NO_WAITER it leads the same
+// term again and does not try again until an Observe message names a
+// candidate anew (one Resign per naming); a candidate of equal preference
+// is not handed over to, and a PREFERRED change does not reach
+// OnNewLeader.
+func TestElectorRetriesThePreferredOnlyWhenNamedAgain(t *testing.T) {
+	election := &preferFake{
+		msgs:     make(chan *tenurev1.ObserveResponse, 8),
+		noWaiter: tenureStatus(t, codes.FailedPrecondition, "NO_WAITER", "no such waiter"),
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	tenurev1.RegisterLeaseServiceServer(g, &missedFake{})
+	tenurev1.RegisterElectionServiceServer(g, election)
+	go func() { _ = g.Serve(l) }()
+	t.Cleanup(g.Stop)
+	c, err := tenure.Dial(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	var log orderedLog
+	started := make(chan uint64, 8)
+	causes := make(chan error, 8)
+	leaders := make(chan tenure.Leader, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.RunElection(ctx, tenure.ElectionConfig{
+			Name: "jobs.m", Identity: "node-a", Value: "v", TTL: 30 * time.Second, Preference: 1,
+			AcquireOptions: []tenure.AcquireOption{tenure.WithRenewFraction(0.9)},
+			OnStartedLeading: func(ctx context.Context, term *tenure.Session) {
+				log.add("started %d", term.FencingToken())
+				started <- term.FencingToken()
+				<-ctx.Done()
+				log.add("work ended")
+				causes <- context.Cause(ctx)
+			},
+			OnStoppedLeading: func() { log.add("stopped") },
+			OnNewLeader:      func(l tenure.Leader) { leaders <- l },
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	leader := &tenurev1.Leadership{Name: "jobs.m", Holder: "node-a", Value: "v", FencingToken: 10, Revision: 10}
+	ghost := &tenurev1.Candidate{Holder: "ghost", Preference: 5}
+	msg := func(typ tenurev1.ChangeType, l *tenurev1.Leadership, preferred *tenurev1.Candidate) *tenurev1.ObserveResponse {
+		return &tenurev1.ObserveResponse{Type: typ, Leader: l, Revision: l.GetRevision(), Preferred: preferred}
+	}
+
+	recvWithin(t, started, "the term")
+	// Named: the leader stops and resigns to it; NO_WAITER: it leads again.
+	election.msgs <- msg(tenurev1.ChangeType_CHANGE_TYPE_CURRENT, leader, ghost)
+	if cause := recvWithin(t, causes, "the first hand-over's cause"); !errors.Is(cause, tenure.ErrTransferred) {
+		t.Fatalf("leading ended with %v, want ErrTransferred", cause)
+	}
+	recvWithin(t, started, "the term led again")
+	if got := election.resigned(); fmt.Sprint(got) != "[ghost]" {
+		t.Fatalf("Resigns %q when the term is led again, want one to ghost", got)
+	}
+	// Named again (the same candidate): one more try, then led again.
+	election.msgs <- msg(tenurev1.ChangeType_CHANGE_TYPE_PREFERRED, leader, ghost)
+	recvWithin(t, causes, "the second hand-over's cause")
+	recvWithin(t, started, "the term led a third time")
+	if got := election.resigned(); fmt.Sprint(got) != "[ghost ghost]" {
+		t.Fatalf("Resigns %q, want two to ghost", got)
+	}
+	// A candidate of equal preference: no hand-over. Then a new value,
+	// the next OnNewLeader after the first one (no call for the PREFERRED
+	// changes, whose leader was unchanged).
+	election.msgs <- msg(tenurev1.ChangeType_CHANGE_TYPE_PREFERRED, leader, &tenurev1.Candidate{Holder: "peer", Preference: 1})
+	proclaimed := &tenurev1.Leadership{Name: "jobs.m", Holder: "node-a", Value: "v2", FencingToken: 10, Revision: 11}
+	election.msgs <- msg(tenurev1.ChangeType_CHANGE_TYPE_PROCLAIMED, proclaimed, nil)
+	want := []tenure.Leader{
+		{Identity: "node-a", Value: "v", FencingToken: 10},
+		{Identity: "node-a", Value: "v2", FencingToken: 10},
+	}
+	for i, w := range want {
+		if got := recvWithin(t, leaders, "OnNewLeader"); got != w {
+			t.Fatalf("OnNewLeader %d: got %+v, want %+v", i, got, w)
+		}
+	}
+	if got := election.resigned(); fmt.Sprint(got) != "[ghost ghost]" {
+		t.Fatalf("Resigns %q, want two to ghost (none to an equal preference)", got)
+	}
+	lines := log.snapshot()
+	wantLines := []string{"started 10", "work ended", "stopped", "started 10", "work ended", "stopped", "started 10"}
+	if fmt.Sprint(lines) != fmt.Sprint(wantLines) {
+		t.Fatalf("log %q, want %q", lines, wantLines)
 	}
 }

@@ -37,6 +37,7 @@ type acquireConfig struct {
 	marginSet     bool
 	lockDelay     time.Duration
 	limit         uint32 // semaphore limit (Semaphore.Acquire); 0 for a plain lease
+	preference    uint32 // election candidate's preference; 0 for none
 }
 
 // WithWait makes Acquire wait up to d for a held lease to become free,
@@ -80,6 +81,19 @@ func WithRenewFraction(f float64) AcquireOption {
 // 0 and below the granted TTL.
 func WithSafetyMargin(d time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.margin, c.marginSet = d, true }
+}
+
+// WithPreference sets an election candidate's preference (0, the default,
+// asks for nothing): while this Acquire waits (WithWait), the server keeps
+// p in its place in the queue, and the election's Observe stream names the
+// waiting candidate with the highest preference (the earliest of equals) as
+// the preferred one, to whom a leader of lower preference hands over (an
+// Elector does so: ElectionConfig.Preference, which sets this option for
+// its campaigns). It does nothing for an Acquire that does not wait. Not
+// combinable with a semaphore (the server refuses it with INVALID_ARGUMENT)
+// nor with AcquireGroup (refused locally).
+func WithPreference(p uint32) AcquireOption {
+	return func(c *acquireConfig) { c.preference = p }
 }
 
 // Session is one holding of a lease, renewed in the background until
@@ -129,14 +143,15 @@ func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Dura
 		return nil, err
 	}
 	req := &tenurev1.AcquireRequest{
-		Name:      name,
-		Holder:    holder,
-		Ttl:       positive(ttl),
-		LeaseKey:  cfg.leaseKey,
-		Wait:      positive(cfg.wait),
-		Metadata:  cfg.metadata,
-		LockDelay: positive(cfg.lockDelay),
-		Limit:     cfg.limit,
+		Name:       name,
+		Holder:     holder,
+		Ttl:        positive(ttl),
+		LeaseKey:   cfg.leaseKey,
+		Wait:       positive(cfg.wait),
+		Metadata:   cfg.metadata,
+		LockDelay:  positive(cfg.lockDelay),
+		Limit:      cfg.limit,
+		Preference: cfg.preference,
 	}
 	sent := time.Now()
 	resp, err := c.rpc.Acquire(ctx, req)

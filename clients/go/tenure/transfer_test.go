@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,5 +276,91 @@ func TestElectorResignTo(t *testing.T) {
 	}
 	if fmt.Sprint(lines[3:]) != fmt.Sprint(want) {
 		t.Fatalf("log %q, want it to end with %q", lines, want)
+	}
+}
+
+// preferTTL is the terms' TTL in TestElectorHandsOverToPreferred: far
+// above the test's waits (recvWithin: 20 s), so a takeover at the TTL
+// (rather than a hand-over) would fail the test.
+const preferTTL = 60 * time.Second
+
+// preferringElector starts an Elector for identity campaigning with
+// preference, logging its callbacks to log; it sends each term's token to
+// started, its leading context's cause to causes and each leader its
+// OnNewLeader gets to leaders.
+func preferringElector(t *testing.T, c *tenure.Client, name, identity string, preference uint32, log *orderedLog, started chan<- uint64, causes chan<- error, leaders chan<- tenure.Leader) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := c.NewElector(tenure.ElectionConfig{
+		Name:       name,
+		Identity:   identity,
+		Value:      identity + ":5432",
+		TTL:        preferTTL,
+		Preference: preference,
+		OnStartedLeading: func(ctx context.Context, term *tenure.Session) {
+			log.add("%s started %d", identity, term.FencingToken())
+			started <- term.FencingToken()
+			<-ctx.Done()
+			log.add("%s work ended", identity)
+			causes <- context.Cause(ctx)
+		},
+		OnStoppedLeading: func() { log.add("%s stopped", identity) },
+		OnNewLeader:      func(l tenure.Leader) { leaders <- l },
+	})
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// An elector of preference 1 leads; one of preference 2 joins and takes
+// over by itself through the resign-to path: no waiting for the TTL (60 s,
+// above every wait of the test), the leader's work ended and its
+// OnStoppedLeading ran before the successor's OnStartedLeading (one shared
+// log), with a greater token. The PREFERRED change that named node-b did
+// not reach node-a's OnNewLeader (its leader was unchanged).
+func TestElectorHandsOverToPreferred(t *testing.T) {
+	name := leaseName(t, "e")
+	log := &orderedLog{}
+	a := newClient(t, shared.addr)
+	b := newClient(t, shared.addr)
+	startedA, startedB := make(chan uint64, 4), make(chan uint64, 4)
+	causesA, causesB := make(chan error, 4), make(chan error, 4)
+	leadersA, leadersB := make(chan tenure.Leader, 64), make(chan tenure.Leader, 64)
+
+	preferringElector(t, a, name, "node-a", 1, log, startedA, causesA, leadersA)
+	tokenA := recvWithin(t, startedA, "node-a's term")
+	preferringElector(t, b, name, "node-b", 2, log, startedB, causesB, leadersB)
+	tokenB := recvWithin(t, startedB, "node-b's term (a hand-over, not the TTL)")
+	if tokenB <= tokenA {
+		t.Fatalf("node-b leads with token %d, not above node-a's %d", tokenB, tokenA)
+	}
+	want := []string{
+		fmt.Sprintf("node-a started %d", tokenA), "node-a work ended", "node-a stopped",
+		fmt.Sprintf("node-b started %d", tokenB),
+	}
+	if lines := log.snapshot(); len(lines) < 4 || fmt.Sprint(lines[:4]) != fmt.Sprint(want) {
+		t.Fatalf("log %q, want it to start with %q", lines, want)
+	}
+	if cause := recvWithin(t, causesA, "node-a's cause"); !errors.Is(cause, tenure.ErrTransferred) {
+		t.Fatalf("node-a's leading context ended with %v, want ErrTransferred", cause)
+	}
+	// node-a's OnNewLeader got node-a once (not again for the PREFERRED
+	// change naming node-b), before node-b; "" (nobody) may come before
+	// node-a (Observe opened first) and between them (Observe shows the
+	// hand-over as RESIGNED, then ELECTED).
+	var seen []string
+	for l := recvWithin(t, leadersA, "node-b seen by node-a"); ; l = recvWithin(t, leadersA, "node-b seen by node-a") {
+		seen = append(seen, l.Identity)
+		if l.Identity == "node-b" {
+			break
+		}
+	}
+	if got := strings.Join(seen, ","); got != "node-a,node-b" && got != ",node-a,node-b" && got != "node-a,,node-b" && got != ",node-a,,node-b" {
+		t.Fatalf("node-a's OnNewLeader saw %q, want node-a once, then node-b", seen)
+	}
+	if l, err := a.Leader(testCtx(t), name); err != nil || l.Identity != "node-b" || l.FencingToken != tokenB {
+		t.Fatalf("Leader = %v, %v; want node-b with token %d", l, err, tokenB)
 	}
 }

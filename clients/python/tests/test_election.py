@@ -1,5 +1,6 @@
 """Leader election helpers against a real Tenure: hand-over on resignation,
-a revoked leader stops and campaigns again, proclaim, leader."""
+a revoked leader stops and campaigns again, proclaim, leader, and a leader
+handing over to a candidate of a higher preference."""
 
 from __future__ import annotations
 
@@ -109,3 +110,51 @@ async def test_proclaim(server, client, name) -> None:
     with pytest.raises(TenureError) as err:
         await proclaim(term, "x")
     assert err.value.reason == Reason.LEASE_NOT_HELD
+
+
+async def test_leader_hands_over_to_a_candidate_of_higher_preference(server, name) -> None:
+    """node-a (preference 1) leads; node-b (preference 2) campaigns and leads
+    at once: node-a's term (TTL 30 s, longer than any wait here, so a
+    takeover at expiry would fail the test) is handed over, node-a stopped
+    before node-b started, and node-b's token is greater. Neither elector
+    has an on_new_leader callback: the elector follows Observe anyway."""
+    log: list[tuple] = []
+    started: dict[str, asyncio.Queue[int]] = {"node-a": asyncio.Queue(), "node-b": asyncio.Queue()}
+
+    def elector(client: TenureClient, identity: str, preference: int) -> LeaderElector:
+        async def lead(term) -> None:
+            log.append((identity, "started", term.fencing_token))
+            started[identity].put_nowait(term.fencing_token)
+            await asyncio.Event().wait()  # lead until cancelled
+
+        return LeaderElector(
+            client,
+            name,
+            identity,
+            ttl=30,
+            preference=preference,
+            on_started_leading=lead,
+            on_stopped_leading=lambda: log.append((identity, "stopped")),
+        )
+
+    async with TenureClient(server.target) as ca, TenureClient(server.target) as cb:
+        task_a = asyncio.create_task(elector(ca, "node-a", 1).run())
+        task_b = None
+        try:
+            token_a = await asyncio.wait_for(started["node-a"].get(), WAIT)
+            task_b = asyncio.create_task(elector(cb, "node-b", 2).run())
+            token_b = await asyncio.wait_for(started["node-b"].get(), WAIT)
+            assert log[:3] == [
+                ("node-a", "started", token_a),
+                ("node-a", "stopped"),
+                ("node-b", "started", token_b),
+            ]
+            assert token_b > token_a
+            now = await leader(ca, name)
+            assert (now.identity, now.fencing_token) == ("node-b", token_b)
+        finally:
+            for task in (task_b, task_a):
+                if task is not None:
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await task

@@ -1,7 +1,9 @@
-"""Server-free checks: fencing guard, error decoding, generated-code freshness."""
+"""Server-free checks: fencing guard, error decoding, generated-code
+freshness, the elector's use of Observe's preferred candidate."""
 
 from __future__ import annotations
 
+import asyncio
 import filecmp
 import subprocess
 import threading
@@ -12,7 +14,8 @@ import pytest
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from tenure_client import FencingGuard, Reason, StaleTokenError, TenureError
+from tenure_client import FencingGuard, Leader, LeaderElector, Reason, StaleTokenError, TenureError
+from tenure_client._gen import election_pb2
 from tenure_client.fencing import fence_headers
 
 CLIENT_DIR = Path(__file__).resolve().parents[1]
@@ -151,3 +154,121 @@ def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in checked_in.iterdir() if p.is_file())
     match, mismatch, errors = filecmp.cmpfiles(tmp_path, checked_in, names, shallow=False)
     assert not mismatch and not errors, f"stale generated stubs {mismatch + errors}: run gen.sh"
+
+
+def _change(kind: int, leader: str = "", token: int = 0, preferred: tuple = (), **fields):
+    """An ObserveResponse of type `kind` (leader `leader` with `token` when
+    given; the preferred candidate (holder, preference) when given)."""
+    msg = election_pb2.ObserveResponse(type=kind, **fields)
+    if leader:
+        msg.leader.CopyFrom(election_pb2.Leadership(holder=leader, fencing_token=token))
+    if preferred:
+        msg.preferred.CopyFrom(election_pb2.Candidate(holder=preferred[0], preference=preferred[1]))
+    return msg
+
+
+class _FakeObserve:
+    """An Observe stream that yields `messages`, sets `done`, then stays open."""
+
+    def __init__(self, messages: list, done: asyncio.Event) -> None:
+        self.messages, self.done = messages, done
+
+    def __aiter__(self):
+        return self._stream()
+
+    async def _stream(self):
+        for msg in self.messages:
+            yield msg
+        self.done.set()
+        await asyncio.Event().wait()
+
+    def cancel(self) -> None:
+        pass
+
+
+class _FakeClient:
+    """Just what LeaderElector._observe uses of a client: an election stub."""
+
+    def __init__(self, messages: list, done: asyncio.Event) -> None:
+        stream = _FakeObserve(messages, done)
+        self._election_stub = type("Stub", (), {"Observe": lambda _self, req, metadata: stream})()
+
+    def _call_metadata(self) -> tuple:
+        return ()
+
+
+def _elector(client, preference: int, **callbacks) -> LeaderElector:
+    async def lead(term) -> None:
+        pass
+
+    return LeaderElector(
+        client,
+        "e",
+        "node-a",
+        preference=preference,
+        on_started_leading=lead,
+        on_stopped_leading=lambda: None,
+        **callbacks,
+    )
+
+
+async def test_elector_defers_to_a_higher_preference_once_per_naming() -> None:
+    elector = _elector(None, 1)
+    elector._note_preferred(_change(election_pb2.CHANGE_TYPE_CURRENT, preferred=("v2", 2)))
+    assert elector._requests is None  # not leading: only remembered
+
+    def lead_period() -> list:
+        """What a period of leading asks for at its start (as _lead_once)."""
+        elector._requests = []
+        elector._defer_to_preferred()
+        return [r.successor for r in elector._requests]
+
+    assert lead_period() == ["v2"]  # named before the term began
+    # The hand-over failed (NO_WAITER): the same term is led again, with no
+    # new try until Observe names a candidate again.
+    elector._requests[0].future.set_exception(TenureError(Reason.NO_WAITER, "gone"))
+    assert lead_period() == []
+    assert lead_period() == []
+    elector._note_preferred(_change(election_pb2.CHANGE_TYPE_PREFERRED, "node-a", 5, ("v2", 2)))
+    assert [r.successor for r in elector._requests] == ["v2"]  # named again while leading
+    assert elector._asked.is_set()
+
+    # Equal or lower preferences, and itself, never displace the leader.
+    for preferred in (("v1", 1), ("v0", 0), ("node-a", 9)):
+        elector._note_preferred(_change(election_pb2.CHANGE_TYPE_PREFERRED, "node-a", 5, preferred))
+        assert lead_period() == [], preferred
+    elector._note_preferred(_change(election_pb2.CHANGE_TYPE_PREFERRED, "node-a", 5))
+    assert elector._preferred is None and lead_period() == []
+
+    with pytest.raises(ValueError):
+        _elector(None, -1)
+    with pytest.raises(ValueError):
+        _elector(None, 1 << 32)
+
+
+async def test_elector_reports_leaders_not_preferred_changes() -> None:
+    """A PREFERRED change never calls on_new_leader, also after a MISSED
+    (whose "unknown" a PREFERRED without leader must not turn to "nobody")."""
+    messages = [
+        _change(election_pb2.CHANGE_TYPE_CURRENT, "node-a", 5),
+        _change(election_pb2.CHANGE_TYPE_PREFERRED, "node-a", 5, ("v2", 2)),
+        _change(election_pb2.CHANGE_TYPE_MISSED, preferred=("v2", 2), ended_holder="node-a", ended_fencing_token=5),
+        _change(election_pb2.CHANGE_TYPE_PREFERRED),
+        _change(election_pb2.CHANGE_TYPE_ELECTED, "v2", 9),
+        _change(election_pb2.CHANGE_TYPE_PREFERRED, "v2", 9, ("v3", 3)),
+    ]
+    done = asyncio.Event()
+    seen: list[Leader] = []
+    elector = _elector(_FakeClient(messages, done), 1, on_new_leader=seen.append)
+    observer = asyncio.create_task(elector._observe())
+    try:
+        await asyncio.wait_for(done.wait(), 5)
+    finally:
+        observer.cancel()
+        await asyncio.gather(observer, return_exceptions=True)
+    assert seen == [
+        Leader("node-a", "", 5),
+        Leader(missed=True, ended_identity="node-a", ended_fencing_token=5),
+        Leader("v2", "", 9),
+    ]
+    assert (elector._preferred.identity, elector._preferred.preference) == ("v3", 3)

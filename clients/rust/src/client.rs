@@ -106,6 +106,19 @@ pub struct AcquireOptions {
     /// Protects downstream systems that cannot check fencing tokens. Not
     /// combinable with a [`Semaphore`](crate::Semaphore) (the server refuses).
     pub lock_delay: Option<Duration>,
+    /// An election candidate's preference; 0 (the default) asks for
+    /// nothing. While this acquire waits (with [`AcquireOptions::wait`]),
+    /// the server keeps it with its place in the queue, and the election's
+    /// Observe stream names the waiting candidate with the highest
+    /// preference (the earliest of equals) as the preferred one
+    /// ([`LeaderChange::preferred`](crate::LeaderChange::preferred)), to
+    /// whom a leader of lower preference hands over
+    /// ([`Election::with_preference`](crate::Election::with_preference)
+    /// campaigns with it and does so). Does nothing for an acquire that
+    /// does not wait. Not combinable with a [`Semaphore`](crate::Semaphore)
+    /// (the server refuses with `INVALID_ARGUMENT`) nor with
+    /// [`Client::acquire_group`] (refused locally).
+    pub preference: u32,
 }
 
 impl AcquireOptions {
@@ -148,6 +161,12 @@ impl AcquireOptions {
     /// Sets [`AcquireOptions::lock_delay`].
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = Some(delay);
+        self
+    }
+
+    /// Sets [`AcquireOptions::preference`].
+    pub fn preference(mut self, preference: u32) -> Self {
+        self.preference = preference;
         self
     }
 }
@@ -273,6 +292,7 @@ impl Client {
             metadata: options.metadata,
             lock_delay: options.lock_delay.map(to_proto),
             limit,
+            preference: options.preference,
         };
         let stub = self.stub.clone();
         let (reply, sent) = queued(
@@ -315,12 +335,14 @@ impl Client {
     /// see [`GroupSession`]. With [`AcquireOptions::wait`] it waits until
     /// every name is free at once (never holding some while waiting for
     /// others, so groups cannot deadlock). The options apply to every
-    /// member (`lock_delay` included).
+    /// member (`lock_delay` included), but for
+    /// [`AcquireOptions::preference`], which is refused.
     ///
     /// # Errors
     ///
     /// [`Reason::LeaseHeld`] when a member is held (metadata `name`), the
-    /// errors of [`Client::acquire`], `FAILED_PRECONDITION` from a server
+    /// errors of [`Client::acquire`] ([`Reason::InvalidArgument`] for a
+    /// `preference`), `FAILED_PRECONDITION` from a server
     /// whose NATS lacks atomic batches, `UNIMPLEMENTED` from a server
     /// without groups.
     pub async fn acquire_group(
@@ -331,6 +353,14 @@ impl Client {
         options: AcquireOptions,
     ) -> Result<GroupSession, Error> {
         let (renew_fraction, timeout) = checked(ttl, &options)?;
+        if options.preference != 0 {
+            return Err(Error::local(
+                Code::InvalidArgument,
+                Reason::InvalidArgument,
+                "a preference is for an election candidate's acquire, not a group",
+            )
+            .context(&self.target, "AcquireGroup"));
+        }
         let request = AcquireGroupRequest {
             names: names.iter().map(|n| n.to_string()).collect(),
             holder: holder.into(),

@@ -7,13 +7,15 @@
 //! deadline or as soon as the server or the shared watch says it ended.
 //! [`Election::run`] campaigns, runs the leader's work with a token that is
 //! cancelled when the term ends, and campaigns again; [`Election::observe`]
-//! follows who leads.
+//! follows who leads. A participant campaigns with a preference
+//! ([`Election::with_preference`]), and a leader hands over to a waiting
+//! candidate of greater preference.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -45,6 +47,25 @@ pub struct Leader {
     pub fencing_token: u64,
 }
 
+/// A candidate waiting to lead, as the Observe stream names the preferred
+/// one ([`LeaderChange::preferred`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The candidate's holder name: the successor a leader hands over to.
+    pub identity: String,
+    /// Its preference ([`AcquireOptions::preference`]).
+    pub preference: u32,
+}
+
+impl From<crate::proto::Candidate> for Candidate {
+    fn from(c: crate::proto::Candidate) -> Candidate {
+        Candidate {
+            identity: c.holder,
+            preference: c.preference,
+        }
+    }
+}
+
 impl From<Leadership> for Leader {
     fn from(l: Leadership) -> Leader {
         Leader {
@@ -61,7 +82,11 @@ impl From<Leadership> for Leader {
 pub struct LeaderChange {
     /// What changed: [`ChangeType::Current`] first (the state when the
     /// stream opened, again after a reconnect), then `Elected`,
-    /// `Proclaimed`, `Resigned`, `Expired`, `Revoked` or `Missed`.
+    /// `Proclaimed`, `Resigned`, `Expired`, `Revoked`, `Missed` or
+    /// `Preferred`.
+    ///
+    /// [`ChangeType::Preferred`]: a new preferred candidate, or none any
+    /// more (see `preferred`); the leader is unchanged.
     ///
     /// [`ChangeType::Missed`]: the stream did not see every change of the
     /// election (its server's watcher fell behind), so who leads is unknown
@@ -81,6 +106,11 @@ pub struct LeaderChange {
     /// The bucket revision of the change (0 for `Current` without a
     /// leader).
     pub revision: u64,
+    /// The waiting candidate with the highest preference above 0 (the
+    /// earliest of equals) when the change was sent, on every change;
+    /// `None` when no such candidate waits. A leader of lower preference
+    /// hands over to it (as [`Election::run`] does).
+    pub preferred: Option<Candidate>,
 }
 
 impl From<ObserveResponse> for LeaderChange {
@@ -91,6 +121,7 @@ impl From<ObserveResponse> for LeaderChange {
             ended_identity: msg.ended_holder,
             ended_fencing_token: msg.ended_fencing_token,
             revision: msg.revision,
+            preferred: msg.preferred.map(Candidate::from),
         }
     }
 }
@@ -103,9 +134,52 @@ pub struct Election {
     client: Client,
     /// The election (a lease name).
     name: Arc<str>,
+    /// The preference this participant campaigns with (0: none).
+    preference: u32,
     /// Where [`Election::resign_to`] asks the running [`Election::run`] to
     /// hand over: set while it leads.
     handovers: Arc<Mutex<Option<mpsc::Sender<Handover>>>>,
+}
+
+/// Why [`Election::run`] hands its term over.
+#[derive(Debug)]
+enum Ask {
+    /// [`Election::resign_to`] asked.
+    Asked(Handover),
+    /// The preferred candidate (identity) has a greater preference.
+    Preferred(String),
+}
+
+/// The latest preferred candidate the Observe stream named, for
+/// [`Election::run`].
+#[derive(Debug, Clone, Default)]
+struct Named {
+    /// The preferred candidate; `None` when none waits.
+    candidate: Option<Candidate>,
+    /// How many Observe messages named a candidate.
+    seq: u64,
+}
+
+impl Named {
+    /// Takes the preferred candidate of one Observe message.
+    fn take(&mut self, preferred: Option<Candidate>) {
+        self.candidate = preferred.filter(|c| !c.identity.is_empty());
+        if self.candidate.is_some() {
+            self.seq += 1;
+        }
+    }
+
+    /// The candidate a leader (`identity`, preference `own`) hands over to
+    /// now: the preferred one, when its preference is greater and this
+    /// naming of it was not tried yet (`tried`, which it then updates).
+    fn due(&self, identity: &str, own: u32, tried: &mut u64) -> Option<String> {
+        let c = self.candidate.as_ref()?;
+        if c.identity == identity || c.preference <= own || self.seq == *tried {
+            return None;
+        }
+        *tried = self.seq;
+        Some(c.identity.clone())
+    }
 }
 
 /// One [`Election::resign_to`] request and where its answer goes.
@@ -123,8 +197,30 @@ impl Election {
         Election {
             client: client.clone(),
             name: name.into().into(),
+            preference: 0,
             handovers: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// This participant's preference as a candidate (0, the default:
+    /// none): [`campaign`](Election::campaign) and [`run`](Election::run)
+    /// campaign with it ([`AcquireOptions::preference`]), and while `run`
+    /// leads, a waiting candidate of greater preference takes over (see
+    /// [`run`](Election::run)).
+    ///
+    /// For a rolling update, campaign with the deployment's generation: the
+    /// first candidate of the new version to wait takes over from an
+    /// old-version leader once, with no leaderless moment; candidates of
+    /// equal preference never displace each other.
+    #[must_use]
+    pub fn with_preference(mut self, preference: u32) -> Election {
+        self.preference = preference;
+        self
+    }
+
+    /// The preference this participant campaigns with.
+    pub fn preference(&self) -> u32 {
+        self.preference
     }
 
     /// The election's name.
@@ -133,8 +229,10 @@ impl Election {
     }
 
     /// Campaigns once: waits up to `wait` for the election to have no
-    /// leader, then makes `identity` its leader publishing `value`, and
-    /// returns the term ([`Session::release`] resigns).
+    /// leader (as a candidate of this election's
+    /// [`preference`](Election::with_preference)), then makes `identity`
+    /// its leader publishing `value`, and returns the term
+    /// ([`Session::release`] resigns).
     ///
     /// # Errors
     ///
@@ -147,7 +245,9 @@ impl Election {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Session, Error> {
-        let mut options = AcquireOptions::default().metadata(VALUE_KEY, value);
+        let mut options = AcquireOptions::default()
+            .metadata(VALUE_KEY, value)
+            .preference(self.preference);
         if !wait.is_zero() {
             options = options.wait(wait);
         }
@@ -321,7 +421,8 @@ impl Election {
     /// Observe stream is reopened after errors (it starts with the current
     /// state, so a reconnect never leaves a stale leader); a permanent
     /// refusal (grants, credentials, arguments) ends it, as does dropping
-    /// the receiver.
+    /// the receiver. A `PREFERRED` change (a new preferred candidate) keeps
+    /// the leader, so it is not sent.
     pub fn observe(&self, stop: CancellationToken) -> mpsc::Receiver<Option<Leader>> {
         self.follow(stop, true, |change| match change.kind {
             ChangeType::Missed => None,
@@ -333,10 +434,24 @@ impl Election {
     /// [`observe`](Election::observe) does, but with every change as the
     /// server sent it ([`LeaderChange`]: its kind, including
     /// [`ChangeType::Missed`] when the stream missed changes, and the term
-    /// that ended). After a reconnect the stream starts again with a
-    /// `Current` change.
+    /// that ended; [`ChangeType::Preferred`] when the preferred candidate
+    /// changed, and on every change the preferred candidate). After a
+    /// reconnect the stream starts again with a `Current` change.
     pub fn observe_changes(&self, stop: CancellationToken) -> mpsc::Receiver<LeaderChange> {
         self.follow(stop, false, |change| change)
+    }
+
+    /// Follows the preferred candidate of the Observe stream until `stop`
+    /// (for [`run`](Election::run)).
+    fn follow_preferred(&self, stop: CancellationToken) -> watch::Receiver<Named> {
+        let mut changes = self.follow(stop, false, |change| change.preferred);
+        let (named, receiver) = watch::channel(Named::default());
+        tokio::spawn(async move {
+            while let Some(preferred) = changes.recv().await {
+                named.send_modify(|n| n.take(preferred));
+            }
+        });
+        receiver
     }
 
     /// Reads Observe streams until `stop`, sending `map` of each change
@@ -418,6 +533,23 @@ impl Election {
     /// and `stopped` are then called again for the same term if the
     /// hand-over fails with the term still held).
     ///
+    /// It campaigns with this election's
+    /// [`preference`](Election::with_preference) and follows the Observe
+    /// stream all along for the preferred candidate (the waiting one with
+    /// the highest preference, the earliest of equals). While it leads,
+    /// when that candidate's preference is greater than its own, it hands
+    /// the term over to it as `resign_to` does (`ended` is cancelled,
+    /// `lead` returns, `stopped` is called, then the resignation to that
+    /// successor is sent), so the successor never starts before this leader
+    /// stopped, leads from the very write that ends this term (no moment
+    /// without a leader), and has a greater fencing token. When such a
+    /// candidate is already named as a term is won, it hands over at once,
+    /// without calling `lead` or `stopped` for that term. When the
+    /// hand-over fails (`NO_WAITER`: the candidate stopped waiting) it
+    /// leads the same term again, and tries again only when an Observe
+    /// message names a preferred candidate anew (never in a loop).
+    /// Candidates of equal preference never displace each other.
+    ///
     /// # Errors
     ///
     /// A permanent error of a campaign (arguments, credentials, grants);
@@ -435,6 +567,11 @@ impl Election {
         L: FnMut(Arc<Session>, CancellationToken) -> F,
         F: Future<Output = ()>,
     {
+        // The preferred candidate, followed until this returns.
+        let observing = stop.child_token();
+        let _observing = observing.clone().drop_guard();
+        let mut named = self.follow_preferred(observing);
+        let mut tried = 0; // the naming last handed over to (Named::seq)
         let mut backoff = FIRST_BACKOFF;
         while !stop.is_cancelled() {
             let campaign = tokio::select! {
@@ -457,6 +594,19 @@ impl Election {
             backoff = FIRST_BACKOFF;
             let term = Arc::new(term);
             loop {
+                // A preferred candidate already named as the term is won:
+                // hand over before leading.
+                let due = named
+                    .borrow_and_update()
+                    .due(identity, self.preference, &mut tried);
+                if let Some(successor) = due {
+                    let result = self.hand_over(&term, Some(&successor)).await;
+                    if result.is_err() && term.is_held() && !stop.is_cancelled() {
+                        continue; // NO_WAITER (or a failed call): lead the term
+                    }
+                    let _ = term.release().await; // nothing to do after a hand-over
+                    break;
+                }
                 let ended = term.lost().child_token();
                 let on_stop = {
                     let ended = ended.clone();
@@ -471,10 +621,20 @@ impl Election {
                 let handover = {
                     let work = lead(Arc::clone(&term), ended.clone());
                     tokio::pin!(work);
-                    let handover = tokio::select! {
-                        biased;
-                        () = &mut work => None,
-                        Some(handover) = asked.recv() => Some(handover),
+                    let handover = loop {
+                        tokio::select! {
+                            biased;
+                            () = &mut work => break None,
+                            Some(handover) = asked.recv() => break Some(Ask::Asked(handover)),
+                            Ok(()) = named.changed() => {
+                                let due = named
+                                    .borrow_and_update()
+                                    .due(identity, self.preference, &mut tried);
+                                if let Some(successor) = due {
+                                    break Some(Ask::Preferred(successor));
+                                }
+                            }
+                        }
                     };
                     if handover.is_some() {
                         // Stop the leader before handing over.
@@ -487,18 +647,25 @@ impl Election {
                 drop(asked); // requests not taken: "does not lead"
                 ended.cancel();
                 on_stop.abort();
-                let Some(handover) = handover else {
-                    // Resign: the next participant leads at once, not after
-                    // the TTL. A term already lost reports false; an
-                    // unreachable server lets the term expire at its TTL.
-                    let _ = term.release().await;
-                    stopped();
-                    break;
+                let (successor, reply) = match handover {
+                    Some(Ask::Asked(h)) => (h.successor, Some(h.reply)),
+                    Some(Ask::Preferred(successor)) => (Some(successor), None),
+                    None => {
+                        // Resign: the next participant leads at once, not
+                        // after the TTL. A term already lost reports false;
+                        // an unreachable server lets the term expire at its
+                        // TTL.
+                        let _ = term.release().await;
+                        stopped();
+                        break;
+                    }
                 };
                 stopped();
-                let result = self.hand_over(&term, handover.successor.as_deref()).await;
+                let result = self.hand_over(&term, successor.as_deref()).await;
                 let failed = result.is_err();
-                let _ = handover.reply.send(result);
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
                 if failed && term.is_held() && !stop.is_cancelled() {
                     continue; // NO_WAITER (or a failed call): lead the term again
                 }
@@ -512,5 +679,45 @@ impl Election {
     /// The election stub with the client's credentials.
     fn stub(&self) -> ElectionStub {
         self.client.election_stub()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(identity: &str, preference: u32) -> Option<Candidate> {
+        Some(Candidate {
+            identity: identity.into(),
+            preference,
+        })
+    }
+
+    /// A leader hands over to a preferred candidate of greater preference
+    /// once per naming (a failed hand-over is not tried again until the
+    /// candidate is named anew), never to one of equal or lower preference
+    /// nor to itself, and a leader of preference 0 to any preference.
+    #[test]
+    fn the_preferred_candidate_is_due_once_per_naming() {
+        let mut n = Named::default();
+        let mut tried = 0;
+        assert_eq!(n.due("a", 1, &mut tried), None);
+        n.take(named("b", 2));
+        assert_eq!(n.due("a", 1, &mut tried).as_deref(), Some("b"));
+        assert_eq!(n.due("a", 1, &mut tried), None, "tried: not again");
+        n.take(named("b", 2));
+        assert_eq!(n.due("a", 1, &mut tried).as_deref(), Some("b"));
+        n.take(None);
+        assert_eq!(n.due("a", 1, &mut tried), None);
+        n.take(named("c", 1));
+        assert_eq!(n.due("a", 1, &mut tried), None, "equal preference");
+        n.take(named("c", 0));
+        assert_eq!(n.due("a", 1, &mut tried), None, "lower preference");
+        n.take(named("a", 5));
+        assert_eq!(n.due("a", 1, &mut tried), None, "itself");
+        n.take(named("", 5));
+        assert_eq!(n.due("a", 1, &mut tried), None, "no identity");
+        n.take(named("d", 1));
+        assert_eq!(n.due("a", 0, &mut tried).as_deref(), Some("d"));
     }
 }

@@ -87,7 +87,7 @@ pub mod proto {
 
 pub use client::{AcquireOptions, Client, LeaseInfo};
 pub use config::{CallCredentials, ClientConfig, TokenFn, DEFAULT_CONNECT_TIMEOUT};
-pub use election::{Election, Leader, LeaderChange, VALUE_KEY};
+pub use election::{Candidate, Election, Leader, LeaderChange, VALUE_KEY};
 pub use error::{code_name, required_nats_server, Error, Reason, DOMAIN, RETRYABLE_REASONS};
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use group::{GroupRelease, GroupSession};

@@ -133,10 +133,19 @@ export interface AcquireOptions extends RenewalOptions {
    * {@link Semaphore}, which sets it for you). Default 0: an exclusive lease.
    */
   limit?: number;
+  /**
+   * An election candidate's preference (an integer from 0 to 2^32 - 1),
+   * kept with its place while it waits (with `waitMs`): Observe names the
+   * waiting candidate of the highest preference (the earliest of equals),
+   * and a `LeaderElector` leading with a lower preference hands over
+   * to it. A `LeaderElector` sets it from its own `preference`. Not
+   * combinable with `limit`. Default 0: asks for nothing.
+   */
+  preference?: number;
 }
 
-/** What to ask for in {@link TenureClient.acquireGroup}: a lease's options but `limit`. */
-export type GroupAcquireOptions = Omit<AcquireOptions, "limit">;
+/** What to ask for in {@link TenureClient.acquireGroup}: a lease's options but `limit` and `preference`. */
+export type GroupAcquireOptions = Omit<AcquireOptions, "limit" | "preference">;
 
 /**
  * The state of a name as `GetLease` reports it ({@link TenureClient.inspect}).
@@ -264,6 +273,7 @@ export class TenureClient {
           metadata: options.metadata ?? {},
           lockDelay: options.lockDelayMs ? msToDuration(options.lockDelayMs) : undefined,
           limit: options.limit ?? 0,
+          preference: options.preference ?? 0,
         }),
         timeoutMs,
         options.signal,
@@ -573,14 +583,22 @@ export class TenureClient {
   }
 }
 
+/** Whether `n` is a valid election preference (a uint32). */
+export function isPreference(n: number): boolean {
+  return Number.isInteger(n) && n >= 0 && n <= 0xffff_ffff;
+}
+
 /** Rejects option values that cannot work, before anything is sent. */
 function checkRenewalOptions(options: AcquireOptions): void {
-  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs, lockDelayMs, limit } = options;
+  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs, lockDelayMs, limit, preference } = options;
   if (renewFraction !== undefined && !(renewFraction > 0 && renewFraction < 1)) {
     throw new RangeError(`renewFraction must be in (0, 1), got ${renewFraction}`);
   }
   if (limit !== undefined && !(Number.isInteger(limit) && limit >= 0)) {
     throw new RangeError(`limit must be a non-negative integer, got ${limit}`);
+  }
+  if (preference !== undefined && !isPreference(preference)) {
+    throw new RangeError(`preference must be an integer from 0 to 2^32 - 1, got ${preference}`);
   }
   for (const [key, value] of Object.entries({ safetyMarginMs, retryIntervalMs, ttlMs, waitMs, lockDelayMs })) {
     if (value !== undefined && !(Number.isFinite(value) && value >= 0)) {

@@ -5,14 +5,16 @@
  * background, and its `signal` aborts at the safe deadline or on loss.
  * {@link LeaderElector} campaigns, calls `onStartedLeading` with a signal
  * that aborts when the term ends, `onStoppedLeading` once per term, and
- * `onNewLeader` with every change of leader (from `Observe`); it resigns
+ * `onNewLeader` with every change of leader (from `Observe`); it hands over
+ * to a waiting candidate of a higher `preference` than its own, and resigns
  * when stopped.
  */
 import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
 
-import type { AcquireOptions, TenureClient } from "./client";
+import { isPreference, type AcquireOptions, type TenureClient } from "./client";
 import { LeaseLostError, Reason, TenureError } from "./errors";
 import {
+  type Candidate,
   ChangeType,
   ElectionServiceClient,
   LeaderRequest,
@@ -71,6 +73,20 @@ function leaderAfter(change: ObserveResponse): Leader {
   };
 }
 
+/**
+ * The leader an Observe change reports when it differs from `last` (the
+ * one reported before; undefined: none yet); undefined when it reports no
+ * change of leader (the same leader, or a PREFERRED change, which only
+ * names another candidate). Exported for the tests, not from the package.
+ *
+ * @internal
+ */
+export function newLeader(change: ObserveResponse, last: Leader | undefined): Leader | undefined {
+  if (change.type === ChangeType.PREFERRED) return undefined;
+  const now = leaderAfter(change);
+  return last !== undefined && sameLeader(now, last) ? undefined : now;
+}
+
 function sameLeader(a: Leader, b: Leader): boolean {
   return (
     a.identity === b.identity &&
@@ -110,11 +126,19 @@ export interface ElectorOptions {
   /**
    * Called with every change of leader (a {@link Leader} with an empty
    * identity for "nobody", and `missed: true` when the Observe stream
-   * missed changes and who leads is unknown until the next call).
+   * missed changes and who leads is unknown until the next call). A throw
+   * is ignored: the elector keeps following Observe.
    */
   readonly onNewLeader?: (leader: Leader) => void;
+  /**
+   * This candidate's preference, an integer from 0 to 2^32 - 1 (default 0):
+   * it campaigns with it, and while it leads it hands over to a waiting
+   * candidate of a greater preference (see {@link LeaderElector}). For a
+   * rolling update, the deployment's generation.
+   */
+  readonly preference?: number;
   /** Renewal options of each term (renewFraction, safetyMarginMs, ...). */
-  readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal" | "limit">;
+  readonly sessionOptions?: Omit<AcquireOptions, "ttlMs" | "waitMs" | "metadata" | "signal" | "limit" | "preference">;
 }
 
 /** The election calls of one {@link TenureClient}. */
@@ -231,6 +255,21 @@ export class Elections {
    */
   async *observe(name: string, signal: AbortSignal): AsyncGenerator<Leader, void, undefined> {
     let last: Leader | undefined;
+    for await (const change of this._changes(name, signal)) {
+      const now = newLeader(change, last);
+      if (now !== undefined) yield (last = now);
+    }
+  }
+
+  /**
+   * Every Observe message of `name` until `signal` aborts, reopening the
+   * stream after errors as {@link observe} does (each stream starts with
+   * the current state). For {@link LeaderElector}, which also reads each
+   * message's preferred candidate.
+   *
+   * @internal
+   */
+  async *_changes(name: string, signal: AbortSignal): AsyncGenerator<ObserveResponse, void, undefined> {
     let backoffMs = 100;
     while (!signal.aborted) {
       const md = await this.#client.callContext.metadata();
@@ -241,11 +280,7 @@ export class Elections {
       try {
         for await (const message of call as AsyncIterable<ObserveResponse>) {
           backoffMs = 100;
-          const now = leaderAfter(message);
-          if (last === undefined || !sameLeader(now, last)) {
-            last = now;
-            yield now;
-          }
+          yield message;
         }
       } catch (err) {
         if (signal.aborted) return;
@@ -280,6 +315,24 @@ const PERMANENT_CODES = new Set([3 /* INVALID_ARGUMENT */, 7 /* PERMISSION_DENIE
  * ...
  * stop.abort(); await done; // resigns: the next participant leads at once
  * ```
+ *
+ * **Preference.** The elector campaigns with `preference` (default 0) and
+ * always follows `Observe` (with or without `onNewLeader`), remembering the
+ * preferred candidate it names: the waiting candidate of the highest
+ * preference above 0, the earliest of equals. While it leads, including the
+ * moment it starts leading with one already named, a preferred candidate
+ * whose preference is greater than the elector's own gets the leadership
+ * through {@link resignTo}: `onStartedLeading`'s signal aborts, its promise
+ * is awaited and `onStoppedLeading` has run before the successor can start
+ * leading; the successor leads from the write that ends this term (no
+ * moment without a leader) with a greater fencing token, and this elector
+ * campaigns again. If that hand-over fails (`NO_WAITER`: the candidate
+ * left), the elector leads the same term again and tries again only when
+ * Observe names a candidate anew, never in a loop. A change of the
+ * preferred candidate alone does not call `onNewLeader`. For a rolling
+ * update, campaign with the deployment's generation as the preference: the
+ * first candidate of the new version takes over once, and candidates of
+ * equal preference never displace each other.
  */
 export class LeaderElector {
   readonly #elections: Elections;
@@ -288,9 +341,15 @@ export class LeaderElector {
   term: Session | undefined;
   /** Takes a resignTo request while leading; undefined otherwise. */
   #ask: ((request: HandoverRequest) => void) | undefined;
+  /** Whom to hand over to, from what Observe names. */
+  readonly #preferred: PreferredCandidate;
 
   constructor(client: TenureClient, options: ElectorOptions) {
     if (options.name === "" || options.identity === "") throw new RangeError("LeaderElector needs a name and an identity");
+    if (options.preference !== undefined && !isPreference(options.preference)) {
+      throw new RangeError(`preference must be an integer from 0 to 2^32 - 1, got ${options.preference}`);
+    }
+    this.#preferred = new PreferredCandidate(options.preference ?? 0, options.identity);
     this.#elections = new Elections(client);
     this.#options = options;
   }
@@ -301,7 +360,9 @@ export class LeaderElector {
    */
   async run(signal: AbortSignal): Promise<void> {
     const o = this.#options;
-    const observing = o.onNewLeader === undefined ? Promise.resolve() : this.#observe(signal);
+    // The observer ends with run(), also when a permanent error ends it.
+    const ended = new AbortController();
+    const observing = this.#observe(AbortSignal.any([signal, ended.signal]));
     let backoffMs = 100;
     try {
       while (!signal.aborted) {
@@ -311,6 +372,7 @@ export class LeaderElector {
             ...o.sessionOptions,
             ttlMs: o.ttlMs,
             waitMs: o.campaignWaitMs ?? 30_000,
+            preference: o.preference ?? 0,
             signal,
           });
         } catch (err) {
@@ -325,6 +387,7 @@ export class LeaderElector {
         await this.#lead(term, signal);
       }
     } finally {
+      ended.abort();
       await observing;
     }
   }
@@ -403,6 +466,7 @@ export class LeaderElector {
       request = asked;
       ending.abort(new LeaseLostError("TRANSFERRED", term.name, term.fencingToken));
     };
+    this.#deferToPreferred(); // one named before this term (or period) began
     try {
       const leading = Promise.resolve()
         .then(() => this.#options.onStartedLeading(term, termSignal))
@@ -420,14 +484,81 @@ export class LeaderElector {
     return request;
   }
 
+  /**
+   * While leading, asks for a hand-over to the preferred candidate Observe
+   * named when its preference is greater than this elector's, once per
+   * naming (the outcome is the elector's: it leads on after a failure).
+   */
+  #deferToPreferred(): void {
+    const ask = this.#ask;
+    if (ask === undefined) return;
+    const successor = this.#preferred.take();
+    if (successor === undefined) return;
+    ask({ successor, timeoutMs: HANDOVER_TIMEOUT_MS, resolve: () => undefined, reject: () => undefined });
+  }
+
+  /** Follows Observe: remembers the preferred candidate and reports each change of leader. */
   async #observe(signal: AbortSignal): Promise<void> {
+    let last: Leader | undefined;
     try {
-      for await (const leader of this.#elections.observe(this.#options.name, signal)) this.#options.onNewLeader?.(leader);
+      for await (const change of this.#elections._changes(this.#options.name, signal)) {
+        this.#preferred.note(change.preferred);
+        this.#deferToPreferred();
+        const now = newLeader(change, last);
+        if (now === undefined) continue;
+        last = now;
+        try {
+          this.#options.onNewLeader?.(now);
+        } catch {
+          // Keep following Observe: the hand-over to a preferred candidate depends on it.
+        }
+      }
     } catch {
       // A permanent refusal of Observe: leadership itself still works.
     }
   }
 }
+
+/**
+ * Whom a {@link LeaderElector} of preference `preference` hands over to:
+ * the preferred candidate Observe named last, when its preference is
+ * greater than the elector's own (and it is not the elector itself), once
+ * per naming, so a failed hand-over is not repeated until Observe names a
+ * candidate again. Exported for the tests, not from the package.
+ *
+ * @internal
+ */
+export class PreferredCandidate {
+  /** The candidate named last (undefined: none waits). */
+  #candidate: Candidate | undefined;
+  /** How many Observe messages named a candidate. */
+  #namings = 0;
+  /** The naming last taken. */
+  #taken = 0;
+
+  constructor(
+    readonly preference: number,
+    readonly identity: string,
+  ) {}
+
+  /** Remembers the preferred candidate of one Observe message (every message carries it; undefined: none). */
+  note(candidate: Candidate | undefined): void {
+    this.#candidate = candidate?.holder ? candidate : undefined;
+    if (this.#candidate !== undefined) this.#namings++;
+  }
+
+  /** The holder to hand over to now, if any; taken once per naming. */
+  take(): string | undefined {
+    const c = this.#candidate;
+    if (c === undefined || this.#taken === this.#namings) return undefined;
+    if (c.preference <= this.preference || c.holder === this.identity) return undefined;
+    this.#taken = this.#namings;
+    return c.holder;
+  }
+}
+
+/** The deadline of the Resign call of a hand-over to a preferred candidate. */
+const HANDOVER_TIMEOUT_MS = 5000;
 
 /** One {@link LeaderElector.resignTo} request and where its answer goes. */
 interface HandoverRequest {

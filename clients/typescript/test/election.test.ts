@@ -1,6 +1,7 @@
 /**
  * Leader election helpers against a real Tenure: hand-over on stop, a
- * revoked leader stops and campaigns again, proclaim and leader.
+ * revoked leader stops and campaigns again, a leader hands over to a
+ * candidate of a higher preference, proclaim and leader.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -95,6 +96,52 @@ describe("LeaderElector", () => {
       assert.equal(max.n, 1);
       assert.equal((await new Elections(client).leader(name)).identity, "");
     } finally {
+      cb.close();
+    }
+  });
+
+  it("hands over to a candidate of a higher preference at once: the leader stops first, the successor's token is greater", async () => {
+    // node-a's term has a 30 s TTL and every wait here is at most 10 s: a
+    // takeover at expiry would fail the test. Neither elector has an
+    // onNewLeader: each follows Observe anyway.
+    const name = uniqueName("ts.preference");
+    const log: string[] = [];
+    const started = new Map<string, (token: bigint) => void>();
+    const startedA = new Promise<bigint>((ok) => started.set("node-a", ok));
+    const startedB = new Promise<bigint>((ok) => started.set("node-b", ok));
+    const elector = (c: TenureClient, identity: string, preference: number) =>
+      new LeaderElector(c, {
+        name,
+        identity,
+        ttlMs: 30_000,
+        preference,
+        onStartedLeading: async (term, signal) => {
+          log.push(`${identity} started ${term.fencingToken}`);
+          started.get(identity)?.(term.fencingToken);
+          await aborted(signal);
+        },
+        onStoppedLeading: () => {
+          log.push(`${identity} stopped`);
+        },
+      });
+    const cb = new TenureClient(server.address);
+    const stopA = new AbortController();
+    const stopB = new AbortController();
+    const doneA = elector(client, "node-a", 1).run(stopA.signal);
+    let doneB: Promise<void> | undefined;
+    try {
+      const tokenA = await within(10_000, "node-a's term", startedA);
+      doneB = elector(cb, "node-b", 2).run(stopB.signal);
+      const tokenB = await within(10_000, "node-b's term, handed over", startedB);
+      assert.deepEqual(log.slice(0, 3), [`node-a started ${tokenA}`, "node-a stopped", `node-b started ${tokenB}`]);
+      assert.ok(tokenB > tokenA, `node-b's token ${tokenB} is not above ${tokenA}`);
+      const now = await new Elections(client).leader(name);
+      assert.equal(now.identity, "node-b");
+      assert.equal(now.fencingToken, tokenB);
+    } finally {
+      stopB.abort();
+      stopA.abort();
+      await within(10_000, "the electors to end", Promise.all([doneA, doneB]));
       cb.close();
     }
   });

@@ -38,7 +38,7 @@ async function restart(between?: () => Promise<void>): Promise<void> {
 function acquireRaw(c: TenureClient, name: string, holder: string, ttl = 60n): Promise<{ token: bigint; key: string; revision: bigint }> {
   return new Promise((ok, fail) =>
     c.stub.acquire(
-      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0 },
+      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
       (err, reply) => (err ? fail(err) : ok({ token: reply.lease!.fencingToken, key: reply.leaseKey, revision: reply.lease!.revision })),
     ),
   );

@@ -231,7 +231,7 @@ describe("session", () => {
     // A holding nobody renews: it expires after 2 s.
     const orphan = await new Promise<bigint>((ok, fail) =>
       client.stub.acquire(
-        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0 },
+        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
         (err, reply) => (err ? fail(err) : ok(reply.lease!.fencingToken)),
       ),
     );

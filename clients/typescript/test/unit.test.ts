@@ -1,12 +1,14 @@
 /**
  * Unit tests that need no server: the fencing guard, fence headers, error
- * decoding and option checks.
+ * decoding, option checks and the elector's reading of Observe.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
-import { fenceHeaders, FencingGuard, LeaseLostError, Reason, TenureClient, TenureError } from "../src";
+import { fenceHeaders, FencingGuard, LeaderElector, LeaseLostError, Reason, TenureClient, TenureError, type Leader } from "../src";
+import { newLeader, PreferredCandidate } from "../src/election";
+import { ChangeType, ObserveResponse, type Candidate } from "../src/gen/tenure/v1/election";
 import { ErrorInfo } from "../src/gen/google/rpc/error_details";
 import { Status } from "../src/gen/google/rpc/status";
 import { durationToMs, msToDuration } from "../src/time";
@@ -139,8 +141,65 @@ describe("acquire options", () => {
       await assert.rejects(client.acquire("a", "b", { safetyMarginMs: -1 }), RangeError);
       await assert.rejects(client.acquire("a", "b", { ttlMs: Number.NaN }), RangeError);
       await assert.rejects(client.acquire("a", "b", { rpcTimeoutMs: 0 }), RangeError);
+      await assert.rejects(client.acquire("a", "b", { preference: -1 }), RangeError);
+      await assert.rejects(client.acquire("a", "b", { preference: 2 ** 32 }), RangeError);
+      await assert.rejects(client.acquire("a", "b", { preference: 1.5 }), RangeError);
+      const elector = (preference: number) =>
+        new LeaderElector(client, { name: "e", identity: "a", preference, onStartedLeading: () => {}, onStoppedLeading: () => {} });
+      assert.throws(() => elector(-1), RangeError);
+      assert.throws(() => elector(2 ** 32), RangeError);
+      elector(2 ** 32 - 1);
     } finally {
       client.close();
     }
+  });
+});
+
+describe("an elector's preference", () => {
+  const named = (holder: string, preference: number): Candidate => ({ holder, preference });
+
+  it("hands over to a greater preference once per naming of a candidate", () => {
+    const p = new PreferredCandidate(1, "node-a");
+    assert.equal(p.take(), undefined); // none named
+    p.note(named("v2", 2));
+    assert.equal(p.take(), "v2");
+    // The hand-over failed (NO_WAITER): the same term is led again, with
+    // no new try until Observe names a candidate again.
+    assert.equal(p.take(), undefined);
+    assert.equal(p.take(), undefined);
+    p.note(named("v2", 2));
+    assert.equal(p.take(), "v2");
+    // Equal or lower preferences, and the elector itself, never displace it.
+    for (const c of [named("v1", 1), named("v0", 0), named("node-a", 9)]) {
+      p.note(c);
+      assert.equal(p.take(), undefined, c.holder);
+    }
+    p.note(named("v3", 3));
+    p.note(undefined); // it stopped waiting before this elector led
+    assert.equal(p.take(), undefined);
+  });
+
+  it("never reports a PREFERRED change as a change of leader, also after a MISSED", () => {
+    const leader = (holder: string, fencingToken: bigint) => ({ holder, fencingToken });
+    const changes = [
+      ObserveResponse.fromPartial({ type: ChangeType.CURRENT, leader: leader("node-a", 5n) }),
+      ObserveResponse.fromPartial({ type: ChangeType.PREFERRED, leader: leader("node-a", 5n), preferred: named("v2", 2) }),
+      ObserveResponse.fromPartial({ type: ChangeType.MISSED, endedHolder: "node-a", endedFencingToken: 5n, preferred: named("v2", 2) }),
+      // After a MISSED the leader is unknown: a PREFERRED without one is not "nobody".
+      ObserveResponse.fromPartial({ type: ChangeType.PREFERRED }),
+      ObserveResponse.fromPartial({ type: ChangeType.ELECTED, leader: leader("v2", 9n) }),
+      ObserveResponse.fromPartial({ type: ChangeType.PREFERRED, leader: leader("v2", 9n), preferred: named("v3", 3) }),
+    ];
+    const seen: Leader[] = [];
+    let last: Leader | undefined;
+    for (const change of changes) {
+      const now = newLeader(change, last);
+      if (now !== undefined) seen.push((last = now));
+    }
+    assert.deepEqual(seen, [
+      { identity: "node-a", value: "", fencingToken: 5n },
+      { identity: "", value: "", fencingToken: 0n, missed: true, endedIdentity: "node-a", endedFencingToken: 5n },
+      { identity: "v2", value: "", fencingToken: 9n },
+    ]);
   });
 });

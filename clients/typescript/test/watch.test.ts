@@ -20,7 +20,7 @@ serverPerFile((s, c) => {
 function acquireUnrenewed(name: string, holder: string): Promise<bigint> {
   return new Promise((ok, fail) =>
     client.stub.acquire(
-      { name, holder, ttl: { seconds: 1n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0 },
+      { name, holder, ttl: { seconds: 1n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
       (err, reply) => (err ? fail(err) : ok(reply.lease!.fencingToken)),
     ),
   );

@@ -149,6 +149,7 @@ class TenureClient:
         safety_margin: Optional[Seconds] = None,
         timeout: Optional[float] = None,
         lock_delay: Optional[Seconds] = None,
+        preference: int = 0,
     ) -> "AcquireContext":
         """Takes the lease `name` for `holder` and starts renewing it.
 
@@ -177,6 +178,13 @@ class TenureClient:
                 ``--max-lock-delay``): protects downstream systems that
                 cannot check fencing tokens from a paused holder's late
                 writes. Refused for a semaphore.
+            preference: an election candidate's preference (0 to 2**32 - 1;
+                0, the default, asks for nothing), kept with its place while
+                it waits (with `wait`): Observe names the waiting candidate
+                of the highest preference (the earliest of equals), and a
+                :class:`LeaderElector` leading with a lower preference hands
+                over to it. :class:`LeaderElector` sets it from its own
+                ``preference``.
 
         Raises:
             TenureError: with reason LEASE_HELD when another holder has it
@@ -184,9 +192,12 @@ class TenureClient:
                 ``free_at_unix_ms`` while a lock delay runs), INVALID_* for
                 bad arguments, UNKNOWN/UNAVAILABLE codes when the server
                 cannot be reached.
-            ValueError: renew_fraction not in (0, 1), or safety_margin
-                negative or too large to renew before the safe deadline.
+            ValueError: renew_fraction not in (0, 1), safety_margin
+                negative or too large to renew before the safe deadline, or
+                preference outside 0 to 2**32 - 1.
         """
+        if not 0 <= preference <= 0xFFFFFFFF:
+            raise ValueError("preference must be between 0 and 2**32 - 1")
         return self._acquire_context(
             name,
             holder,
@@ -199,6 +210,7 @@ class TenureClient:
             timeout=timeout,
             lock_delay=lock_delay,
             limit=0,
+            preference=preference,
         )
 
     def acquire_group(
@@ -305,6 +317,7 @@ class TenureClient:
         timeout: Optional[float],
         lock_delay: Optional[Seconds],
         limit: int,
+        preference: int = 0,
     ) -> "AcquireContext":
         """Checks the arguments of an acquire and returns its context."""
         ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
@@ -322,6 +335,7 @@ class TenureClient:
                 timeout,
                 lock_delay,
                 limit,
+                preference,
             )
         )
 
@@ -356,6 +370,7 @@ class TenureClient:
         timeout: Optional[float],
         lock_delay: Optional[Seconds],
         limit: int,
+        preference: int,
     ) -> Session:
         request = lease_pb2.AcquireRequest(
             name=name,
@@ -364,6 +379,7 @@ class TenureClient:
             lease_key=lease_key or "",
             metadata=dict(metadata or {}),
             limit=limit,
+            preference=preference,
         )
         if lock_delay is not None and to_seconds(lock_delay) > 0:
             request.lock_delay.CopyFrom(to_duration(lock_delay))

@@ -6,7 +6,8 @@ renewed in the background, and it is lost at its safe deadline or as soon as
 the server or the shared watch says so. :class:`LeaderElector` campaigns,
 runs ``on_started_leading`` as a task that is cancelled when the term ends,
 calls ``on_stopped_leading`` once per term, reports every new leader through
-``on_new_leader`` (from ``Observe``), and resigns when it is stopped.
+``on_new_leader`` (from ``Observe``), hands over to a waiting candidate of a
+higher ``preference`` than its own, and resigns when it is stopped.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ from ._types import Seconds, to_seconds
 
 if TYPE_CHECKING:
     from ._client import TenureClient
+
+_log = logging.getLogger("tenure_client")
 
 #: The lease metadata key that holds a leader's value.
 VALUE_KEY = "value"
@@ -182,7 +186,27 @@ class LeaderElector:
     changes and who leads is unknown until the next call). A term the
     client's watch says was missed (a MISSED naming its token) ends: the
     term is a :class:`Session`, lost with cause MISSED. Callbacks other than ``on_started_leading`` may be
-    plain or async functions.
+    plain or async functions; an exception from ``on_new_leader`` is logged
+    (logger ``tenure_client``) and the elector keeps following Observe.
+
+    **Preference.** The elector campaigns with ``preference`` (0 to
+    2**32 - 1; default 0) and always follows ``Observe`` (with or without
+    ``on_new_leader``), remembering the preferred candidate it names: the
+    waiting candidate of the highest preference above 0, the earliest of
+    equals. While it leads, including the moment it starts leading with one
+    already named, a preferred candidate whose preference is greater than
+    the elector's own gets the leadership through :meth:`resign_to`: the
+    ``on_started_leading`` task is cancelled and awaited and
+    ``on_stopped_leading`` has run before the successor can start leading,
+    the successor leads from the write that ends this term (no moment
+    without a leader) with a greater fencing token, and this elector
+    campaigns again. If that hand-over fails (NO_WAITER: the candidate
+    left), the elector leads the same term again and tries again only when
+    Observe names a candidate anew, never in a loop. A change of the
+    preferred candidate alone does not call ``on_new_leader``. For a
+    rolling update, campaign with the deployment's generation as the
+    preference: the first candidate of the new version takes over once,
+    and candidates of equal preference never displace each other.
 
     Example::
 
@@ -205,16 +229,21 @@ class LeaderElector:
         value: str = "",
         ttl: Seconds = 10.0,
         campaign_wait: Seconds = 30.0,
+        preference: int = 0,
         **acquire_options: Any,
     ) -> None:
         if not name or not identity:
             raise ValueError("LeaderElector needs a name and an identity")
+        if not 0 <= preference <= 0xFFFFFFFF:
+            raise ValueError("preference must be between 0 and 2**32 - 1")
         self.client = client
         self.name = name
         self.identity = identity
         self.value = value
         self.ttl = to_seconds(ttl)
         self.campaign_wait = to_seconds(campaign_wait)
+        #: The preference this elector campaigns with (see the class doc).
+        self.preference = preference
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._on_new_leader = on_new_leader
@@ -225,15 +254,20 @@ class LeaderElector:
         # not leading), and the event that wakes _lead_once for them.
         self._requests: Optional[list[_Handover]] = None
         self._asked = asyncio.Event()
+        # The preferred candidate Observe named last (None: none waits), how
+        # many Observe messages named one, and the naming last handed over
+        # to: one try per naming, so a failed hand-over is not repeated
+        # until Observe names a candidate again.
+        self._preferred: Optional[_Candidate] = None
+        self._namings = 0
+        self._tried = 0
 
     async def run(self) -> None:
         """Campaigns, leads, and campaigns again after each term, until
         cancelled (then resigns a term it holds and re-raises
         CancelledError). Returns early only by raising a permanent
         TenureError (arguments, credentials, grants)."""
-        observer = None
-        if self._on_new_leader is not None:
-            observer = asyncio.create_task(self._observe(), name=f"tenure-observe:{self.name}")
+        observer = asyncio.create_task(self._observe(), name=f"tenure-observe:{self.name}")
         backoff = 0.1
         try:
             while True:
@@ -245,6 +279,7 @@ class LeaderElector:
                         self.value,
                         ttl=self.ttl,
                         wait=self.campaign_wait,
+                        preference=self.preference,
                         **self._acquire_options,
                     )
                 except TenureError as err:
@@ -258,9 +293,8 @@ class LeaderElector:
                 backoff = 0.1
                 await self._lead(term)
         finally:
-            if observer is not None:
-                observer.cancel()
-                await asyncio.gather(observer, return_exceptions=True)
+            observer.cancel()
+            await asyncio.gather(observer, return_exceptions=True)
 
     async def resign_to(self, successor: Optional[str] = None, *, timeout: float = 5.0) -> Leader:
         """Hands the leadership to a waiting candidate, with no moment without
@@ -334,6 +368,7 @@ class LeaderElector:
         requests: list[_Handover] = []
         self._asked.clear()
         self._requests = requests
+        self._defer_to_preferred()  # one named before this term (or period) began
         task = asyncio.create_task(self._on_started(term), name=f"tenure-lead:{self.name}")
         lost = asyncio.create_task(term.lost.wait())
         asked = asyncio.create_task(self._asked.wait())
@@ -389,6 +424,38 @@ class LeaderElector:
 
         return await term._hand_over(send)
 
+    def _defer_to_preferred(self) -> None:
+        """While leading, asks for a hand-over to the preferred candidate
+        Observe named when its preference is greater than this elector's,
+        once per naming."""
+        candidate = self._preferred
+        requests = self._requests
+        if (
+            requests is None
+            or candidate is None
+            or self._tried == self._namings
+            or candidate.preference <= self.preference
+            or candidate.identity == self.identity
+        ):
+            return
+        self._tried = self._namings
+        future: asyncio.Future[Leader] = asyncio.get_running_loop().create_future()
+        # Nobody awaits it: take its outcome so a failure is not logged as
+        # never retrieved (the elector leads on, as after a failed resign_to).
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        requests.append(_Handover(candidate.identity, _HANDOVER_TIMEOUT, future))
+        self._asked.set()
+
+    def _note_preferred(self, msg: election_pb2.ObserveResponse) -> None:
+        """Remembers the preferred candidate of an Observe message (every
+        message carries it) and defers to it if it should lead."""
+        if msg.HasField("preferred") and msg.preferred.holder:
+            self._preferred = _Candidate(msg.preferred.holder, msg.preferred.preference)
+            self._namings += 1
+            self._defer_to_preferred()
+        else:
+            self._preferred = None
+
     @staticmethod
     async def _resign(term: "Session") -> None:
         if term.is_held():
@@ -398,8 +465,9 @@ class LeaderElector:
                 pass  # the term expires at its TTL
 
     async def _observe(self) -> None:
-        """Reports each change of leader, reopening Observe after errors (it
-        starts with the current state, so nothing is missed for good)."""
+        """Follows Observe: remembers the preferred candidate and reports
+        each change of leader, reopening Observe after errors (it starts
+        with the current state, so nothing is missed for good)."""
         last: Optional[Leader] = None
         backoff = 0.1
         while True:
@@ -410,10 +478,19 @@ class LeaderElector:
             try:
                 async for msg in call:
                     backoff = 0.1
+                    self._note_preferred(msg)
+                    if msg.type == election_pb2.CHANGE_TYPE_PREFERRED:
+                        continue  # the same leader: only the candidate changed
                     now = Leader.from_change(msg)
                     if now != last:
                         last = now
-                        await _maybe_await(self._on_new_leader(now))  # type: ignore[misc]
+                        if self._on_new_leader is not None:
+                            try:
+                                await _maybe_await(self._on_new_leader(now))
+                            except Exception:
+                                # Keep following Observe: the hand-over to a
+                                # preferred candidate depends on it.
+                                _log.exception("on_new_leader of %r raised", self.name)
             except grpc.aio.AioRpcError as rpc_err:
                 # Permanent refusals end the observer; anything else (the
                 # server restarting, the network) is retried.
@@ -427,6 +504,18 @@ class LeaderElector:
                 call.cancel()
             await asyncio.sleep(backoff * (1 + random.random() / 2))
             backoff = min(backoff * 2, 5.0)
+
+
+#: The deadline of the Resign call of a hand-over to a preferred candidate.
+_HANDOVER_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A waiting candidate Observe names as preferred."""
+
+    identity: str
+    preference: int
 
 
 @dataclass

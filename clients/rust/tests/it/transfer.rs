@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{within, Server};
-use tenure_client::{AcquireOptions, Client, Election, LossCause, Reason};
+use tenure_client::{AcquireOptions, ChangeType, Client, Election, LossCause, Reason};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -130,9 +130,21 @@ fn candidate(
     identity: &'static str,
     log: Arc<Mutex<Vec<String>>>,
 ) -> Candidate {
+    candidate_with(client, name, identity, log, TTL, 0)
+}
+
+/// [`candidate`] with a term TTL and a preference.
+fn candidate_with(
+    client: &Client,
+    name: &str,
+    identity: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+    ttl: Duration,
+    preference: u32,
+) -> Candidate {
     let (started_tx, started) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
-    let election = Election::new(client, name);
+    let election = Election::new(client, name).with_preference(preference);
     let running = election.clone();
     let token = stop.clone();
     let stopped_log = log.clone();
@@ -141,7 +153,7 @@ fn candidate(
             .run(
                 identity,
                 &format!("{identity}:5432"),
-                TTL,
+                ttl,
                 token,
                 move |term, ended| {
                     let started_tx = started_tx.clone();
@@ -254,6 +266,106 @@ async fn resign_to_stops_the_leader_before_handing_over() {
         ]
     );
 
+    a.stop.cancel();
+    b.stop.cancel();
+    within("node-a's run to end", &mut a.done)
+        .await
+        .unwrap()
+        .unwrap();
+    within("node-b's run to end", &mut b.done)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// The terms' TTL in `a_candidate_of_greater_preference_takes_over`: far
+/// above every wait of the test (`within`: 30 s), so a takeover at the TTL
+/// (rather than a hand-over) would fail it.
+const PREFER_TTL: Duration = Duration::from_secs(120);
+
+/// An elector of preference 1 leads; one of preference 2 joins and takes
+/// over by itself: without waiting for the TTL, the leader's work ended
+/// and its `stopped` ran before the successor's `lead` (one shared log),
+/// with a greater token. Observe named node-b as the preferred candidate in
+/// a `Preferred` change with node-a still leading, and `observe` (leaders
+/// only) did not repeat node-a for it.
+#[tokio::test]
+async fn a_candidate_of_greater_preference_takes_over() {
+    let server = Server::start().await;
+    let a_client = server.client().await;
+    let b_client = server.client().await;
+    let name = "transfer.preference";
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let observer = Election::new(&a_client, name);
+    let watching = CancellationToken::new();
+
+    let mut a = candidate_with(&a_client, name, "node-a", log.clone(), PREFER_TTL, 1);
+    let token_a = within("node-a's term", a.started.recv()).await.unwrap();
+    let mut leaders = observer.observe(watching.clone());
+    let mut changes = observer.observe_changes(watching.clone());
+    let first = within("the current leader", leaders.recv()).await.unwrap();
+    assert_eq!(first.map(|l| l.identity).as_deref(), Some("node-a"));
+
+    let mut b = candidate_with(&b_client, name, "node-b", log.clone(), PREFER_TTL, 2);
+    let token_b = within("node-b's term (a hand-over, not the TTL)", b.started.recv())
+        .await
+        .unwrap();
+    assert!(token_b > token_a, "node-b's token {token_b} <= {token_a}");
+    assert_eq!(
+        lines(&log)[..4],
+        [
+            format!("node-a started {token_a}"),
+            "node-a work ended".into(),
+            "node-a stopped".into(),
+            format!("node-b started {token_b}"),
+        ]
+    );
+
+    // The changes up to node-b's election include the PREFERRED change
+    // naming it, node-a still leading.
+    let mut preferred_seen = false;
+    loop {
+        let change = within("a change", changes.recv()).await.unwrap();
+        let leader = change.leader.as_ref().map(|l| l.identity.as_str());
+        if change.kind == ChangeType::Preferred
+            && leader == Some("node-a")
+            && change.preferred
+                == Some(tenure_client::Candidate {
+                    identity: "node-b".into(),
+                    preference: 2,
+                })
+        {
+            preferred_seen = true;
+        }
+        if change.kind == ChangeType::Elected && leader == Some("node-b") {
+            break;
+        }
+    }
+    assert!(preferred_seen, "no PREFERRED change named node-b");
+    // `observe` reported node-a once (not again for the PREFERRED change),
+    // then (after nobody, if the stream showed the hand-over as RESIGNED
+    // then ELECTED) node-b.
+    let mut seen = Vec::new();
+    loop {
+        let leader = within("node-b as leader", leaders.recv()).await.unwrap();
+        let identity = leader.map(|l| l.identity);
+        let done = identity.as_deref() == Some("node-b");
+        seen.push(identity);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        !seen.contains(&Some("node-a".to_string())),
+        "observe repeated node-a: {seen:?}"
+    );
+    let now = observer.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (now.identity.as_str(), now.fencing_token),
+        ("node-b", token_b)
+    );
+
+    watching.cancel();
     a.stop.cancel();
     b.stop.cancel();
     within("node-a's run to end", &mut a.done)

@@ -38,11 +38,21 @@ public final class AcquireOptions {
   private final int limit;
   private final Duration lockDelay;
   private final List<String> names;
+  private final int preference;
 
   private AcquireOptions(Builder b) {
     if (b.names != null && b.limit > 0) {
       throw new IllegalArgumentException("a group takes plain leases: limit does not apply");
     }
+    if (b.preference > 0 && b.limit > 0) {
+      throw new IllegalArgumentException(
+          "limit and preference do not combine: preference is an election candidate's");
+    }
+    if (b.preference > 0 && b.names != null) {
+      throw new IllegalArgumentException(
+          "a group takes plain leases: preference is an election candidate's");
+    }
+    this.preference = b.preference;
     this.names = b.names;
     if (b.limit > 0 && b.lockDelay != null) {
       throw new IllegalArgumentException(
@@ -149,6 +159,11 @@ public final class AcquireOptions {
     return lockDelay;
   }
 
+  /** @return the election candidate's preference; 0 for none */
+  public int getPreference() {
+    return preference;
+  }
+
   /** The safety margin for a granted TTL: the configured one or a tenth of the TTL. */
   Duration marginFor(Duration grantedTtl) {
     return safetyMargin != null ? safetyMargin : grantedTtl.dividedBy(DEFAULT_MARGIN_DIVISOR);
@@ -168,6 +183,7 @@ public final class AcquireOptions {
     private int limit;
     private Duration lockDelay;
     private List<String> names;
+    private int preference;
 
     private Builder(String name, String holder) {
       this.name = Objects.requireNonNull(name, "name");
@@ -307,6 +323,26 @@ public final class AcquireOptions {
         throw new IllegalArgumentException("lockDelay must be positive, got " + lockDelay);
       }
       this.lockDelay = lockDelay;
+      return this;
+    }
+
+    /**
+     * An election candidate's preference (the lease is an election's, as {@link LeaderElector}
+     * and {@link Election#campaign(String, String, Duration, Duration, int)} campaign): kept with
+     * this Acquire's place in the queue while it waits (only an Acquire with a {@link
+     * #wait(Duration)} queues). Observe names the waiting candidate of the highest preference
+     * ({@link Election.Candidate}, the earliest of equals), and a {@link LeaderElector} leading
+     * with a lower preference hands over to it. For a rolling update, campaign with the
+     * deployment's generation. Not combinable with {@link #limit(int)} or a group.
+     *
+     * @param preference 0 (the default) for none, or a positive number: higher is preferred
+     * @return this builder
+     */
+    public Builder preference(int preference) {
+      if (preference < 0) {
+        throw new IllegalArgumentException("preference must not be negative, got " + preference);
+      }
+      this.preference = preference;
       return this;
     }
 

@@ -91,6 +91,47 @@ public final class Election {
     }
   }
 
+  /**
+   * A candidate waiting to lead, as Observe names the preferred one ({@code
+   * ObserveResponse.preferred}): the waiting candidate with the highest preference above 0, the
+   * earliest of equals.
+   *
+   * @param identity the candidate's holder name (the successor to name in {@link
+   *     #resignTo(Session, String)}); empty for {@link #NONE}
+   * @param preference its campaign's preference (an unsigned 32-bit number); 0 for {@link #NONE}
+   */
+  public record Candidate(String identity, int preference) {
+    /** No candidate with a preference waits. */
+    public static final Candidate NONE = new Candidate("", 0);
+
+    /**
+     * Whether a candidate is named.
+     *
+     * @return false for {@link #NONE}
+     */
+    public boolean present() {
+      return !identity.isEmpty();
+    }
+
+    /**
+     * Whether this candidate's preference is greater than {@code preference} (compared as unsigned
+     * 32-bit numbers, as the proto's {@code uint32}).
+     *
+     * @param preference another preference (a leader's own)
+     * @return true when this candidate is named and outranks it
+     */
+    public boolean outranks(int preference) {
+      return present() && Integer.compareUnsigned(this.preference, preference) > 0;
+    }
+
+    static Candidate of(ObserveResponse change) {
+      if (!change.hasPreferred() || change.getPreferred().getHolder().isEmpty()) {
+        return NONE;
+      }
+      return new Candidate(change.getPreferred().getHolder(), change.getPreferred().getPreference());
+    }
+  }
+
   private final LeaseClient client;
   private final String name;
   private final ElectionServiceGrpc.ElectionServiceBlockingStub stub;
@@ -128,11 +169,32 @@ public final class Election {
    * @throws TenureException {@code LEASE_HELD} when the wait ran out with another leader
    */
   public Session campaign(String identity, String value, Duration ttl, Duration wait) {
+    return campaign(identity, value, ttl, wait, 0);
+  }
+
+  /**
+   * Campaigns once with a preference ({@link AcquireOptions.Builder#preference(int)}): while this
+   * campaign waits, Observe names it as the preferred candidate when its preference is the highest
+   * above 0 (the earliest of equals), and a {@link LeaderElector} leading with a lower preference
+   * hands over to it.
+   *
+   * @param identity who campaigns
+   * @param value published while leading
+   * @param ttl the term TTL to ask for
+   * @param wait how long to wait for the election to be free ({@link Duration#ZERO}: not at all,
+   *     and then the preference does nothing: only a waiting campaign is a candidate)
+   * @param preference 0 for none, or a positive number: higher is preferred
+   * @return the term; {@link Session#release()} resigns
+   * @throws TenureException {@code LEASE_HELD} when the wait ran out with another leader
+   */
+  public Session campaign(
+      String identity, String value, Duration ttl, Duration wait, int preference) {
     return client.acquire(
         AcquireOptions.builder(name, identity)
             .ttl(ttl)
             .wait(wait)
             .metadata(VALUE_KEY, value)
+            .preference(preference)
             .build());
   }
 
@@ -248,10 +310,28 @@ public final class Election {
    * @return close it to stop observing
    */
   public AutoCloseable observe(Consumer<Leader> onNewLeader) {
+    return observe(onNewLeader, preferred -> {});
+  }
+
+  /**
+   * Like {@link #observe(Consumer)}, and also calls {@code onPreferred} (on the same thread) with
+   * every change of the preferred candidate: the waiting candidate with the highest preference
+   * above 0 (see {@link AcquireOptions.Builder#preference(int)}), from the current one on. A
+   * change of the preferred candidate alone ({@code CHANGE_TYPE_PREFERRED}) does not call {@code
+   * onNewLeader}: the leader is unchanged.
+   *
+   * @param onNewLeader told each new leader, as with {@link #observe(Consumer)}
+   * @param onPreferred told each new preferred candidate, {@link Candidate#NONE} when none waits
+   * @return close it to stop observing
+   */
+  public AutoCloseable observe(Consumer<Leader> onNewLeader, Consumer<Candidate> onPreferred) {
+    Objects.requireNonNull(onNewLeader, "onNewLeader");
+    Objects.requireNonNull(onPreferred, "onPreferred");
     Context.CancellableContext context = Context.current().withCancellation();
     Thread thread =
         new Thread(
-            () -> context.run(() -> observeLoop(context, onNewLeader)), "tenure-observe-" + name);
+            () -> context.run(() -> observeLoop(context, onNewLeader, onPreferred)),
+            "tenure-observe-" + name);
     thread.setDaemon(true);
     thread.start();
     return () -> {
@@ -260,8 +340,12 @@ public final class Election {
     };
   }
 
-  private void observeLoop(Context.CancellableContext context, Consumer<Leader> onNewLeader) {
+  private void observeLoop(
+      Context.CancellableContext context,
+      Consumer<Leader> onNewLeader,
+      Consumer<Candidate> onPreferred) {
     Leader last = null;
+    Candidate lastPreferred = null;
     long backoffMs = 100;
     while (!context.isCancelled()) {
       try {
@@ -271,10 +355,16 @@ public final class Election {
         while (it.hasNext()) {
           ObserveResponse msg = it.next();
           backoffMs = 100;
+          // A PREFERRED change carries the unchanged leader: it never differs from the last one.
           Leader now = Leader.after(msg);
           if (!now.equals(last)) {
             last = now;
             onNewLeader.accept(now);
+          }
+          Candidate preferred = Candidate.of(msg);
+          if (!preferred.equals(lastPreferred)) {
+            lastPreferred = preferred;
+            onPreferred.accept(preferred);
           }
         }
       } catch (StatusRuntimeException e) {

@@ -33,6 +33,28 @@ import java.util.logging.Logger;
  * ...
  * elector.close(); // resigns: the next participant leads at once, not after the TTL
  * }</pre>
+ *
+ * <p><b>Preference.</b> An elector started with a {@code preference} ({@link #start(LeaseClient,
+ * String, String, String, Duration, int, Listener)}) campaigns with it ({@link
+ * AcquireOptions.Builder#preference(int)}), and every elector follows the election's Observe
+ * stream, remembering the latest preferred candidate: the waiting candidate with the highest
+ * preference above 0, the earliest of equals. While it leads, and already at the moment it wins a
+ * term, an elector hands over to the preferred candidate when that candidate's preference is
+ * greater than its own, through the same path as {@link #resignTo(String)}: {@code
+ * takeLeadership} is interrupted and {@link Listener#stoppedLeading} runs before the hand-over is
+ * sent, so the successor (with a greater fencing token) cannot start leading before this leader
+ * stopped, and the election has a leader at every moment. (A term handed over at the moment it
+ * is won is not started: neither {@code takeLeadership} nor {@code stoppedLeading} runs for it.)
+ * If the hand-over fails (e.g. {@code NO_WAITER}: the candidate left) the elector leads the same
+ * term again and tries again only when Observe names a preferred candidate anew, never in a loop.
+ * A change of the preferred candidate alone does not call {@link Listener#newLeader}.
+ *
+ * <p>The rolling update: every replica campaigns with its deployment's generation as preference.
+ * While old-version replicas lead, the first new-version candidate to wait takes over once, with
+ * no leaderless moment; the other new-version candidates have the same preference and never
+ * displace each other (only a strictly greater preference takes over), and the old-version
+ * replicas that campaign again wait behind them. An elector without a preference (0) hands over
+ * to any candidate that has one.
  */
 public final class LeaderElector implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(LeaderElector.class.getName());
@@ -42,8 +64,9 @@ public final class LeaderElector implements AutoCloseable {
   public interface Listener {
     /**
      * Runs on the elector's thread while this participant leads; the thread is interrupted when
-     * the term ends or {@link LeaderElector#resignTo(String)} hands it over. Returning (or
-     * throwing) resigns the term.
+     * the term ends or {@link LeaderElector#resignTo(String)} (or a preferred candidate of a
+     * greater preference, see the class comment) hands it over. Returning (or throwing) resigns
+     * the term.
      *
      * @param term the term: its fencing token goes with every downstream write
      * @throws Exception anything: it is logged and the term is resigned
@@ -53,12 +76,13 @@ public final class LeaderElector implements AutoCloseable {
     /**
      * Called once per term, after {@link #takeLeadership} returned (once per {@code
      * takeLeadership} call: a failed {@link LeaderElector#resignTo(String)} leads the same term
-     * again).
+     * again). When it runs before a hand-over, the successor has not started leading yet.
      */
     default void stoppedLeading() {}
 
     /**
-     * Called with every change of leader (including this participant), on another thread.
+     * Called with every change of leader (including this participant), on another thread; not
+     * when only the preferred candidate changed.
      *
      * @param leader the new leader, {@link Election.Leader#NOBODY}, or a leader with {@link
      *     Election.Leader#missed()} set when the Observe stream missed changes (who leads is unknown
@@ -71,25 +95,35 @@ public final class LeaderElector implements AutoCloseable {
   private final String identity;
   private final String value;
   private final Duration ttl;
+  private final int preference;
   private final Listener listener;
   private final Thread thread;
   private final AutoCloseable observer;
   private volatile boolean closed;
   private volatile TenureException failure;
-  /** Guards {@code leading} and {@code handover}. */
+  /** Guards {@code leading}, {@code handover} and the preferred candidate's fields. */
   private final Object lock = new Object();
   /** The term while {@code takeLeadership} may run; null otherwise. */
   private Session leading;
-  /** The {@link #resignTo} request of the period of leading under way. */
+  /** The hand-over asked for in the period of leading under way. */
   private Handover handover;
+  /** The latest preferred candidate Observe named. */
+  private Election.Candidate preferred = Election.Candidate.NONE;
+  /** Counts Observe's changes of the preferred candidate: which naming {@code preferred} is. */
+  private long preferredSeq;
+  /** The naming whose hand-over failed: not tried again until Observe names a candidate anew. */
+  private long failedSeq = -1;
 
-  /** One {@link #resignTo} request and where its answer goes. */
+  /** One hand-over request ({@link #resignTo} or to the preferred candidate) and its answer. */
   private static final class Handover {
     final String successor;
+    /** For a hand-over to the preferred candidate, its {@code preferredSeq}; -1 otherwise. */
+    final long seq;
     final CompletableFuture<Election.Leader> answer = new CompletableFuture<>();
 
-    Handover(String successor) {
+    Handover(String successor, long seq) {
       this.successor = successor;
+      this.seq = seq;
     }
   }
 
@@ -99,14 +133,19 @@ public final class LeaderElector implements AutoCloseable {
       String identity,
       String value,
       Duration ttl,
+      int preference,
       Listener listener,
       boolean observe) {
+    if (preference < 0) {
+      throw new IllegalArgumentException("preference must not be negative, got " + preference);
+    }
     this.election = new Election(client, name);
     this.identity = Objects.requireNonNull(identity, "identity");
     this.value = Objects.requireNonNull(value, "value");
     this.ttl = Objects.requireNonNull(ttl, "ttl");
+    this.preference = preference;
     this.listener = Objects.requireNonNull(listener, "listener");
-    this.observer = observe ? election.observe(listener::newLeader) : null;
+    this.observer = observe ? election.observe(listener::newLeader, this::preferredChanged) : null;
     this.thread = new Thread(this::run, "tenure-elector-" + name);
     this.thread.setDaemon(true);
   }
@@ -129,7 +168,34 @@ public final class LeaderElector implements AutoCloseable {
       String value,
       Duration ttl,
       Listener listener) {
-    LeaderElector elector = new LeaderElector(client, name, identity, value, ttl, listener, true);
+    return start(client, name, identity, value, ttl, 0, listener);
+  }
+
+  /**
+   * Starts taking part in election {@code name} with a preference, and observing its leaders and
+   * its preferred candidate: while this elector waits, a leader of a lower preference hands over
+   * to it; while it leads, it hands over to a waiting candidate of a greater preference (see the
+   * class comment). For a rolling update, pass the deployment's generation.
+   *
+   * @param client the client
+   * @param name the election (a lease name)
+   * @param identity this participant's holder name
+   * @param value published while leading (e.g. this replica's address)
+   * @param ttl the term TTL to ask for
+   * @param preference 0 for none, or a positive number: higher is preferred
+   * @param listener the callbacks
+   * @return the running elector; close it to stop (and resign)
+   */
+  public static LeaderElector start(
+      LeaseClient client,
+      String name,
+      String identity,
+      String value,
+      Duration ttl,
+      int preference,
+      Listener listener) {
+    LeaderElector elector =
+        new LeaderElector(client, name, identity, value, ttl, preference, listener, true);
     elector.thread.start();
     return elector;
   }
@@ -170,7 +236,7 @@ public final class LeaderElector implements AutoCloseable {
     while (!closed) {
       Session term;
       try {
-        term = election.campaign(identity, value, ttl, CAMPAIGN_WAIT);
+        term = election.campaign(identity, value, ttl, CAMPAIGN_WAIT, preference);
       } catch (TenureException e) {
         if (closed) {
           return;
@@ -217,7 +283,7 @@ public final class LeaderElector implements AutoCloseable {
     if (Thread.currentThread() == thread) {
       throw new IllegalStateException("resignTo must be called from another thread than the elector's");
     }
-    Handover asked = new Handover(successor);
+    Handover asked = new Handover(successor, -1);
     synchronized (lock) {
       if (leading == null || handover != null) {
         throw notLeading();
@@ -233,6 +299,34 @@ public final class LeaderElector implements AutoCloseable {
       }
       throw e;
     }
+  }
+
+  /** Observe named a new preferred candidate (or none): remember it, and act on it while leading. */
+  private void preferredChanged(Election.Candidate candidate) {
+    synchronized (lock) {
+      preferred = candidate;
+      preferredSeq++;
+      if (leading != null && handOverToPreferred()) {
+        thread.interrupt(); // under the lock: the elector clears it under the lock too
+      }
+    }
+  }
+
+  /**
+   * Under {@code lock}, while leading: asks for a hand-over to the preferred candidate when it
+   * outranks this elector, no other hand-over is asked for, and this naming of it has not failed.
+   *
+   * @return whether a hand-over was asked for
+   */
+  private boolean handOverToPreferred() {
+    if (closed
+        || handover != null
+        || preferredSeq == failedSeq
+        || !preferred.outranks(preference)) {
+      return false;
+    }
+    handover = new Handover(preferred.identity(), preferredSeq);
+    return true;
   }
 
   private TenureException notLeading() {
@@ -253,9 +347,26 @@ public final class LeaderElector implements AutoCloseable {
       }
       // This leader has stopped: hand the term over.
       try {
-        asked.answer.complete(election.resignTo(term, asked.successor));
+        Election.Leader successor = election.resignTo(term, asked.successor);
+        if (asked.seq >= 0) {
+          LOG.log(
+              Level.FINE,
+              "{0} handed {1} over to the preferred candidate {2}",
+              new Object[] {identity, election.name(), successor.identity()});
+        }
+        asked.answer.complete(successor);
         return;
       } catch (RuntimeException e) {
+        if (asked.seq >= 0) {
+          // Not again for this naming: only when Observe names a preferred candidate anew.
+          synchronized (lock) {
+            failedSeq = asked.seq;
+          }
+          LOG.log(
+              Level.FINE,
+              identity + " could not hand " + election.name() + " over to " + asked.successor,
+              e);
+        }
         asked.answer.completeExceptionally(e);
         if (term.isHeld() && !closed) {
           continue; // NO_WAITER (or a failed call): lead the term again
@@ -268,8 +379,9 @@ public final class LeaderElector implements AutoCloseable {
 
   /**
    * One period of leading {@code term}: {@code takeLeadership} until the term ends, the elector
-   * closes or {@link #resignTo} asks for a hand-over; then resigns a term still held (not for a
-   * hand-over) and calls {@code stoppedLeading}.
+   * closes or a hand-over is asked for ({@link #resignTo} or a preferred candidate); then resigns
+   * a term still held (not for a hand-over) and calls {@code stoppedLeading}. When a preferred
+   * candidate outranks this elector already as it starts, neither callback runs.
    *
    * @return the hand-over asked for, or null
    */
@@ -277,11 +389,14 @@ public final class LeaderElector implements AutoCloseable {
     Thread self = Thread.currentThread();
     term.addLossListener(loss -> self.interrupt());
     Handover taken;
+    boolean handingOverAtOnce;
     synchronized (lock) {
       leading = term;
+      // Observe may have named a preferred candidate before this term began.
+      handingOverAtOnce = handOverToPreferred();
     }
     try {
-      if (!closed) {
+      if (!closed && !handingOverAtOnce) {
         listener.takeLeadership(term);
       }
     } catch (InterruptedException e) {
@@ -302,7 +417,9 @@ public final class LeaderElector implements AutoCloseable {
           LOG.log(Level.FINE, "resigning " + election.name() + " (the term expires at its TTL)", e);
         }
       }
-      listener.stoppedLeading();
+      if (!handingOverAtOnce) {
+        listener.stoppedLeading();
+      }
     }
     return taken;
   }

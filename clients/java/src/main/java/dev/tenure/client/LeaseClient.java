@@ -212,6 +212,9 @@ public final class LeaseClient implements AutoCloseable {
     if (options.getLimit() > 0) {
       request.setLimit(options.getLimit());
     }
+    if (options.getPreference() > 0) {
+      request.setPreference(options.getPreference());
+    }
     if (options.getLockDelay() != null) {
       request.setLockDelay(toProto(options.getLockDelay()));
     }

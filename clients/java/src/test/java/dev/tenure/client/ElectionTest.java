@@ -8,6 +8,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.tenure.v1.ErrorReason;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
@@ -18,8 +21,11 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
-/** Leader election helpers against a real Tenure: hand-over, revoke, proclaim, leader. */
+/**
+ * Leader election helpers against a real Tenure: hand-over, revoke, proclaim, leader, preference.
+ */
 @Tag("integration")
 class ElectionTest {
   private static final Duration TTL = Duration.ofSeconds(10);
@@ -162,5 +168,110 @@ class ElectionTest {
     TenureException e =
         assertThrows(TenureException.class, () -> election.proclaim(term, "x"));
     assertEquals(ErrorReason.LEASE_NOT_HELD, e.getReason());
+  }
+
+  /** A participant whose start and stop go to a log shared by all, in order. */
+  static final class Ranked implements LeaderElector.Listener {
+    final String identity;
+    final List<String> log;
+    final BlockingQueue<Long> started = new LinkedBlockingQueue<>();
+    final BlockingQueue<Election.Leader> leaders = new LinkedBlockingQueue<>();
+    final List<Election.Leader> seen = Collections.synchronizedList(new ArrayList<>());
+
+    Ranked(String identity, List<String> log) {
+      this.identity = identity;
+      this.log = log;
+    }
+
+    @Override
+    public void takeLeadership(Session term) throws InterruptedException {
+      log.add(identity + " started " + term.getFencingToken());
+      started.add(term.getFencingToken());
+      Thread.sleep(Long.MAX_VALUE); // lead until interrupted
+    }
+
+    @Override
+    public void stoppedLeading() {
+      log.add(identity + " stopped");
+    }
+
+    @Override
+    public void newLeader(Election.Leader leader) {
+      seen.add(leader);
+      leaders.add(leader);
+    }
+  }
+
+  private static List<String> snapshot(List<String> log) {
+    synchronized (log) {
+      return new ArrayList<>(log);
+    }
+  }
+
+  private static void awaitPreferred(
+      BlockingQueue<Election.Candidate> preferred, Election.Candidate want)
+      throws InterruptedException {
+    while (!next(preferred, "preferred candidate " + want).equals(want)) {
+      // an earlier naming
+    }
+  }
+
+  /**
+   * A waiting candidate of a greater preference takes over from the leader at once: with a 30 s TTL
+   * that the leader keeps renewing, and a test timeout well under it, only the hand-over can make
+   * node-b lead in time.
+   */
+  @Test
+  @Timeout(value = 20, unit = TimeUnit.SECONDS)
+  void aCandidateOfGreaterPreferenceTakesOverWithoutWaitingForTheTtl() throws Exception {
+    String name = name();
+    Duration ttl = Duration.ofSeconds(30);
+    List<String> log = Collections.synchronizedList(new ArrayList<>());
+    Ranked a = new Ranked("node-a", log);
+    Ranked b = new Ranked("node-b", log);
+    BlockingQueue<Election.Candidate> preferred = new LinkedBlockingQueue<>();
+    try (AutoCloseable observing = new Election(other, name).observe(leader -> {}, preferred::add);
+        LeaderElector ea = LeaderElector.start(client, name, "node-a", "node-a:5432", ttl, 1, a)) {
+      long tokenA = next(a.started, "node-a's term");
+      long tokenB;
+      try (LeaderElector eb =
+          LeaderElector.start(other, name, "node-b", "node-b:5432", ttl, 2, b)) {
+        awaitPreferred(preferred, new Election.Candidate("node-b", 2));
+        tokenB = next(b.started, "node-b's term");
+        assertTrue(tokenB > tokenA, "node-b's token " + tokenB + " is not above " + tokenA);
+        // node-a stopped before node-b started.
+        assertEquals(
+            List.of("node-a started " + tokenA, "node-a stopped", "node-b started " + tokenB),
+            snapshot(log));
+
+        // node-a's newLeader saw node-a, then node-b: naming node-b as the preferred candidate
+        // (the leader unchanged) did not call it.
+        while (!next(a.leaders, "node-b as leader").identity().equals("node-b")) {
+          // earlier leaders
+        }
+        List<Election.Leader> seen = new ArrayList<>(a.seen);
+        seen.removeIf(l -> !l.present());
+        assertEquals(
+            List.of(
+                new Election.Leader("node-a", "node-a:5432", tokenA),
+                new Election.Leader("node-b", "node-b:5432", tokenB)),
+            seen);
+
+        // node-a campaigns again and waits with its lower preference: named preferred, it does
+        // not displace node-b.
+        awaitPreferred(preferred, new Election.Candidate("node-a", 1));
+        Election.Leader now = new Election(client, name).leader();
+        assertEquals("node-b", now.identity());
+        assertEquals(tokenB, now.fencingToken());
+      }
+      // node-b resigned on close (a release, not a hand-over: node-b's stop and node-a's start
+      // may come in either order): node-a leads again.
+      long tokenA2 = next(a.started, "node-a's second term");
+      assertTrue(tokenA2 > tokenB);
+      List<String> all = snapshot(log);
+      assertEquals(5, all.size(), () -> "log " + all);
+      assertEquals(
+          Set.of("node-b stopped", "node-a started " + tokenA2), Set.copyOf(all.subList(3, 5)));
+    }
   }
 }
