@@ -497,6 +497,35 @@ pub async fn nats_in_msgs(addr: SocketAddr) -> u64 {
     varz["in_msgs"].as_u64().expect("in_msgs")
 }
 
+/// Freezes the test's own child process `pid` (SIGSTOP) and returns once
+/// it really is stopped: signals are delivered asynchronously, and on a
+/// busy machine a nats-server answers requests for a moment after
+/// `kill` returns unless the test waits for the stop (waitpid reports it).
+pub async fn freeze(pid: u32) {
+    // SAFETY: signalling the test's own child process by its pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    within(
+        "the process to stop",
+        tokio::task::spawn_blocking(move || {
+            let mut status = 0;
+            // SAFETY: waiting on the test's own child process.
+            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WUNTRACED) };
+            assert!(
+                r == pid as libc::pid_t && libc::WIFSTOPPED(status),
+                "waitpid: {r} {status}"
+            );
+        }),
+    )
+    .await
+    .unwrap();
+}
+
+/// Lets a process stopped by [`freeze`] run again (SIGCONT).
+pub fn thaw(pid: u32) {
+    // SAFETY: signalling the test's own child process by its pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+}
+
 /// The resident set size of a process, in MiB.
 pub fn rss_mib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");

@@ -9,13 +9,6 @@ use std::time::Duration;
 use crate::common::*;
 use tenure::proto::GetLeaseRequest;
 
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: signalling the test's own child nats-server by its pid.
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
-    }
-}
-
 #[tokio::test]
 async fn deadline_cancels_the_nats_call() {
     let t = Tenure::start_with(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap())).await;
@@ -23,23 +16,7 @@ async fn deadline_cancels_the_nats_call() {
     let mut c = t.client().await;
     acquire(&mut c, acquire_req("dl.a", "w", 60)).await;
     let pid = t.nats.process.as_ref().unwrap().pid().unwrap();
-    signal(pid, libc::SIGSTOP);
-    // Signals are delivered asynchronously: wait until the server really is
-    // stopped (waitpid reports it), or a busy machine lets a request through.
-    within(
-        "nats-server to stop",
-        tokio::task::spawn_blocking(move || {
-            let mut status = 0;
-            // SAFETY: waiting on the test's own child process.
-            let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WUNTRACED) };
-            assert!(
-                r == pid as libc::pid_t && libc::WIFSTOPPED(status),
-                "waitpid: {r} {status}"
-            );
-        }),
-    )
-    .await
-    .unwrap();
+    freeze(pid).await;
 
     let mut req = tonic::Request::new(GetLeaseRequest {
         name: "dl.a".into(),
@@ -70,7 +47,7 @@ async fn deadline_cancels_the_nats_call() {
         }
     })
     .await;
-    signal(pid, libc::SIGCONT);
+    thaw(pid);
     assert!(text.contains(cancelled), "{text}");
     assert!(!text.contains(unavailable), "{text}");
 }

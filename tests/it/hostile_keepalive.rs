@@ -189,17 +189,18 @@ async fn the_share_bounds_an_identitys_renewals_in_flight() {
         .await
         .unwrap();
     let pid = t.nats.process.as_ref().unwrap().pid().unwrap();
-    // SAFETY: signalling the test's own nats-server child.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    freeze(pid).await;
     let entries = (0..100)
         .map(|i| unheld(i, &format!("alice.nobody.{i}")))
         .collect();
-    let reply = s.call(entries);
-    let results = within("the entries past the share to give up", reply)
-        .await
-        .results;
-    // SAFETY: as above.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+    // The reply waits for the 15 in flight, which end when their NATS
+    // requests time out (10 s).
+    let results = s.call(entries).await.results;
+    thaw(pid);
+    let mut reasons = std::collections::BTreeMap::<String, usize>::new();
+    for r in &results {
+        *reasons.entry(error(r).reason.clone()).or_default() += 1;
+    }
     let busy: Vec<&KeepAliveError> = results
         .iter()
         .map(error)
@@ -208,7 +209,7 @@ async fn the_share_bounds_an_identitys_renewals_in_flight() {
     assert_eq!(
         busy.len(),
         85,
-        "15 renewals in flight, the other 85 refused"
+        "15 renewals in flight, the other 85 refused; the reasons were {reasons:?}"
     );
     let whole = busy
         .iter()

@@ -518,12 +518,10 @@ async fn honest_holders_survive_hostile_load_and_a_nats_stall() {
 
     // (d) the NATS stall, in the middle of it all.
     tokio::time::sleep(ATTACK_BEFORE_STALL).await;
-    let nats_pid = nats.process.as_ref().unwrap().pid().unwrap() as libc::pid_t;
-    // SAFETY: signalling the test's own child nats-server by its pid.
-    unsafe { libc::kill(nats_pid, libc::SIGSTOP) };
+    let nats_pid = nats.process.as_ref().unwrap().pid().unwrap();
+    freeze(nats_pid).await;
     tokio::time::sleep(STALL).await;
-    // SAFETY: as above.
-    unsafe { libc::kill(nats_pid, libc::SIGCONT) };
+    thaw(nats_pid);
     let resumed = Instant::now();
 
     // The honest watch sees a change made after the stall.

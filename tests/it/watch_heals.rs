@@ -111,14 +111,12 @@ async fn a_nats_stall_is_survived_by_open_watches() {
     let mut statuses = HealthStatuses::watch(&t).await;
     assert_eq!(statuses.next().await, ServingStatus::Serving as i32);
 
-    let pid = t.nats.process.as_ref().unwrap().pid().unwrap() as libc::pid_t;
-    // SAFETY: signalling the test's own child nats-server by its pid.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let pid = t.nats.process.as_ref().unwrap().pid().unwrap();
+    freeze(pid).await;
     // The fault: long enough for three missed pings (2 s each) and the
     // consumer's heartbeats.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    thaw(pid);
 
     assert_eq!(statuses.next().await, ServingStatus::NotServing as i32);
     let mut status = statuses.next().await;
