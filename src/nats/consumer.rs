@@ -49,6 +49,47 @@ pub struct Follow {
     pub initially_pending: u64,
     /// The messages with their pending counts.
     pub messages: futures::stream::BoxStream<'static, Result<(Message, u64)>>,
+    /// The stream leader's answer to what the consumer's pending counts
+    /// stand for (`None` in unit tests: the counts are the truth).
+    pub leader: Option<LeaderRead>,
+}
+
+/// What the stream leader holds after a revision under a consumer's
+/// filters. An ordered consumer of a replicated bucket is an R1 consumer
+/// that may sit on a replica still catching up (a leader just partitioned
+/// off and back, say): it counts nothing pending while the leader has
+/// more, so a reader that must not end early (a resumed watch's replay)
+/// asks the leader before it takes "nothing pending" for "nothing left".
+#[derive(Clone)]
+pub struct LeaderRead {
+    /// The bucket's stream.
+    stream: stream::Stream,
+    /// The consumer's filter subjects.
+    subjects: Vec<String>,
+}
+
+impl LeaderRead {
+    /// The revision of the first message after `after` matching the
+    /// consumer's filters that the stream leader holds, if any (one
+    /// leader read per filter).
+    pub async fn first_after(&self, after: u64) -> Result<Option<u64>> {
+        let mut first = None;
+        for subject in &self.subjects {
+            let read = self
+                .stream
+                .raw_message_builder()
+                .sequence(after + 1)
+                .next_by_subject(subject.clone())
+                .send()
+                .await;
+            match read {
+                Ok(msg) => first = Some(first.map_or(msg.sequence, |f: u64| f.min(msg.sequence))),
+                Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {}
+                Err(err) => return Err(Error::nats("reading the bucket's next change", err)),
+            }
+        }
+        Ok(first)
+    }
 }
 
 /// How the ordered consumer of [`Store::read`] gets its messages to the reader:
@@ -120,6 +161,10 @@ impl Store {
             .collect();
         // One filter goes in `filter_subject` (every server knows it),
         // several in `filter_subjects`.
+        let leader = LeaderRead {
+            stream: self.stream.clone(),
+            subjects: subjects.clone(),
+        };
         let (filter_subject, filter_subjects) = match subjects.len() {
             1 => (subjects.remove(0), Vec::new()),
             _ => (String::new(), subjects),
@@ -139,7 +184,7 @@ impl Store {
                     deliver_policy,
                     ..Default::default()
                 };
-                self.start_consumer(config, |c| c.messages(), delivery)
+                self.start_consumer(config, |c| c.messages(), delivery, leader)
                     .await
             }
             Delivery::Pull => {
@@ -152,7 +197,7 @@ impl Store {
                     max_batch: REPLAY_BATCH,
                     ..Default::default()
                 };
-                self.start_consumer(config, |c| c.messages(), delivery)
+                self.start_consumer(config, |c| c.messages(), delivery, leader)
                     .await
             }
         }
@@ -166,6 +211,7 @@ impl Store {
         config: C,
         messages: impl FnOnce(consumer::Consumer<C>) -> M,
         delivery: Delivery,
+        leader: LeaderRead,
     ) -> Result<Follow>
     where
         C: consumer::IntoConsumerConfig + consumer::FromConsumer,
@@ -201,6 +247,7 @@ impl Store {
         Ok(Follow {
             initially_pending,
             messages: stream.boxed(),
+            leader: Some(leader),
         })
     }
 }

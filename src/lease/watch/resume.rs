@@ -213,6 +213,11 @@ pub struct Replay {
     last: HashMap<String, (u64, u64)>,
     /// An event to deliver after the `Missed` just delivered.
     queued: Option<Event>,
+    /// The last revision the consumer delivered (`from` before any).
+    reached: u64,
+    /// The consumer counts nothing pending after `reached`: the replay
+    /// ends there unless the stream leader has a change up to `until`.
+    drained: bool,
 }
 
 impl Replay {
@@ -227,7 +232,8 @@ impl Replay {
         deadline: Instant,
         proof: Proof,
     ) -> Replay {
-        let follow = follow.filter(|f| f.initially_pending > 0 && until > proof.from);
+        let follow = follow.filter(|_| until > proof.from);
+        let drained = follow.as_ref().is_some_and(|f| f.initially_pending == 0);
         Replay {
             follow,
             from: proof.from,
@@ -239,6 +245,8 @@ impl Replay {
             proof,
             last: HashMap::new(),
             queued: None,
+            reached: proof.from,
+            drained,
         }
     }
 
@@ -251,6 +259,9 @@ impl Replay {
                 if self.kinds.is_empty() || self.kinds.contains(&event.kind) {
                     return Ok(Some(event));
                 }
+            }
+            if self.drained && !self.more_at_leader().await? {
+                self.follow = None;
             }
             let Some(follow) = self.follow.as_mut() else {
                 return self.finish().map(|()| None);
@@ -273,9 +284,11 @@ impl Replay {
                 self.follow = None;
                 continue;
             }
-            if pending == 0 || message.revision == self.until {
+            self.reached = self.reached.max(message.revision);
+            if message.revision == self.until {
                 self.follow = None;
             }
+            self.drained = pending == 0;
             if message.revision <= self.from {
                 // Never before the resumed revision (a consumer restarted
                 // by its reconnect may deliver from earlier).
@@ -429,6 +442,24 @@ impl Replay {
     }
 
     /// Checks, at the seam, that the replay ended while the proof held.
+    /// Whether the stream leader holds a change for the replay after the
+    /// last one the consumer delivered, up to `until`: the consumer may sit
+    /// on a replica still catching up (see [`crate::nats::Follow::leader`]).
+    /// Without a leader to ask (unit tests) the consumer's count stands.
+    /// Asked again each time the consumer drains; bounded by the proof's
+    /// deadline like the rest of the replay.
+    async fn more_at_leader(&mut self) -> Result<bool> {
+        self.drained = false;
+        let Some(leader) = self.follow.as_ref().and_then(|f| f.leader.clone()) else {
+            return Ok(false);
+        };
+        let read = tokio::time::timeout_at(self.deadline, leader.first_after(self.reached));
+        match read.await {
+            Err(_) => Err(self.proof.refusal()),
+            Ok(first) => Ok(first?.is_some_and(|r| r <= self.until)),
+        }
+    }
+
     fn finish(&self) -> Result<()> {
         if Instant::now() >= self.deadline {
             return Err(self.proof.refusal());
@@ -776,6 +807,7 @@ mod tests {
         let follow = crate::nats::Follow {
             initially_pending: 4,
             messages: futures::stream::iter(messages).boxed(),
+            leader: None,
         };
         let mut replay = Replay::new(
             Some(follow),
