@@ -101,6 +101,9 @@ pub enum Expected {
     Group,
     /// A group seen in part in the watch stream (property 8's watch half).
     GroupWatch,
+    /// A change reported twice or not at all by resumed watches
+    /// (property 9).
+    WatchResume,
 }
 
 /// What goes wrong in a scenario.
@@ -452,6 +455,14 @@ pub fn all() -> Vec<Scenario> {
             "split-groups",
             Expected::GroupWatch,
         )),
+        // Each resumed replay starts 20 revisions before its resume point
+        // and delivers what it reads there, so a change the stream before
+        // it reported is reported again (property 9's duplicate half).
+        broken(
+            s("negative-replay-repeats", 1, 1, Fault::None),
+            "replay-repeats",
+            Expected::WatchResume,
+        ),
         // The Redis kit: every write a fenced SET (EVALSHA) on a real
         // redis-server, and a zombie write with the old token a TTL after
         // each holding ended, which the kit must refuse once a newer
@@ -675,6 +686,7 @@ impl Outcome {
                 Expected::Limit => r.p7_limit > 0,
                 Expected::Group => r.p8_group > 0,
                 Expected::GroupWatch => r.p8_watch > 0,
+                Expected::WatchResume => r.p9_watch > 0,
             }
         } else {
             self.report.violations() == 0
@@ -1933,7 +1945,7 @@ mod tests {
     #[test]
     fn a_control_is_caught_only_by_its_own_property() {
         type Own = fn(&mut Report) -> &mut usize;
-        let controls: [(&str, &str, Own); 7] = [
+        let controls: [(&str, &str, Own); 8] = [
             ("negative-tokens", "tokens-go-back", |r| &mut r.p1_tokens),
             ("negative-late-expiry", "late-expiry", |r| &mut r.p4_expiry),
             ("negative-early-expiry", "early-expiry", |r| &mut r.p5_early),
@@ -1945,6 +1957,9 @@ mod tests {
                 &mut r.p6_fifo
             }),
             ("negative-watch-group", "split-groups", |r| &mut r.p8_watch),
+            ("negative-replay-repeats", "replay-repeats", |r| {
+                &mut r.p9_watch
+            }),
         ];
         for (name, fault, own) in controls {
             let mut o = met(name);
@@ -1954,6 +1969,7 @@ mod tests {
             let r = &mut o.report;
             (r.p1_tokens, r.p2_store, r.p3_overlap, r.p4_expiry) = (1, 1, 1, 1);
             (r.p5_early, r.p6_fifo, r.p7_limit, r.p8_group) = (1, 1, 1, 1);
+            (r.p8_watch, r.p9_watch) = (1, 1);
             *own(r) = 0;
             assert!(!o.passed(), "{name} passed on other properties");
             *own(&mut o.report) = 1;

@@ -20,7 +20,9 @@ mod test_hooks;
 
 pub use fence_keys::FenceKeyFiles;
 pub use file::{resolve, ResolveError};
-pub use test_hooks::{check_test_faults, TestFault, TestFaults, WatcherHold, TEST_FAULTS_ENV};
+pub use test_hooks::{
+    check_test_faults, TestFault, TestFaults, WatcherHold, REPLAY_REPEATS, TEST_FAULTS_ENV,
+};
 
 /// Most shards a bucket can be split into.
 pub const MAX_SHARDS: u32 = 64;

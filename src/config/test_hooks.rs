@@ -96,7 +96,14 @@ pub enum TestFault {
     /// for a free slot, as before semaphores queued: a later waiter takes a
     /// slot ahead of an earlier one (property 6).
     SemaphoreHerd,
+    /// A resumed watch's replay starts [`REPLAY_REPEATS`] revisions before
+    /// the resume point and delivers what it reads there: changes the
+    /// client had already been sent are reported again (property 9).
+    ReplayRepeats,
 }
+
+/// How far before the resume point the `replay-repeats` fault starts.
+pub const REPLAY_REPEATS: u64 = 20;
 
 impl TestFault {
     /// Its bit in [`TestFaults`].

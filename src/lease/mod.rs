@@ -258,7 +258,9 @@ impl Leases {
         kinds: Vec<EventKind>,
         from: u64,
     ) -> Result<Subscription> {
-        self.hub.resume(filter, kinds, from).await
+        // TEST FAULT (replay-repeats): the replay starts before `from`.
+        let repeat = self.faults.contains(TestFault::ReplayRepeats);
+        self.hub.resume(filter, kinds, from, repeat).await
     }
 }
 

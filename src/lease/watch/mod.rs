@@ -385,11 +385,13 @@ impl Hub {
     /// bucket cannot prove it still holds every change after `from`, and
     /// with INVALID_ARGUMENT when `from` is beyond the bucket's last
     /// revision.
+    /// `repeat` is the test fault `replay-repeats` (false in production).
     pub async fn resume(
         &self,
         filter: Filter,
         kinds: Vec<EventKind>,
         from: u64,
+        repeat: bool,
     ) -> Result<Subscription> {
         let position = self.store.position().await?;
         if from > position.last_revision {
@@ -447,13 +449,20 @@ impl Hub {
         let follow = if at > from {
             let subjects = resume::subjects(&filter);
             let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
-            Some(self.store.replay(&subjects, from).await?)
+            // TEST FAULT (replay-repeats): read from before `from`.
+            let start = match repeat {
+                true => from.saturating_sub(crate::config::REPLAY_REPEATS),
+                false => from,
+            };
+            Some(self.store.replay(&subjects, start).await?)
         } else {
             None
         };
-        subscription.prelude = Prelude::Replay(Box::new(Replay::new(
-            follow, at, filter, kinds, ends, deadline, proof,
-        )));
+        let mut replay = Replay::new(follow, at, filter, kinds, ends, deadline, proof);
+        if repeat {
+            replay.repeat_from(from.saturating_sub(crate::config::REPLAY_REPEATS));
+        }
+        subscription.prelude = Prelude::Replay(Box::new(replay));
         subscription.seam = at.max(from);
         Ok(subscription)
     }

@@ -215,6 +215,9 @@ pub struct Replay {
     queued: Option<Event>,
     /// The last revision the consumer delivered (`from` before any).
     reached: u64,
+    /// Messages at or before it are skipped: `from`, but for the test
+    /// fault `replay-repeats`.
+    floor: u64,
     /// The consumer counts nothing pending after `reached`: the replay
     /// ends there unless the stream leader has a change up to `until`.
     drained: bool,
@@ -246,6 +249,7 @@ impl Replay {
             last: HashMap::new(),
             queued: None,
             reached: proof.from,
+            floor: proof.from,
             drained,
         }
     }
@@ -289,7 +293,7 @@ impl Replay {
                 self.follow = None;
             }
             self.drained = pending == 0;
-            if message.revision <= self.from {
+            if message.revision <= self.floor {
                 // Never before the resumed revision (a consumer restarted
                 // by its reconnect may deliver from earlier).
                 continue;
@@ -458,6 +462,12 @@ impl Replay {
             Err(_) => Err(self.proof.refusal()),
             Ok(first) => Ok(first?.is_some_and(|r| r <= self.until)),
         }
+    }
+
+    /// TEST FAULT (`replay-repeats`): delivers what the consumer reads
+    /// after `floor` (below the resume point), not only after `from`.
+    pub fn repeat_from(&mut self, floor: u64) {
+        self.floor = floor;
     }
 
     fn finish(&self) -> Result<()> {
