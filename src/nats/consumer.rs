@@ -8,7 +8,10 @@
 //! than one batch. Everything else - creating the consumer, deleting it
 //! when the reader drops it, turning each delivery into a [`Message`] with
 //! its pending count - is the same for both and lives here once, apart
-//! from the bucket's writes and leader reads.
+//! from the bucket's writes and leader reads. The one leader read here is
+//! the consumer's own check ([`LeaderRead`]): what the stream leader holds
+//! under its filters, for a reader that must not take a lagging replica's
+//! "nothing pending" for "nothing left".
 
 use std::fmt::Display;
 use std::future::Future;

@@ -446,21 +446,21 @@ impl Hub {
         };
         // Dropping the subscription on refusal unregisters it.
         let deadline = Instant::now() + proof.check()?;
+        // TEST FAULT (replay-repeats): read and deliver from before `from`.
+        let start = match repeat {
+            true => from.saturating_sub(crate::config::REPLAY_REPEATS),
+            false => from,
+        };
         let follow = if at > from {
             let subjects = resume::subjects(&filter);
             let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
-            // TEST FAULT (replay-repeats): read from before `from`.
-            let start = match repeat {
-                true => from.saturating_sub(crate::config::REPLAY_REPEATS),
-                false => from,
-            };
             Some(self.store.replay(&subjects, start).await?)
         } else {
             None
         };
         let mut replay = Replay::new(follow, at, filter, kinds, ends, deadline, proof);
         if repeat {
-            replay.repeat_from(from.saturating_sub(crate::config::REPLAY_REPEATS));
+            replay.repeat_from(start);
         }
         subscription.prelude = Prelude::Replay(Box::new(replay));
         subscription.seam = at.max(from);

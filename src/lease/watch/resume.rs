@@ -445,7 +445,6 @@ impl Replay {
         })
     }
 
-    /// Checks, at the seam, that the replay ended while the proof held.
     /// Whether the stream leader holds a change for the replay after the
     /// last one the consumer delivered, up to `until`: the consumer may sit
     /// on a replica still catching up (see [`crate::nats::Follow::leader`]).
@@ -470,6 +469,7 @@ impl Replay {
         self.floor = floor;
     }
 
+    /// Checks, at the seam, that the replay ended while the proof held.
     fn finish(&self) -> Result<()> {
         if Instant::now() >= self.deadline {
             return Err(self.proof.refusal());
