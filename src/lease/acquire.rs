@@ -30,6 +30,13 @@ use crate::error::{Reason, Result};
 use crate::nats::{CasError, Op, Write, WriteOp};
 use crate::observe::METRICS;
 
+/// How long a ticket write that lost its race waits for the shared watcher
+/// to apply the message that won, before it reads the queue from the
+/// stream leader instead: one request per message under the queue's
+/// filter (with 64 waiters of one semaphore, workload 8 of the benchmark,
+/// these reads were more than half of Tenure's NATS requests).
+const VIEW_PATIENCE: Duration = Duration::from_millis(25);
+
 /// What Acquire asks for, already validated.
 #[derive(Debug, Clone)]
 pub struct AcquireArgs {
@@ -326,13 +333,25 @@ impl Leases {
             return Err(full(&queue));
         }
         let mut lane = self.queue_lanes.enter(&name).await;
-        // The lane's queue is exact at its revision but may be old: a full
-        // one is checked against the view, and the view's against a read.
-        let mut known = lane
-            .take()
-            .filter(|q| !q.free_slots(self.max_waiters, start).is_empty())
-            .or_else(|| self.hub.queue(&name));
+        // The lane's queue and the view's are each exact at their revision
+        // but may be old: the newer is tried first, and a full one is
+        // checked against a read.
+        let newer = |a: Option<fifo::Queue>, b: Option<fifo::Queue>| match (a, b) {
+            (Some(a), Some(b)) if b.last > a.last => Some(b),
+            (a, b) => a.or(b),
+        };
+        let mut known = newer(lane.take(), self.hub.queue(&name))
+            .filter(|q| !q.free_slots(self.max_waiters, start).is_empty());
+        // The revision a ticket write lost its race at: a retry takes the
+        // view once it has applied something newer (a ticket, a grant's
+        // delete: the common race of a busy queue), and reads the queue
+        // from the stream leader (a request per message under the queue's
+        // filter) only when the view has not moved on.
+        let mut lost_at = 0;
         for _ in 0..=MAX_CAS_ATTEMPTS {
+            if known.is_none() && lost_at > 0 {
+                known = self.hub.queue_after(&name, lost_at, VIEW_PATIENCE).await;
+            }
             let queue = match known.take() {
                 Some(queue) => queue,
                 None => fifo::Queue::read(&self.store, &name, self.max_waiters).await?,
@@ -344,6 +363,7 @@ impl Leases {
                 lane.keep(queue.with_ticket(slot, ticket.revision));
                 return Ok(ticket);
             }
+            lost_at = queue.last;
         }
         Err(contended(&args.name))
     }

@@ -366,6 +366,17 @@ impl Hub {
         self.view.queue(name)
     }
 
+    /// `name`'s queue once this hub has seen a message of it after
+    /// `after` ([`QueueView::queue_after`]).
+    pub async fn queue_after(
+        &self,
+        name: &str,
+        after: u64,
+        patience: std::time::Duration,
+    ) -> Option<crate::lease::fifo::Queue> {
+        self.view.queue_after(name, after, patience).await
+    }
+
     /// Whether the hub follows the bucket (false while it resubscribes
     /// after a failure); changes are signalled on the receiver.
     pub fn healthy(&self) -> watch::Receiver<bool> {

@@ -65,6 +65,10 @@ pub struct QueueView {
     /// semaphore's queue reads one free slot, not every slot
     /// ([`QueueView::free_slot`]).
     held: Mutex<HashMap<String, HeldSlots>>,
+    /// Notified whenever the view's position moves (or it stops), for a
+    /// ticket write that lost its race and waits for the view to show
+    /// the message that won ([`QueueView::queue_after`]).
+    advanced: Notify,
 }
 
 /// A semaphore's slots holding a record: slot → (holder, key hash).
@@ -290,6 +294,34 @@ impl QueueView {
             self.complete.fetch_max(position, Ordering::AcqRel);
         }
         self.position.store(position, Ordering::Release);
+        self.advanced.notify_waiters();
+    }
+
+    /// `name`'s queue ([`QueueView::queue`]) once the view has applied a
+    /// message of it after revision `after`, waiting for the watcher up to
+    /// `patience`; `None` when the view has not by then, or is not live
+    /// (read the queue instead).
+    pub async fn queue_after(
+        &self,
+        name: &str,
+        after: u64,
+        patience: std::time::Duration,
+    ) -> Option<Queue> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            // Registered before the view is asked: a move in between is
+            // not missed.
+            let advanced = self.advanced.notified();
+            tokio::pin!(advanced);
+            advanced.as_mut().enable();
+            if let Some(queue) = self.queue(name).filter(|q| q.last > after) {
+                return Some(queue);
+            }
+            if self.position.load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            tokio::time::timeout_at(deadline, advanced).await.ok()?;
+        }
     }
 
     /// Applies the message of semaphore `name`'s slot `slot`: `held` is
@@ -351,6 +383,7 @@ impl QueueView {
         for notify in dormant.values().flat_map(|q| q.values()) {
             notify.notify_one();
         }
+        self.advanced.notify_waiters();
     }
 
     /// Whose turn it is for the waiter of `name` whose ticket has `place`
@@ -610,6 +643,41 @@ mod tests {
         let again = view.dormant("n", 12);
         view.clear();
         assert!(woken(&again), "a fresh start wakes every dormant waiter");
+    }
+
+    /// A ticket write that lost its race gets the view's queue once the
+    /// view has applied a message of it after the lost revision (not an
+    /// older one, nor a newer message of another queue), and nothing once
+    /// the view stops or its patience runs out (it reads instead).
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_ticket_write_waits_for_the_view_to_move_past_it() {
+        let view = Arc::new(QueueView::default());
+        view.apply(&keys::queue_slot("n", 0), 10, &ticket(0));
+        view.set_position(10, true);
+        let patience = std::time::Duration::from_secs(1);
+        let waiting = {
+            let view = view.clone();
+            tokio::spawn(async move { view.queue_after("n", 10, patience).await })
+        };
+        tokio::task::yield_now().await;
+        view.apply(&keys::queue_slot("m", 0), 11, &ticket(0));
+        view.set_position(11, true);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "another queue's message");
+        view.apply(&keys::queue_slot("n", 1), 12, &ticket(0));
+        view.set_position(12, true);
+        let queue = waiting.await.unwrap().expect("the view moved past 10");
+        assert_eq!((queue.last, queue.waiting()), (12, 2));
+        // Nothing newer than 12: the patience runs out.
+        assert!(view.queue_after("n", 12, patience).await.is_none());
+        // The view stops (a restart of the watcher): read instead.
+        let stopped = {
+            let view = view.clone();
+            tokio::spawn(async move { view.queue_after("n", 12, patience).await })
+        };
+        tokio::task::yield_now().await;
+        view.clear();
+        assert!(stopped.await.unwrap().is_none());
     }
 
     /// The head of a semaphore's queue is told which slots hold no
