@@ -119,7 +119,11 @@ impl Leases {
         let mut held = if seen > 0 {
             queued(&args.name, seen)
         } else {
-            match self.try_once(args).await {
+            let first = match args.limit {
+                0 => self.try_acquire(args).await,
+                _ => self.first_try_slot(args).await,
+            };
+            match first {
                 Err(err) if err.reason == Reason::LeaseHeld => err,
                 other => return other,
             }

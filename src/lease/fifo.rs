@@ -242,16 +242,26 @@ impl Queue {
 /// left it (exact at that revision: the write's condition said nothing came
 /// between), so a burst of waiters writes one ticket after the other without
 /// a read in between.
-#[derive(Default)]
-pub struct Lanes {
+/// A lane keeps what its last user left for the next (`T`: the queue as
+/// the last ticket left it); with `T = ()` it is only a turn per name (the
+/// definers of one semaphore, `semaphore::slot_attempt`).
+pub struct Lanes<T = Queue> {
     /// The lane of each name that has a waiter in or before it.
-    lanes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Queue>>>>>,
+    lanes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<T>>>>>,
 }
 
-impl Lanes {
+impl<T> Default for Lanes<T> {
+    fn default() -> Self {
+        Lanes {
+            lanes: Mutex::default(),
+        }
+    }
+}
+
+impl<T> Lanes<T> {
     /// Waits for `name`'s lane; the lane (and the queue it keeps) is the
     /// caller's until the returned guard drops.
-    pub async fn enter(&self, name: &str) -> Lane<'_> {
+    pub async fn enter(&self, name: &str) -> Lane<'_, T> {
         let lane = {
             let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
             lanes.entry(name.to_string()).or_default().clone()
@@ -267,34 +277,35 @@ impl Lanes {
 }
 
 /// A waiter's turn in its name's lane ([`Lanes::enter`]).
-pub struct Lane<'a> {
+pub struct Lane<'a, T = Queue> {
     /// Where the lane is kept.
-    lanes: &'a Lanes,
+    lanes: &'a Lanes<T>,
     /// The name.
     name: String,
     /// The lane.
-    lane: Arc<tokio::sync::Mutex<Option<Queue>>>,
-    /// The turn, with the queue as the lane's last ticket left it; taken
-    /// on drop.
-    guard: Option<tokio::sync::OwnedMutexGuard<Option<Queue>>>,
+    lane: Arc<tokio::sync::Mutex<Option<T>>>,
+    /// The turn, with what the lane's last user left (the queue as its
+    /// ticket left it); taken on drop.
+    guard: Option<tokio::sync::OwnedMutexGuard<Option<T>>>,
 }
 
-impl Lane<'_> {
-    /// The queue as the lane's last ticket write left it, if any (taken:
-    /// put back a newer one with [`Lane::keep`]).
-    pub fn take(&mut self) -> Option<Queue> {
+impl<T> Lane<'_, T> {
+    /// What the lane's last user left (the queue as the lane's last ticket
+    /// write left it), if anything (taken: put back a newer one with
+    /// [`Lane::keep`]).
+    pub fn take(&mut self) -> Option<T> {
         self.guard.as_mut().and_then(|g| g.take())
     }
 
-    /// Keeps `queue` for the next waiter in the lane.
-    pub fn keep(&mut self, queue: Queue) {
+    /// Keeps `queue` for the next user of the lane.
+    pub fn keep(&mut self, queue: T) {
         if let Some(g) = self.guard.as_mut() {
             **g = Some(queue);
         }
     }
 }
 
-impl Drop for Lane<'_> {
+impl<T> Drop for Lane<'_, T> {
     fn drop(&mut self) {
         self.guard.take();
         // Forget the lane (and its queue) when nobody else holds or waits
@@ -402,7 +413,7 @@ mod tests {
     /// nobody holds or waits for it.
     #[tokio::test]
     async fn lanes_take_turns_and_are_forgotten() {
-        let lanes = Arc::new(Lanes::default());
+        let lanes = Arc::new(Lanes::<Queue>::default());
         let mut first = lanes.enter("n").await;
         assert!(first.take().is_none());
         let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();

@@ -104,6 +104,9 @@ pub struct Leases {
     max_waiters: usize,
     /// Per name, the lane its waiters write their tickets in, one at a time.
     queue_lanes: Arc<fifo::Lanes>,
+    /// Per semaphore, the turn of its definers on this replica: one
+    /// definition batch at a time.
+    definers: Arc<fifo::Lanes<()>>,
     /// Names this replica released, for Acquires in one round trip.
     free: Arc<FreeHints>,
     /// Waiters without a queue ticket (semaphore slots) on this replica,
@@ -129,6 +132,7 @@ impl Leases {
             shutdown,
             max_waiters: DEFAULT_MAX_WAITERS,
             queue_lanes: Arc::default(),
+            definers: Arc::default(),
             free: Arc::default(),
             unqueued: Arc::default(),
             slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),

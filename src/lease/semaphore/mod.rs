@@ -46,7 +46,7 @@ use super::record::{Entry, Holding, KeyHash, Kind, Record};
 use super::refusals::{cas_failed, contended, queued as queued_for, unreadable};
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, FOLLOW_PATIENCE};
-use super::watch::SlotHint;
+use super::watch::{SlotHint, Want};
 use super::{now_ms, AcquireArgs, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::config::TestFault;
 use crate::error::{Error, Reason, Result};
@@ -65,6 +65,14 @@ const LIVE_PROBE: u32 = 16;
 struct Definition {
     /// The limit in force.
     limit: u32,
+}
+
+/// The limit a definition key's value defines; `None` for a value that is
+/// no definition.
+pub(super) fn defined_limit(payload: &[u8]) -> Option<u32> {
+    serde_json::from_slice::<Definition>(payload)
+        .ok()
+        .map(|d| d.limit)
 }
 
 /// A semaphore as read: its limit and live holders.
@@ -110,7 +118,17 @@ impl Leases {
     /// `args.limit`, by a caller without a queue ticket: it writes only
     /// when nobody is queued.
     pub(super) async fn try_acquire_slot(&self, args: &AcquireArgs) -> Result<Holding> {
-        self.slot_attempt(args, None).await
+        self.slot_attempt(args, None, MAX_CAS_ATTEMPTS).await
+    }
+
+    /// The first try of a waiting Acquire of a semaphore slot, by a caller
+    /// without a ticket: one attempt, and a lost race is `LEASE_HELD`, so
+    /// that it queues (where the head takes the next free slot with no
+    /// race) instead of racing again: with 64 clients arriving at once
+    /// on 8 slots, their retries kept NATS busy with reads for the first
+    /// ~200 ms (workload 8's first cycles).
+    pub(super) async fn first_try_slot(&self, args: &AcquireArgs) -> Result<Holding> {
+        self.slot_attempt(args, None, 1).await
     }
 
     /// One attempt of the queued semaphore waiter holding `ticket`; `head`:
@@ -125,16 +143,19 @@ impl Leases {
         ticket: &fifo::Ticket,
         head: bool,
     ) -> Result<Holding> {
-        self.slot_attempt(args, Some((ticket, head))).await
+        self.slot_attempt(args, Some((ticket, head)), MAX_CAS_ATTEMPTS)
+            .await
     }
 
     /// One attempt to take a slot: without a ticket (`queued` is `None`),
     /// or as the queued waiter with that ticket (and whether the view says
-    /// it is the head).
+    /// it is the head); a lost race reads and tries again, `attempts` tries
+    /// in all.
     async fn slot_attempt(
         &self,
         args: &AcquireArgs,
         queued: Option<(&fifo::Ticket, bool)>,
+        attempts: usize,
     ) -> Result<Holding> {
         let name = args.name.as_str();
         let limit = args.limit;
@@ -146,16 +167,28 @@ impl Leases {
             slots_open = limit + 1;
         }
         // The head of the queue asks the shared watcher's view which slot
-        // to try, and reads that one slot instead of all of them (TEST
-        // FAULT semaphore-herd: every waiter is a "head"; they read all).
+        // to try: one it vouches for is written with no read, else that
+        // one slot is read instead of all of them (TEST FAULT
+        // semaphore-herd: every waiter is a "head"; they read all; TEST
+        // FAULT semaphore-over-limit: nothing is vouched for, the slot
+        // past the limit is read).
+        let key_hex = hash.to_hex();
         let mut hint = match queued {
-            Some((_, true)) if !self.faults.contains(TestFault::SemaphoreHerd) => Some(
-                self.hub
-                    .free_slot(name, slots_open, &args.holder, &hash.to_hex()),
-            ),
+            Some((_, true)) if !self.faults.contains(TestFault::SemaphoreHerd) => {
+                Some(self.hub.free_slot(
+                    name,
+                    Want {
+                        open: slots_open,
+                        limit,
+                        holder: &args.holder,
+                        key: &key_hex,
+                        vouch: slots_open == limit,
+                    },
+                ))
+            }
             _ => None,
         };
-        'attempt: for _ in 0..MAX_CAS_ATTEMPTS {
+        'attempt: for _ in 0..attempts {
             let hinted = match hint.take() {
                 // The view saw every slot taken: wait for an end (which the
                 // view applies before it wakes anyone).
@@ -164,6 +197,16 @@ impl Leases {
                 }
                 Some(SlotHint::Free(free)) => Some(free[rand::random_range(0..free.len())]),
                 Some(SlotHint::Mine(slot)) => Some(slot),
+                Some(SlotHint::Vouched { slot, revision }) => {
+                    match self.write_slot(args, &hash, slot, revision, queued).await {
+                        Err(CasError::Conflict) => {
+                            // Written since: read everything.
+                            METRICS.acquire_hint_misses.inc();
+                            continue 'attempt;
+                        }
+                        other => return other.map_err(cas_failed),
+                    }
+                }
                 Some(SlotHint::Unknown) | None => None,
             };
             // Another limit in force is refused as soon as one live holder
@@ -260,6 +303,12 @@ impl Leases {
             if read_at.elapsed() > self.store.marker_ttl() / 2 {
                 continue 'attempt;
             }
+            if in_force == limit {
+                match self.write_slot(args, &hash, slot, expected, queued).await {
+                    Err(CasError::Conflict) => continue 'attempt,
+                    other => return other.map_err(cas_failed),
+                }
+            }
             let now = now_ms();
             let record = Record::grant(
                 &args.holder,
@@ -272,16 +321,18 @@ impl Leases {
             );
             let key = slot_key(name, slot);
             let ttl = self.nats_ttl(args.ttl_s);
-            let written = if in_force == limit {
-                // The limit stands: only the slot is written; a queued
-                // waiter's ticket is deleted after it (the waiters behind
-                // see it until then, and the slot is held meanwhile).
-                let put = self.store.put(&key, record.encode(), expected, ttl).await;
-                if let (Ok(_), Some((ticket, _))) = (&put, queued) {
-                    leave_after_grant(name, ticket).await;
-                }
-                put
-            } else {
+            // Definers of one semaphore on this replica take turns, and one
+            // that finds the definition moved meanwhile reads again: on one
+            // node a batch costs the server a store of its own (~4 ms) and
+            // batches are applied one at a time, so 64 first Acquires of a
+            // fresh semaphore, each sending a definition that all but one
+            // would lose, kept NATS busy ~250 ms (workload 8's first
+            // cycles).
+            let _turn = self.definers.enter(name).await;
+            if self.definition(name).await?.revision != def.revision {
+                continue 'attempt;
+            }
+            let written = {
                 // (Re)defining the limit: the definition over its read
                 // revision, and, when an old definition exists, every free
                 // slot of both limits over its read revision (the taken one
@@ -331,17 +382,60 @@ impl Leases {
                 self.store.batch(&writes).await
             };
             match written {
-                Ok(revision) => {
-                    tracing::debug!(name, slot, holder = %args.holder, token = revision, "semaphore slot acquired");
-                    METRICS.acquired.inc();
-                    self.cache.insert(&key, revision, &record);
-                    return Ok(Holding::at(&key, revision, record).in_slot(name, slot));
-                }
+                Ok(revision) => return Ok(self.slot_granted(args, slot, revision, record)),
                 Err(CasError::Conflict) => continue,
                 Err(CasError::Failed(err)) => return Err(err),
             }
         }
         Err(contended(name))
+    }
+
+    /// Writes `args`'s holding into slot `slot` of semaphore `args.name`
+    /// over the slot's revision `expected`, while the limit asked for
+    /// stands: only the slot is written; a queued waiter's ticket is
+    /// deleted after it (the waiters behind see it until then, and the
+    /// slot is held meanwhile).
+    async fn write_slot(
+        &self,
+        args: &AcquireArgs,
+        hash: &KeyHash,
+        slot: u32,
+        expected: u64,
+        queued: Option<(&fifo::Ticket, bool)>,
+    ) -> std::result::Result<Holding, CasError> {
+        let name = args.name.as_str();
+        let record = Record::grant(
+            &args.holder,
+            hash,
+            args.ttl_s,
+            &args.metadata,
+            0,
+            now_ms(),
+            expected,
+        );
+        let key = slot_key(name, slot);
+        let ttl = self.nats_ttl(args.ttl_s);
+        let revision = self.store.put(&key, record.encode(), expected, ttl).await?;
+        if let Some((ticket, _)) = queued {
+            leave_after_grant(name, ticket).await;
+        }
+        Ok(self.slot_granted(args, slot, revision, record))
+    }
+
+    /// The holding of slot `slot` of semaphore `args.name` just written at
+    /// `revision`, counted and cached.
+    fn slot_granted(
+        &self,
+        args: &AcquireArgs,
+        slot: u32,
+        revision: u64,
+        record: Record,
+    ) -> Holding {
+        let (name, key) = (args.name.as_str(), slot_key(&args.name, slot));
+        tracing::debug!(name, slot, holder = %args.holder, token = revision, "semaphore slot acquired");
+        METRICS.acquired.inc();
+        self.cache.insert(&key, revision, &record);
+        Holding::at(&key, revision, record).in_slot(name, slot)
     }
 
     /// Whether the caller may take a free slot of semaphore `name` now: a
@@ -513,9 +607,7 @@ impl Leases {
                 Some(msg) => Read {
                     revision: msg.revision,
                     limit: match &msg.op {
-                        Op::Put(p) => serde_json::from_slice::<Definition>(p)
-                            .ok()
-                            .map(|d| d.limit),
+                        Op::Put(p) => defined_limit(p),
                         _ => None,
                     },
                 },

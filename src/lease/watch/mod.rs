@@ -28,10 +28,12 @@ mod mirror;
 mod outbox;
 mod queue_view;
 mod resume;
+mod slot_view;
 mod task;
 
 pub use outbox::WatchBudget;
-pub use queue_view::{Candidate, Dormant, SlotHint, Turn};
+pub use queue_view::{Candidate, Dormant, Turn};
+pub use slot_view::{SlotHint, Want};
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -333,8 +335,8 @@ impl Hub {
 
     /// Which slot the head of semaphore `name`'s queue should try
     /// ([`QueueView::free_slot`]).
-    pub fn free_slot(&self, name: &str, open: u32, holder: &str, key: &str) -> SlotHint {
-        self.view.free_slot(name, open, holder, key)
+    pub fn free_slot(&self, name: &str, want: Want<'_>) -> SlotHint {
+        self.view.free_slot(name, want)
     }
 
     /// The revision of `name`'s release, when that is the last lease

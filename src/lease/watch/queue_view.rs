@@ -13,6 +13,8 @@ use crate::lease::fifo::{Live, Queue, TicketRecord};
 use crate::lease::keys;
 use crate::nats::Op;
 
+use super::slot_view::{SlotHint, SlotView, Want};
+
 /// Whether a queued waiter may take the lease now, as the shared watcher's
 /// view of the queue says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,30 +62,14 @@ pub struct QueueView {
     /// place: each is woken only when the view shows its ticket first
     /// ([`QueueView::dormant`]), not by every event of its name.
     dormant: Mutex<HashMap<String, HashMap<u64, Arc<Notify>>>>,
-    /// semaphore → its slots holding a record (as the view last saw each
-    /// slot key), with the holder and key hash: so that the head of a
-    /// semaphore's queue reads one free slot, not every slot
-    /// ([`QueueView::free_slot`]).
-    held: Mutex<HashMap<String, HeldSlots>>,
+    /// Every semaphore's slots and definition, so that the head of a
+    /// semaphore's queue takes a free slot without reading every slot
+    /// ([`SlotView`]).
+    slots: SlotView,
     /// Notified whenever the view's position moves (or it stops), for a
     /// ticket write that lost its race and waits for the view to show
     /// the message that won ([`QueueView::queue_after`]).
     advanced: Notify,
-}
-
-/// A semaphore's slots holding a record: slot → (holder, key hash).
-type HeldSlots = HashMap<u32, (String, String)>;
-
-/// Which slot the head of a semaphore's queue should try, as the view sees
-/// the semaphore's slots ([`QueueView::free_slot`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotHint {
-    /// The view is not live: read every slot.
-    Unknown,
-    /// The caller (holder and key hash) holds this slot already.
-    Mine(u32),
-    /// These slots hold no record (maybe none).
-    Free(Vec<u32>),
 }
 
 /// What applying one message changed in the view.
@@ -324,49 +310,26 @@ impl QueueView {
         }
     }
 
-    /// Applies the message of semaphore `name`'s slot `slot`: `held` is
-    /// its record's holder and key hash when the message is a holding.
-    pub fn apply_slot(&self, name: &str, slot: u32, held: Option<(&str, &str)>) {
-        let mut sems = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        match held {
-            Some((holder, key)) => {
-                sems.entry(name.to_string())
-                    .or_default()
-                    .insert(slot, (holder.to_string(), key.to_string()));
-            }
-            None => {
-                if let Some(slots) = sems.get_mut(name) {
-                    slots.remove(&slot);
-                    if slots.is_empty() {
-                        sems.remove(name);
-                    }
-                }
-            }
-        }
+    /// Applies the message at `revision` of semaphore `name`'s slot `slot`:
+    /// `held` is its record's holder and key hash when the message is a
+    /// holding ([`SlotView::apply_slot`]).
+    pub fn apply_slot(&self, name: &str, slot: u32, revision: u64, held: Option<(&str, &str)>) {
+        self.slots.apply_slot(name, slot, revision, held);
     }
 
-    /// Which of slots 1 to `open` of semaphore `name` the head of its
-    /// queue should read and take: the caller's own (a retried Acquire,
-    /// `holder` with key hash `key`), else those holding no record. A
-    /// hint only: the slot is read from the stream leader before it is
-    /// written, and a write over a stale read fails. A head is the head
-    /// once the view was complete after its ticket's last write, so the
-    /// view has applied every grant made before that, its own included.
-    pub fn free_slot(&self, name: &str, open: u32, holder: &str, key: &str) -> SlotHint {
+    /// Applies the message at `revision` of semaphore `name`'s definition
+    /// ([`SlotView::apply_definition`]).
+    pub fn apply_definition(&self, name: &str, revision: u64, limit: Option<u32>) {
+        self.slots.apply_definition(name, revision, limit);
+    }
+
+    /// Which slot the head of semaphore `name`'s queue should take
+    /// ([`SlotView::free_slot`]); `Unknown` until the view is live.
+    pub fn free_slot(&self, name: &str, want: Want<'_>) -> SlotHint {
         if self.position.load(Ordering::Acquire) == 0 {
             return SlotHint::Unknown;
         }
-        let sems = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(slots) = sems.get(name) else {
-            return SlotHint::Free((1..=open).collect());
-        };
-        if let Some((&slot, _)) = slots
-            .iter()
-            .find(|(slot, (h, k))| **slot <= open && h == holder && k == key)
-        {
-            return SlotHint::Mine(slot);
-        }
-        SlotHint::Free((1..=open).filter(|s| !slots.contains_key(s)).collect())
+        self.slots.free_slot(name, want, &self.complete)
     }
 
     /// Forgets everything (the watcher stops or starts a fresh load), and
@@ -378,7 +341,7 @@ impl QueueView {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.slots.clear();
         let dormant = self.dormant.lock().unwrap_or_else(|e| e.into_inner());
         for notify in dormant.values().flat_map(|q| q.values()) {
             notify.notify_one();
@@ -678,44 +641,6 @@ mod tests {
         tokio::task::yield_now().await;
         view.clear();
         assert!(stopped.await.unwrap().is_none());
-    }
-
-    /// The head of a semaphore's queue is told which slots hold no
-    /// record, or its own slot (a retried Acquire); nothing before the
-    /// view is live.
-    #[test]
-    fn the_view_knows_the_free_slots_of_a_semaphore() {
-        let view = QueueView::default();
-        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Unknown);
-        view.set_position(1, true);
-        assert_eq!(
-            view.free_slot("s", 3, "a", "k"),
-            SlotHint::Free(vec![1, 2, 3])
-        );
-        view.apply_slot("s", 2, Some(("b", "kb")));
-        view.apply_slot("s", 3, Some(("a", "k")));
-        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Mine(3));
-        assert_eq!(
-            view.free_slot("s", 3, "a", "other"),
-            SlotHint::Free(vec![1])
-        );
-        assert_eq!(
-            view.free_slot("s", 2, "a", "k"),
-            SlotHint::Free(vec![1]),
-            "3 is past the limit"
-        );
-        view.apply_slot("s", 3, None);
-        view.apply_slot("s", 1, Some(("c", "kc")));
-        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Free(vec![3]));
-        view.apply_slot("s", 3, Some(("d", "kd")));
-        assert_eq!(view.free_slot("s", 3, "a", "k"), SlotHint::Free(vec![]));
-        view.clear();
-        view.set_position(2, true);
-        assert_eq!(
-            view.free_slot("s", 3, "a", "k"),
-            SlotHint::Free(vec![1, 2, 3]),
-            "forgotten"
-        );
     }
 
     /// A lagging watcher that skipped an earlier waiter's first ticket write

@@ -26,7 +26,7 @@ use super::resume::{self, Checkpoints, End};
 use crate::error::{Error, Reason};
 use crate::lease::event::{Event, EventKind, Filter};
 use crate::lease::record::{Entry, Kind};
-use crate::nats::{Follow, Message, Start, Store};
+use crate::nats::{Follow, Message, Op, Start, Store};
 use crate::observe::METRICS;
 
 use super::{Command, Prelude, Registered, Snapshot, Subscription, Waiter};
@@ -570,6 +570,14 @@ impl HubState {
         let applied = self
             .view
             .apply(&message.name, message.revision, &message.op);
+        if let Some(semaphore) = crate::lease::keys::parse_semaphore_definition(&message.name) {
+            let limit = match &message.op {
+                Op::Put(payload) => crate::lease::semaphore::defined_limit(payload),
+                _ => None,
+            };
+            self.view
+                .apply_definition(semaphore, message.revision, limit);
+        }
         if let Some(name) = applied.left {
             self.turns.insert(name);
         }
@@ -592,7 +600,7 @@ impl HubState {
                 Kind::Held(record) => Some((record.holder.as_str(), record.key_sha256.as_str())),
                 _ => None,
             };
-            self.view.apply_slot(semaphore, slot, held);
+            self.view.apply_slot(semaphore, slot, entry.revision, held);
         }
         self.checkpoints.note(entry.revision, entry.time_ms);
         self.newest_ms = self.newest_ms.max(entry.time_ms);
