@@ -51,6 +51,19 @@
  * Not a violation (run by hand, see model/README.md):
  *   NO_DEF_CONDITION   the definition write in a batch is unconditional
  *
+ * With VIEW, a client may also take the head's path through the watcher's
+ * view (src/lease/watch/slot_view.rs): in one step it takes the definition
+ * and one free slot of 1..N as the stream holds them at that moment (the
+ * view vouches for them only when both were applied at or before a moment
+ * the watcher had read everything), only when the definition says N and
+ * the slot has a message (revision above 0); then, any number of steps
+ * later, the lone write over that revision. The view is not an attempt
+ * whose reads are young: its reads hold back no ageing.
+ * Mutations (VIEW runs):
+ *   VIEW_ZERO          the view vouches for a slot with no message (revision 0)
+ *   VIEW_TORN          the view's definition is from an earlier moment than
+ *                      its slot (read first, any steps between)
+ *
  * With SWEEP, a sweeper (src/lease/semaphore/sweep.rs) removes the
  * semaphore when it reads the definition and every slot of its limit free:
  * one atomic batch of a tombstone over each of those slots at its read
@@ -96,6 +109,7 @@
 #define C_LONE  4       /* the lone slot write is next */
 #define C_BATCH 5       /* the defining batch is next */
 #define C_HOLD  6       /* acts on its holding */
+#define C_VDEF  7       /* VIEW_TORN: the view's slot is next, after its definition */
 
 byte seq;
 byte df_rev, df_lim;                    /* the definition: revision (0: none), limit */
@@ -105,6 +119,7 @@ byte st[NC], lim[NC], calls[NC];
 byte rk[NC * NK], rr[NC * NK];          /* an attempt's slot reads: kind, revision */
 byte dr[NC], dl[NC];                    /* its definition read: revision, limit */
 byte mys[NC], myr[NC];                  /* the holding a client acts on: slot, revision */
+bool vw[NC];                            /* its attempt is on the view's word (VIEW) */
 #ifdef PROBE
 bool used[NK];                          /* ghost, probes only: the slot held a record once */
 #endif
@@ -141,7 +156,7 @@ inline check_sem() {
 
 /* the timing assumption: slot s's ending message ages out only when no
    attempt in flight read the slot before that message was written */
-#define IN_FLIGHT(c) (st[c] >= C_SLOTS && st[c] <= C_BATCH)
+#define IN_FLIGHT(c) (st[c] >= C_SLOTS && st[c] <= C_BATCH && !vw[c])
 #define OLDER_READ(c, s) (IN_FLIGHT(c) && RK(c, s) != R_UNREAD && RR(c, s) < sr[s])
 #ifdef AGE_ANY_TIME
 #define MAY_AGE(s) (1)
@@ -156,7 +171,7 @@ inline check_sem() {
 #ifdef SWEEP
 /* the definition's tombstone ages out only when no attempt in flight read
    the definition before it was written */
-#define DEF_READ(c) (st[c] >= C_EXTRA && st[c] <= C_BATCH)
+#define DEF_READ(c) (st[c] >= C_EXTRA && st[c] <= C_BATCH && !vw[c])
 #define OLDER_DEF_READ(c) (DEF_READ(c) && dr[c] < df_rev)
 #define SWEEP_OLDER(s) (wst != 0 && wrk[s] != R_UNREAD && wrr[s] < sr[s])
 #ifdef AGE_ANY_TIME
@@ -183,7 +198,20 @@ inline read_slot(c, s) {
 }
 
 inline forget(c) {
-  RK(c, 1) = 0; RR(c, 1) = 0; RK(c, 2) = 0; RR(c, 2) = 0; dr[c] = 0; dl[c] = 0
+  RK(c, 1) = 0; RR(c, 1) = 0; RK(c, 2) = 0; RR(c, 2) = 0; dr[c] = 0; dl[c] = 0; vw[c] = 0
+}
+
+/* the view vouches for free slot s under the limit it saw in force */
+#ifdef VIEW_ZERO
+#define HAS_MSG(s) (1)
+#else
+#define HAS_MSG(s) (sr[s] != 0)
+#endif
+#define VOUCHES(c, s, seen) (sk[s] != K_HELD && HAS_MSG(s) && (s) <= lim[c] && (seen) == lim[c])
+inline vouch(c, s) {
+  RK(c, s) = R_FREE; RR(c, s) = sr[s]; vw[c] = 1;
+  printf("%c: the view vouches for slot %d rev %d under limit %d (definition rev %d)\n", CH(c), s, sr[s], dl[c], dr[c]);
+  st[c] = C_LONE
 }
 
 /* after the last read: refuse, or pick the write */
@@ -227,6 +255,7 @@ inline lone_write(c, s) {
 #endif
      seq++;
      REACH(6, RR(c, s) == 0 && used[s]);     /* a slot reused over expected 0 after its last message aged out */
+     REACH(10, vw[c]);                       /* a slot taken on the view's word */
      printf("%c: slot %d written rev %d (expected %d), limit %d\n", CH(c), s, seq, RR(c, s), lim[c]);
      hold(c, s);
      check_sem()
@@ -355,6 +384,29 @@ end:
        read_slot(c, 2);
        decide(c)
      }
+#endif
+#ifdef VIEW
+  /* the head's path: the definition and a free slot as the stream holds
+     them at one moment (VIEW_TORN: the definition first, the slot later) */
+#ifdef VIEW_TORN
+  :: d_step {
+       st[c] == C_SLOTS && RK(c, 1) == R_UNREAD && RK(c, 2) == R_UNREAD && !vw[c] && df_lim == lim[c] ->
+       dr[c] = df_rev; dl[c] = df_lim; vw[c] = 1; st[c] = C_VDEF;
+       printf("%c: the view's definition rev %d: limit %d\n", CH(c), df_rev, df_lim)
+     }
+  :: d_step { st[c] == C_VDEF && VOUCHES(c, 1, dl[c]) -> vouch(c, 1) }
+  :: d_step { st[c] == C_VDEF && VOUCHES(c, 2, dl[c]) -> vouch(c, 2) }
+  :: d_step { st[c] == C_VDEF -> forget(c); st[c] = C_SLOTS }
+#else
+  :: d_step {
+       st[c] == C_SLOTS && RK(c, 1) == R_UNREAD && RK(c, 2) == R_UNREAD && VOUCHES(c, 1, df_lim) ->
+       dr[c] = df_rev; dl[c] = df_lim; vouch(c, 1)
+     }
+  :: d_step {
+       st[c] == C_SLOTS && RK(c, 1) == R_UNREAD && RK(c, 2) == R_UNREAD && VOUCHES(c, 2, df_lim) ->
+       dr[c] = df_rev; dl[c] = df_lim; vouch(c, 2)
+     }
+#endif
 #endif
   /* the lone write: any free slot of 1..N */
   :: d_step { st[c] == C_LONE && RK(c, 1) == R_FREE -> lone_write(c, 1) }

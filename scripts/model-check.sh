@@ -295,6 +295,15 @@ control sem-sweep-SWEEP_DEF_ONLY sem "-DSWEEP -DNC=2 -DSWEEP_DEF_ONLY" "the remo
 probe sem-sweep-probe-8 sem 8 "a sweep removes the semaphore" "-DSWEEP -DNC=2"
 probe sem-sweep-probe-9 sem 9 "an Acquire defines the semaphore again over a removed definition" "-DSWEEP -DNC=2"
 
+# ---- semaphores: the head's slot on the watcher's word ----
+verify sem-view sem "-DVIEW" \
+  "as sem, and any attempt may instead take the definition and one free slot (revision above 0) as the stream holds them at one moment, the definition of the limit asked for, and write the slot over that revision any number of steps later; those reads hold back no ageing"
+control sem-view-VIEW_ZERO sem "-DVIEW -DVIEW_ZERO" "the view vouches for a slot with no message (revision 0)" S1
+control sem-view-VIEW_TORN sem "-DVIEW -DVIEW_TORN" "the view's definition is from an earlier moment than its slot" S2
+probe sem-view-probe-10 sem 10 "a slot taken on the view's word" "-DVIEW"
+verify sem-view-sweep sem "-DVIEW -DSWEEP -DNC=2" \
+  "as sem-sweep, with the view's path of sem-view"
+
 # ---- groups: one atomic batch against single Acquires ----
 verify group group "" \
   "group client G (AcquireGroup N0+N1: member reads, queue reads, one batch of guards and records; ReleaseGroup batch; deadline, then per-member expiry), 2 calls; single client S (either name, reads the queue), 2 calls; waiter W on N0 (ticket, lease, ticket delete); observer O, 2 observations of both members; stream sequence <= 20 (cuts nothing)"
