@@ -322,7 +322,11 @@ async fn run(args: Args) -> R<()> {
                             rep.add(w, "p50 ms", k, p50);
                             rep.add(w, "p99 ms", k, p99);
                             rep.add(w, "handoffs/s", k, h.per_s);
-                            rep.add(w, "overtakes", k, h.overtakes as f64);
+                            rep.add(w, "overtakes by send time", k, h.overtakes as f64);
+                            if let Some(by) = h.by_place {
+                                rep.add(w, "overtakes by ticket place", k, by.overtakes as f64);
+                                rep.add(w, "granted without a ticket", k, by.without_ticket as f64);
+                            }
                             rep.add(w, "taken back by releaser", k, h.same_holder as f64);
                             eprintln!(
                                 "{w} {}: {} handoffs ({:.0}/s), p50 {p50:.3} ms p99 {p99:.3} ms, {} overtakes ({} with no margin, the largest by {:?}), {} taken back",

@@ -176,6 +176,15 @@ impl Sys {
         }
     }
 
+    /// Follows the tickets of Tenure's queue of `name` ([`Raw::follow_tickets`]);
+    /// `None` for the other systems (they have no tickets).
+    pub async fn follow_tickets(&self, name: &str) -> R<Option<TicketLog>> {
+        match self {
+            Sys::Tenure(_, raw) => raw.follow_tickets(name).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Takes `name` for `session`. Without `wait` a held name is an error;
     /// with it, blocks until the name is free (up to [`WAIT`]).
     pub async fn acquire(&self, name: &str, session: &Session, wait: bool) -> R<Held> {
@@ -282,7 +291,86 @@ fn state_of(headers: Option<&HeaderMap>) -> State {
     }
 }
 
+/// The tickets written into one Tenure queue while it was followed: each
+/// waiter's lease key hash (hex) with the places of its tickets.
+pub struct TicketLog {
+    /// Collects the tickets until stopped.
+    task: tokio::task::JoinHandle<()>,
+    /// key hash -> the places of its tickets.
+    places: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u64>>>>,
+    /// The stream sequence of the last queue message delivered.
+    delivered: tokio::sync::watch::Receiver<u64>,
+}
+
+impl TicketLog {
+    /// Stops following once every queue message up to stream sequence
+    /// `through` has been delivered (or 5 s passed); returns what was seen.
+    pub async fn stop_after(mut self, through: u64) -> std::collections::HashMap<String, Vec<u64>> {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.delivered.wait_for(|&seq| seq >= through),
+        )
+        .await;
+        self.task.abort();
+        std::mem::take(&mut *self.places.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 impl Raw {
+    /// Follows the tickets of Tenure's queue of lease `name` (the keys
+    /// `_tenure.q.<name>.*` of this bucket) from now on: every ticket write
+    /// (a waiter's first, and its refreshes, which keep its place), by the
+    /// hash of the lease key it would be granted with.
+    pub async fn follow_tickets(&self, name: &str) -> R<TicketLog> {
+        let consumer = self
+            .stream
+            .create_consumer(consumer::push::OrderedConfig {
+                deliver_subject: self.client.new_inbox(),
+                filter_subject: format!("{}_tenure.q.{name}.*", self.prefix),
+                deliver_policy: consumer::DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("follow the queue of {name}: {e}"))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| format!("follow the queue of {name}: {e}"))?;
+        let places: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u64>>>> =
+            Arc::default();
+        let seen = places.clone();
+        let (delivered_tx, delivered) = tokio::sync::watch::channel(0);
+        let task = tokio::spawn(async move {
+            while let Some(Ok(msg)) = messages.next().await {
+                let Ok(info) = msg.info() else { continue };
+                let revision = info.stream_sequence;
+                delivered_tx.send_replace(revision);
+                // A ticket is JSON with a place (0: this write) and what it
+                // would be granted; deletes and markers are not.
+                let Ok(ticket) = serde_json::from_slice::<serde_json::Value>(&msg.payload) else {
+                    continue;
+                };
+                let (Some(place), Some(key)) = (
+                    ticket["place"].as_u64(),
+                    ticket["grant"]["key_sha256"].as_str(),
+                ) else {
+                    continue;
+                };
+                let place = if place == 0 { revision } else { place };
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(key.to_string())
+                    .or_default()
+                    .push(place);
+            }
+        });
+        Ok(TicketLog {
+            task,
+            places,
+            delivered,
+        })
+    }
+
     /// Opens `bucket`, creating it the way Tenure does (history 1, file
     /// storage, per-message TTL with 15 min markers) when `create`.
     pub async fn open(url: &str, bucket: &str, create: bool) -> R<Raw> {

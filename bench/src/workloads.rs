@@ -9,6 +9,7 @@
 //! acquire, a write and its watch event) both instants come from the same
 //! clock, so no cross-machine skew enters.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -483,15 +484,31 @@ pub struct Handoff {
     /// Holdings taken straight back by the holder that had just released
     /// (not handoffs).
     pub same_holder: usize,
+    /// Tenure: overtakes by queue place (the bench follows the queue's
+    /// tickets); `None` for systems without tickets.
+    pub by_place: Option<ByPlace>,
+}
+
+/// Workload 3's order by queue place ([`overtakes_by_place`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ByPlace {
+    /// Holdings granted while a holding with an earlier ticket place was
+    /// still to come.
+    pub overtakes: usize,
+    /// Holdings granted without a ticket.
+    pub without_ticket: usize,
 }
 
 /// One holding in the handoff workload.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Holding {
     /// Which task held it.
     holder: usize,
     /// Its fencing token (grant order).
     token: u64,
+    /// Tenure: the hex SHA-256 of its lease key, which its queue ticket
+    /// names.
+    key: Option<String>,
     /// When its acquire request was sent.
     asked: Instant,
     /// Its acquire reply.
@@ -510,6 +527,7 @@ struct Holding {
 /// not race each other.
 pub async fn handoff(sys: &Arc<Sys>, tag: &str, waiters: usize, dur: Duration) -> R<Handoff> {
     let name = format!("{tag}.lock");
+    let tickets = sys.follow_tickets(&name).await?;
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = (0..waiters)
@@ -529,6 +547,7 @@ pub async fn handoff(sys: &Arc<Sys>, tag: &str, waiters: usize, dur: Duration) -
                         holdings.push(Holding {
                             holder,
                             token: h.token,
+                            key: (!h.key.is_empty()).then(|| tenure::KeyHash::of(&h.key).to_hex()),
                             asked,
                             acquired,
                             released: Instant::now(),
@@ -544,11 +563,23 @@ pub async fn handoff(sys: &Arc<Sys>, tag: &str, waiters: usize, dur: Duration) -
         .collect();
     let holdings: Vec<Holding> = join(tasks).await?.into_iter().flatten().collect();
     let elapsed = start.elapsed();
-    Ok(handoff_figures(holdings, elapsed))
+    // Every ticket of these holdings was written before its grant, and the
+    // last grant's ticket delete after it: delivered through the last token.
+    let through = holdings.iter().map(|h| h.token).max().unwrap_or(0);
+    let places = match tickets {
+        Some(log) => Some(log.stop_after(through).await),
+        None => None,
+    };
+    Ok(handoff_figures(holdings, places.as_ref(), elapsed))
 }
 
-/// The figures of workload 3 from its holdings, in any order.
-fn handoff_figures(mut holdings: Vec<Holding>, elapsed: Duration) -> Handoff {
+/// The figures of workload 3 from its holdings, in any order, and (Tenure)
+/// the places of the queue tickets by lease key hash.
+fn handoff_figures(
+    mut holdings: Vec<Holding>,
+    places: Option<&HashMap<String, Vec<u64>>>,
+    elapsed: Duration,
+) -> Handoff {
     holdings.sort_by_key(|h| h.token);
     let mut lat = Vec::new();
     let mut same_holder = 0;
@@ -569,6 +600,7 @@ fn handoff_figures(mut holdings: Vec<Holding>, elapsed: Duration) -> Handoff {
         }
         earliest_later = Some(earliest_later.map_or(h.asked, |e| e.min(h.asked)));
     }
+    let by_place = places.map(|places| overtakes_by_place(&holdings, places));
     Handoff {
         per_s: lat.len() as f64 / elapsed.as_secs_f64(),
         lat,
@@ -576,7 +608,39 @@ fn handoff_figures(mut holdings: Vec<Holding>, elapsed: Duration) -> Handoff {
         strict_overtakes,
         max_overtake,
         same_holder,
+        by_place,
     }
+}
+
+/// Overtakes by queue place (holdings in grant order): a holding whose
+/// ticket's place is later than the place of a holding granted after it.
+/// A holding's place is that of the last ticket of its lease key written
+/// before its grant (a waiter whose ticket expired queues again, at a new
+/// place); a holding with no ticket (the name was free with nobody queued)
+/// is counted apart.
+fn overtakes_by_place(holdings: &[Holding], places: &HashMap<String, Vec<u64>>) -> ByPlace {
+    let place = |h: &Holding| {
+        let key = h.key.as_ref()?;
+        places
+            .get(key)?
+            .iter()
+            .copied()
+            .filter(|p| *p < h.token)
+            .max()
+    };
+    let mut by = ByPlace::default();
+    let mut earliest_later: Option<u64> = None;
+    for h in holdings.iter().rev() {
+        let Some(p) = place(h) else {
+            by.without_ticket += 1;
+            continue;
+        };
+        if earliest_later.is_some_and(|e| e < p) {
+            by.overtakes += 1;
+        }
+        earliest_later = Some(earliest_later.map_or(p, |e| e.min(p)));
+    }
+    by
 }
 
 /// How much earlier a waiter must have sent its request for a grant to
@@ -1006,6 +1070,7 @@ mod tests {
         let h = |holder, token, asked, acquired, released| Holding {
             holder,
             token,
+            key: None,
             asked: ms(asked),
             acquired: ms(acquired),
             released: ms(released),
@@ -1018,7 +1083,7 @@ mod tests {
             h(1, 20, 1, 12, 13),
             h(0, 40, 11, 23, 24),
         ];
-        let f = handoff_figures(fair, Duration::from_secs(1));
+        let f = handoff_figures(fair, None, Duration::from_secs(1));
         assert_eq!(f.overtakes, 0);
         assert_eq!(f.same_holder, 0);
         assert_eq!(f.lat.len(), 3);
@@ -1031,7 +1096,7 @@ mod tests {
             h(2, 30, 5, 14, 15),
             h(1, 40, 1, 17, 18),
         ];
-        let u = handoff_figures(unfair, Duration::from_secs(1));
+        let u = handoff_figures(unfair, None, Duration::from_secs(1));
         assert_eq!(u.overtakes, 2);
         assert_eq!(u.same_holder, 1);
         assert_eq!(u.lat.len(), 2);
@@ -1039,7 +1104,48 @@ mod tests {
         assert_eq!(u.max_overtake, Duration::from_millis(9));
         // Requests sent within the margin may be served either way round.
         let close = vec![h(1, 10, 1, 2, 3), h(0, 20, 0, 4, 5)];
-        let c = handoff_figures(close, Duration::from_secs(1));
+        let c = handoff_figures(close, None, Duration::from_secs(1));
         assert_eq!((c.overtakes, c.strict_overtakes), (0, 1));
+        assert!(c.by_place.is_none(), "no tickets followed");
+    }
+
+    /// By queue place: a holding's place is its key's last ticket before
+    /// its grant; a grant ahead of an earlier place is an overtake, and a
+    /// holding with no ticket is counted apart, whatever the send times.
+    #[test]
+    fn overtakes_are_counted_by_ticket_place() {
+        let t0 = Instant::now();
+        let h = |holder, token, key: &str| Holding {
+            holder,
+            token,
+            key: Some(key.into()),
+            asked: t0,
+            acquired: t0,
+            released: t0,
+        };
+        let places: HashMap<String, Vec<u64>> = [
+            // k1 queued at 5 (refreshed: the place repeats), k2 at 6, k3
+            // at 7; k4 has a ticket only after its grant (another call).
+            ("k1", vec![5, 5]),
+            ("k2", vec![6]),
+            ("k3", vec![7]),
+            ("k4", vec![50]),
+        ]
+        .into_iter()
+        .map(|(k, p)| (k.to_string(), p))
+        .collect();
+        let fair = vec![
+            h(0, 10, "k1"),
+            h(1, 11, "k2"),
+            h(2, 12, "k3"),
+            h(3, 13, "k4"),
+        ];
+        let f = handoff_figures(fair, Some(&places), Duration::from_secs(1));
+        let by = f.by_place.expect("followed");
+        assert_eq!((by.overtakes, by.without_ticket), (0, 1));
+        // k3 (place 7) granted before k2 (place 6): one overtake.
+        let unfair = vec![h(0, 10, "k1"), h(2, 11, "k3"), h(1, 12, "k2")];
+        let u = handoff_figures(unfair, Some(&places), Duration::from_secs(1));
+        assert_eq!(u.by_place.map(|b| b.overtakes), Some(1));
     }
 }
