@@ -332,56 +332,53 @@ impl Leases {
             if self.definition(name).await?.revision != def.revision {
                 continue 'attempt;
             }
-            let written = {
-                // (Re)defining the limit: the definition over its read
-                // revision, and, when an old definition exists, every free
-                // slot of both limits over its read revision (the taken one
-                // gets the record, the others a tombstone), so that any
-                // Acquire that read the old limit fails on its slot. A first
-                // definition (no definition message yet) needs no
-                // tombstones: an Acquire that writes a slot without the
-                // definition in its batch read a definition of its own
-                // limit, which cannot have existed before this one, so it
-                // read this one, after this batch; the definition and the
-                // slot are the whole write.
-                let fresh = def.revision == 0;
-                let mut writes = vec![Write {
-                    name: keys::semaphore_definition(name),
-                    op: WriteOp::Put,
-                    payload: serde_json::to_vec(&Definition { limit })
-                        .expect("a definition always serialises")
-                        .into(),
-                    expected: Some(def.revision),
-                    expected_of: None,
-                    ttl: Duration::ZERO,
-                }];
-                for (n, entry) in &slots {
-                    let revision = entry.as_ref().map_or(0, |e| e.revision);
-                    if fresh
-                        || *n == slot
-                        || matches!(
-                            entry,
-                            Some(Entry {
-                                kind: Kind::Held(_),
-                                ..
-                            })
-                        )
-                    {
-                        continue;
-                    }
-                    writes.push(Write::delete(
-                        slot_key(name, *n),
-                        bytes::Bytes::new(),
-                        Some(revision),
-                    ));
+            // (Re)defining the limit: the definition over its read
+            // revision, and, when an old definition exists, every free
+            // slot of both limits over its read revision (the taken one
+            // gets the record, the others a tombstone), so that any
+            // Acquire that read the old limit fails on its slot. A first
+            // definition (no definition message yet) needs no
+            // tombstones: an Acquire that writes a slot without the
+            // definition in its batch read a definition of its own
+            // limit, which cannot have existed before this one, so it
+            // read this one, after this batch; the definition and the
+            // slot are the whole write.
+            let fresh = def.revision == 0;
+            let mut writes = vec![Write {
+                name: keys::semaphore_definition(name),
+                op: WriteOp::Put,
+                payload: serde_json::to_vec(&Definition { limit })
+                    .expect("a definition always serialises")
+                    .into(),
+                expected: Some(def.revision),
+                expected_of: None,
+                ttl: Duration::ZERO,
+            }];
+            for (n, entry) in &slots {
+                let revision = entry.as_ref().map_or(0, |e| e.revision);
+                if fresh
+                    || *n == slot
+                    || matches!(
+                        entry,
+                        Some(Entry {
+                            kind: Kind::Held(_),
+                            ..
+                        })
+                    )
+                {
+                    continue;
                 }
-                writes.push(Write::put(key.clone(), record.encode(), expected, ttl));
-                if let Some((ticket, _)) = queued {
-                    writes.insert(0, ticket.grant_write());
-                }
-                self.store.batch(&writes).await
-            };
-            match written {
+                writes.push(Write::delete(
+                    slot_key(name, *n),
+                    bytes::Bytes::new(),
+                    Some(revision),
+                ));
+            }
+            writes.push(Write::put(key, record.encode(), expected, ttl));
+            if let Some((ticket, _)) = queued {
+                writes.insert(0, ticket.grant_write());
+            }
+            match self.store.batch(&writes).await {
                 Ok(revision) => return Ok(self.slot_granted(args, slot, revision, record)),
                 Err(CasError::Conflict) => continue,
                 Err(CasError::Failed(err)) => return Err(err),
