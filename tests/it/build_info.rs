@@ -165,17 +165,32 @@ fn man_pages_from_the_command_line() {
 fn copied_binary_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("tenure");
-    std::fs::copy(env!("CARGO_BIN_EXE_tenure"), &copy).unwrap();
+    // A hard link opens no file for writing; a copy does, and a child that
+    // another test thread forks while the copy is open keeps the write end
+    // until it execs, so running the copy can fail with ETXTBSY ("text file
+    // busy", seen once in CI): then it is run again once that child execs.
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_tenure"), &copy).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_tenure"), &copy).unwrap();
+    }
     let run = |extra: &[&str]| {
-        let out = Command::new(&copy)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(extra)
-            .current_dir(dir.path())
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .output()
-            .unwrap();
+        let mut busy = 0;
+        let out = loop {
+            match Command::new(&copy)
+                .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(dir.path().join("data"))
+                .args(extra)
+                .current_dir(dir.path())
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && busy < 100 => {
+                    busy += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.unwrap(),
+            }
+        };
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
