@@ -261,11 +261,19 @@ impl QueueView {
     /// stale one fails it). `None` when the view does not keep the queue
     /// (it has no live ticket, or the view is not live): read it.
     pub fn queue(&self, name: &str) -> Option<Queue> {
+        self.queue_past(name, None)
+    }
+
+    /// [`QueueView::queue`], only when its last revision is above `after`
+    /// (copied only then).
+    fn queue_past(&self, name: &str, after: Option<u64>) -> Option<Queue> {
         if self.position.load(Ordering::Acquire) == 0 {
             return None;
         }
         let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        let seen = tickets.get(name)?;
+        let seen = tickets
+            .get(name)
+            .filter(|seen| after.is_none_or(|after| seen.last > after))?;
         Some(Queue {
             live: seen.live.clone(),
             last: seen.last,
@@ -300,7 +308,7 @@ impl QueueView {
             let advanced = self.advanced.notified();
             tokio::pin!(advanced);
             advanced.as_mut().enable();
-            if let Some(queue) = self.queue(name).filter(|q| q.last > after) {
+            if let Some(queue) = self.queue_past(name, Some(after)) {
                 return Some(queue);
             }
             if self.position.load(Ordering::Acquire) == 0 {
