@@ -82,6 +82,10 @@ else
 fi
 if [ "$status" != 0 ]; then
   keep=1
+  # CI shows the tail of the output: name what failed there, whichever lane.
+  if [ "$lanes" != 1 ]; then
+    grep -h -A8 -E '^== .*FAILED' "$work"/lane*.log >&2 || echo "safety: no scenario reported FAILED; see the lane logs above" >&2
+  fi
   echo "safety: FAILED (exit $status); histories and logs kept in $work/runs" >&2
 fi
 exit "$status"

@@ -290,8 +290,9 @@ impl Leases {
     /// Follows the ends of holdings of `name` (releases, expiries, revokes),
     /// which wake a waiting Acquire; `None` when the hub cannot follow (the
     /// waiter then polls).
-    /// The shared watcher may be starting (its initial load): waiting for
-    /// it is bounded by [`FOLLOW_PATIENCE`].
+    /// The shared watcher confirms at once, even while it loads the bucket
+    /// (it then wakes the follow once the load is done); waiting for the
+    /// confirmation is bounded by [`FOLLOW_PATIENCE`].
     /// With `turns`, it also hears when the name's queue lost a ticket
     /// while the name is free ([`EventKind::Turn`]).
     pub(super) async fn follow_ends(&self, name: &str, turns: bool) -> Wakeups {

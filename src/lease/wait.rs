@@ -33,8 +33,10 @@ pub(super) const WAIT_POLL: Duration = Duration::from_secs(1);
 /// one per member, a semaphore one per slot), and every end of a holding it
 /// waits for wakes it anyway, so the tick is only a backstop.
 pub(super) const EVENTED_POLL: Duration = Duration::from_secs(15);
-/// How long a waiting call waits for the shared watcher to follow its names
-/// (it may be loading the bucket after idling) before it polls instead.
+/// How long a waiting call waits for the shared watcher to confirm that it
+/// follows its names before it polls instead (the watcher confirms at once,
+/// even while it loads the bucket after idling: this only bounds a watcher
+/// task too busy to answer).
 pub(super) const FOLLOW_PATIENCE: Duration = Duration::from_secs(2);
 
 /// What wakes a waiter: the ends of holdings of the names it waits for;

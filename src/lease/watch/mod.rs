@@ -219,9 +219,6 @@ struct Registered {
 enum Waiter {
     /// A watch with a snapshot.
     Snapshot(oneshot::Sender<Result<Subscription>>),
-    /// A follow without a snapshot, registered once the mirror is live (a
-    /// hub starting from idle produces no events during its initial load).
-    Follow(oneshot::Sender<Result<Subscription>>),
     /// A resume after revision `from`.
     Resume {
         /// The revision resumed after.

@@ -105,6 +105,10 @@ pub(super) struct HubState {
     next_id: u64,
     /// Snapshots and resumes waiting for the mirror.
     pending: Vec<Pending>,
+    /// Followers registered while the mirror was loading (it produces no
+    /// events then): each is woken once when it goes live
+    /// ([`HubState::wake_loaded`]).
+    loading: Vec<u64>,
     /// Lower bounds on message times, for proving resumes.
     checkpoints: Checkpoints,
     /// How the hub saw each recently ended holding end, by name.
@@ -181,6 +185,7 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     });
     let mut sweep = tokio::time::interval(sweep_every);
     loop {
+        state.wake_loaded();
         if std::mem::take(&mut let_through) {
             for (message, pending) in held.as_mut().map(Held::ready).unwrap_or_default() {
                 state.apply_message(message, pending);
@@ -333,6 +338,7 @@ impl HubState {
             by_prefix: HashMap::new(),
             next_id: 0,
             pending: Vec::new(),
+            loading: Vec::new(),
             checkpoints: Checkpoints::default(),
             ends: imbl::OrdMap::new(),
             newest_ms: 0,
@@ -407,8 +413,33 @@ impl HubState {
         self.candidates.clear();
     }
 
-    /// Refuses every pending snapshot, resume and follow: the hub could not
-    /// start following the bucket.
+    /// Wakes every follower registered during the load, once the mirror is
+    /// live: a `Missed` of its name (never filtered out) at the mirror's
+    /// position, for the ends it could not be told of while the mirror
+    /// loaded (it produces no events then); its waiter tries again.
+    pub(super) fn wake_loaded(&mut self) {
+        if !self.mirror.live || self.loading.is_empty() {
+            return;
+        }
+        for id in std::mem::take(&mut self.loading) {
+            let Some(s) = self.subscribers.get(&id) else {
+                continue;
+            };
+            let name = match &s.filter {
+                Filter::Name(n) | Filter::Subtree(n) => n.clone(),
+            };
+            let wake = Arc::new(Event {
+                kind: EventKind::Missed,
+                name,
+                revision: self.mirror.position,
+                ..Event::snapshot_complete()
+            });
+            self.deliver(id, &wake);
+        }
+    }
+
+    /// Refuses every pending snapshot and resume, and ends every follow
+    /// made during the load: the hub could not start following the bucket.
     fn refuse_pending(&mut self) {
         let refused = || {
             Error::new(
@@ -416,9 +447,16 @@ impl HubState {
                 "this replica could not follow its bucket; watch again shortly",
             )
         };
+        for id in std::mem::take(&mut self.loading) {
+            // A waiter whose follow ends polls instead.
+            if let Some(s) = self.subscribers.get(&id) {
+                s.queue.end(refused());
+            }
+            self.remove(id);
+        }
         for p in std::mem::take(&mut self.pending) {
             match p.waiter {
-                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused()))),
+                Waiter::Snapshot(reply) => drop(reply.send(Err(refused()))),
                 Waiter::Resume { reply, .. } => drop(reply.send(Err(refused()))),
             }
         }
@@ -446,7 +484,15 @@ impl HubState {
                 snapshot: false,
                 reply,
                 ..
-            } => (filter, kinds, 0, Waiter::Follow(reply)),
+            } => {
+                // Loading: confirmed at once (a waiter does not wait for the
+                // load, nor poll meanwhile), and woken once it is live, for
+                // whatever ended during the load.
+                let subscription = self.register(filter, kinds, false);
+                self.loading.push(self.next_id - 1);
+                let _ = reply.send(Ok(subscription));
+                return;
+            }
             Command::Subscribe {
                 filter,
                 kinds,
@@ -467,7 +513,7 @@ impl HubState {
                 "this replica is reconnecting its bucket watch; watch again shortly",
             );
             match waiter {
-                Waiter::Snapshot(reply) | Waiter::Follow(reply) => drop(reply.send(Err(refused))),
+                Waiter::Snapshot(reply) => drop(reply.send(Err(refused))),
                 Waiter::Resume { reply, .. } => drop(reply.send(Err(refused))),
             }
             return;
@@ -497,10 +543,6 @@ impl HubState {
             match p.waiter {
                 Waiter::Snapshot(reply) => {
                     let subscription = self.register(p.filter, p.kinds, true);
-                    let _ = reply.send(Ok(subscription));
-                }
-                Waiter::Follow(reply) => {
-                    let subscription = self.register(p.filter, p.kinds, false);
                     let _ = reply.send(Ok(subscription));
                 }
                 Waiter::Resume { reply, .. } if !self.mirror.live => {
@@ -869,6 +911,8 @@ mod tests {
     use super::*;
     use crate::lease::record::fixtures::{entry, held as rec};
     use crate::lease::WATCH_BUFFER_EVENTS;
+    use futures::FutureExt;
+    use tokio::sync::oneshot;
 
     fn state(per_watch_bytes: usize, total_bytes: usize) -> HubState {
         let mut state = HubState::new(Arc::new(WatchBudget::new(
@@ -928,6 +972,67 @@ mod tests {
             1,
             "the slow subscriber was dropped"
         );
+    }
+
+    /// A follow made while the mirror loads is confirmed at once (its
+    /// waiter neither waits for the load nor polls), hears nothing of the
+    /// load itself (no events then), and is woken exactly once when the
+    /// mirror goes live; after that it hears ends as they come. A load
+    /// that fails ends it instead, so its waiter polls.
+    #[tokio::test]
+    async fn a_follow_during_the_load_is_confirmed_at_once_and_woken_when_live() {
+        let mut state = state(usize::MAX, usize::MAX);
+        state.mirror.live = false;
+        let follow = |state: &mut HubState| {
+            let (reply, mut confirmed) = oneshot::channel();
+            state.command(
+                Command::Subscribe {
+                    filter: Filter::Name("a".into()),
+                    kinds: vec![EventKind::Released],
+                    snapshot: false,
+                    position: 0,
+                    reply,
+                },
+                true,
+            );
+            confirmed.try_recv().expect("confirmed at once").unwrap()
+        };
+        let mut sub = follow(&mut state);
+        // The load: a holding and its release, the last with nothing
+        // pending behind it (the mirror goes live on it).
+        state.apply(entry("a", 1, rec("h", 0)), Some(0), 1);
+        state.wake_loaded();
+        assert!(sub.next().now_or_never().is_none(), "nothing while loading");
+        state.apply(entry("a", 2, Kind::Released(None)), Some(1), 0);
+        assert!(state.mirror.live);
+        state.wake_loaded();
+        let wake = sub
+            .next()
+            .now_or_never()
+            .expect("woken once live")
+            .unwrap();
+        assert_eq!((wake.kind, wake.name.as_str()), (EventKind::Missed, "a"));
+        assert_eq!(wake.revision, 2, "at the mirror's position");
+        state.wake_loaded();
+        state.apply(entry("a", 3, rec("h2", 0)), Some(2), 0);
+        state.apply(entry("a", 4, Kind::Released(None)), Some(3), 0);
+        let end = sub.next().await.unwrap();
+        assert_eq!(
+            (end.kind, end.revision),
+            (EventKind::Released, 4),
+            "woken once, then the live ends"
+        );
+
+        // A load that fails ends the follows made during it.
+        let mut state = self::state(usize::MAX, usize::MAX);
+        state.mirror.live = false;
+        let mut sub = follow(&mut state);
+        state.refuse_pending();
+        assert_eq!(
+            sub.next().await.unwrap_err().reason,
+            Reason::NatsUnavailable
+        );
+        assert!(state.subscribers.is_empty());
     }
 
     /// A watch is bounded in bytes too, not only in events.
