@@ -170,9 +170,52 @@ pub fn parse_semaphore_slot(key: &str) -> Option<(&str, u32)> {
     (slot > 0).then_some((name, slot))
 }
 
+/// The name whose waiters a write of `key` may concern: a lease key's
+/// name, and the name of its fence or queue key; a semaphore's name for
+/// its slots, definition and queue. `None` for a foreign reserved key.
+pub fn waited_name(key: &str) -> Option<&str> {
+    if !is_reserved(key) {
+        return Some(key);
+    }
+    if let Some(name) = parse_semaphore_slot(key).map(|(name, _)| name) {
+        return Some(name);
+    }
+    if let Some(name) = parse_semaphore_definition(key) {
+        return Some(name);
+    }
+    if let Some(queue) = parse_queue(key) {
+        let queue = match queue {
+            QueueKey::Slot(queue, _) | QueueKey::Guard(queue) => queue,
+        };
+        return Some(semaphore_of_queue(queue).unwrap_or(queue));
+    }
+    key.strip_prefix(RESERVED)?
+        .strip_prefix('.')?
+        .strip_prefix(FENCE)?
+        .strip_prefix('.')
+        .filter(|name| !name.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_key_of_a_name_concerns_its_waiters() {
+        for key in [
+            "a.b".to_string(),
+            fence("a.b"),
+            queue_slot("a.b", 3),
+            queue_guard("a.b"),
+            semaphore_slot("a.b", 2),
+            semaphore_definition("a.b"),
+            queue_slot(&semaphore_queue("a.b"), 5),
+        ] {
+            assert_eq!(waited_name(&key), Some("a.b"), "{key}");
+        }
+        assert_eq!(waited_name("_tenure.other.x"), None);
+        assert_eq!(waited_name("_tenure"), None);
+    }
 
     #[test]
     fn reserved() {

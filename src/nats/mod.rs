@@ -3,11 +3,13 @@
 //! makes conditional publishes and atomic batches on it and reads from its
 //! leader; [`leaders`] spreads a sharded bucket's stream leaders over the
 //! cluster; [`consumer`] follows and
-//! replays it with ordered consumers; [`message`] tells its messages apart
+//! replays it with ordered consumers; [`changes`] hears its writes as they
+//! are published (a hint that wakes waiters early); [`message`] tells its messages apart
 //! by their headers; [`connection`] connects with the configured
 //! credentials; [`embedded`] starts and supervises a local nats-server.
 
 mod bucket;
+mod changes;
 mod connection;
 mod consumer;
 pub mod embedded;

@@ -125,3 +125,64 @@ async fn the_watcher_follows_the_bucket_only_while_needed() {
     assert_eq!(granted.into_inner().lease.unwrap().holder, "second");
     until_consumers(&t, 0).await;
 }
+
+/// A waiter does not wait for the watcher's load: a group waiter on a
+/// replica whose watcher cannot finish loading the bucket (held,
+/// [`tenure::WatcherHold`]) is woken by the release as NATS publishes it
+/// and takes the group while the load is still held. A group waiter that
+/// follows the names polls only every 15 s, past its 10 s wait, so only
+/// the wake can grant it: with only the wake at the end of the load it
+/// waits for the hold and gives up (checked by disabling the hearing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_while_its_watcher_loads() {
+    let t = Tenure::start().await;
+    let mut a = t.client().await;
+    let (held, key) = acquire(&mut a, acquire_req("idle.loading.a", "first", 60)).await;
+    // Replica B, idle, held where the bucket is now, then one message
+    // more: its first load never ends.
+    let hold = tenure::WatcherHold::default();
+    hold.hold_after(t.last_sequence().await);
+    acquire(&mut a, acquire_req("idle.loading.later", "other", 60)).await;
+    let config = tenure::Config {
+        metrics_listen: None,
+        watcher_hold: Some(hold.clone()),
+        ..t.config.clone()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b_replica = tenure::start(&config, &t.nats.url(), listener)
+        .await
+        .expect("replica B starts");
+    let mut b = Client::connect(format!("http://{}", b_replica.addr()))
+        .await
+        .unwrap();
+    assert_eq!(consumers(&t).await, 0, "no watcher yet");
+    let waiter = tokio::spawn(async move {
+        b.acquire_group(tenure::proto::AcquireGroupRequest {
+            names: vec!["idle.loading.a".into(), "idle.loading.b".into()],
+            holder: "second".into(),
+            ttl: Some(secs(60)),
+            wait: Some(secs(10)),
+            ..Default::default()
+        })
+        .await
+    });
+    // B's waiter was refused once and follows the names: its watcher has
+    // started loading (and hears the bucket's writes).
+    until_consumers(&t, 1).await;
+    a.release(release_req("idle.loading.a", held.revision, key))
+        .await
+        .unwrap();
+    let granted = within("the waiter", waiter)
+        .await
+        .unwrap()
+        .expect("granted while B's watcher still loads");
+    let holders: Vec<String> = granted
+        .into_inner()
+        .leases
+        .into_iter()
+        .map(|l| l.holder)
+        .collect();
+    assert_eq!(holders, ["second", "second"]);
+    hold.release();
+    b_replica.shutdown().await;
+}

@@ -184,8 +184,25 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
         (d / 2).clamp(Duration::from_millis(50), SWEEP_EVERY)
     });
     let mut sweep = tokio::time::interval(sweep_every);
+    // The bucket's writes as published, heard only while followers wait
+    // for the load (see `HubState::wake_changed`).
+    let mut changes: Option<futures::stream::BoxStream<'static, String>> = None;
+    // Whether this load has tried to hear them (once per load).
+    let mut tried_changes = false;
     loop {
         state.wake_loaded();
+        if !state.hears_changes() {
+            changes = None;
+            tried_changes = false;
+        } else if !std::mem::replace(&mut tried_changes, true) {
+            match store.changes().await {
+                Ok(heard) => changes = Some(heard.boxed()),
+                // Not heard: the wake at the end of the load remains.
+                Err(err) => {
+                    tracing::debug!(%err, "not hearing the bucket's writes during the load")
+                }
+            }
+        }
         if std::mem::take(&mut let_through) {
             for (message, pending) in held.as_mut().map(Held::ready).unwrap_or_default() {
                 state.apply_message(message, pending);
@@ -216,6 +233,15 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = hold_moved => let_through = true,
+            key = async {
+                match changes.as_mut() {
+                    Some(c) => c.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match key {
+                Some(key) => state.wake_changed(&key),
+                None => changes = None,
+            },
             command = commands.recv() => match command {
                 Some(command) => {
                     if !active {
@@ -327,6 +353,19 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     }
 }
 
+/// What wakes a follower (only waiters follow; a client never sees it): a
+/// `Missed` of `name`, which no follower filters out, after every revision
+/// (a follow registered during the load has the position of its
+/// registration as its seam, and only later events pass).
+fn wake(name: &str) -> Arc<Event> {
+    Arc::new(Event {
+        kind: EventKind::Missed,
+        name: name.to_string(),
+        revision: u64::MAX,
+        ..Event::snapshot_complete()
+    })
+}
+
 impl HubState {
     /// No subscribers yet; queues bounded by `budget`.
     pub(super) fn new(budget: Arc<WatchBudget>) -> HubState {
@@ -413,9 +452,46 @@ impl HubState {
         self.candidates.clear();
     }
 
+    /// Whether followers wait for the load to end: the hub then listens to
+    /// the bucket's writes as they are published, to wake them early
+    /// ([`HubState::wake_changed`]).
+    pub(super) fn hears_changes(&self) -> bool {
+        !self.mirror.live && !self.loading.is_empty()
+    }
+
+    /// Wakes the followers registered during the load whose name a write
+    /// of `key` concerns, heard as it was published (not yet from the
+    /// stream; one wake queued at a time, a waiter not yet woken needs no
+    /// second): their waiters try again, reading from the stream leader as
+    /// they do while the view is not live. A hint only (it may arrive
+    /// before the stream stored the write, and expiries are never heard):
+    /// the wake at the end of the load ([`HubState::wake_loaded`]) stays
+    /// the guarantee.
+    pub(super) fn wake_changed(&mut self, key: &str) {
+        if self.mirror.live {
+            return;
+        }
+        let Some(name) = crate::lease::keys::waited_name(key) else {
+            return;
+        };
+        let woken: Vec<u64> = self
+            .loading
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.subscribers
+                    .get(id)
+                    .is_some_and(|s| s.filter.matches(name) && s.queue.bytes() == 0)
+            })
+            .collect();
+        let wake = wake(name);
+        for id in woken {
+            self.deliver(id, &wake);
+        }
+    }
+
     /// Wakes every follower registered during the load, once the mirror is
-    /// live: a `Missed` of its name (never filtered out) at the mirror's
-    /// position, for the ends it could not be told of while the mirror
+    /// live: a [`wake`], for the ends it could not be told of while the mirror
     /// loaded (it produces no events then); its waiter tries again.
     pub(super) fn wake_loaded(&mut self) {
         if !self.mirror.live || self.loading.is_empty() {
@@ -425,15 +501,9 @@ impl HubState {
             let Some(s) = self.subscribers.get(&id) else {
                 continue;
             };
-            let name = match &s.filter {
-                Filter::Name(n) | Filter::Subtree(n) => n.clone(),
+            let wake = match &s.filter {
+                Filter::Name(n) | Filter::Subtree(n) => wake(n),
             };
-            let wake = Arc::new(Event {
-                kind: EventKind::Missed,
-                name,
-                revision: self.mirror.position,
-                ..Event::snapshot_complete()
-            });
             self.deliver(id, &wake);
         }
     }
@@ -976,9 +1046,10 @@ mod tests {
 
     /// A follow made while the mirror loads is confirmed at once (its
     /// waiter neither waits for the load nor polls), hears nothing of the
-    /// load itself (no events then), and is woken exactly once when the
-    /// mirror goes live; after that it hears ends as they come. A load
-    /// that fails ends it instead, so its waiter polls.
+    /// load itself (no events then) but is woken early by its name's writes
+    /// as they are published, and once when the mirror goes live; after
+    /// that it hears ends as they come. A load that fails ends it instead,
+    /// so its waiter polls.
     #[tokio::test]
     async fn a_follow_during_the_load_is_confirmed_at_once_and_woken_when_live() {
         let mut state = state(usize::MAX, usize::MAX);
@@ -1003,16 +1074,23 @@ mod tests {
         state.apply(entry("a", 1, rec("h", 0)), Some(0), 1);
         state.wake_loaded();
         assert!(sub.next().now_or_never().is_none(), "nothing while loading");
+        // Writes heard as published wake it early: one of its own name's
+        // keys (a semaphore slot of it here) does, one wake at a time;
+        // another name's does not.
+        assert!(state.hears_changes());
+        state.wake_changed("b");
+        state.wake_changed(&crate::lease::keys::semaphore_slot("a", 3));
+        state.wake_changed("a");
+        let early = sub.next().now_or_never().expect("woken early").unwrap();
+        assert_eq!((early.kind, early.name.as_str()), (EventKind::Missed, "a"));
+        assert!(sub.next().now_or_never().is_none(), "one wake at a time");
         state.apply(entry("a", 2, Kind::Released(None)), Some(1), 0);
         assert!(state.mirror.live);
         state.wake_loaded();
-        let wake = sub
-            .next()
-            .now_or_never()
-            .expect("woken once live")
-            .unwrap();
+        let wake = sub.next().now_or_never().expect("woken once live").unwrap();
         assert_eq!((wake.kind, wake.name.as_str()), (EventKind::Missed, "a"));
-        assert_eq!(wake.revision, 2, "at the mirror's position");
+        assert!(!state.hears_changes(), "live: the stream says it all");
+        state.wake_changed("a");
         state.wake_loaded();
         state.apply(entry("a", 3, rec("h2", 0)), Some(2), 0);
         state.apply(entry("a", 4, Kind::Released(None)), Some(3), 0);
