@@ -352,9 +352,13 @@ impl Leases {
         // delete: the common race of a busy queue), and reads the queue
         // from the stream leader (a request per message under the queue's
         // filter) only when the view has not moved on.
+        // Only after the first lost race, though: the view can trail the
+        // leader by several writes of a busy queue, and a second race lost
+        // on it would likely be lost again (20 waiters on two replicas
+        // lost six in a row and were refused), so later retries read.
         let mut lost_at = 0;
-        for _ in 0..=MAX_CAS_ATTEMPTS {
-            if known.is_none() && lost_at > 0 {
+        for attempt in 0..=MAX_CAS_ATTEMPTS {
+            if known.is_none() && lost_at > 0 && attempt == 1 {
                 known = self.hub.queue_after(&name, lost_at, VIEW_PATIENCE).await;
             }
             let queue = match known.take() {

@@ -120,7 +120,7 @@ pub struct Live {
 }
 
 /// The queue of one name, read from the stream leader.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Queue {
     /// The live tickets.
     pub live: Vec<Live>,

@@ -107,6 +107,10 @@ pub struct Leases {
     /// Per semaphore, the turn of its definers on this replica: one
     /// definition batch at a time.
     definers: Arc<fifo::Lanes<()>>,
+    /// Per semaphore queue, the last read of it by a waiter that asked
+    /// whether it is the head, and when that read began: waiters woken
+    /// together share one read (`semaphore::may_take_slot`).
+    head_reads: Arc<fifo::Lanes<(tokio::time::Instant, fifo::Queue)>>,
     /// Names this replica released, for Acquires in one round trip.
     free: Arc<FreeHints>,
     /// Waiters without a queue ticket (semaphore slots) on this replica,
@@ -133,6 +137,7 @@ impl Leases {
             max_waiters: DEFAULT_MAX_WAITERS,
             queue_lanes: Arc::default(),
             definers: Arc::default(),
+            head_reads: Arc::default(),
             free: Arc::default(),
             unqueued: Arc::default(),
             slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),

@@ -1,6 +1,6 @@
 //! The bucket's writes as NATS publishes them, before and apart from the
 //! stream: a core subscription on the bucket's subjects that yields the
-//! key of each write it hears.
+//! key and operation of each write it hears.
 //!
 //! It is a hint, never a record: no revisions, no order with the stream,
 //! nothing while disconnected, and nothing for what the server writes by
@@ -14,13 +14,14 @@
 use futures::{Stream, StreamExt};
 
 use super::bucket::Store;
+use super::message::{classify, Op};
 use crate::error::{Error, Reason, Result};
 
 impl Store {
-    /// The keys of the bucket's writes as they are published (see the
-    /// module doc for what it does not promise). Dropping the stream
-    /// unsubscribes.
-    pub async fn changes(&self) -> Result<impl Stream<Item = String> + Send + 'static> {
+    /// The keys and operations of the bucket's writes as they are
+    /// published (see the module doc for what it does not promise).
+    /// Dropping the stream unsubscribes.
+    pub async fn changes(&self) -> Result<impl Stream<Item = (String, Op)> + Send + 'static> {
         self.ensure_connected()?;
         let prefix = self.subject("");
         let subscriber = self
@@ -34,12 +35,15 @@ impl Store {
                 )
             })?;
         Ok(subscriber.filter_map(move |message| {
-            let key = message
+            let change = message
                 .subject
                 .as_str()
                 .strip_prefix(prefix.as_str())
-                .map(str::to_string);
-            std::future::ready(key)
+                .map(|key| {
+                    let op = classify(message.headers.as_ref(), message.payload.clone());
+                    (key.to_string(), op)
+                });
+            std::future::ready(change)
         }))
     }
 }

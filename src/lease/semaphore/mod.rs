@@ -188,6 +188,18 @@ impl Leases {
             }
             _ => None,
         };
+        // A queued waiter that does not know it is the head (the view is
+        // not live, or did not say) asks the queue first: one read, where
+        // the slots and the definition are several, and only the head
+        // reads on. A wake reaches every waiter of the name (while the
+        // watcher loads, every release does): each costs one read, not
+        // ten. Nobody can queue ahead of a ticket, so the head stays the
+        // head through the retries below.
+        let mut queued = queued;
+        if let Some((ticket, false)) = queued {
+            self.may_take_slot(name, queued).await?;
+            queued = Some((ticket, true));
+        }
         'attempt: for _ in 0..attempts {
             let hinted = match hint.take() {
                 // The view saw every slot taken: wait for an end (which the
@@ -454,7 +466,21 @@ impl Leases {
             }
             Some((_, true)) => Ok(()),
             Some((ticket, false)) => {
-                let queue = fifo::Queue::read(&self.store, &queue_name, self.max_waiters).await?;
+                // Waiters woken together share one read: one begun after
+                // this waiter asked is as good as its own.
+                let asked = tokio::time::Instant::now();
+                let mut lane = self.head_reads.enter(&queue_name).await;
+                let (at, queue) = match lane.take() {
+                    Some((at, queue)) if at >= asked => (at, queue),
+                    _ => {
+                        let at = tokio::time::Instant::now();
+                        let queue =
+                            fifo::Queue::read(&self.store, &queue_name, self.max_waiters).await?;
+                        (at, queue)
+                    }
+                };
+                lane.keep((at, queue.clone()));
+                drop(lane);
                 if !queue.holds(ticket.slot, ticket.revision) {
                     // Gone or rewritten: the next refresh finds out which.
                     return Err(contended(name));

@@ -106,9 +106,10 @@ pub(super) struct HubState {
     /// Snapshots and resumes waiting for the mirror.
     pending: Vec<Pending>,
     /// Followers registered while the mirror was loading (it produces no
-    /// events then): each is woken once when it goes live
+    /// events then), each with whether the load has applied a message of
+    /// its name since: those are woken once when it goes live
     /// ([`HubState::wake_loaded`]).
-    loading: Vec<u64>,
+    loading: HashMap<u64, bool>,
     /// Lower bounds on message times, for proving resumes.
     checkpoints: Checkpoints,
     /// How the hub saw each recently ended holding end, by name.
@@ -186,7 +187,7 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     let mut sweep = tokio::time::interval(sweep_every);
     // The bucket's writes as published, heard only while followers wait
     // for the load (see `HubState::wake_changed`).
-    let mut changes: Option<futures::stream::BoxStream<'static, String>> = None;
+    let mut changes: Option<futures::stream::BoxStream<'static, (String, Op)>> = None;
     // Whether this load has tried to hear them (once per load).
     let mut tried_changes = false;
     loop {
@@ -239,7 +240,7 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                     None => std::future::pending().await,
                 }
             } => match key {
-                Some(key) => state.wake_changed(&key),
+                Some((key, op)) => state.wake_changed(&key, &op),
                 None => changes = None,
             },
             command = commands.recv() => match command {
@@ -377,7 +378,7 @@ impl HubState {
             by_prefix: HashMap::new(),
             next_id: 0,
             pending: Vec::new(),
-            loading: Vec::new(),
+            loading: HashMap::new(),
             checkpoints: Checkpoints::default(),
             ends: imbl::OrdMap::new(),
             newest_ms: 0,
@@ -460,15 +461,17 @@ impl HubState {
     }
 
     /// Wakes the followers registered during the load whose name a write
-    /// of `key` concerns, heard as it was published (not yet from the
-    /// stream; one wake queued at a time, a waiter not yet woken needs no
+    /// `op` of `key` concerns, when it removes something (a release, a
+    /// revoke, a ticket leaving: only a removal can free what a waiter
+    /// waits for; a ticket's removal also hands the next waiter its turn),
+    /// heard as it was published (not yet from the stream; one wake queued at a time, a waiter not yet woken needs no
     /// second): their waiters try again, reading from the stream leader as
     /// they do while the view is not live. A hint only (it may arrive
     /// before the stream stored the write, and expiries are never heard):
     /// the wake at the end of the load ([`HubState::wake_loaded`]) stays
     /// the guarantee.
-    pub(super) fn wake_changed(&mut self, key: &str) {
-        if self.mirror.live {
+    pub(super) fn wake_changed(&mut self, key: &str, op: &Op) {
+        if self.mirror.live || matches!(op, Op::Put(_)) {
             return;
         }
         let Some(name) = crate::lease::keys::waited_name(key) else {
@@ -476,7 +479,7 @@ impl HubState {
         };
         let woken: Vec<u64> = self
             .loading
-            .iter()
+            .keys()
             .copied()
             .filter(|id| {
                 self.subscribers
@@ -490,17 +493,41 @@ impl HubState {
         }
     }
 
-    /// Wakes every follower registered during the load, once the mirror is
-    /// live: a [`wake`], for the ends it could not be told of while the mirror
-    /// loaded (it produces no events then); its waiter tries again.
+    /// Notes, during the load, that it applied a message of `key`: the
+    /// followers of the name it concerns may have missed a change.
+    fn note_loaded(&mut self, key: &str) {
+        if self.mirror.live || self.loading.is_empty() {
+            return;
+        }
+        let Some(name) = crate::lease::keys::waited_name(key) else {
+            return;
+        };
+        for id in self.by_name.get(name).into_iter().flatten() {
+            if let Some(touched) = self.loading.get_mut(id) {
+                *touched = true;
+            }
+        }
+    }
+
+    /// Wakes the followers registered during the load whose name had a
+    /// message applied after they registered, once the mirror is live: a
+    /// [`wake`], for the ends they could not be told of while the mirror
+    /// loaded (it produces no events then); their waiters try again. The
+    /// others need none: a waiter tries after it follows, reading the
+    /// leader, so a change applied before it followed was already in that
+    /// read, and one after the load ends is an event. (Waking them all
+    /// made 30 waiting groups try again at once for nothing.)
     pub(super) fn wake_loaded(&mut self) {
         if !self.mirror.live || self.loading.is_empty() {
             return;
         }
-        for id in std::mem::take(&mut self.loading) {
+        for (id, touched) in std::mem::take(&mut self.loading) {
             let Some(s) = self.subscribers.get(&id) else {
                 continue;
             };
+            if !touched && matches!(s.filter, Filter::Name(_)) {
+                continue;
+            }
             let wake = match &s.filter {
                 Filter::Name(n) | Filter::Subtree(n) => wake(n),
             };
@@ -517,7 +544,7 @@ impl HubState {
                 "this replica could not follow its bucket; watch again shortly",
             )
         };
-        for id in std::mem::take(&mut self.loading) {
+        for id in std::mem::take(&mut self.loading).into_keys() {
             // A waiter whose follow ends polls instead.
             if let Some(s) = self.subscribers.get(&id) {
                 s.queue.end(refused());
@@ -559,7 +586,7 @@ impl HubState {
                 // load, nor poll meanwhile), and woken once it is live, for
                 // whatever ended during the load.
                 let subscription = self.register(filter, kinds, false);
-                self.loading.push(self.next_id - 1);
+                self.loading.insert(self.next_id - 1, false);
                 let _ = reply.send(Ok(subscription));
                 return;
             }
@@ -702,6 +729,7 @@ impl HubState {
 
     /// Applies one bucket message and delivers its event.
     fn apply(&mut self, entry: Entry, replaced: Option<u64>, pending: u64) {
+        self.note_loaded(&entry.name);
         if !crate::lease::keys::is_reserved(&entry.name) {
             let released = matches!(entry.kind, Kind::Released(_));
             self.view.apply_lease(&entry.name, entry.revision, released);
@@ -1047,18 +1075,19 @@ mod tests {
     /// A follow made while the mirror loads is confirmed at once (its
     /// waiter neither waits for the load nor polls), hears nothing of the
     /// load itself (no events then) but is woken early by its name's writes
-    /// as they are published, and once when the mirror goes live; after
+    /// as they are published, and once when the mirror goes live if the
+    /// load applied a message of its name after it followed; after
     /// that it hears ends as they come. A load that fails ends it instead,
     /// so its waiter polls.
     #[tokio::test]
     async fn a_follow_during_the_load_is_confirmed_at_once_and_woken_when_live() {
         let mut state = state(usize::MAX, usize::MAX);
         state.mirror.live = false;
-        let follow = |state: &mut HubState| {
+        let follow = |state: &mut HubState, name: &str| {
             let (reply, mut confirmed) = oneshot::channel();
             state.command(
                 Command::Subscribe {
-                    filter: Filter::Name("a".into()),
+                    filter: Filter::Name(name.into()),
                     kinds: vec![EventKind::Released],
                     snapshot: false,
                     position: 0,
@@ -1068,19 +1097,23 @@ mod tests {
             );
             confirmed.try_recv().expect("confirmed at once").unwrap()
         };
-        let mut sub = follow(&mut state);
+        let mut sub = follow(&mut state, "a");
+        let mut untouched = follow(&mut state, "z");
         // The load: a holding and its release, the last with nothing
         // pending behind it (the mirror goes live on it).
         state.apply(entry("a", 1, rec("h", 0)), Some(0), 1);
         state.wake_loaded();
         assert!(sub.next().now_or_never().is_none(), "nothing while loading");
-        // Writes heard as published wake it early: one of its own name's
-        // keys (a semaphore slot of it here) does, one wake at a time;
-        // another name's does not.
+        // Writes heard as published wake it early: a removal of one of its
+        // own name's keys (a semaphore slot of it here) does, one wake at a
+        // time; another name's does not, nor a put.
         assert!(state.hears_changes());
-        state.wake_changed("b");
-        state.wake_changed(&crate::lease::keys::semaphore_slot("a", 3));
-        state.wake_changed("a");
+        let removal = Op::Delete(Default::default());
+        state.wake_changed("b", &removal);
+        state.wake_changed("a", &Op::Put(Default::default()));
+        assert!(sub.next().now_or_never().is_none(), "a put frees nothing");
+        state.wake_changed(&crate::lease::keys::semaphore_slot("a", 3), &removal);
+        state.wake_changed("a", &removal);
         let early = sub.next().now_or_never().expect("woken early").unwrap();
         assert_eq!((early.kind, early.name.as_str()), (EventKind::Missed, "a"));
         assert!(sub.next().now_or_never().is_none(), "one wake at a time");
@@ -1088,9 +1121,13 @@ mod tests {
         assert!(state.mirror.live);
         state.wake_loaded();
         let wake = sub.next().now_or_never().expect("woken once live").unwrap();
+        assert!(
+            untouched.next().now_or_never().is_none(),
+            "nothing of its name was loaded after it followed: no wake"
+        );
         assert_eq!((wake.kind, wake.name.as_str()), (EventKind::Missed, "a"));
         assert!(!state.hears_changes(), "live: the stream says it all");
-        state.wake_changed("a");
+        state.wake_changed("a", &removal);
         state.wake_loaded();
         state.apply(entry("a", 3, rec("h2", 0)), Some(2), 0);
         state.apply(entry("a", 4, Kind::Released(None)), Some(3), 0);
@@ -1104,7 +1141,7 @@ mod tests {
         // A load that fails ends the follows made during it.
         let mut state = self::state(usize::MAX, usize::MAX);
         state.mirror.live = false;
-        let mut sub = follow(&mut state);
+        let mut sub = follow(&mut state, "a");
         state.refuse_pending();
         assert_eq!(
             sub.next().await.unwrap_err().reason,
