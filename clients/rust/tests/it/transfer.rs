@@ -305,6 +305,14 @@ async fn a_candidate_of_greater_preference_takes_over() {
     let mut changes = observer.observe_changes(watching.clone());
     let first = within("the current leader", leaders.recv()).await.unwrap();
     assert_eq!(first.map(|l| l.identity).as_deref(), Some("node-a"));
+    // Both streams are open before node-b campaigns: a `changes` stream
+    // still opening could start with node-b already preferred (in its
+    // `Current` change), and no `Preferred` change would follow.
+    let current = within("the changes stream's first", changes.recv())
+        .await
+        .unwrap();
+    assert_eq!(current.kind, ChangeType::Current);
+    assert_eq!(current.preferred, None);
 
     let mut b = candidate_with(&b_client, name, "node-b", log.clone(), PREFER_TTL, 2);
     let token_b = within("node-b's term (a hand-over, not the TTL)", b.started.recv())
