@@ -290,7 +290,15 @@ impl Observation {
     pub async fn next(&mut self) -> Result<Change> {
         loop {
             let event = self.subscription.next().await?;
-            let preferred = self.leases.preferred(&self.name);
+            // A candidate signal names the preferred candidate as of its
+            // revision; any other event, as the view has it now.
+            let preferred = match event.kind {
+                EventKind::Candidate => (!event.holder.is_empty()).then(|| Candidate {
+                    holder: event.holder.clone(),
+                    preference: u32::try_from(event.token).unwrap_or(u32::MAX),
+                }),
+                _ => self.leases.preferred(&self.name),
+            };
             if let Some(change) = self.tracker.apply(&event, preferred) {
                 return Ok(change);
             }

@@ -34,7 +34,8 @@ pub enum EventKind {
     /// for it by name (waiting Acquires).
     Turn,
     /// Internal, never sent to a watch: the preferred candidate of the
-    /// election of this name changed (a candidate with a preference began
+    /// election of this name changed (it is in `holder`, its preference in
+    /// `token`; "" and 0: none) (a candidate with a preference began
     /// or stopped waiting; see [`crate::lease::election`]). Delivered only
     /// to subscribers that ask for it by name (Observe streams).
     Candidate,

@@ -821,12 +821,20 @@ impl HubState {
             return;
         }
         for name in std::mem::take(&mut self.candidates) {
+            // The preferred candidate as of now, carried in the event: an
+            // observer that reads it late must not report a later one
+            // (after a hand-over it would name the next candidate before
+            // the hand-over itself).
+            let preferred = self.view.preferred(&name);
             let event = Arc::new(Event {
                 kind: EventKind::Candidate,
                 name: name.clone(),
                 revision: self.mirror.position,
-                holder: String::new(),
-                token: 0,
+                holder: preferred
+                    .as_ref()
+                    .map(|c| c.holder.clone())
+                    .unwrap_or_default(),
+                token: preferred.map_or(0, |c| u64::from(c.preference)),
                 holding: None,
                 time_ms: self.newest_ms,
                 slot: 0,
