@@ -214,8 +214,25 @@ impl Tenure {
 
     /// A second replica over the same bucket (metrics off), and a client of it.
     pub async fn replica(&self) -> (Running, LeaseServiceClient<Channel>) {
+        self.replica_with(None).await
+    }
+
+    /// [`Tenure::replica`] whose shared watcher is held back by `hold`.
+    pub async fn replica_held(
+        &self,
+        hold: &tenure::WatcherHold,
+    ) -> (Running, LeaseServiceClient<Channel>) {
+        self.replica_with(Some(hold.clone())).await
+    }
+
+    /// A second replica with `watcher_hold`, and a client of it.
+    async fn replica_with(
+        &self,
+        watcher_hold: Option<tenure::WatcherHold>,
+    ) -> (Running, LeaseServiceClient<Channel>) {
         let config = Config {
             metrics_listen: None,
+            watcher_hold,
             ..self.config.clone()
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -537,18 +537,7 @@ async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
 
     // Replica B, its watcher live, then held where the bucket is now.
     let hold = tenure::WatcherHold::default();
-    let config = tenure::Config {
-        metrics_listen: None,
-        watcher_hold: Some(hold.clone()),
-        ..t.config.clone()
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let b_replica = tenure::start(&config, &t.nats.url(), listener)
-        .await
-        .expect("replica B starts");
-    let mut b = LeaseServiceClient::connect(format!("http://{}", b_replica.addr()))
-        .await
-        .unwrap();
+    let (b_replica, mut b) = t.replica_held(&hold).await;
     let mut b_watch = watch(&mut b, name).await;
     next_of(&mut b_watch, EventType::SnapshotComplete).await;
     hold.hold_after(t.last_sequence().await);

@@ -160,18 +160,7 @@ async fn a_watch_behind_the_stream_reports_every_missed_holding() {
     let t = Tenure::start_with(|c| c.watcher_idle_timeout = Duration::ZERO).await;
     let mut a = t.client().await;
     let hold = tenure::WatcherHold::default();
-    let config = tenure::Config {
-        metrics_listen: None,
-        watcher_hold: Some(hold.clone()),
-        ..t.config.clone()
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let b_replica = tenure::start(&config, &t.nats.url(), listener)
-        .await
-        .expect("replica B starts");
-    let mut b = LeaseServiceClient::connect(format!("http://{}", b_replica.addr()))
-        .await
-        .unwrap();
+    let (b_replica, mut b) = t.replica_held(&hold).await;
     let mut w = watch(&mut b, "m.>").await;
     next_of(&mut w, EventType::SnapshotComplete).await;
     hold.hold_after(t.last_sequence().await);

@@ -143,18 +143,7 @@ async fn a_waiter_is_woken_while_its_watcher_loads() {
     let hold = tenure::WatcherHold::default();
     hold.hold_after(t.last_sequence().await);
     acquire(&mut a, acquire_req("idle.loading.later", "other", 60)).await;
-    let config = tenure::Config {
-        metrics_listen: None,
-        watcher_hold: Some(hold.clone()),
-        ..t.config.clone()
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let b_replica = tenure::start(&config, &t.nats.url(), listener)
-        .await
-        .expect("replica B starts");
-    let mut b = Client::connect(format!("http://{}", b_replica.addr()))
-        .await
-        .unwrap();
+    let (b_replica, mut b) = t.replica_held(&hold).await;
     assert_eq!(consumers(&t).await, 0, "no watcher yet");
     let waiter = tokio::spawn(async move {
         b.acquire_group(tenure::proto::AcquireGroupRequest {
