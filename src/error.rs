@@ -39,6 +39,7 @@ impl Reason {
             | Reason::GroupMember
             | Reason::HistoryOff
             | Reason::NoWaiter
+            | Reason::ModeMismatch
             | Reason::AtomicBatchUnsupported => Code::FailedPrecondition,
             Reason::LeaseNotFound => Code::NotFound,
             Reason::RecordUnreadable => Code::DataLoss,
@@ -50,6 +51,7 @@ impl Reason {
             Reason::TooManyRequests
             | Reason::TooManyWatches
             | Reason::TooManyWaiters
+            | Reason::TooManySharedHolders
             | Reason::RequestTooLarge
             | Reason::BucketFull
             | Reason::MetadataTooLarge => Code::ResourceExhausted,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::lease::{Event, EventKind, Holding, ShardEvent};
+use crate::lease::{Event, EventKind, Holding, Mode, ShardEvent};
 use crate::proto;
 
 /// A holding as a proto `Lease`.
@@ -33,6 +33,11 @@ pub fn lease(h: &Holding) -> proto::Lease {
         slot: h.slot,
         group: h.record.group.clone(),
         fence_proof: Vec::new(),
+        mode: match h.record.mode {
+            None => proto::LockMode::Unspecified,
+            Some(Mode::Exclusive) => proto::LockMode::Exclusive,
+            Some(Mode::Shared) => proto::LockMode::Shared,
+        } as i32,
     }
 }
 

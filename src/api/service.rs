@@ -324,9 +324,14 @@ impl LeaseService for LeaseApi {
                 wait = Some(w.min(d.saturating_sub(DEADLINE_MARGIN)));
             }
             let lock_delay_s = validate::lock_delay(req.lock_delay.as_ref(), &self.limits)?;
-            let limit = validate::limit(req.limit, lock_delay_s, &self.limits)?;
+            let mode = validate::mode(req.mode, req.limit, lock_delay_s, req.preference)?;
+            let limit = match mode {
+                Some(_) => self.limits.max_shared_holders,
+                None => validate::limit(req.limit, lock_delay_s, &self.limits)?,
+            };
             let args = AcquireArgs {
                 limit,
+                mode,
                 preference: validate::preference(req.preference, limit)?,
                 name: name.into(),
                 holder: holder.into(),
@@ -517,6 +522,30 @@ impl LeaseService for LeaseApi {
         .await
     }
 
+    async fn downgrade(
+        &self,
+        request: Request<proto::DowngradeRequest>,
+    ) -> Result<Response<proto::DowngradeResponse>, Status> {
+        self.rpc(request, |req, _| async move {
+            let name = validate::name(&req.name)?;
+            let expected = validate::revision(req.expected_revision)?;
+            let key = validate::presented_key(&req.lease_key)?;
+            let slot = match validate::slot(req.slot, &self.limits)? {
+                0 => return Err(validate::downgrade_slot()),
+                slot => slot,
+            };
+            let holding = self
+                .shards
+                .of(name)
+                .downgrade(name, slot, expected, key)
+                .await?;
+            Ok(proto::DowngradeResponse {
+                lease: Some(lease(&holding)),
+            })
+        })
+        .await
+    }
+
     async fn lease_history(
         &self,
         request: Request<proto::LeaseHistoryRequest>,
@@ -628,6 +657,23 @@ impl Call for proto::TransferRequest {
 }
 
 impl Reply for proto::TransferResponse {
+    fn record(&self, span: &Span) {
+        record_lease(span, self.lease.as_ref());
+    }
+}
+
+impl Call for proto::DowngradeRequest {
+    const METHOD: &'static str = "Downgrade";
+    const ACTION: Action = Action::Acquire;
+    fn subject(&self) -> &str {
+        &self.name
+    }
+    fn class(&self) -> Class {
+        Class::Renewal
+    }
+}
+
+impl Reply for proto::DowngradeResponse {
     fn record(&self, span: &Span) {
         record_lease(span, self.lease.as_ref());
     }

@@ -366,6 +366,48 @@ pub fn limit(limit: u32, lock_delay_s: u64, limits: &Limits) -> Result<u32> {
     Ok(limit)
 }
 
+/// Checks an Acquire's read-write lock mode (`None`: not a lock): a lock
+/// takes no semaphore limit, lock delay or preference.
+pub fn mode(
+    mode: i32,
+    limit: u32,
+    lock_delay_s: u64,
+    preference: u32,
+) -> Result<Option<crate::lease::Mode>> {
+    use crate::lease::Mode;
+    use crate::proto::LockMode;
+    let mode = match LockMode::try_from(mode) {
+        Ok(LockMode::Unspecified) => return Ok(None),
+        Ok(LockMode::Exclusive) => Mode::Exclusive,
+        Ok(LockMode::Shared) => Mode::Shared,
+        Err(_) => {
+            return Err(Error::new(
+                Reason::InvalidArgument,
+                format!("mode must be LOCK_MODE_UNSPECIFIED, LOCK_MODE_EXCLUSIVE or LOCK_MODE_SHARED (got {mode})"),
+            ))
+        }
+    };
+    let other = match (limit, lock_delay_s, preference) {
+        (0, 0, 0) => return Ok(Some(mode)),
+        (l, _, _) if l > 0 => "limit",
+        (_, d, _) if d > 0 => "lock_delay",
+        _ => "preference",
+    };
+    Err(Error::new(
+        Reason::InvalidArgument,
+        format!("a read-write lock Acquire (mode set) takes no {other}; drop one of them"),
+    ))
+}
+
+/// `INVALID_ARGUMENT`: a Downgrade names slot 0, which no read-write lock
+/// holding has.
+pub fn downgrade_slot() -> Error {
+    Error::new(
+        Reason::InvalidArgument,
+        "slot must be the read-write lock holding's slot from the Acquire reply (Lease.slot), not 0",
+    )
+}
+
 /// Checks an Acquire's election preference: a semaphore's waiters have
 /// no leader to hand over to them.
 pub fn preference(preference: u32, limit: u32) -> Result<u32> {
@@ -381,12 +423,12 @@ pub fn preference(preference: u32, limit: u32) -> Result<u32> {
 /// Checks the semaphore slot a Renew or Release presents (0: a plain
 /// lease): at most the server's largest limit.
 pub fn slot(slot: u32, limits: &Limits) -> Result<u32> {
-    if slot > limits.max_semaphore_limit {
+    let max = limits.max_semaphore_limit.max(limits.max_shared_holders);
+    if slot > max {
         return Err(Error::new(
             Reason::InvalidArgument,
             format!(
-                "slot must be 0 (a plain lease) or the slot from the Acquire reply, at most {} (got {slot})",
-                limits.max_semaphore_limit
+                "slot must be 0 (a plain lease) or the slot from the Acquire reply, at most {max} (got {slot})"
             ),
         ));
     }
@@ -520,6 +562,7 @@ mod tests {
             max_wait: Duration::from_secs(300),
             max_lock_delay_s: 60,
             max_semaphore_limit: 8,
+            max_shared_holders: 4,
             max_group_size: 4,
         }
     }

@@ -151,6 +151,28 @@ pub struct Connection {
 }
 
 /// How results are printed.
+/// How `--mode` holds a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LockMode {
+    /// Beside any other shared holders, while nobody holds it exclusively.
+    Shared,
+    /// Alone.
+    Exclusive,
+}
+
+impl LockMode {
+    /// The proto's `LockMode` value of `mode` (none: a plain lease).
+    pub fn proto(mode: Option<LockMode>) -> i32 {
+        use crate::proto::LockMode as P;
+        let mode = match mode {
+            None => P::Unspecified,
+            Some(LockMode::Shared) => P::Shared,
+            Some(LockMode::Exclusive) => P::Exclusive,
+        };
+        mode as i32
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     /// Aligned columns for people.
@@ -200,6 +222,11 @@ pub struct LockArgs {
     /// lease.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub limit: Option<u32>,
+
+    /// Hold a read-write lock: `shared` (beside other shared holders) or
+    /// `exclusive` (alone). Without it, a plain lease.
+    #[arg(long, value_enum, conflicts_with = "limit")]
+    pub mode: Option<LockMode>,
 
     /// Time between SIGTERM and SIGKILL to the command's process group once
     /// the lease is lost.
@@ -316,6 +343,11 @@ pub struct AcquireArgs {
     /// printed --slot.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub limit: u32,
+    /// Hold a read-write lock: `shared` (beside other shared holders) or
+    /// `exclusive` (alone); renew and release with the printed --slot.
+    /// Without it, a plain lease.
+    #[arg(long, value_enum, conflicts_with = "limit")]
+    pub mode: Option<LockMode>,
     /// Output format.
     #[command(flatten)]
     pub output: Output,

@@ -301,6 +301,7 @@ pub async fn acquire(a: AcquireArgs) -> Result<(), CliError> {
         lock_delay: None,
         limit: a.limit,
         preference: 0,
+        mode: super::args::LockMode::proto(a.mode),
     };
     let (lease, key, _) = acquire_waiting(&mut c, &a.conn, req, a.wait).await?;
     match a.output.output {

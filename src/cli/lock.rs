@@ -141,6 +141,7 @@ pub async fn lock(a: LockArgs) -> u8 {
         lock_delay: None,
         limit,
         preference: 0,
+        mode: super::args::LockMode::proto(a.mode),
     };
     let acquiring = async {
         let mut client = connect(&a.conn).await?;

@@ -372,6 +372,11 @@ pub struct Config {
     /// in one atomic batch of at most 1,000 messages).
     #[arg(long, env = "TENURE_MAX_SEMAPHORE_LIMIT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=999))]
     pub max_semaphore_limit: u32,
+    /// Most shared holders of one read-write lock at once, 1 to 999 (a
+    /// read-write lock's Acquire reads every key of the lock, one leader
+    /// read each, so this bounds its reads). Set the same on every replica.
+    #[arg(long, env = "TENURE_MAX_SHARED_HOLDERS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=999))]
+    pub max_shared_holders: u32,
     /// Most names one AcquireGroup may take, 2 to 64 (the group is read one
     /// leader read per name and written in one atomic batch of up to three
     /// messages per name).
@@ -574,6 +579,7 @@ impl Config {
             max_wait: self.max_wait,
             max_lock_delay_s: self.max_lock_delay.as_secs(),
             max_semaphore_limit: self.max_semaphore_limit,
+            max_shared_holders: self.max_shared_holders,
             max_group_size: self.max_group_size.into(),
         }
     }
@@ -652,6 +658,8 @@ pub struct Limits {
     pub max_lock_delay_s: u64,
     /// Largest semaphore `limit` an Acquire may ask for.
     pub max_semaphore_limit: u32,
+    /// Most shared holders of one read-write lock.
+    pub max_shared_holders: u32,
     /// Most names in one AcquireGroup (and members in a RenewGroup or
     /// ReleaseGroup).
     pub max_group_size: usize,

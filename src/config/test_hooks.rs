@@ -100,6 +100,9 @@ pub enum TestFault {
     /// the resume point and delivers what it reads there: changes the
     /// client had already been sent are reported again (property 9).
     ReplayRepeats,
+    /// A shared Acquire of a read-write lock takes an exclusive holder
+    /// for a shared one: a reader holds while a writer does (property 10).
+    SharedOverExclusive,
 }
 
 /// How far before the resume point the `replay-repeats` fault starts.
@@ -107,8 +110,8 @@ pub const REPLAY_REPEATS: u64 = 20;
 
 impl TestFault {
     /// Its bit in [`TestFaults`].
-    fn bit(self) -> u8 {
-        1 << self as u8
+    fn bit(self) -> u16 {
+        1 << self as u16
     }
 
     /// The flag value (`tokens-go-back`).
@@ -121,7 +124,7 @@ impl TestFault {
 
 /// The test faults in force (none in production).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TestFaults(u8);
+pub struct TestFaults(u16);
 
 impl TestFaults {
     /// The set of `faults`.

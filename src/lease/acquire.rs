@@ -17,7 +17,7 @@ use futures::StreamExt;
 
 use super::fifo;
 use super::keys;
-use super::record::{Entry, Fence, Holding, KeyHash, Kind, Record};
+use super::record::{Entry, Fence, Holding, KeyHash, Kind, Mode, Record};
 use super::refusals::{
     behind, cas_failed, contended, delayed, held, queued, too_many_waiters, unreadable,
 };
@@ -54,8 +54,13 @@ pub struct AcquireArgs {
     pub metadata: BTreeMap<String, String>,
     /// Lock delay of the holding, whole seconds (0: none).
     pub lock_delay_s: u64,
-    /// The semaphore limit (0: a plain, exclusive lease; see [`super::semaphore`]).
+    /// The semaphore limit (0: a plain, exclusive lease; see
+    /// [`super::semaphore`]); for a read-write lock, the most shared
+    /// holders (`--max-shared-holders`).
     pub limit: u32,
+    /// How a read-write lock is asked for (`None`: a plain lease or a
+    /// semaphore slot); with `limit`, the lock's slots.
+    pub mode: Option<Mode>,
     /// An election candidate's preference, kept in its ticket while it
     /// waits (0: none; see [`super::election`]).
     pub preference: u32,

@@ -143,6 +143,7 @@ impl Elections {
             metadata: BTreeMap::from([(VALUE_KEY.to_string(), args.value.clone())]),
             lock_delay_s: 0,
             limit: 0,
+            mode: None,
             preference: args.preference,
         };
         self.leases

@@ -12,7 +12,7 @@
 //! | `_tenure.q.<name>.<slot>` | a waiter's ticket in slot `slot` of `name`'s queue |
 //! | `_tenure.q.<name>.plain` | the queue's guard, written only by group batches |
 //! | `_tenure.sem.<name>.<slot>` | slot `slot` (1 to the limit) of semaphore `name` |
-//! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name`; removed once the semaphore is unused |
+//! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name`, or of read-write lock `name` (`"rw":true`); removed once unused |
 //!
 //! Parsing is the inverse of building: a key either parses to exactly what
 //! built it or to nothing, so a foreign key under the reserved level is
@@ -134,6 +134,15 @@ pub fn semaphore_of_queue(queue: &str) -> Option<&str> {
         .strip_prefix(SEMAPHORE)?
         .strip_prefix('.')
         .filter(|name| !name.is_empty())
+}
+
+/// The KV wildcard that matches every key of semaphore `name` (its slots
+/// and definition) and nothing else: one level below
+/// `_tenure.sem.<name>`, never a deeper name's keys. A read-write lock
+/// (kept as a semaphore) writes conditional on it, so that one write
+/// checks that no key of the lock changed since it was read.
+pub fn semaphore_filter(name: &str) -> String {
+    format!("{}.*", semaphore_prefix(name))
 }
 
 /// The KV wildcard that matches every key of every semaphore (slots and

@@ -70,7 +70,7 @@ pub use group::{GroupArgs, GroupMember};
 pub use history::{Ending, Gap, HistoryQuery, Tenure};
 pub use keys::is_reserved;
 pub use list::{parse_token as parse_page_token, Page};
-pub use record::{Holding, KeyHash, Record, Released};
+pub use record::{Holding, KeyHash, Mode, Record, Released};
 pub use shards::{shard_of, From as WatchFrom, ShardEvent, Shards};
 pub use watch::{Hub, Subscription, WatchBudget, WATCH_BUFFER_EVENTS};
 

@@ -55,6 +55,21 @@ pub struct Record {
     /// watcher reports that end as the giver's RELEASED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transferred_from: Option<Released>,
+    /// How a read-write lock's holding holds the name; `None` (omitted)
+    /// for a plain lease or a semaphore slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// How a holding of a read-write lock holds its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The only holder: nobody else holds the name meanwhile.
+    Exclusive,
+    /// One of any number of shared holders, while nobody holds it
+    /// exclusively.
+    Shared,
 }
 
 /// Whether a number field is 0 (and so left out of the JSON).
@@ -97,6 +112,15 @@ impl Record {
             group: Vec::new(),
             over: Some(over),
             transferred_from: None,
+            mode: None,
+        }
+    }
+
+    /// This record as a read-write lock's holding in `mode`.
+    pub fn in_mode(self, mode: Mode) -> Record {
+        Record {
+            mode: Some(mode),
+            ..self
         }
     }
 
@@ -353,6 +377,7 @@ mod tests {
             group: vec!["n".into(), "m".into()],
             over: Some(7),
             transferred_from: None,
+            mode: Some(Mode::Shared),
         };
         let back = Record::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
@@ -418,6 +443,7 @@ pub mod fixtures {
             group: Vec::new(),
             over: None,
             transferred_from: None,
+            mode: None,
         }
     }
 

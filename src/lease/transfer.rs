@@ -68,6 +68,7 @@ impl Leases {
                     holder: giver.holder.clone(),
                     token: giver.token_at(revision),
                 }),
+                mode: None,
             };
             let writes = [
                 Write::delete(

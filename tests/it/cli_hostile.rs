@@ -172,6 +172,13 @@ impl LeaseService for Fake {
         Err(Status::unimplemented("fake"))
     }
 
+    async fn downgrade(
+        &self,
+        _: Request<tenure::proto::DowngradeRequest>,
+    ) -> Result<Response<tenure::proto::DowngradeResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     /// A holding whose holder and revoke reason carry terminal escapes: the
     /// CLI's table must escape them.
     async fn lease_history(

@@ -78,6 +78,9 @@ fn request() -> impl Strategy<Value = Req> {
                 // Now and then a candidate's preference (also with a limit:
                 // refused).
                 preference: (limit % 7 == 0) as u32 * limit,
+                // Now and then a read-write lock's (also with a limit or a
+                // preference: refused), or a mode that does not exist.
+                mode: (limit % 11 == 0) as i32 * (1 + (limit % 3) as i32 + (limit % 13 == 0) as i32 * 5),
             })
         ),
         1 => (name(), any::<u64>(), key(), duration()).prop_map(|(name, r, lease_key, ttl)| {

@@ -54,6 +54,7 @@ mod no_atomic;
 mod ownership;
 mod partition;
 mod restart;
+mod rwlock;
 mod security;
 mod semaphore;
 mod shards;

@@ -185,6 +185,21 @@ const (
 	// FAILED_PRECONDITION; the holding is unchanged: release it, or retry
 	// once the recipient waits.
 	ErrorReason_NO_WAITER ErrorReason = 35
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// TOO_MANY_SHARED_HOLDERS: a shared Acquire without a wait found the
+	// read-write lock held shared by as many holders as the server's
+	// --max-shared-holders allows (metadata: holders, max_shared_holders;
+	// with RetryInfo). RESOURCE_EXHAUSTED; retryable once a holder leaves, or
+	// Acquire with a wait.
+	ErrorReason_TOO_MANY_SHARED_HOLDERS ErrorReason = 36
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// MODE_MISMATCH: the name is used another way than the request asks (a
+	// read-write lock Acquire on a semaphore's name or the other way round,
+	// an upgrade of a shared holding, a Downgrade of a holding that is not
+	// exclusive; metadata: in_use_as or mode). FAILED_PRECONDITION;
+	// permanent: use each name one way only (a semaphore's or lock's name is
+	// free again once it has been unused for the marker TTL).
+	ErrorReason_MODE_MISMATCH ErrorReason = 37
 )
 
 // Enum value maps for ErrorReason.
@@ -221,6 +236,8 @@ var (
 		33: "BUCKET_FULL",
 		34: "HISTORY_OFF",
 		35: "NO_WAITER",
+		36: "TOO_MANY_SHARED_HOLDERS",
+		37: "MODE_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -254,6 +271,8 @@ var (
 		"BUCKET_FULL":              33,
 		"HISTORY_OFF":              34,
 		"NO_WAITER":                35,
+		"TOO_MANY_SHARED_HOLDERS":  36,
+		"MODE_MISMATCH":            37,
 	}
 )
 
@@ -288,7 +307,7 @@ var File_tenure_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\x96\x05\n" +
+	"\x1ctenure/v1/error_reason.proto\x12\ttenure.v1*\xc6\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fINVALID_NAME\x10\x01\x12\x12\n" +
@@ -322,7 +341,9 @@ const file_tenure_v1_error_reason_proto_rawDesc = "" +
 	"\fGROUP_MEMBER\x10 \x12\x0f\n" +
 	"\vBUCKET_FULL\x10!\x12\x0f\n" +
 	"\vHISTORY_OFF\x10\"\x12\r\n" +
-	"\tNO_WAITER\x10#B^\n" +
+	"\tNO_WAITER\x10#\x12\x1b\n" +
+	"\x17TOO_MANY_SHARED_HOLDERS\x10$\x12\x11\n" +
+	"\rMODE_MISMATCH\x10%B^\n" +
 	"\rdev.tenure.v1B\x10ErrorReasonProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
 var (

@@ -32,6 +32,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// LockMode says how an Acquire holds a read-write lock.
+type LockMode int32
+
+const (
+	// LOCK_MODE_UNSPECIFIED: not a read-write lock: a plain lease (or a
+	// semaphore slot, with `limit`).
+	LockMode_LOCK_MODE_UNSPECIFIED LockMode = 0
+	// LOCK_MODE_EXCLUSIVE: the read-write lock's only holder: no other
+	// holder, shared or exclusive, holds the name at the same time.
+	LockMode_LOCK_MODE_EXCLUSIVE LockMode = 1
+	// LOCK_MODE_SHARED: one of any number (up to the server's
+	// --max-shared-holders) of shared holders, while nobody holds the name
+	// exclusively.
+	LockMode_LOCK_MODE_SHARED LockMode = 2
+)
+
+// Enum value maps for LockMode.
+var (
+	LockMode_name = map[int32]string{
+		0: "LOCK_MODE_UNSPECIFIED",
+		1: "LOCK_MODE_EXCLUSIVE",
+		2: "LOCK_MODE_SHARED",
+	}
+	LockMode_value = map[string]int32{
+		"LOCK_MODE_UNSPECIFIED": 0,
+		"LOCK_MODE_EXCLUSIVE":   1,
+		"LOCK_MODE_SHARED":      2,
+	}
+)
+
+func (x LockMode) Enum() *LockMode {
+	p := new(LockMode)
+	*p = x
+	return p
+}
+
+func (x LockMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_tenure_v1_lease_proto_enumTypes[0].Descriptor()
+}
+
+func (LockMode) Type() protoreflect.EnumType {
+	return &file_tenure_v1_lease_proto_enumTypes[0]
+}
+
+func (x LockMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockMode.Descriptor instead.
+func (LockMode) EnumDescriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
 // EventType is the kind of a LeaseEvent.
 type EventType int32
 
@@ -107,11 +164,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_tenure_v1_lease_proto_enumTypes[0].Descriptor()
+	return file_tenure_v1_lease_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_tenure_v1_lease_proto_enumTypes[0]
+	return &file_tenure_v1_lease_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -120,7 +177,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{0}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
 }
 
 // HoldingEnding is how a holding ended.
@@ -172,11 +229,11 @@ func (x HoldingEnding) String() string {
 }
 
 func (HoldingEnding) Descriptor() protoreflect.EnumDescriptor {
-	return file_tenure_v1_lease_proto_enumTypes[1].Descriptor()
+	return file_tenure_v1_lease_proto_enumTypes[2].Descriptor()
 }
 
 func (HoldingEnding) Type() protoreflect.EnumType {
-	return &file_tenure_v1_lease_proto_enumTypes[1]
+	return &file_tenure_v1_lease_proto_enumTypes[2]
 }
 
 func (x HoldingEnding) Number() protoreflect.EnumNumber {
@@ -185,7 +242,7 @@ func (x HoldingEnding) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HoldingEnding.Descriptor instead.
 func (HoldingEnding) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{2}
 }
 
 // Lease is one holding of a name, as stored in the bucket.
@@ -239,7 +296,10 @@ type Lease struct {
 	// holding (Acquire, AcquireGroup) when the server has a fence signing key
 	// (--fence-signing-key); empty otherwise and in every other reply.
 	// Renewals do not change it.
-	FenceProof    []byte `protobuf:"bytes,12,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
+	FenceProof []byte `protobuf:"bytes,12,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
+	// mode is how a read-write lock's holding holds the name (EXCLUSIVE or
+	// SHARED); UNSPECIFIED for a plain lease or a semaphore slot.
+	Mode          LockMode `protobuf:"varint,13,opt,name=mode,proto3,enum=tenure.v1.LockMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +418,13 @@ func (x *Lease) GetFenceProof() []byte {
 	return nil
 }
 
+func (x *Lease) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_UNSPECIFIED
+}
+
 // AcquireRequest asks for a lease.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -409,7 +476,26 @@ type AcquireRequest struct {
 	// the waiting candidate of the highest preference, and a leader of lower
 	// preference hands over to it. 0 (the default) asks for nothing. Not
 	// combinable with limit.
-	Preference    uint32 `protobuf:"varint,9,opt,name=preference,proto3" json:"preference,omitempty"`
+	Preference uint32 `protobuf:"varint,9,opt,name=preference,proto3" json:"preference,omitempty"`
+	// mode makes the Acquire a read-write lock's: EXCLUSIVE (one holder, and
+	// nobody else) or SHARED (any number of shared holders, up to the
+	// server's --max-shared-holders, while nobody holds it exclusively).
+	// Every holder gets its own slot (Lease.slot, passed back in Renew and
+	// Release like a semaphore's), lease key and fencing token; tokens
+	// increase across all holders of the name, shared and exclusive, in
+	// grant order. Waiters queue in arrival order across replicas, whatever
+	// their mode: a shared Acquire arriving after a queued exclusive one
+	// waits behind it, so writers are never starved by a stream of readers
+	// (without a wait, an Acquire is refused LEASE_HELD, metadata state
+	// QUEUED, while anyone is queued). A shared Acquire without a wait that
+	// finds --max-shared-holders shared holders is refused
+	// TOO_MANY_SHARED_HOLDERS; with a wait it waits for one to leave.
+	// UNSPECIFIED (the default) is a plain lease: exclusive too, but kept
+	// apart from a read-write lock of the same name (use each name one way
+	// only: a name in use as a semaphore is refused MODE_MISMATCH, and the
+	// other way round). Not combinable with limit, lock_delay or preference.
+	// Needs nats-server 2.12 or newer (atomic batch publish).
+	Mode          LockMode `protobuf:"varint,10,opt,name=mode,proto3,enum=tenure.v1.LockMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,6 +591,13 @@ func (x *AcquireRequest) GetPreference() uint32 {
 		return x.Preference
 	}
 	return 0
+}
+
+func (x *AcquireRequest) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_UNSPECIFIED
 }
 
 // AcquireResponse is the holding that was acquired.
@@ -2880,6 +2973,127 @@ func (x *HistoricHolding) GetRevokeReason() string {
 	return ""
 }
 
+// DowngradeRequest turns an exclusive read-write lock holding shared.
+type DowngradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the read-write lock.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// expected_revision is the holding's revision from the last Acquire or
+	// Renew reply, as for Renew.
+	ExpectedRevision uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// lease_key is the holding's ownership secret.
+	LeaseKey string `protobuf:"bytes,3,opt,name=lease_key,json=leaseKey,proto3" json:"lease_key,omitempty"`
+	// slot is the holding's slot (Lease.slot of the Acquire reply).
+	Slot          uint32 `protobuf:"varint,4,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DowngradeRequest) Reset() {
+	*x = DowngradeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DowngradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DowngradeRequest) ProtoMessage() {}
+
+func (x *DowngradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DowngradeRequest.ProtoReflect.Descriptor instead.
+func (*DowngradeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DowngradeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DowngradeRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *DowngradeRequest) GetLeaseKey() string {
+	if x != nil {
+		return x.LeaseKey
+	}
+	return ""
+}
+
+func (x *DowngradeRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+// DowngradeResponse is the shared holding.
+type DowngradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease is the holding, now SHARED, with a new fencing token (the
+	// downgrade's revision).
+	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DowngradeResponse) Reset() {
+	*x = DowngradeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DowngradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DowngradeResponse) ProtoMessage() {}
+
+func (x *DowngradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DowngradeResponse.ProtoReflect.Descriptor instead.
+func (*DowngradeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DowngradeResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 // TransferRequest hands a holding over.
 type TransferRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2899,7 +3113,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3125,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3138,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TransferRequest) GetName() string {
@@ -2967,7 +3181,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3193,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3206,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TransferResponse) GetLease() *Lease {
@@ -3006,7 +3220,7 @@ var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x04\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
@@ -3023,10 +3237,11 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	" \x01(\rR\x04slot\x12\x14\n" +
 	"\x05group\x18\v \x03(\tR\x05group\x12\x1f\n" +
 	"\vfence_proof\x18\f \x01(\fR\n" +
-	"fenceProof\x1a;\n" +
+	"fenceProof\x12'\n" +
+	"\x04mode\x18\r \x01(\x0e2\x13.tenure.v1.LockModeR\x04mode\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x03\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -3039,7 +3254,9 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x1e\n" +
 	"\n" +
 	"preference\x18\t \x01(\rR\n" +
-	"preference\x1a;\n" +
+	"preference\x12'\n" +
+	"\x04mode\x18\n" +
+	" \x01(\x0e2\x13.tenure.v1.LockModeR\x04mode\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -3213,14 +3430,25 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"revoked_by\x18\n" +
 	" \x01(\tR\trevokedBy\x12#\n" +
-	"\rrevoke_reason\x18\v \x01(\tR\frevokeReason\"\x8c\x01\n" +
+	"\rrevoke_reason\x18\v \x01(\tR\frevokeReason\"\x84\x01\n" +
+	"\x10DowngradeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
+	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\rR\x04slot\";\n" +
+	"\x11DowngradeResponse\x12&\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x8c\x01\n" +
 	"\x0fTransferRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x1b\n" +
 	"\tlease_key\x18\x03 \x01(\tR\bleaseKey\x12\x1b\n" +
 	"\tto_holder\x18\x04 \x01(\tR\btoHolder\":\n" +
 	"\x10TransferResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease*\xf2\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease*T\n" +
+	"\bLockMode\x12\x19\n" +
+	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13LOCK_MODE_EXCLUSIVE\x10\x01\x12\x14\n" +
+	"\x10LOCK_MODE_SHARED\x10\x02*\xf2\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CURRENT\x10\x01\x12 \n" +
@@ -3237,7 +3465,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x17HOLDING_ENDING_RELEASED\x10\x02\x12\x1a\n" +
 	"\x16HOLDING_ENDING_EXPIRED\x10\x03\x12\x1a\n" +
 	"\x16HOLDING_ENDING_REVOKED\x10\x04\x12\x1a\n" +
-	"\x16HOLDING_ENDING_UNKNOWN\x10\x052\x99\b\n" +
+	"\x16HOLDING_ENDING_UNKNOWN\x10\x052\xe1\b\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -3255,7 +3483,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\fReleaseGroup\x12\x1e.tenure.v1.ReleaseGroupRequest\x1a\x1f.tenure.v1.ReleaseGroupResponse\x12O\n" +
 	"\fGetFenceKeys\x12\x1e.tenure.v1.GetFenceKeysRequest\x1a\x1f.tenure.v1.GetFenceKeysResponse\x12C\n" +
 	"\bTransfer\x12\x1a.tenure.v1.TransferRequest\x1a\x1b.tenure.v1.TransferResponse\x12O\n" +
-	"\fLeaseHistory\x12\x1e.tenure.v1.LeaseHistoryRequest\x1a\x1f.tenure.v1.LeaseHistoryResponseBX\n" +
+	"\fLeaseHistory\x12\x1e.tenure.v1.LeaseHistoryRequest\x1a\x1f.tenure.v1.LeaseHistoryResponse\x12F\n" +
+	"\tDowngrade\x12\x1b.tenure.v1.DowngradeRequest\x1a\x1c.tenure.v1.DowngradeResponseBX\n" +
 	"\rdev.tenure.v1B\n" +
 	"LeaseProtoP\x01Z9github.com/tenure-dev/tenure/clients/go/tenurev1;tenurev1b\x06proto3"
 
@@ -3271,142 +3500,150 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_lease_proto_rawDescData
 }
 
-var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_tenure_v1_lease_proto_goTypes = []any{
-	(EventType)(0),                // 0: tenure.v1.EventType
-	(HoldingEnding)(0),            // 1: tenure.v1.HoldingEnding
-	(*Lease)(nil),                 // 2: tenure.v1.Lease
-	(*AcquireRequest)(nil),        // 3: tenure.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 4: tenure.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 5: tenure.v1.RenewRequest
-	(*RenewResponse)(nil),         // 6: tenure.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 7: tenure.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 8: tenure.v1.ReleaseResponse
-	(*GetLeaseRequest)(nil),       // 9: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),      // 10: tenure.v1.GetLeaseResponse
-	(*WatchLeaseRequest)(nil),     // 11: tenure.v1.WatchLeaseRequest
-	(*WatchLeaseResponse)(nil),    // 12: tenure.v1.WatchLeaseResponse
-	(*LeaseEvent)(nil),            // 13: tenure.v1.LeaseEvent
-	(*ListLeasesRequest)(nil),     // 14: tenure.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 15: tenure.v1.ListLeasesResponse
-	(*RevokeLeaseRequest)(nil),    // 16: tenure.v1.RevokeLeaseRequest
-	(*RevokeLeaseResponse)(nil),   // 17: tenure.v1.RevokeLeaseResponse
-	(*KeepAliveRequest)(nil),      // 18: tenure.v1.KeepAliveRequest
-	(*KeepAliveEntry)(nil),        // 19: tenure.v1.KeepAliveEntry
-	(*KeepAliveResponse)(nil),     // 20: tenure.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),       // 21: tenure.v1.KeepAliveResult
-	(*KeepAliveError)(nil),        // 22: tenure.v1.KeepAliveError
-	(*AcquireGroupRequest)(nil),   // 23: tenure.v1.AcquireGroupRequest
-	(*AcquireGroupResponse)(nil),  // 24: tenure.v1.AcquireGroupResponse
-	(*GroupMember)(nil),           // 25: tenure.v1.GroupMember
-	(*RenewGroupRequest)(nil),     // 26: tenure.v1.RenewGroupRequest
-	(*RenewGroupResponse)(nil),    // 27: tenure.v1.RenewGroupResponse
-	(*ReleaseGroupRequest)(nil),   // 28: tenure.v1.ReleaseGroupRequest
-	(*ReleaseGroupResponse)(nil),  // 29: tenure.v1.ReleaseGroupResponse
-	(*GetFenceKeysRequest)(nil),   // 30: tenure.v1.GetFenceKeysRequest
-	(*GetFenceKeysResponse)(nil),  // 31: tenure.v1.GetFenceKeysResponse
-	(*FenceKey)(nil),              // 32: tenure.v1.FenceKey
-	(*LeaseHistoryRequest)(nil),   // 33: tenure.v1.LeaseHistoryRequest
-	(*LeaseHistoryResponse)(nil),  // 34: tenure.v1.LeaseHistoryResponse
-	(*HistoryGap)(nil),            // 35: tenure.v1.HistoryGap
-	(*HistoricHolding)(nil),       // 36: tenure.v1.HistoricHolding
-	(*TransferRequest)(nil),       // 37: tenure.v1.TransferRequest
-	(*TransferResponse)(nil),      // 38: tenure.v1.TransferResponse
-	nil,                           // 39: tenure.v1.Lease.MetadataEntry
-	nil,                           // 40: tenure.v1.AcquireRequest.MetadataEntry
-	nil,                           // 41: tenure.v1.KeepAliveError.MetadataEntry
-	nil,                           // 42: tenure.v1.AcquireGroupRequest.MetadataEntry
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(LockMode)(0),                 // 0: tenure.v1.LockMode
+	(EventType)(0),                // 1: tenure.v1.EventType
+	(HoldingEnding)(0),            // 2: tenure.v1.HoldingEnding
+	(*Lease)(nil),                 // 3: tenure.v1.Lease
+	(*AcquireRequest)(nil),        // 4: tenure.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 5: tenure.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 6: tenure.v1.RenewRequest
+	(*RenewResponse)(nil),         // 7: tenure.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 8: tenure.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 9: tenure.v1.ReleaseResponse
+	(*GetLeaseRequest)(nil),       // 10: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),      // 11: tenure.v1.GetLeaseResponse
+	(*WatchLeaseRequest)(nil),     // 12: tenure.v1.WatchLeaseRequest
+	(*WatchLeaseResponse)(nil),    // 13: tenure.v1.WatchLeaseResponse
+	(*LeaseEvent)(nil),            // 14: tenure.v1.LeaseEvent
+	(*ListLeasesRequest)(nil),     // 15: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 16: tenure.v1.ListLeasesResponse
+	(*RevokeLeaseRequest)(nil),    // 17: tenure.v1.RevokeLeaseRequest
+	(*RevokeLeaseResponse)(nil),   // 18: tenure.v1.RevokeLeaseResponse
+	(*KeepAliveRequest)(nil),      // 19: tenure.v1.KeepAliveRequest
+	(*KeepAliveEntry)(nil),        // 20: tenure.v1.KeepAliveEntry
+	(*KeepAliveResponse)(nil),     // 21: tenure.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),       // 22: tenure.v1.KeepAliveResult
+	(*KeepAliveError)(nil),        // 23: tenure.v1.KeepAliveError
+	(*AcquireGroupRequest)(nil),   // 24: tenure.v1.AcquireGroupRequest
+	(*AcquireGroupResponse)(nil),  // 25: tenure.v1.AcquireGroupResponse
+	(*GroupMember)(nil),           // 26: tenure.v1.GroupMember
+	(*RenewGroupRequest)(nil),     // 27: tenure.v1.RenewGroupRequest
+	(*RenewGroupResponse)(nil),    // 28: tenure.v1.RenewGroupResponse
+	(*ReleaseGroupRequest)(nil),   // 29: tenure.v1.ReleaseGroupRequest
+	(*ReleaseGroupResponse)(nil),  // 30: tenure.v1.ReleaseGroupResponse
+	(*GetFenceKeysRequest)(nil),   // 31: tenure.v1.GetFenceKeysRequest
+	(*GetFenceKeysResponse)(nil),  // 32: tenure.v1.GetFenceKeysResponse
+	(*FenceKey)(nil),              // 33: tenure.v1.FenceKey
+	(*LeaseHistoryRequest)(nil),   // 34: tenure.v1.LeaseHistoryRequest
+	(*LeaseHistoryResponse)(nil),  // 35: tenure.v1.LeaseHistoryResponse
+	(*HistoryGap)(nil),            // 36: tenure.v1.HistoryGap
+	(*HistoricHolding)(nil),       // 37: tenure.v1.HistoricHolding
+	(*DowngradeRequest)(nil),      // 38: tenure.v1.DowngradeRequest
+	(*DowngradeResponse)(nil),     // 39: tenure.v1.DowngradeResponse
+	(*TransferRequest)(nil),       // 40: tenure.v1.TransferRequest
+	(*TransferResponse)(nil),      // 41: tenure.v1.TransferResponse
+	nil,                           // 42: tenure.v1.Lease.MetadataEntry
+	nil,                           // 43: tenure.v1.AcquireRequest.MetadataEntry
+	nil,                           // 44: tenure.v1.KeepAliveError.MetadataEntry
+	nil,                           // 45: tenure.v1.AcquireGroupRequest.MetadataEntry
+	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	43, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	39, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
-	44, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	44, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	43, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	43, // 5: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	43, // 6: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	40, // 7: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
-	43, // 8: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	2,  // 9: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	43, // 10: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 11: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 13: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
-	0,  // 14: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
-	13, // 15: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
-	0,  // 16: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
-	2,  // 17: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
-	44, // 18: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	2,  // 19: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	2,  // 20: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
-	19, // 21: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
-	43, // 22: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
-	21, // 23: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
-	2,  // 24: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
-	22, // 25: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
-	41, // 26: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
-	43, // 27: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
-	43, // 28: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
-	43, // 29: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
-	42, // 30: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
-	43, // 31: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
-	2,  // 32: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
-	25, // 33: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
-	43, // 34: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 35: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
-	25, // 36: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
-	32, // 37: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
-	44, // 38: tenure.v1.LeaseHistoryRequest.since:type_name -> google.protobuf.Timestamp
-	44, // 39: tenure.v1.LeaseHistoryRequest.at:type_name -> google.protobuf.Timestamp
-	36, // 40: tenure.v1.LeaseHistoryResponse.holdings:type_name -> tenure.v1.HistoricHolding
-	44, // 41: tenure.v1.LeaseHistoryResponse.more_since:type_name -> google.protobuf.Timestamp
-	44, // 42: tenure.v1.LeaseHistoryResponse.oldest:type_name -> google.protobuf.Timestamp
-	43, // 43: tenure.v1.LeaseHistoryResponse.retention:type_name -> google.protobuf.Duration
-	35, // 44: tenure.v1.LeaseHistoryResponse.gaps:type_name -> tenure.v1.HistoryGap
-	44, // 45: tenure.v1.HistoryGap.after_time:type_name -> google.protobuf.Timestamp
-	44, // 46: tenure.v1.HistoryGap.before_time:type_name -> google.protobuf.Timestamp
-	44, // 47: tenure.v1.HistoricHolding.acquire_time:type_name -> google.protobuf.Timestamp
-	44, // 48: tenure.v1.HistoricHolding.renew_time:type_name -> google.protobuf.Timestamp
-	43, // 49: tenure.v1.HistoricHolding.ttl:type_name -> google.protobuf.Duration
-	44, // 50: tenure.v1.HistoricHolding.end_time:type_name -> google.protobuf.Timestamp
-	1,  // 51: tenure.v1.HistoricHolding.ending:type_name -> tenure.v1.HoldingEnding
-	2,  // 52: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
-	3,  // 53: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	5,  // 54: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	7,  // 55: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	9,  // 56: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	11, // 57: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
-	14, // 58: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
-	16, // 59: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
-	18, // 60: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	23, // 61: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
-	26, // 62: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
-	28, // 63: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
-	30, // 64: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
-	37, // 65: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	33, // 66: tenure.v1.LeaseService.LeaseHistory:input_type -> tenure.v1.LeaseHistoryRequest
-	4,  // 67: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	6,  // 68: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	8,  // 69: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	10, // 70: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	12, // 71: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
-	15, // 72: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
-	17, // 73: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
-	20, // 74: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	24, // 75: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
-	27, // 76: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
-	29, // 77: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
-	31, // 78: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
-	38, // 79: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	34, // 80: tenure.v1.LeaseService.LeaseHistory:output_type -> tenure.v1.LeaseHistoryResponse
-	67, // [67:81] is the sub-list for method output_type
-	53, // [53:67] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	46, // 0: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	42, // 1: tenure.v1.Lease.metadata:type_name -> tenure.v1.Lease.MetadataEntry
+	47, // 2: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	47, // 3: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	46, // 4: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 5: tenure.v1.Lease.mode:type_name -> tenure.v1.LockMode
+	46, // 6: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	46, // 7: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	43, // 8: tenure.v1.AcquireRequest.metadata:type_name -> tenure.v1.AcquireRequest.MetadataEntry
+	46, // 9: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 10: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.LockMode
+	3,  // 11: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	46, // 12: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 13: tenure.v1.RenewResponse.lease:type_name -> tenure.v1.Lease
+	3,  // 14: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	3,  // 15: tenure.v1.GetLeaseResponse.holders:type_name -> tenure.v1.Lease
+	1,  // 16: tenure.v1.WatchLeaseRequest.event_types:type_name -> tenure.v1.EventType
+	14, // 17: tenure.v1.WatchLeaseResponse.event:type_name -> tenure.v1.LeaseEvent
+	1,  // 18: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.EventType
+	3,  // 19: tenure.v1.LeaseEvent.lease:type_name -> tenure.v1.Lease
+	47, // 20: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	3,  // 21: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	3,  // 22: tenure.v1.RevokeLeaseResponse.revoked:type_name -> tenure.v1.Lease
+	20, // 23: tenure.v1.KeepAliveRequest.entries:type_name -> tenure.v1.KeepAliveEntry
+	46, // 24: tenure.v1.KeepAliveEntry.ttl:type_name -> google.protobuf.Duration
+	22, // 25: tenure.v1.KeepAliveResponse.results:type_name -> tenure.v1.KeepAliveResult
+	3,  // 26: tenure.v1.KeepAliveResult.lease:type_name -> tenure.v1.Lease
+	23, // 27: tenure.v1.KeepAliveResult.error:type_name -> tenure.v1.KeepAliveError
+	44, // 28: tenure.v1.KeepAliveError.metadata:type_name -> tenure.v1.KeepAliveError.MetadataEntry
+	46, // 29: tenure.v1.KeepAliveError.retry_delay:type_name -> google.protobuf.Duration
+	46, // 30: tenure.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	46, // 31: tenure.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	45, // 32: tenure.v1.AcquireGroupRequest.metadata:type_name -> tenure.v1.AcquireGroupRequest.MetadataEntry
+	46, // 33: tenure.v1.AcquireGroupRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 34: tenure.v1.AcquireGroupResponse.leases:type_name -> tenure.v1.Lease
+	26, // 35: tenure.v1.RenewGroupRequest.members:type_name -> tenure.v1.GroupMember
+	46, // 36: tenure.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 37: tenure.v1.RenewGroupResponse.leases:type_name -> tenure.v1.Lease
+	26, // 38: tenure.v1.ReleaseGroupRequest.members:type_name -> tenure.v1.GroupMember
+	33, // 39: tenure.v1.GetFenceKeysResponse.keys:type_name -> tenure.v1.FenceKey
+	47, // 40: tenure.v1.LeaseHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	47, // 41: tenure.v1.LeaseHistoryRequest.at:type_name -> google.protobuf.Timestamp
+	37, // 42: tenure.v1.LeaseHistoryResponse.holdings:type_name -> tenure.v1.HistoricHolding
+	47, // 43: tenure.v1.LeaseHistoryResponse.more_since:type_name -> google.protobuf.Timestamp
+	47, // 44: tenure.v1.LeaseHistoryResponse.oldest:type_name -> google.protobuf.Timestamp
+	46, // 45: tenure.v1.LeaseHistoryResponse.retention:type_name -> google.protobuf.Duration
+	36, // 46: tenure.v1.LeaseHistoryResponse.gaps:type_name -> tenure.v1.HistoryGap
+	47, // 47: tenure.v1.HistoryGap.after_time:type_name -> google.protobuf.Timestamp
+	47, // 48: tenure.v1.HistoryGap.before_time:type_name -> google.protobuf.Timestamp
+	47, // 49: tenure.v1.HistoricHolding.acquire_time:type_name -> google.protobuf.Timestamp
+	47, // 50: tenure.v1.HistoricHolding.renew_time:type_name -> google.protobuf.Timestamp
+	46, // 51: tenure.v1.HistoricHolding.ttl:type_name -> google.protobuf.Duration
+	47, // 52: tenure.v1.HistoricHolding.end_time:type_name -> google.protobuf.Timestamp
+	2,  // 53: tenure.v1.HistoricHolding.ending:type_name -> tenure.v1.HoldingEnding
+	3,  // 54: tenure.v1.DowngradeResponse.lease:type_name -> tenure.v1.Lease
+	3,  // 55: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
+	4,  // 56: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	6,  // 57: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	8,  // 58: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	10, // 59: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	12, // 60: tenure.v1.LeaseService.WatchLease:input_type -> tenure.v1.WatchLeaseRequest
+	15, // 61: tenure.v1.LeaseService.ListLeases:input_type -> tenure.v1.ListLeasesRequest
+	17, // 62: tenure.v1.LeaseService.RevokeLease:input_type -> tenure.v1.RevokeLeaseRequest
+	19, // 63: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	24, // 64: tenure.v1.LeaseService.AcquireGroup:input_type -> tenure.v1.AcquireGroupRequest
+	27, // 65: tenure.v1.LeaseService.RenewGroup:input_type -> tenure.v1.RenewGroupRequest
+	29, // 66: tenure.v1.LeaseService.ReleaseGroup:input_type -> tenure.v1.ReleaseGroupRequest
+	31, // 67: tenure.v1.LeaseService.GetFenceKeys:input_type -> tenure.v1.GetFenceKeysRequest
+	40, // 68: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	34, // 69: tenure.v1.LeaseService.LeaseHistory:input_type -> tenure.v1.LeaseHistoryRequest
+	38, // 70: tenure.v1.LeaseService.Downgrade:input_type -> tenure.v1.DowngradeRequest
+	5,  // 71: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	7,  // 72: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	9,  // 73: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	11, // 74: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	13, // 75: tenure.v1.LeaseService.WatchLease:output_type -> tenure.v1.WatchLeaseResponse
+	16, // 76: tenure.v1.LeaseService.ListLeases:output_type -> tenure.v1.ListLeasesResponse
+	18, // 77: tenure.v1.LeaseService.RevokeLease:output_type -> tenure.v1.RevokeLeaseResponse
+	21, // 78: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	25, // 79: tenure.v1.LeaseService.AcquireGroup:output_type -> tenure.v1.AcquireGroupResponse
+	28, // 80: tenure.v1.LeaseService.RenewGroup:output_type -> tenure.v1.RenewGroupResponse
+	30, // 81: tenure.v1.LeaseService.ReleaseGroup:output_type -> tenure.v1.ReleaseGroupResponse
+	32, // 82: tenure.v1.LeaseService.GetFenceKeys:output_type -> tenure.v1.GetFenceKeysResponse
+	41, // 83: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	35, // 84: tenure.v1.LeaseService.LeaseHistory:output_type -> tenure.v1.LeaseHistoryResponse
+	39, // 85: tenure.v1.LeaseService.Downgrade:output_type -> tenure.v1.DowngradeResponse
+	71, // [71:86] is the sub-list for method output_type
+	56, // [56:71] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -3424,8 +3661,8 @@ func file_tenure_v1_lease_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   41,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

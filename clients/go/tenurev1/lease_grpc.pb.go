@@ -42,6 +42,7 @@ const (
 	LeaseService_GetFenceKeys_FullMethodName = "/tenure.v1.LeaseService/GetFenceKeys"
 	LeaseService_Transfer_FullMethodName     = "/tenure.v1.LeaseService/Transfer"
 	LeaseService_LeaseHistory_FullMethodName = "/tenure.v1.LeaseService/LeaseHistory"
+	LeaseService_Downgrade_FullMethodName    = "/tenure.v1.LeaseService/Downgrade"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -126,6 +127,15 @@ type LeaseServiceClient interface {
 	// --history-retention (7 days by default), also after the bucket has
 	// moved on. Needs the `watch` grant on the name.
 	LeaseHistory(ctx context.Context, in *LeaseHistoryRequest, opts ...grpc.CallOption) (*LeaseHistoryResponse, error)
+	// Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+	// one with no gap: the caller holds the name throughout, from this call
+	// on as a shared holder with a new, higher fencing token (its exclusive
+	// token is superseded, so a store that fences by token refuses writes of
+	// the exclusive holding from now on), and waiting shared Acquires may
+	// join it. Same lease key and slot; renew with the reply's revision.
+	// MODE_MISMATCH for a holding that is not an exclusive read-write lock
+	// holding. Needs the `acquire` grant on the name.
+	Downgrade(ctx context.Context, in *DowngradeRequest, opts ...grpc.CallOption) (*DowngradeResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -288,6 +298,16 @@ func (c *leaseServiceClient) LeaseHistory(ctx context.Context, in *LeaseHistoryR
 	return out, nil
 }
 
+func (c *leaseServiceClient) Downgrade(ctx context.Context, in *DowngradeRequest, opts ...grpc.CallOption) (*DowngradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DowngradeResponse)
+	err := c.cc.Invoke(ctx, LeaseService_Downgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -370,6 +390,15 @@ type LeaseServiceServer interface {
 	// --history-retention (7 days by default), also after the bucket has
 	// moved on. Needs the `watch` grant on the name.
 	LeaseHistory(context.Context, *LeaseHistoryRequest) (*LeaseHistoryResponse, error)
+	// Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+	// one with no gap: the caller holds the name throughout, from this call
+	// on as a shared holder with a new, higher fencing token (its exclusive
+	// token is superseded, so a store that fences by token refuses writes of
+	// the exclusive holding from now on), and waiting shared Acquires may
+	// join it. Same lease key and slot; renew with the reply's revision.
+	// MODE_MISMATCH for a holding that is not an exclusive read-write lock
+	// holding. Needs the `acquire` grant on the name.
+	Downgrade(context.Context, *DowngradeRequest) (*DowngradeResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -421,6 +450,9 @@ func (UnimplementedLeaseServiceServer) Transfer(context.Context, *TransferReques
 }
 func (UnimplementedLeaseServiceServer) LeaseHistory(context.Context, *LeaseHistoryRequest) (*LeaseHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseHistory not implemented")
+}
+func (UnimplementedLeaseServiceServer) Downgrade(context.Context, *DowngradeRequest) (*DowngradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Downgrade not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -677,6 +709,24 @@ func _LeaseService_LeaseHistory_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_Downgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DowngradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Downgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Downgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Downgrade(ctx, req.(*DowngradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -731,6 +781,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LeaseHistory",
 			Handler:    _LeaseService_LeaseHistory_Handler,
+		},
+		{
+			MethodName: "Downgrade",
+			Handler:    _LeaseService_Downgrade_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

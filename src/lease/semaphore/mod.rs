@@ -34,6 +34,7 @@
 //! A semaphore unused for the marker TTL is removed by a sweep
 //! ([`sweep`]), so that definitions do not pile up in the bucket.
 
+mod rwlock;
 mod sweep;
 
 use std::time::Duration;
@@ -65,13 +66,19 @@ const LIVE_PROBE: u32 = 16;
 struct Definition {
     /// The limit in force.
     limit: u32,
+    /// Whether the name is a read-write lock ([`rwlock`]) rather than a
+    /// semaphore. Omitted when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    rw: bool,
 }
 
-/// The limit a definition key's value defines; `None` for a value that is
-/// no definition.
+/// The limit a semaphore's definition key's value defines; `None` for a
+/// value that is no definition, or a read-write lock's (the slot view
+/// never vouches for a slot of a lock: its Acquires read everything).
 pub(super) fn defined_limit(payload: &[u8]) -> Option<u32> {
     serde_json::from_slice::<Definition>(payload)
         .ok()
+        .filter(|d| !d.rw)
         .map(|d| d.limit)
 }
 
@@ -91,6 +98,23 @@ struct Read {
     revision: u64,
     /// The limit it defines.
     limit: Option<u32>,
+    /// Whether it defines a read-write lock.
+    rw: bool,
+}
+
+impl Read {
+    /// The definition in a last message (`None`: the key has none).
+    fn of(msg: Option<&crate::nats::Message>) -> Read {
+        let def = msg.and_then(|m| match &m.op {
+            Op::Put(p) => serde_json::from_slice::<Definition>(p).ok(),
+            _ => None,
+        });
+        Read {
+            revision: msg.map_or(0, |m| m.revision),
+            limit: def.as_ref().map(|d| d.limit),
+            rw: def.is_some_and(|d| d.rw),
+        }
+    }
 }
 
 impl Leases {
@@ -157,6 +181,9 @@ impl Leases {
         queued: Option<(&fifo::Ticket, bool)>,
         attempts: usize,
     ) -> Result<Holding> {
+        if let Some(mode) = args.mode {
+            return self.rw_attempt(args, mode, queued, attempts).await;
+        }
         let name = args.name.as_str();
         let limit = args.limit;
         let hash = KeyHash::of(&args.key);
@@ -225,7 +252,11 @@ impl Leases {
             // of it is found, before the slots of a large limit are read
             // (a small one's are read as cheaply as the probe).
             if limit > LIVE_PROBE && hinted.is_none() {
-                if let Some(in_force) = self.definition(name).await?.limit {
+                let def = self.definition(name).await?;
+                if def.rw {
+                    return Err(rwlock::in_use_as(name, "a read-write lock"));
+                }
+                if let Some(in_force) = def.limit {
                     if in_force != limit && self.any_holder(name, in_force).await? {
                         return Err(mismatch(name, limit, in_force));
                     }
@@ -240,6 +271,9 @@ impl Leases {
                 None => self.slots(name, 1, slots_open).await?,
             };
             let def = self.definition(name).await?;
+            if def.rw {
+                return Err(rwlock::in_use_as(name, "a read-write lock"));
+            }
             let in_force = def.limit.unwrap_or(0);
             if hinted.is_some() {
                 // One slot was read: good for a write only under the limit
@@ -359,7 +393,7 @@ impl Leases {
             let mut writes = vec![Write {
                 name: keys::semaphore_definition(name),
                 op: WriteOp::Put,
-                payload: serde_json::to_vec(&Definition { limit })
+                payload: serde_json::to_vec(&Definition { limit, rw: false })
                     .expect("a definition always serialises")
                     .into(),
                 expected: Some(def.revision),
@@ -625,21 +659,8 @@ impl Leases {
 
     /// Reads the definition of semaphore `name` from the stream leader.
     async fn definition(&self, name: &str) -> Result<Read> {
-        Ok(
-            match self.store.last(&keys::semaphore_definition(name)).await? {
-                Some(msg) => Read {
-                    revision: msg.revision,
-                    limit: match &msg.op {
-                        Op::Put(p) => defined_limit(p),
-                        _ => None,
-                    },
-                },
-                None => Read {
-                    revision: 0,
-                    limit: None,
-                },
-            },
-        )
+        let last = self.store.last(&keys::semaphore_definition(name)).await?;
+        Ok(Read::of(last.as_ref()))
     }
 
     /// Reads slot `slot` of semaphore `name` from the stream leader (one

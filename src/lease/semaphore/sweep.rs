@@ -176,7 +176,11 @@ mod tests {
     }
 
     fn def(limit: u32) -> Op {
-        Op::Put(serde_json::to_vec(&Definition { limit }).unwrap().into())
+        Op::Put(
+            serde_json::to_vec(&Definition { limit, rw: false })
+                .unwrap()
+                .into(),
+        )
     }
 
     #[test]

@@ -37,6 +37,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BUCKET_FULL: _ClassVar[ErrorReason]
     HISTORY_OFF: _ClassVar[ErrorReason]
     NO_WAITER: _ClassVar[ErrorReason]
+    TOO_MANY_SHARED_HOLDERS: _ClassVar[ErrorReason]
+    MODE_MISMATCH: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_NAME: ErrorReason
 INVALID_HOLDER: ErrorReason
@@ -68,3 +70,5 @@ GROUP_MEMBER: ErrorReason
 BUCKET_FULL: ErrorReason
 HISTORY_OFF: ErrorReason
 NO_WAITER: ErrorReason
+TOO_MANY_SHARED_HOLDERS: ErrorReason
+MODE_MISMATCH: ErrorReason

@@ -11,6 +11,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class LockMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOCK_MODE_UNSPECIFIED: _ClassVar[LockMode]
+    LOCK_MODE_EXCLUSIVE: _ClassVar[LockMode]
+    LOCK_MODE_SHARED: _ClassVar[LockMode]
+
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
@@ -31,6 +37,9 @@ class HoldingEnding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HOLDING_ENDING_EXPIRED: _ClassVar[HoldingEnding]
     HOLDING_ENDING_REVOKED: _ClassVar[HoldingEnding]
     HOLDING_ENDING_UNKNOWN: _ClassVar[HoldingEnding]
+LOCK_MODE_UNSPECIFIED: LockMode
+LOCK_MODE_EXCLUSIVE: LockMode
+LOCK_MODE_SHARED: LockMode
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_CURRENT: EventType
 EVENT_TYPE_SNAPSHOT_COMPLETE: EventType
@@ -48,7 +57,7 @@ HOLDING_ENDING_REVOKED: HoldingEnding
 HOLDING_ENDING_UNKNOWN: HoldingEnding
 
 class Lease(_message.Message):
-    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group", "fence_proof")
+    __slots__ = ("name", "holder", "fencing_token", "revision", "ttl", "metadata", "acquire_time", "renew_time", "lock_delay", "slot", "group", "fence_proof", "mode")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +77,7 @@ class Lease(_message.Message):
     SLOT_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     FENCE_PROOF_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     fencing_token: int
@@ -80,10 +90,11 @@ class Lease(_message.Message):
     slot: int
     group: _containers.RepeatedScalarFieldContainer[str]
     fence_proof: bytes
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ..., fence_proof: _Optional[bytes] = ...) -> None: ...
+    mode: LockMode
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., revision: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slot: _Optional[int] = ..., group: _Optional[_Iterable[str]] = ..., fence_proof: _Optional[bytes] = ..., mode: _Optional[_Union[LockMode, str]] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit", "preference")
+    __slots__ = ("name", "holder", "ttl", "lease_key", "wait", "metadata", "lock_delay", "limit", "preference", "mode")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +111,7 @@ class AcquireRequest(_message.Message):
     LOCK_DELAY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PREFERENCE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     ttl: _duration_pb2.Duration
@@ -109,7 +121,8 @@ class AcquireRequest(_message.Message):
     lock_delay: _duration_pb2.Duration
     limit: int
     preference: int
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ..., preference: _Optional[int] = ...) -> None: ...
+    mode: LockMode
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_key: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., lock_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ..., preference: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "lease_key")
@@ -484,6 +497,24 @@ class HistoricHolding(_message.Message):
     revoked_by: str
     revoke_reason: str
     def __init__(self, name: _Optional[str] = ..., slot: _Optional[int] = ..., holder: _Optional[str] = ..., fencing_token: _Optional[int] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renew_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ending: _Optional[_Union[HoldingEnding, str]] = ..., revoked_by: _Optional[str] = ..., revoke_reason: _Optional[str] = ...) -> None: ...
+
+class DowngradeRequest(_message.Message):
+    __slots__ = ("name", "expected_revision", "lease_key", "slot")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected_revision: int
+    lease_key: str
+    slot: int
+    def __init__(self, name: _Optional[str] = ..., expected_revision: _Optional[int] = ..., lease_key: _Optional[str] = ..., slot: _Optional[int] = ...) -> None: ...
+
+class DowngradeResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class TransferRequest(_message.Message):
     __slots__ = ("name", "expected_revision", "lease_key", "to_holder")

@@ -109,6 +109,11 @@ class LeaseServiceStub:
                 request_serializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.SerializeToString,
                 response_deserializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.FromString,
                 _registered_method=True)
+        self.Downgrade = channel.unary_unary(
+                '/tenure.v1.LeaseService/Downgrade',
+                request_serializer=tenure_dot_v1_dot_lease__pb2.DowngradeRequest.SerializeToString,
+                response_deserializer=tenure_dot_v1_dot_lease__pb2.DowngradeResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseServiceServicer:
@@ -261,6 +266,20 @@ class LeaseServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Downgrade(self, request, context):
+        """Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+        one with no gap: the caller holds the name throughout, from this call
+        on as a shared holder with a new, higher fencing token (its exclusive
+        token is superseded, so a store that fences by token refuses writes of
+        the exclusive holding from now on), and waiting shared Acquires may
+        join it. Same lease key and slot; renew with the reply's revision.
+        MODE_MISMATCH for a holding that is not an exclusive read-write lock
+        holding. Needs the `acquire` grant on the name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +352,11 @@ def add_LeaseServiceServicer_to_server(servicer, server):
                     servicer.LeaseHistory,
                     request_deserializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.FromString,
                     response_serializer=tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.SerializeToString,
+            ),
+            'Downgrade': grpc.unary_unary_rpc_method_handler(
+                    servicer.Downgrade,
+                    request_deserializer=tenure_dot_v1_dot_lease__pb2.DowngradeRequest.FromString,
+                    response_serializer=tenure_dot_v1_dot_lease__pb2.DowngradeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -718,6 +742,33 @@ class LeaseService:
             '/tenure.v1.LeaseService/LeaseHistory',
             tenure_dot_v1_dot_lease__pb2.LeaseHistoryRequest.SerializeToString,
             tenure_dot_v1_dot_lease__pb2.LeaseHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Downgrade(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tenure.v1.LeaseService/Downgrade',
+            tenure_dot_v1_dot_lease__pb2.DowngradeRequest.SerializeToString,
+            tenure_dot_v1_dot_lease__pb2.DowngradeResponse.FromString,
             options,
             channel_credentials,
             insecure,

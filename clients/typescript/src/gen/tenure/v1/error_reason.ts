@@ -236,6 +236,25 @@ export enum ErrorReason {
    * once the recipient waits.
    */
   NO_WAITER = "NO_WAITER",
+  /**
+   * TOO_MANY_SHARED_HOLDERS - buf:lint:ignore ENUM_VALUE_PREFIX
+   * TOO_MANY_SHARED_HOLDERS: a shared Acquire without a wait found the
+   * read-write lock held shared by as many holders as the server's
+   * --max-shared-holders allows (metadata: holders, max_shared_holders;
+   * with RetryInfo). RESOURCE_EXHAUSTED; retryable once a holder leaves, or
+   * Acquire with a wait.
+   */
+  TOO_MANY_SHARED_HOLDERS = "TOO_MANY_SHARED_HOLDERS",
+  /**
+   * MODE_MISMATCH - buf:lint:ignore ENUM_VALUE_PREFIX
+   * MODE_MISMATCH: the name is used another way than the request asks (a
+   * read-write lock Acquire on a semaphore's name or the other way round,
+   * an upgrade of a shared holding, a Downgrade of a holding that is not
+   * exclusive; metadata: in_use_as or mode). FAILED_PRECONDITION;
+   * permanent: use each name one way only (a semaphore's or lock's name is
+   * free again once it has been unused for the marker TTL).
+   */
+  MODE_MISMATCH = "MODE_MISMATCH",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -334,6 +353,12 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 35:
     case "NO_WAITER":
       return ErrorReason.NO_WAITER;
+    case 36:
+    case "TOO_MANY_SHARED_HOLDERS":
+      return ErrorReason.TOO_MANY_SHARED_HOLDERS;
+    case 37:
+    case "MODE_MISMATCH":
+      return ErrorReason.MODE_MISMATCH;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -405,6 +430,10 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "HISTORY_OFF";
     case ErrorReason.NO_WAITER:
       return "NO_WAITER";
+    case ErrorReason.TOO_MANY_SHARED_HOLDERS:
+      return "TOO_MANY_SHARED_HOLDERS";
+    case ErrorReason.MODE_MISMATCH:
+      return "MODE_MISMATCH";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -475,6 +504,10 @@ export function errorReasonToNumber(object: ErrorReason): number {
       return 34;
     case ErrorReason.NO_WAITER:
       return 35;
+    case ErrorReason.TOO_MANY_SHARED_HOLDERS:
+      return 36;
+    case ErrorReason.MODE_MISMATCH:
+      return 37;
     case ErrorReason.UNRECOGNIZED:
     default:
       return -1;

@@ -40,6 +40,73 @@ export const protobufFileName = "tenure/v1/lease.proto";
  * bucket's sequence numbers.
  */
 
+/** LockMode says how an Acquire holds a read-write lock. */
+export enum LockMode {
+  /**
+   * UNSPECIFIED - LOCK_MODE_UNSPECIFIED: not a read-write lock: a plain lease (or a
+   * semaphore slot, with `limit`).
+   */
+  UNSPECIFIED = "LOCK_MODE_UNSPECIFIED",
+  /**
+   * EXCLUSIVE - LOCK_MODE_EXCLUSIVE: the read-write lock's only holder: no other
+   * holder, shared or exclusive, holds the name at the same time.
+   */
+  EXCLUSIVE = "LOCK_MODE_EXCLUSIVE",
+  /**
+   * SHARED - LOCK_MODE_SHARED: one of any number (up to the server's
+   * --max-shared-holders) of shared holders, while nobody holds the name
+   * exclusively.
+   */
+  SHARED = "LOCK_MODE_SHARED",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function lockModeFromJSON(object: any): LockMode {
+  switch (object) {
+    case 0:
+    case "LOCK_MODE_UNSPECIFIED":
+      return LockMode.UNSPECIFIED;
+    case 1:
+    case "LOCK_MODE_EXCLUSIVE":
+      return LockMode.EXCLUSIVE;
+    case 2:
+    case "LOCK_MODE_SHARED":
+      return LockMode.SHARED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return LockMode.UNRECOGNIZED;
+  }
+}
+
+export function lockModeToJSON(object: LockMode): string {
+  switch (object) {
+    case LockMode.UNSPECIFIED:
+      return "LOCK_MODE_UNSPECIFIED";
+    case LockMode.EXCLUSIVE:
+      return "LOCK_MODE_EXCLUSIVE";
+    case LockMode.SHARED:
+      return "LOCK_MODE_SHARED";
+    case LockMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function lockModeToNumber(object: LockMode): number {
+  switch (object) {
+    case LockMode.UNSPECIFIED:
+      return 0;
+    case LockMode.EXCLUSIVE:
+      return 1;
+    case LockMode.SHARED:
+      return 2;
+    case LockMode.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
 /** EventType is the kind of a LeaseEvent. */
 export enum EventType {
   /** UNSPECIFIED - EVENT_TYPE_UNSPECIFIED is never sent. */
@@ -328,6 +395,11 @@ export interface Lease {
    * Renewals do not change it.
    */
   fenceProof: Buffer;
+  /**
+   * mode is how a read-write lock's holding holds the name (EXCLUSIVE or
+   * SHARED); UNSPECIFIED for a plain lease or a semaphore slot.
+   */
+  mode: LockMode;
 }
 
 export interface Lease_MetadataEntry {
@@ -406,6 +478,27 @@ export interface AcquireRequest {
    * combinable with limit.
    */
   preference: number;
+  /**
+   * mode makes the Acquire a read-write lock's: EXCLUSIVE (one holder, and
+   * nobody else) or SHARED (any number of shared holders, up to the
+   * server's --max-shared-holders, while nobody holds it exclusively).
+   * Every holder gets its own slot (Lease.slot, passed back in Renew and
+   * Release like a semaphore's), lease key and fencing token; tokens
+   * increase across all holders of the name, shared and exclusive, in
+   * grant order. Waiters queue in arrival order across replicas, whatever
+   * their mode: a shared Acquire arriving after a queued exclusive one
+   * waits behind it, so writers are never starved by a stream of readers
+   * (without a wait, an Acquire is refused LEASE_HELD, metadata state
+   * QUEUED, while anyone is queued). A shared Acquire without a wait that
+   * finds --max-shared-holders shared holders is refused
+   * TOO_MANY_SHARED_HOLDERS; with a wait it waits for one to leave.
+   * UNSPECIFIED (the default) is a plain lease: exclusive too, but kept
+   * apart from a read-write lock of the same name (use each name one way
+   * only: a name in use as a semaphore is refused MODE_MISMATCH, and the
+   * other way round). Not combinable with limit, lock_delay or preference.
+   * Needs nats-server 2.12 or newer (atomic batch publish).
+   */
+  mode: LockMode;
 }
 
 export interface AcquireRequest_MetadataEntry {
@@ -1023,6 +1116,30 @@ export interface HistoricHolding {
   revokeReason: string;
 }
 
+/** DowngradeRequest turns an exclusive read-write lock holding shared. */
+export interface DowngradeRequest {
+  /** name is the read-write lock. */
+  name: string;
+  /**
+   * expected_revision is the holding's revision from the last Acquire or
+   * Renew reply, as for Renew.
+   */
+  expectedRevision: bigint;
+  /** lease_key is the holding's ownership secret. */
+  leaseKey: string;
+  /** slot is the holding's slot (Lease.slot of the Acquire reply). */
+  slot: number;
+}
+
+/** DowngradeResponse is the shared holding. */
+export interface DowngradeResponse {
+  /**
+   * lease is the holding, now SHARED, with a new fencing token (the
+   * downgrade's revision).
+   */
+  lease: Lease | undefined;
+}
+
 /** TransferRequest hands a holding over. */
 export interface TransferRequest {
   /** name is the lease. */
@@ -1064,6 +1181,7 @@ function createBaseLease(): Lease {
     slot: 0,
     group: [],
     fenceProof: Buffer.alloc(0),
+    mode: LockMode.UNSPECIFIED,
   };
 }
 
@@ -1110,6 +1228,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.fenceProof.length !== 0) {
       writer.uint32(98).bytes(message.fenceProof);
+    }
+    if (message.mode !== LockMode.UNSPECIFIED) {
+      writer.uint32(104).int32(lockModeToNumber(message.mode));
     }
     return writer;
   },
@@ -1226,6 +1347,14 @@ export const Lease: MessageFns<Lease> = {
             message.fenceProof = Buffer.from(reader.bytes());
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.mode = lockModeFromJSON(reader.int32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1287,6 +1416,7 @@ export const Lease: MessageFns<Lease> = {
         : isSet(object.fence_proof)
         ? Buffer.from(bytesFromBase64(object.fence_proof))
         : Buffer.alloc(0),
+      mode: isSet(object.mode) ? lockModeFromJSON(object.mode) : LockMode.UNSPECIFIED,
     };
   },
 
@@ -1334,6 +1464,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.fenceProof.length !== 0) {
       obj.fenceProof = base64FromBytes(message.fenceProof);
     }
+    if (message.mode !== LockMode.UNSPECIFIED) {
+      obj.mode = lockModeToJSON(message.mode);
+    }
     return obj;
   },
 
@@ -1366,6 +1499,7 @@ export const Lease: MessageFns<Lease> = {
     message.slot = object.slot ?? 0;
     message.group = object.group?.map((e) => e) || [];
     message.fenceProof = object.fenceProof ?? Buffer.alloc(0);
+    message.mode = object.mode ?? LockMode.UNSPECIFIED;
     return message;
   },
 };
@@ -1466,6 +1600,7 @@ function createBaseAcquireRequest(): AcquireRequest {
     lockDelay: undefined,
     limit: 0,
     preference: 0,
+    mode: LockMode.UNSPECIFIED,
   };
 }
 
@@ -1497,6 +1632,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.preference !== 0) {
       writer.uint32(72).uint32(message.preference);
+    }
+    if (message.mode !== LockMode.UNSPECIFIED) {
+      writer.uint32(80).int32(lockModeToNumber(message.mode));
     }
     return writer;
   },
@@ -1589,6 +1727,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.preference = reader.uint32();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.mode = lockModeFromJSON(reader.int32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1633,6 +1779,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         : undefined,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
       preference: isSet(object.preference) ? globalThis.Number(object.preference) : 0,
+      mode: isSet(object.mode) ? lockModeFromJSON(object.mode) : LockMode.UNSPECIFIED,
     };
   },
 
@@ -1671,6 +1818,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     if (message.preference !== 0) {
       obj.preference = Math.round(message.preference);
     }
+    if (message.mode !== LockMode.UNSPECIFIED) {
+      obj.mode = lockModeToJSON(message.mode);
+    }
     return obj;
   },
 
@@ -1698,6 +1848,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
       : undefined;
     message.limit = object.limit ?? 0;
     message.preference = object.preference ?? 0;
+    message.mode = object.mode ?? LockMode.UNSPECIFIED;
     return message;
   },
 };
@@ -5910,6 +6061,203 @@ export const HistoricHolding: MessageFns<HistoricHolding> = {
   },
 };
 
+function createBaseDowngradeRequest(): DowngradeRequest {
+  return { name: "", expectedRevision: 0n, leaseKey: "", slot: 0 };
+}
+
+export const DowngradeRequest: MessageFns<DowngradeRequest> = {
+  encode(message: DowngradeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.expectedRevision !== 0n) {
+      if (BigInt.asUintN(64, message.expectedRevision) !== message.expectedRevision) {
+        throw new globalThis.Error("value provided for field message.expectedRevision of type uint64 too large");
+      }
+      writer.uint32(16).uint64(message.expectedRevision);
+    }
+    if (message.leaseKey !== "") {
+      writer.uint32(26).string(message.leaseKey);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(32).uint32(message.slot);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DowngradeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDowngradeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.expectedRevision = reader.uint64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseKey = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DowngradeRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      expectedRevision: isSet(object.expectedRevision)
+        ? BigInt(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? BigInt(object.expected_revision)
+        : 0n,
+      leaseKey: isSet(object.leaseKey)
+        ? globalThis.String(object.leaseKey)
+        : isSet(object.lease_key)
+        ? globalThis.String(object.lease_key)
+        : "",
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+    };
+  },
+
+  toJSON(message: DowngradeRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.expectedRevision !== 0n) {
+      obj.expectedRevision = message.expectedRevision.toString();
+    }
+    if (message.leaseKey !== "") {
+      obj.leaseKey = message.leaseKey;
+    }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DowngradeRequest>, I>>(base?: I): DowngradeRequest {
+    return DowngradeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DowngradeRequest>, I>>(object: I): DowngradeRequest {
+    const message = createBaseDowngradeRequest();
+    message.name = object.name ?? "";
+    message.expectedRevision = (object.expectedRevision !== undefined && object.expectedRevision !== null)
+      ? BigInt(object.expectedRevision)
+      : 0n;
+    message.leaseKey = object.leaseKey ?? "";
+    message.slot = object.slot ?? 0;
+    return message;
+  },
+};
+
+function createBaseDowngradeResponse(): DowngradeResponse {
+  return { lease: undefined };
+}
+
+export const DowngradeResponse: MessageFns<DowngradeResponse> = {
+  encode(message: DowngradeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DowngradeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDowngradeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DowngradeResponse {
+    return { lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined };
+  },
+
+  toJSON(message: DowngradeResponse): unknown {
+    const obj: any = {};
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DowngradeResponse>, I>>(base?: I): DowngradeResponse {
+    return DowngradeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DowngradeResponse>, I>>(object: I): DowngradeResponse {
+    const message = createBaseDowngradeResponse();
+    message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    return message;
+  },
+};
+
 function createBaseTransferRequest(): TransferRequest {
   return { name: "", expectedRevision: 0n, leaseKey: "", toHolder: "" };
 }
@@ -6334,6 +6682,25 @@ export const LeaseServiceService = {
       Buffer.from(LeaseHistoryResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): LeaseHistoryResponse => LeaseHistoryResponse.decode(value),
   },
+  /**
+   * Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+   * one with no gap: the caller holds the name throughout, from this call
+   * on as a shared holder with a new, higher fencing token (its exclusive
+   * token is superseded, so a store that fences by token refuses writes of
+   * the exclusive holding from now on), and waiting shared Acquires may
+   * join it. Same lease key and slot; renew with the reply's revision.
+   * MODE_MISMATCH for a holding that is not an exclusive read-write lock
+   * holding. Needs the `acquire` grant on the name.
+   */
+  downgrade: {
+    path: "/tenure.v1.LeaseService/Downgrade" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DowngradeRequest): Buffer => Buffer.from(DowngradeRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DowngradeRequest => DowngradeRequest.decode(value),
+    responseSerialize: (value: DowngradeResponse): Buffer => Buffer.from(DowngradeResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DowngradeResponse => DowngradeResponse.decode(value),
+  },
 } as const;
 
 export interface LeaseServiceServer extends UntypedServiceImplementation {
@@ -6435,6 +6802,17 @@ export interface LeaseServiceServer extends UntypedServiceImplementation {
    * moved on. Needs the `watch` grant on the name.
    */
   leaseHistory: handleUnaryCall<LeaseHistoryRequest, LeaseHistoryResponse>;
+  /**
+   * Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+   * one with no gap: the caller holds the name throughout, from this call
+   * on as a shared holder with a new, higher fencing token (its exclusive
+   * token is superseded, so a store that fences by token refuses writes of
+   * the exclusive holding from now on), and waiting shared Acquires may
+   * join it. Same lease key and slot; renew with the reply's revision.
+   * MODE_MISMATCH for a holding that is not an exclusive read-write lock
+   * holding. Needs the `acquire` grant on the name.
+   */
+  downgrade: handleUnaryCall<DowngradeRequest, DowngradeResponse>;
 }
 
 export interface LeaseServiceClient extends Client {
@@ -6713,6 +7091,31 @@ export interface LeaseServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: LeaseHistoryResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Downgrade turns an EXCLUSIVE holding of a read-write lock into a SHARED
+   * one with no gap: the caller holds the name throughout, from this call
+   * on as a shared holder with a new, higher fencing token (its exclusive
+   * token is superseded, so a store that fences by token refuses writes of
+   * the exclusive holding from now on), and waiting shared Acquires may
+   * join it. Same lease key and slot; renew with the reply's revision.
+   * MODE_MISMATCH for a holding that is not an exclusive read-write lock
+   * holding. Needs the `acquire` grant on the name.
+   */
+  downgrade(
+    request: DowngradeRequest,
+    callback: (error: ServiceError | null, response: DowngradeResponse) => void,
+  ): ClientUnaryCall;
+  downgrade(
+    request: DowngradeRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DowngradeResponse) => void,
+  ): ClientUnaryCall;
+  downgrade(
+    request: DowngradeRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DowngradeResponse) => void,
   ): ClientUnaryCall;
 }
 
