@@ -44,7 +44,8 @@
 //!   `acquire.rs` (with its fair queue, `fifo.rs`), `wait.rs` (the one
 //!   sleep of every waiting call), `renew.rs`, `end.rs` (release, revoke),
 //!   `list.rs`, `refusals.rs` (every error a lease call answers with);
-//!   beyond one lease, `semaphore.rs`, `group.rs`, `election.rs` and
+//!   beyond one lease, `semaphore/` (with the read-write locks kept as
+//!   semaphores, `rwlock.rs`, and the sweep), `group.rs`, `election.rs` and
 //!   `shards.rs` (the one place that knows a bucket can be several
 //!   streams); and `watch/`, the shared bucket watcher: its handle
 //!   (`mod.rs`) and task (`task.rs`), the mirror of current holdings, the

@@ -31,7 +31,9 @@
 //!   the ownership check), `end.rs` (Release and Revoke), `list.rs`,
 //!   `refusals.rs` (every error a lease call answers with).
 //! - The fair queue: `fifo.rs` (tickets, queue reads).
-//! - Beyond one lease: `semaphore.rs`, `group.rs`, `election.rs`,
+//! - Beyond one lease: `semaphore/` (semaphores, the read-write locks
+//!   kept as semaphores, `rwlock.rs`, and the sweep), `group.rs`,
+//!   `election.rs`,
 //!   `shards.rs` (one [`Leases`] per shard of a sharded bucket).
 //! - The shared watcher: `watch/` (the hub and its task, the mirror of the
 //!   bucket, the queue view, the event queues of watches, resume), and
