@@ -461,6 +461,7 @@ impl Raw {
             group: Vec::new(),
             over: None,
             transferred_from: None,
+            mode: None,
         }
     }
 

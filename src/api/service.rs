@@ -539,8 +539,9 @@ impl LeaseService for LeaseApi {
                 .of(name)
                 .downgrade(name, slot, expected, key)
                 .await?;
+            // A new token: the reply carries its fence proof, as a grant's.
             Ok(proto::DowngradeResponse {
-                lease: Some(lease(&holding)),
+                lease: Some(self.granted(&holding)),
             })
         })
         .await

@@ -108,6 +108,32 @@ async fn every_grant_carries_a_proof_of_itself() {
     assert_eq!(states(&keys, &slot).fence.slot, slot.slot);
     assert!(slot.slot >= 1);
 
+    // A read-write lock's exclusive holding, and the shared one its
+    // Downgrade makes: a new token, with a proof of its own.
+    let (writer, wkey) = acquire(
+        &mut c,
+        AcquireRequest {
+            mode: tenure::proto::LockMode::Exclusive as i32,
+            ..acquire_req("catalog", "w5", 30)
+        },
+    )
+    .await;
+    states(&keys, &writer);
+    let shared = c
+        .downgrade(tenure::proto::DowngradeRequest {
+            name: "catalog".into(),
+            expected_revision: writer.revision,
+            lease_key: wkey,
+            slot: writer.slot,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    assert!(shared.fencing_token > writer.fencing_token);
+    states(&keys, &shared);
+
     // Each group member: its own name and token.
     let group = c
         .acquire_group(AcquireGroupRequest {

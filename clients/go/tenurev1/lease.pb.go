@@ -293,8 +293,9 @@ type Lease struct {
 	// that it only ever records tokens Tenure granted for the name it guards
 	// (format: docs/fencing.md; send it as the Tenure-Fence header in its
 	// text form, base64url without padding). Set in the replies that grant a
-	// holding (Acquire, AcquireGroup) when the server has a fence signing key
-	// (--fence-signing-key); empty otherwise and in every other reply.
+	// holding or a new token (Acquire, AcquireGroup, Downgrade) when the
+	// server has a fence signing key (--fence-signing-key); empty otherwise
+	// and in every other reply.
 	// Renewals do not change it.
 	FenceProof []byte `protobuf:"bytes,12,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
 	// mode is how a read-write lock's holding holds the name (EXCLUSIVE or
@@ -3051,7 +3052,8 @@ func (x *DowngradeRequest) GetSlot() uint32 {
 type DowngradeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// lease is the holding, now SHARED, with a new fencing token (the
-	// downgrade's revision).
+	// downgrade's revision), and its fence_proof when the server signs
+	// grants.
 	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

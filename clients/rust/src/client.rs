@@ -23,7 +23,7 @@ use crate::proto::election_service_client::ElectionServiceClient;
 use crate::proto::lease_service_client::LeaseServiceClient;
 use crate::proto::{
     AcquireGroupRequest, AcquireRequest, EventType, GetFenceKeysRequest, GetLeaseRequest, Lease,
-    ListLeasesRequest, RevokeLeaseRequest, WatchLeaseRequest,
+    ListLeasesRequest, LockMode, RevokeLeaseRequest, WatchLeaseRequest,
 };
 use crate::session::Session;
 use crate::stub::{open_watch, timeout_error, ElectionStub, Stub, DEFAULT_CALL_TIMEOUT};
@@ -54,13 +54,14 @@ pub struct Client {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaseInfo {
-    /// The current holding; for a semaphore, the holder with the lowest
-    /// fencing token.
+    /// The current holding; for a semaphore or a read-write lock, the
+    /// holder with the lowest fencing token.
     pub lease: Lease,
     /// How many Acquires with a wait are queued for the name (granted in
     /// arrival order; 0 on a server without fair waiting).
     pub waiting: u32,
-    /// The live holders of a semaphore, by slot; empty for a plain lease.
+    /// The live holders of a semaphore or a read-write lock, by slot;
+    /// empty for a plain lease.
     pub holders: Vec<Lease>,
     /// The semaphore's limit in force; 0 for a plain lease.
     pub limit: u32,
@@ -268,18 +269,29 @@ impl Client {
         ttl: Duration,
         options: AcquireOptions,
     ) -> Result<Session, Error> {
-        self.acquire_slot(name.into(), holder.into(), ttl, 0, options)
-            .await
+        self.acquire_slot(
+            name.into(),
+            holder.into(),
+            ttl,
+            0,
+            LockMode::Unspecified,
+            options,
+        )
+        .await
     }
 
-    /// [`Client::acquire`] of a plain lease (`limit` 0) or of a slot of the
-    /// semaphore `name` (`limit` N > 0; see [`Semaphore`](crate::Semaphore)).
+    /// [`Client::acquire`] of a plain lease (`limit` 0, `mode`
+    /// unspecified), of a slot of the semaphore `name` (`limit` N > 0; see
+    /// [`Semaphore`](crate::Semaphore)) or of a holding of the read-write
+    /// lock `name` (`mode` exclusive or shared; see
+    /// [`RwLock`](crate::RwLock)).
     pub(crate) async fn acquire_slot(
         &self,
         name: String,
         holder: String,
         ttl: Duration,
         limit: u32,
+        mode: LockMode,
         options: AcquireOptions,
     ) -> Result<Session, Error> {
         let (renew_fraction, timeout) = checked(ttl, &options)?;
@@ -293,6 +305,7 @@ impl Client {
             lock_delay: options.lock_delay.map(to_proto),
             limit,
             preference: options.preference,
+            mode: mode as i32,
         };
         let stub = self.stub.clone();
         let (reply, sent) = queued(

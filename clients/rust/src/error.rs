@@ -28,13 +28,14 @@ const REASON_NUMBERS: &[i32] = &include!(concat!(env!("OUT_DIR"), "/error_reason
 /// one classification of the reasons (the "Error reasons" table of
 /// `clients/README.md`); every other reason is permanent. The renewal task
 /// decides with it.
-pub const RETRYABLE_REASONS: [Reason; 6] = [
+pub const RETRYABLE_REASONS: [Reason; 7] = [
     Reason::NatsUnavailable,
     Reason::WatchLagged,
     Reason::ShuttingDown,
     Reason::TooManyRequests,
     Reason::TooManyWatches,
     Reason::TooManyWaiters,
+    Reason::TooManySharedHolders,
 ];
 
 impl Reason {
@@ -214,10 +215,12 @@ impl Error {
 
     /// The `ErrorInfo` metadata: `holder`, `fencing_token` and `ttl_seconds`
     /// for [`Reason::LeaseHeld`] (`state` `LOCK_DELAY` and
-    /// `free_at_unix_ms` during a lock-delay); `state` for
-    /// [`Reason::LeaseNotHeld`]; `limit` for [`Reason::LimitMismatch`];
-    /// `required_nats_server`, `bucket` and `stream` for
-    /// [`Reason::AtomicBatchUnsupported`].
+    /// `free_at_unix_ms` during a lock-delay, `state` `QUEUED` when others
+    /// are queued for the name); `state` for [`Reason::LeaseNotHeld`];
+    /// `limit` for [`Reason::LimitMismatch`]; `holders` and
+    /// `max_shared_holders` for [`Reason::TooManySharedHolders`]; `in_use_as`
+    /// or `mode` for [`Reason::ModeMismatch`]; `required_nats_server`,
+    /// `bucket` and `stream` for [`Reason::AtomicBatchUnsupported`].
     pub fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
     }
@@ -392,6 +395,14 @@ mod tests {
         assert!(!too_large.is_retryable());
         assert!(!status(Code::Internal, "INTERNAL").is_retryable());
         assert!(status(Code::ResourceExhausted, "TOO_MANY_REQUESTS").is_retryable());
+        // Read-write locks: a full set of shared holders may thin out; a
+        // name used the other way (or an upgrade) never works.
+        let full = status(Code::ResourceExhausted, "TOO_MANY_SHARED_HOLDERS");
+        assert_eq!(full.reason(), Reason::TooManySharedHolders);
+        assert!(full.is_retryable());
+        let mismatch = status(Code::FailedPrecondition, "MODE_MISMATCH");
+        assert_eq!(mismatch.reason(), Reason::ModeMismatch);
+        assert!(!mismatch.is_retryable());
         assert!(status(Code::Unavailable, "SHUTTING_DOWN").is_retryable());
     }
 

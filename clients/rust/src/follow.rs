@@ -54,10 +54,13 @@ pub(crate) trait Followed: Send + Sync {
     /// Whether it was lost or released.
     fn is_over(&self) -> bool;
     /// The watch saw one of its holdings end (`what`, how it saw it in
-    /// `seen`): it is lost as a whole
+    /// `seen`), judging by that holding's fencing token `judged` as
+    /// [`members`](Followed::members) gave it: it is lost as a whole
     /// ([`LossCause::NotHeld`](crate::LossCause::NotHeld), or
-    /// [`LossCause::Missed`](crate::LossCause::Missed) for a `MISSED`).
-    fn lose_observed(&self, seen: Seen, what: String);
+    /// [`LossCause::Missed`](crate::LossCause::Missed) for a `MISSED`),
+    /// unless the holding has changed in place since (a downgrade: its
+    /// token is no longer `judged`), which the session checks itself.
+    fn lose_observed(&self, seen: Seen, what: String, judged: u64);
 }
 
 /// How the watch saw a holding end.
@@ -279,7 +282,7 @@ impl Follower {
                         s.lose_observed(Seen::Ended, format!(
                             "the lease {name:?} (fencing token {token}) is no longer held: the watch {pattern:?} at {} does not show it",
                             self.target
-                        ));
+                        ), token);
                     }
                 }
             }
@@ -315,6 +318,7 @@ impl Follower {
                             "the lease {:?} (fencing token {mine}) was lost: the watch missed its changes after revision {} and before {}, among which the holding ended",
                             event.name, event.missed_after_revision, event.revision
                         ),
+                        mine,
                     );
                 }
                 continue;
@@ -333,7 +337,7 @@ impl Follower {
                 s.lose_observed(Seen::Ended, format!(
                     "the lease {:?} (fencing token {mine}) was lost: the watch saw {what} at revision {}",
                     event.name, event.revision
-                ));
+                ), mine);
             }
         }
     }
@@ -406,7 +410,8 @@ mod tests {
         fn is_over(&self) -> bool {
             self.lost.lock().unwrap().is_some()
         }
-        fn lose_observed(&self, seen: Seen, what: String) {
+        fn lose_observed(&self, seen: Seen, what: String, judged: u64) {
+            assert_eq!(judged, self.token);
             self.lost.lock().unwrap().get_or_insert((seen, what));
         }
     }

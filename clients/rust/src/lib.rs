@@ -17,6 +17,11 @@
 //!   ([`Client::acquire_group`]), renewed together, lost as a whole.
 //! - [`Semaphore`]: up to N holders of a name at once, each a [`Session`]
 //!   with its own slot and fencing token.
+//! - [`RwLock`] ([`Client::rwlock`]): one exclusive holder
+//!   ([`RwLock::write`]) or many shared holders ([`RwLock::read`]) of a
+//!   name, each a [`Session`] with its own slot, fencing token and
+//!   [mode](Session::mode); an exclusive holder turns shared in place with
+//!   [`Session::downgrade`].
 //! - [`Watch`]: a [`Stream`](futures_core::Stream) of [`Event`]s.
 //! - [`Error`] with a typed [`Reason`] (the generated `ErrorReason`) read
 //!   from the `google.rpc.ErrorInfo`, and whether retrying can help.
@@ -57,7 +62,7 @@
 //!    safe deadline, the renewal loop, loss, release, release on drop),
 //!    parameterised by a `Holding`;
 //! 6. `session`, then `group`: the two holdings;
-//! 7. `client`, then `semaphore` and `election` on top of it.
+//! 7. `client`, then `semaphore`, `rwlock` and `election` on top of it.
 //!
 //! `fencing` uses none of them.
 
@@ -72,6 +77,7 @@ mod follow;
 mod group;
 mod keepalive;
 mod lifecycle;
+mod rwlock;
 mod semaphore;
 mod session;
 mod stub;
@@ -92,7 +98,8 @@ pub use error::{code_name, required_nats_server, Error, Reason, DOMAIN, RETRYABL
 pub use fencing::{FencingGuard, StaleTokenError};
 pub use group::{GroupRelease, GroupSession};
 pub use lifecycle::{default_safety_margin, Loss, LossCause, DEFAULT_RENEW_FRACTION};
-pub use proto::{ChangeType, EventType, Lease};
+pub use proto::{ChangeType, EventType, Lease, LockMode};
+pub use rwlock::{RwLock, RwLockAcquire};
 pub use semaphore::{limit_in_force, Semaphore};
 pub use session::Session;
 pub use stub::{Stub, DEFAULT_CALL_TIMEOUT};
@@ -109,6 +116,8 @@ mod tests {
         assert_send_sync::<crate::Client>();
         assert_send_sync::<crate::Error>();
         assert_send_sync::<crate::FencingGuard>();
+        assert_send_sync::<crate::RwLock>();
+        assert_send_sync::<crate::RwLockAcquire>();
         fn assert_send<T: Send>() {}
         assert_send::<crate::Watch>();
     }

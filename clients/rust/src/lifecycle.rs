@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -131,6 +131,13 @@ pub(crate) trait Holding: Send + Sync + 'static {
     fn no_longer_held(&self, cause: LossCause) -> String;
     /// Its holdings for the client's watch: (name, slot, fencing token).
     fn members(&self) -> Vec<(&str, u32, u64)>;
+    /// Whether `fencing_token`, one of its members' tokens as the watch
+    /// read it, has since been superseded by a change of the holding in
+    /// place (a lease session's downgrade): a loss judged by it is not
+    /// believed but checked with a renewal. Read under the state lock.
+    fn superseded(&self, _fencing_token: u64) -> bool {
+        false
+    }
 }
 
 /// The state of a held session shared by its handle
@@ -156,6 +163,9 @@ pub(crate) struct Lifecycle<H: Holding> {
     /// Held by whoever sends a renewal or a release, so that they go out one
     /// at a time, each with the revisions of the reply before it.
     calls: tokio::sync::Mutex<()>,
+    /// Wakes the renewal task to look at its schedule again (a renewal was
+    /// made due at once).
+    wake: Notify,
 }
 
 /// The mutable part of a [`Lifecycle`].
@@ -177,9 +187,10 @@ struct State<T> {
     last_error: Option<Error>,
     /// The server answered a release (or a hand-over).
     released: bool,
-    /// A hand-over is in flight: a loss the watch sees waits for its reply.
+    /// A hand-over (or a change in place) is in flight: a loss the watch
+    /// sees waits for its reply.
     handing: bool,
-    /// A loss the watch saw while a hand-over was in flight.
+    /// A loss the watch saw while a hand-over (or a change) was in flight.
     held_back: Option<(Seen, String)>,
 }
 
@@ -228,6 +239,7 @@ impl<H: Holding> Lifecycle<H> {
             stop: CancellationToken::new(),
             paused: watch::Sender::new(false),
             calls: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
         })
     }
 
@@ -409,6 +421,18 @@ impl<H: Holding> Lifecycle<H> {
         self.lost.cancel();
     }
 
+    /// The watch saw the holding end (`what`, seen as `seen`): it is lost.
+    fn lose_seen(&self, seen: Seen, what: String) {
+        let err = Error::local(Code::FailedPrecondition, Reason::LeaseNotHeld, what)
+            .context(&self.target, "WatchLease");
+        let cause = match seen {
+            Seen::Ended => LossCause::NotHeld,
+            Seen::Missed => LossCause::Missed,
+        };
+        self.lose(cause, Some(err));
+        self.stop.cancel();
+    }
+
     /// Hands the holding over with `send` (a Transfer, or a Resign to a
     /// successor) given the last holding, one call at a time with the
     /// renewals (a renewal in flight lands first). On success the holding
@@ -422,6 +446,74 @@ impl<H: Holding> Lifecycle<H> {
         Fut: Future<Output = Result<T, Error>>,
     {
         let _calls = self.calls.lock().await;
+        let (result, held_back) = self.holding_back(rpc, send, |_, _| {}).await?;
+        match &result {
+            Ok(_) => {
+                self.stop.cancel();
+                self.lose(LossCause::Transferred, None);
+                self.state().released = true;
+            }
+            Err(err) => self.failed_holding_back(err, held_back),
+        }
+        result
+    }
+
+    /// Changes the holding in place with `send` (a lease session's
+    /// Downgrade) given the last holding, one call at a time with the
+    /// renewals (a renewal in flight lands first, and none crosses it). On
+    /// success, `apply` takes the reply and the reply becomes the holding
+    /// that the next renewal or release presents, both under the state lock
+    /// and before the watch's losses stop being held back, so the client's
+    /// watch never judges the new holding by what it superseded (see
+    /// [`Holding::superseded`]); the safe deadline does not move. A loss
+    /// the watch saw during the call, judged by the old holding (most
+    /// likely the change's own write), is checked with a renewal at once.
+    /// On failure the holding is unchanged, as after a failed hand-over.
+    /// Not held: [`Reason::LeaseNotHeld`] without a call.
+    pub(crate) async fn change<F, Fut>(
+        &self,
+        rpc: &str,
+        send: F,
+        apply: impl FnOnce(&H, &H::Held),
+    ) -> Result<H::Held, Error>
+    where
+        F: FnOnce(H::Held) -> Fut,
+        Fut: Future<Output = Result<H::Held, Error>>,
+    {
+        let _calls = self.calls.lock().await;
+        let (result, held_back) = self
+            .holding_back(rpc, send, |state, reply| {
+                apply(&self.holding, reply);
+                state.held = reply.clone();
+            })
+            .await?;
+        match &result {
+            Ok(_) => {
+                if held_back.is_some() {
+                    self.renew_now();
+                }
+            }
+            Err(err) => self.failed_holding_back(err, held_back),
+        }
+        result
+    }
+
+    /// Sends `send` (a hand-over or a change of the holding) given the last
+    /// holding, holding back the losses the watch sees until its reply; on
+    /// success `on_ok` takes the reply under the state lock, before they
+    /// stop being held back. Returns the call's result and the loss held
+    /// back, if any; not held: [`Reason::LeaseNotHeld`] without a call. The
+    /// caller holds `calls`.
+    async fn holding_back<T, F, Fut>(
+        &self,
+        rpc: &str,
+        send: F,
+        on_ok: impl FnOnce(&mut State<H::Held>, &T),
+    ) -> Result<(Result<T, Error>, Option<(Seen, String)>), Error>
+    where
+        F: FnOnce(H::Held) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         if !self.is_held() {
             let cause = self.loss_cause().unwrap_or(LossCause::Deadline);
             return Err(Error::local(
@@ -442,25 +534,38 @@ impl<H: Holding> Lifecycle<H> {
         .map_err(|e| e.context(&self.target, rpc));
         let held_back = {
             let mut state = self.state();
+            if let Ok(reply) = &result {
+                on_ok(&mut state, reply);
+            }
             state.handing = false;
             state.held_back.take()
         };
-        match &result {
-            Ok(_) => {
-                self.stop.cancel();
-                self.lose(LossCause::Transferred, None);
-                self.state().released = true;
-            }
-            Err(err) => {
-                if let Some((seen, what)) = held_back {
-                    self.lose_observed(seen, what);
-                } else if matches!(err.reason(), Reason::LeaseNotHeld | Reason::LeaseNotFound) {
-                    self.stop.cancel();
-                    self.lose(LossCause::NotHeld, Some(err.clone()));
-                }
-            }
+        Ok((result, held_back))
+    }
+
+    /// After a failed hand-over or change: the holding is unchanged, unless
+    /// the server says it ended (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`) or
+    /// the watch saw it end meanwhile (`held_back`).
+    fn failed_holding_back(&self, err: &Error, held_back: Option<(Seen, String)>) {
+        if let Some((seen, what)) = held_back {
+            self.lose_seen(seen, what);
+        } else if matches!(err.reason(), Reason::LeaseNotHeld | Reason::LeaseNotFound) {
+            self.stop.cancel();
+            self.lose(LossCause::NotHeld, Some(err.clone()));
         }
-        result
+    }
+
+    /// Makes a renewal due at once (to check with the server a loss the
+    /// watch judged by a superseded holding) and wakes the renewal task.
+    fn renew_now(&self) {
+        {
+            let mut state = self.state();
+            if state.loss.is_some() {
+                return;
+            }
+            state.next_renew_at = Instant::now();
+        }
+        self.wake.notify_one();
     }
 
     /// Whether a release has nothing to do: released already, or (unless
@@ -553,25 +658,27 @@ impl<H: Holding> Followed for Lifecycle<H> {
         self.state().loss.is_some()
     }
 
-    fn lose_observed(&self, seen: Seen, what: String) {
+    fn lose_observed(&self, seen: Seen, what: String, judged: u64) {
         {
             let mut state = self.state();
             if state.handing {
-                // Most likely the hand-over's own RELEASED: its reply decides.
+                // Most likely the hand-over's own RELEASED (or the change's
+                // own write): its reply decides.
                 if state.loss.is_none() && state.held_back.is_none() {
                     state.held_back = Some((seen, what));
                 }
                 return;
             }
+            if self.holding.superseded(judged) {
+                // Judged by a holding a change has superseded since (the
+                // watch read the token before the change's reply came):
+                // ask the server instead.
+                drop(state);
+                self.renew_now();
+                return;
+            }
         }
-        let err = Error::local(Code::FailedPrecondition, Reason::LeaseNotHeld, what)
-            .context(&self.target, "WatchLease");
-        let cause = match seen {
-            Seen::Ended => LossCause::NotHeld,
-            Seen::Missed => LossCause::Missed,
-        };
-        self.lose(cause, Some(err));
-        self.stop.cancel();
+        self.lose_seen(seen, what);
     }
 }
 
@@ -604,6 +711,7 @@ async fn run<H: Holding>(session: Arc<Lifecycle<H>>) {
                 }
             }
             _ = paused.changed() => continue,
+            _ = session.wake.notified() => continue,
             _ = tokio::time::sleep_until(schedule.next_renew_at), if !is_paused => {}
         }
         let _calls = tokio::select! {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::client::{AcquireOptions, Client, LeaseInfo};
 use crate::error::Error;
-use crate::proto::Lease;
+use crate::proto::{Lease, LockMode};
 use crate::session::Session;
 
 /// A counting semaphore: the name `name`, with up to `limit` holders.
@@ -85,7 +85,14 @@ impl Semaphore {
         options: AcquireOptions,
     ) -> Result<Session, Error> {
         self.client
-            .acquire_slot(self.name.clone(), holder.into(), ttl, self.limit, options)
+            .acquire_slot(
+                self.name.clone(),
+                holder.into(),
+                ttl,
+                self.limit,
+                LockMode::Unspecified,
+                options,
+            )
             .await
     }
 

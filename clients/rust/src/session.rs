@@ -1,7 +1,7 @@
 //! [`Session`]: one held lease, kept alive by a background renewal task.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,13 +12,17 @@ use crate::error::{Error, Reason};
 use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
 use crate::lifecycle::{ttl_of, Holding, Lifecycle, Loss, LossCause};
-use crate::proto::{KeepAliveEntry, Lease, ReleaseRequest, TransferRequest};
+use crate::proto::{
+    DowngradeRequest, KeepAliveEntry, Lease, LockMode, ReleaseRequest, TransferRequest,
+};
 use crate::stub::Stub;
 use crate::stub::DEFAULT_CALL_TIMEOUT;
 
 /// One held lease, renewed in the background until released or lost.
 ///
-/// Get one from [`Client::acquire`](crate::Client::acquire). While
+/// Get one from [`Client::acquire`](crate::Client::acquire) (or
+/// [`Semaphore::acquire`](crate::Semaphore::acquire), or an acquire of a
+/// [`RwLock`](crate::RwLock)). While
 /// [`is_held`](Session::is_held) is true the caller may act as holder,
 /// passing [`fencing_token`](Session::fencing_token) with every write to a
 /// downstream store. When the lease is lost, [`lost`](Session::lost) is
@@ -41,8 +45,9 @@ pub struct Session {
     inner: Arc<Lifecycle<LeaseHolding>>,
 }
 
-/// What a [`Session`] holds: one lease (or semaphore slot), renewed over
-/// the client's `KeepAlive` stream and released with `Release`.
+/// What a [`Session`] holds: one lease (or semaphore slot, or read-write
+/// lock holding), renewed over the client's `KeepAlive` stream and released
+/// with `Release`.
 pub(crate) struct LeaseHolding {
     /// The lease name.
     name: String,
@@ -50,17 +55,135 @@ pub(crate) struct LeaseHolding {
     holder: String,
     /// The ownership secret.
     lease_key: String,
-    /// The holding's fencing token.
+    /// The grant's fencing token.
     fencing_token: u64,
-    /// The semaphore slot (1..limit); 0 for a plain lease.
+    /// The semaphore slot (1..limit) or read-write lock slot; 0 for a plain
+    /// lease.
     slot: u32,
+    /// The read-write lock mode granted; unspecified for a plain lease or a
+    /// semaphore slot.
+    mode: LockMode,
     /// The grant's fence proof (empty when the server signs none).
     fence_proof: Vec<u8>,
+    /// Set once, by a successful [`Session::downgrade`] (under the
+    /// lifecycle's state lock, while the loss watch is held back): the
+    /// shared holding's fencing token and proof, which supersede the
+    /// grant's. There is at most one downgrade: only an exclusive holding
+    /// has one, and it leaves the holding shared.
+    downgraded: OnceLock<Downgraded>,
     /// The client's stub.
     stub: Stub,
     /// The client's renewal path (the KeepAlive stream, or unary Renew).
     keepalive: Arc<KeepAlive>,
 }
+
+/// What a downgrade changed of a [`LeaseHolding`].
+struct Downgraded {
+    /// The shared holding's fencing token (greater than the exclusive one).
+    fencing_token: u64,
+    /// The downgrade reply's fence proof (empty when it had none).
+    fence_proof: Vec<u8>,
+}
+
+impl LeaseHolding {
+    /// The current fencing token: the grant's, or the downgrade's.
+    fn fencing_token(&self) -> u64 {
+        self.downgraded
+            .get()
+            .map_or(self.fencing_token, |d| d.fencing_token)
+    }
+
+    /// The current fence proof: the grant's, or the downgrade reply's.
+    fn fence_proof(&self) -> &[u8] {
+        self.downgraded
+            .get()
+            .map_or(&self.fence_proof, |d| &d.fence_proof)
+    }
+
+    /// The current read-write lock mode.
+    fn mode(&self) -> LockMode {
+        if self.downgraded.get().is_some() {
+            LockMode::Shared
+        } else {
+            self.mode
+        }
+    }
+
+    /// Sends the Downgrade of the exclusive holding `lease` (its revision),
+    /// retrying retryable failures with backoff until the call's deadline
+    /// or `until` (the safe deadline), whichever comes first: a Downgrade
+    /// is idempotent (a retry presenting the exclusive revision of one the
+    /// server applied returns that shared holding), so a reply lost on the
+    /// way does not leave the session presenting a superseded revision.
+    /// Returns the shared holding, checked: same slot, a greater token.
+    async fn downgrade(&self, lease: Lease, until: Instant) -> Result<Lease, Error> {
+        if self.mode() != LockMode::Exclusive {
+            return Err(Error::local(
+                Code::FailedPrecondition,
+                Reason::ModeMismatch,
+                format!(
+                    "lease {:?} slot {} is held {}: only an exclusive read-write lock holding is downgraded",
+                    self.name,
+                    self.slot,
+                    self.mode().as_str_name()
+                ),
+            ));
+        }
+        let message = DowngradeRequest {
+            name: self.name.clone(),
+            expected_revision: lease.revision,
+            lease_key: self.lease_key.clone(),
+            slot: self.slot,
+        };
+        let start = Instant::now();
+        let deadline = until.min(start + DEFAULT_CALL_TIMEOUT);
+        let mut pause = FIRST_DOWNGRADE_RETRY;
+        let reply = loop {
+            let mut request = tonic::Request::new(message.clone());
+            request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+            let mut stub = self.stub.clone();
+            match tokio::time::timeout_at(deadline, stub.downgrade(request)).await {
+                Ok(Ok(reply)) => break reply.into_inner(),
+                Ok(Err(status)) => {
+                    let err = Error::from(status);
+                    if !err.is_retryable() || Instant::now() + pause >= deadline {
+                        return Err(err);
+                    }
+                }
+                Err(_) => return Err(crate::stub::timeout_error(deadline - start)),
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_DOWNGRADE_RETRY);
+        };
+        let shared = reply.lease.ok_or_else(|| {
+            Error::local(
+                Code::Internal,
+                Reason::Internal,
+                "Downgrade replied without a lease",
+            )
+        })?;
+        // The server promises the same slot and a greater token; never
+        // trust a reply that says otherwise.
+        let token = self.fencing_token();
+        if shared.slot != self.slot || shared.fencing_token <= token {
+            return Err(Error::local(
+                Code::Internal,
+                Reason::Internal,
+                format!(
+                    "Downgrade replied slot {} fencing token {}, expected slot {} and a token above {token}",
+                    shared.slot, shared.fencing_token, self.slot
+                ),
+            ));
+        }
+        Ok(shared)
+    }
+}
+
+/// First pause before a Downgrade that failed with a retryable error is
+/// sent again; it doubles up to [`MAX_DOWNGRADE_RETRY`].
+const FIRST_DOWNGRADE_RETRY: Duration = Duration::from_millis(50);
+/// Longest pause between Downgrade retries.
+const MAX_DOWNGRADE_RETRY: Duration = Duration::from_secs(1);
 
 impl Session {
     /// Builds the session of a successful Acquire sent at `sent`, renews
@@ -84,7 +207,9 @@ impl Session {
             lease_key,
             fencing_token: lease.fencing_token,
             slot: lease.slot,
+            mode: lease.mode(),
             fence_proof: lease.fence_proof.clone(),
+            downgraded: OnceLock::new(),
             stub,
             keepalive,
         };
@@ -108,16 +233,20 @@ impl Session {
 
     /// The holding's fencing token: constant across renewals, strictly
     /// greater for the next holder. Pass it with every downstream write.
+    /// A [`downgrade`](Session::downgrade) replaces it with the shared
+    /// holding's (greater) token.
     pub fn fencing_token(&self) -> u64 {
-        self.inner.holding.fencing_token
+        self.inner.holding.fencing_token()
     }
 
     /// The grant's fence proof: a signed statement of (name, fencing token,
     /// holder, ...) a downstream store verifies offline before comparing
     /// tokens (docs/fencing.md). Empty when the server has no
-    /// `--fence-signing-key`. Renewals do not change it.
+    /// `--fence-signing-key`. Renewals do not change it; a
+    /// [`downgrade`](Session::downgrade) replaces it with the proof of its
+    /// reply (empty when the reply carries none).
     pub fn fence_proof(&self) -> &[u8] {
-        &self.inner.holding.fence_proof
+        self.inner.holding.fence_proof()
     }
 
     /// The HTTP headers a fenced store's middleware reads:
@@ -128,9 +257,18 @@ impl Session {
     }
 
     /// The semaphore slot this session holds (1 to the limit; see
-    /// [`Semaphore`](crate::Semaphore)); 0 for a plain lease.
+    /// [`Semaphore`](crate::Semaphore)), or its read-write lock holding's
+    /// slot (above 0; see [`RwLock`](crate::RwLock)); 0 for a plain lease.
     pub fn slot(&self) -> u32 {
         self.inner.holding.slot
+    }
+
+    /// How this session holds a read-write lock ([`RwLock`](crate::RwLock)):
+    /// [`LockMode::Exclusive`] or [`LockMode::Shared`] (also after a
+    /// [`downgrade`](Session::downgrade)); [`LockMode::Unspecified`] for a
+    /// plain lease or a semaphore slot.
+    pub fn mode(&self) -> LockMode {
+        self.inner.holding.mode()
     }
 
     /// The revision from the last Acquire or Renew reply: the one the next
@@ -210,7 +348,7 @@ impl Session {
     /// Takes the reply of another call that renewed this holding (an
     /// election's Proclaim), sent at `sent`.
     pub(crate) fn renewed_by(&self, lease: &Lease, sent: Instant) {
-        if lease.fencing_token == self.inner.holding.fencing_token {
+        if lease.fencing_token == self.inner.holding.fencing_token() {
             self.inner.renewed(lease, sent);
         }
     }
@@ -252,9 +390,9 @@ impl Session {
     /// unchanged and still held (release it, or transfer once the recipient
     /// waits). [`Reason::LeaseNotHeld`] when the holding has ended (the
     /// session is then lost), also without a call when the session is not
-    /// held. [`Reason::InvalidArgument`] for a semaphore slot (only a plain
-    /// lease is handed over). Any other failure leaves the session as it
-    /// was.
+    /// held. [`Reason::InvalidArgument`] for a semaphore slot or a
+    /// read-write lock holding (only a plain lease is handed over). Any
+    /// other failure leaves the session as it was.
     pub async fn transfer(&self, to: Option<&str>) -> Result<Lease, Error> {
         let holding = &self.inner.holding;
         if holding.slot != 0 {
@@ -262,7 +400,7 @@ impl Session {
                 Code::InvalidArgument,
                 Reason::InvalidArgument,
                 format!(
-                    "lease {:?} slot {} is a semaphore slot: only a plain lease can be handed over",
+                    "lease {:?} slot {} is a semaphore slot or a read-write lock holding: only a plain lease can be handed over",
                     holding.name, holding.slot
                 ),
             ));
@@ -287,6 +425,57 @@ impl Session {
                     )
                 })
             })
+            .await
+    }
+
+    /// Turns this exclusive read-write lock holding
+    /// ([`RwLock::write`](crate::RwLock::write)) into a shared one without
+    /// letting go (`LeaseService.Downgrade`): the session holds the name
+    /// throughout, from now on as a shared holder, and waiting shared
+    /// acquires may join it. Returns the shared holding.
+    ///
+    /// The session goes on in place: same name, slot and lease key, and
+    /// from the reply on [`mode`](Session::mode) is [`LockMode::Shared`],
+    /// [`fencing_token`](Session::fencing_token) the new, greater token (a
+    /// store that fences by token now refuses writes made with the
+    /// exclusive one), and [`revision`](Session::revision) the reply's, which
+    /// the background renewals present from then on. The safe deadline
+    /// does not move (the next renewal moves it, as usual). The call goes
+    /// out one at a time with the renewals, so none crosses it. A loss the
+    /// client's watch reported meanwhile against the exclusive holding
+    /// (most likely the downgrade's own write) is checked with a renewal at
+    /// once rather than believed.
+    ///
+    /// # Errors
+    ///
+    /// [`Reason::ModeMismatch`] when the session is not an exclusive
+    /// read-write lock holding (a shared one, one already downgraded, a
+    /// plain lease or a semaphore slot), without a call;
+    /// [`Reason::LeaseNotHeld`] when the holding has ended (the session is
+    /// then lost), also without a call when the session is not held. A
+    /// retryable failure is retried (a Downgrade is idempotent) until 10 s
+    /// have passed or the safe deadline comes; any other failure leaves the
+    /// session as it was. After an error without an answer (the server
+    /// away), the server may have applied the last try: then calling
+    /// `downgrade` again returns the shared holding, while the next renewal
+    /// would find the exclusive revision superseded and end the session
+    /// (`LEASE_NOT_HELD`).
+    pub async fn downgrade(&self) -> Result<Lease, Error> {
+        let inner = &self.inner;
+        inner
+            .change(
+                "Downgrade",
+                // Renewals wait while it is sent: retry no later than the
+                // safe deadline.
+                |lease| inner.holding.downgrade(lease, inner.safe_deadline()),
+                |holding, shared| {
+                    // Only an exclusive holding gets here, once.
+                    let _ = holding.downgraded.set(Downgraded {
+                        fencing_token: shared.fencing_token,
+                        fence_proof: shared.fence_proof.clone(),
+                    });
+                },
+            )
             .await
     }
 
@@ -326,8 +515,9 @@ impl fmt::Debug for Session {
         f.debug_struct("Session")
             .field("name", &holding.name)
             .field("holder", &holding.holder)
-            .field("fencing_token", &holding.fencing_token)
+            .field("fencing_token", &holding.fencing_token())
             .field("slot", &holding.slot)
+            .field("mode", &holding.mode())
             .field("revision", &self.revision())
             .field("ttl", &self.ttl())
             .field("safe_deadline", &self.safe_deadline())
@@ -361,15 +551,18 @@ impl Holding for LeaseHolding {
             slot: self.slot,
         };
         let lease = self.keepalive.renew(entry, deadline).await?;
-        if lease.fencing_token != self.fencing_token {
+        // Renewals and a downgrade go out one at a time: this is the token
+        // the renewed revision belongs to.
+        let token = self.fencing_token();
+        if lease.fencing_token != token {
             // The server promises a constant token; never trust a reply
             // that says otherwise.
             return Err(Error::local(
                 Code::FailedPrecondition,
                 Reason::LeaseNotHeld,
                 format!(
-                    "renewal returned fencing token {}, expected {}",
-                    lease.fencing_token, self.fencing_token
+                    "renewal returned fencing token {}, expected {token}",
+                    lease.fencing_token
                 ),
             ));
         }
@@ -401,6 +594,10 @@ impl Holding for LeaseHolding {
     }
 
     fn members(&self) -> Vec<(&str, u32, u64)> {
-        vec![(&self.name, self.slot, self.fencing_token)]
+        vec![(&self.name, self.slot, self.fencing_token())]
+    }
+
+    fn superseded(&self, fencing_token: u64) -> bool {
+        fencing_token != self.fencing_token()
     }
 }

@@ -13,6 +13,7 @@ mod keepalive;
 mod options;
 mod readme;
 mod reasons;
+mod rwlock;
 mod semaphore;
 mod session;
 mod transfer;

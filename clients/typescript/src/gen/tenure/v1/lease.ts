@@ -390,8 +390,9 @@ export interface Lease {
    * that it only ever records tokens Tenure granted for the name it guards
    * (format: docs/fencing.md; send it as the Tenure-Fence header in its
    * text form, base64url without padding). Set in the replies that grant a
-   * holding (Acquire, AcquireGroup) when the server has a fence signing key
-   * (--fence-signing-key); empty otherwise and in every other reply.
+   * holding or a new token (Acquire, AcquireGroup, Downgrade) when the
+   * server has a fence signing key (--fence-signing-key); empty otherwise
+   * and in every other reply.
    * Renewals do not change it.
    */
   fenceProof: Buffer;
@@ -1135,7 +1136,8 @@ export interface DowngradeRequest {
 export interface DowngradeResponse {
   /**
    * lease is the holding, now SHARED, with a new fencing token (the
-   * downgrade's revision).
+   * downgrade's revision), and its fence_proof when the server signs
+   * grants.
    */
   lease: Lease | undefined;
 }
