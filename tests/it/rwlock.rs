@@ -607,3 +607,45 @@ async fn a_shared_holder_beside_an_exclusive_one_is_caught() {
         "the fault went unseen"
     );
 }
+
+/// A watch of a fresh lock sees each grant as ACQUIRED alone: a lock's
+/// acquiring write is conditional on the lock's wildcard, not its slot, so
+/// it carries no replaced revision of its slot; the record's own (`over`)
+/// says nothing was missed (without it, every first use of a slot came
+/// with a MISSED event).
+#[tokio::test]
+async fn a_watch_sees_a_fresh_lock_without_missed_events() {
+    let t = Tenure::start().await;
+    let mut a = t.client().await;
+    let name = "rw.watch";
+    let mut watch = a
+        .watch_lease(tenure::proto::WatchLeaseRequest {
+            name: name.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next = async || loop {
+        let msg = watch.next().await.expect("the watch goes on").unwrap();
+        let Some(e) = msg.event else { continue };
+        if e.r#type != EventType::SnapshotComplete as i32 {
+            return e;
+        }
+    };
+    for (i, mode) in [LockMode::Shared, LockMode::Shared].into_iter().enumerate() {
+        let got = a
+            .acquire(rw_req(name, &format!("r{i}"), mode))
+            .await
+            .unwrap()
+            .into_inner()
+            .lease
+            .unwrap();
+        let e = next().await;
+        assert_eq!(
+            (e.r#type, e.fencing_token, e.slot),
+            (EventType::Acquired as i32, got.fencing_token, got.slot),
+            "{e:?}"
+        );
+    }
+}

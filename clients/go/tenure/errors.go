@@ -35,6 +35,10 @@ var retryableReasons = map[Reason]bool{
 	tenurev1.ErrorReason_TOO_MANY_REQUESTS: true,
 	tenurev1.ErrorReason_TOO_MANY_WATCHES:  true,
 	tenurev1.ErrorReason_TOO_MANY_WAITERS:  true,
+	// A shared Acquire without a wait found the read-write lock full of
+	// shared holders: retry once one leaves (or wait). MODE_MISMATCH is
+	// permanent.
+	tenurev1.ErrorReason_TOO_MANY_SHARED_HOLDERS: true,
 }
 
 // RetryableReasons returns the reasons after which sending the same request
@@ -172,7 +176,7 @@ func ReasonOf(err error) Reason {
 
 // RequiredNatsServer returns the nats-server version named by an
 // ATOMIC_BATCH_UNSUPPORTED error (the server's NATS has no atomic batches,
-// which lock-delay, semaphores and groups need; metadata
+// which lock-delay, semaphores, read-write locks and groups need; metadata
 // "required_nats_server") and true, or "" and false for any other error.
 func RequiredNatsServer(err error) (string, bool) {
 	var te *Error

@@ -25,20 +25,35 @@ const (
 
 // FenceProof is the holding's fence proof as granted (a copy): the signed
 // statement of its bucket, name, slot, fencing token, holder, grant time
-// and TTL. Renewals do not change it. Empty when the server signs no
+// and TTL. Renewals do not change it; a Downgrade replaces it with its
+// reply's (empty when that carries none). Empty when the server signs no
 // proofs (started without --fence-signing-key).
-func (s *Session) FenceProof() []byte { return append([]byte(nil), s.proof...) }
+func (s *Session) FenceProof() []byte { return append([]byte(nil), s.fenceProof()...) }
 
 // FenceProofText is FenceProof in its text form, the value of the
 // Tenure-Fence header: base64url without padding ("" without a proof).
-func (s *Session) FenceProofText() string { return base64.RawURLEncoding.EncodeToString(s.proof) }
+func (s *Session) FenceProofText() string {
+	return base64.RawURLEncoding.EncodeToString(s.fenceProof())
+}
 
 // SetFenceHeaders sets the headers a fenced HTTP store reads on r:
 // Tenure-Fence (the proof's text form) and Tenure-Fencing-Token (the
 // token, decimal), replacing any already there. Without a proof (a server
 // that signs none) it sets the token only and removes Tenure-Fence; a store
 // that verifies proofs then refuses the write (FENCE_MISSING).
-func (s *Session) SetFenceHeaders(r *http.Request) { setFenceHeaders(r, s.proof, s.token) }
+func (s *Session) SetFenceHeaders(r *http.Request) {
+	s.mu.Lock()
+	proof, token := s.proof, s.token
+	s.mu.Unlock()
+	setFenceHeaders(r, proof, token)
+}
+
+// fenceProof is the proof of the current grant (Downgrade replaces it).
+func (s *Session) fenceProof() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proof
+}
 
 // FenceProofs are the members' fence proofs as granted (copies), in Names
 // order; each empty when the server signs no proofs.

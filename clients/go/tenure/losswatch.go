@@ -279,14 +279,33 @@ func refusal(err error) bool {
 // watchNames is the session's name.
 func (s *Session) watchNames() []string { return []string{s.name} }
 
-// holds reports whether ev is this session's holding.
+// holds reports whether ev is this session's holding (while a Downgrade is
+// in flight, also with a greater token: the downgraded holding).
 func (s *Session) holds(ev *tenurev1.LeaseEvent) bool {
-	return ev.GetName() == s.name && ev.GetSlot() == s.slot && ev.GetFencingToken() == s.token
+	if ev.GetName() != s.name || ev.GetSlot() != s.slot {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ev.GetFencingToken() == s.token || (s.downgrading && ev.GetFencingToken() > s.token)
 }
 
 // observe ends the session when ev shows its holding gone (see lostBy).
+// While a Downgrade is in flight, whose write shows the holding with a new
+// token, the name's events wait for its reply (Downgrade judges them).
 func (s *Session) observe(ev *tenurev1.LeaseEvent) {
-	if ev.GetName() == s.name && lostBy(ev, s.acquired, s.slot, s.token) {
+	if ev.GetName() != s.name {
+		return
+	}
+	s.mu.Lock()
+	if s.downgrading {
+		s.heldEvents = append(s.heldEvents, ev)
+		s.mu.Unlock()
+		return
+	}
+	acquired, token := s.acquired, s.token
+	s.mu.Unlock()
+	if lostBy(ev, acquired, s.slot, token) {
 		s.lose(lossError(ev))
 	}
 }

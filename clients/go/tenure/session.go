@@ -36,8 +36,9 @@ type acquireConfig struct {
 	margin        time.Duration
 	marginSet     bool
 	lockDelay     time.Duration
-	limit         uint32 // semaphore limit (Semaphore.Acquire); 0 for a plain lease
-	preference    uint32 // election candidate's preference; 0 for none
+	limit         uint32   // semaphore limit (Semaphore.Acquire); 0 for a plain lease
+	preference    uint32   // election candidate's preference; 0 for none
+	mode          LockMode // read-write lock mode (RWLock.Lock, RLock); unspecified for a plain lease
 }
 
 // WithWait makes Acquire wait up to d for a held lease to become free,
@@ -107,18 +108,24 @@ func WithPreference(p uint32) AcquireOption {
 //
 // All methods are safe for concurrent use.
 type Session struct {
-	lifecycle[bool] // guards revision and lease with its mu
+	lifecycle[bool] // guards the fields from revision on with its mu
 
 	name     string
 	holder   string
-	token    uint64
-	slot     uint32 // semaphore slot (1..limit); 0 for a plain lease
+	slot     uint32 // semaphore or read-write lock slot (1..); 0 for a plain lease
 	leaseKey string
-	acquired uint64 // revision of the acquiring reply: older watch events are ignored
-	proof    []byte // the fence proof of the grant; empty when the server signs none
 
-	revision uint64 // guarded by mu
+	// Guarded by mu. A Downgrade changes all but lease's renewals, under
+	// rpcMu too, so a renewal (which holds rpcMu) sees them steady.
+	revision uint64
 	lease    *tenurev1.Lease
+	token    uint64
+	acquired uint64   // revision of the acquiring (or downgrading) reply: older watch events are ignored
+	proof    []byte   // the fence proof of the grant; empty when the server signs none
+	mode     LockMode // read-write lock mode; unspecified for a plain lease or a semaphore slot
+
+	downgrading bool                   // a Downgrade is in flight: the watch's events of the name wait in heldEvents
+	heldEvents  []*tenurev1.LeaseEvent // judged once the Downgrade's reply has come
 }
 
 // Acquire takes the lease name for holder with the requested ttl (0: the
@@ -152,6 +159,7 @@ func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Dura
 		LockDelay:  positive(cfg.lockDelay),
 		Limit:      cfg.limit,
 		Preference: cfg.preference,
+		Mode:       cfg.mode,
 	}
 	sent := time.Now()
 	resp, err := c.rpc.Acquire(ctx, req)
@@ -168,6 +176,7 @@ func (c *Client) acquire(ctx context.Context, name, holder string, ttl time.Dura
 		revision: l.GetRevision(),
 		acquired: l.GetRevision(),
 		proof:    l.GetFenceProof(),
+		mode:     l.GetMode(),
 		lease:    l,
 	}
 	s.init(ctx, s, c, cfg, l.GetTtl().AsDuration(), sent)
@@ -209,11 +218,16 @@ func (s *Session) Holder() string { return s.holder }
 
 // FencingToken is the holding's fencing token: constant across renewals and
 // strictly greater for every later holder. Send it with every write to a
-// downstream store (see Fence).
-func (s *Session) FencingToken() uint64 { return s.token }
+// downstream store (see Fence). Downgrade replaces it with a greater one.
+func (s *Session) FencingToken() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.token
+}
 
 // Slot is the semaphore slot of the holding (1 to the limit; see
-// Semaphore), 0 for a plain lease.
+// Semaphore) or a read-write lock holding's slot (see RWLock), 0 for a
+// plain lease.
 func (s *Session) Slot() uint32 { return s.slot }
 
 // LeaseKey is the ownership secret presented with Renew and Release.
@@ -368,8 +382,9 @@ func (s *Session) sendRenewal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if l.GetFencingToken() != s.token {
-		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), s.token)
+	// The caller holds rpcMu, so no Downgrade changes the token meanwhile.
+	if token := s.FencingToken(); l.GetFencingToken() != token {
+		return fmt.Errorf("%w: renewal returned %d, want %d", errTokenChanged, l.GetFencingToken(), token)
 	}
 	return s.renewed(sent, l.GetTtl().AsDuration(), func() {
 		if l.GetRevision() > s.revision {

@@ -23,6 +23,7 @@ import {
   GetFenceKeysRequest,
   GetLeaseRequest,
   LeaseServiceClient,
+  LockMode,
   ListLeasesRequest,
   RevokeLeaseRequest,
   WatchLeaseRequest,
@@ -42,6 +43,7 @@ import { type RenewalOptions } from "./holding";
 import { Renewer, type RenewalStats } from "./keepalive";
 import { LossWatch } from "./losswatch";
 import { CallContext, unary, type TokenSource, type UnaryMethod } from "./rpc";
+import { RWLock } from "./rwlock";
 import { Session } from "./session";
 import { msToDuration } from "./time";
 import { resumingWatch, type ResumeOptions } from "./watch";
@@ -142,10 +144,17 @@ export interface AcquireOptions extends RenewalOptions {
    * combinable with `limit`. Default 0: asks for nothing.
    */
   preference?: number;
+  /**
+   * Makes the Acquire a read-write lock's: `LockMode.EXCLUSIVE` or
+   * `LockMode.SHARED` (see {@link RWLock}, which sets it for you). Not
+   * combinable with `limit`, `lockDelayMs` or `preference`. Default
+   * `LockMode.UNSPECIFIED`: a plain lease (or a semaphore slot).
+   */
+  mode?: LockMode;
 }
 
-/** What to ask for in {@link TenureClient.acquireGroup}: a lease's options but `limit` and `preference`. */
-export type GroupAcquireOptions = Omit<AcquireOptions, "limit" | "preference">;
+/** What to ask for in {@link TenureClient.acquireGroup}: a lease's options but `limit`, `preference` and `mode`. */
+export type GroupAcquireOptions = Omit<AcquireOptions, "limit" | "preference" | "mode">;
 
 /**
  * The state of a name as `GetLease` reports it ({@link TenureClient.inspect}).
@@ -274,6 +283,7 @@ export class TenureClient {
           lockDelay: options.lockDelayMs ? msToDuration(options.lockDelayMs) : undefined,
           limit: options.limit ?? 0,
           preference: options.preference ?? 0,
+          mode: options.mode ?? LockMode.UNSPECIFIED,
         }),
         timeoutMs,
         options.signal,
@@ -296,6 +306,15 @@ export class TenureClient {
         };
       }),
     );
+  }
+
+  /**
+   * The read-write lock `name`: one exclusive holder ({@link RWLock.lock})
+   * or any number of shared ones ({@link RWLock.lockShared}) at once. Makes
+   * no call: acquiring does.
+   */
+  rwlock(name: string): RWLock {
+    return new RWLock(this, name);
   }
 
   /**
@@ -590,7 +609,10 @@ export function isPreference(n: number): boolean {
 
 /** Rejects option values that cannot work, before anything is sent. */
 function checkRenewalOptions(options: AcquireOptions): void {
-  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs, lockDelayMs, limit, preference } = options;
+  const { renewFraction, safetyMarginMs, retryIntervalMs, rpcTimeoutMs, ttlMs, waitMs, lockDelayMs, limit, preference, mode } = options;
+  if (mode !== undefined && !(mode === LockMode.UNSPECIFIED || mode === LockMode.EXCLUSIVE || mode === LockMode.SHARED)) {
+    throw new RangeError(`mode must be a LockMode, got ${String(mode)}`);
+  }
   if (renewFraction !== undefined && !(renewFraction > 0 && renewFraction < 1)) {
     throw new RangeError(`renewFraction must be in (0, 1), got ${renewFraction}`);
   }

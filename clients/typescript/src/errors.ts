@@ -52,6 +52,7 @@ export const RETRYABLE_REASONS: ReadonlySet<ErrorReason> = new Set([
   ErrorReason.TOO_MANY_REQUESTS,
   ErrorReason.TOO_MANY_WATCHES,
   ErrorReason.TOO_MANY_WAITERS,
+  ErrorReason.TOO_MANY_SHARED_HOLDERS,
 ]);
 
 /**

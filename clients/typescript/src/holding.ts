@@ -60,6 +60,8 @@ export abstract class Renewing<R> implements AsyncDisposable {
   /** A hand-over is in flight: renewals wait, a watch's loss is held back. */
   #handing = false;
   #heldBack: { reason: LossReason; cause: unknown } | undefined;
+  /** A call that changes the holding in place (a Downgrade) is in flight: renewals wait for it. */
+  #changing: Promise<unknown> | undefined;
 
   protected constructor(options: RenewalOptions) {
     this.signal = this.#controller.signal;
@@ -164,6 +166,8 @@ export abstract class Renewing<R> implements AsyncDisposable {
     const wasHeld = this.isHeld();
     const lostBy = wasHeld ? undefined : (this.signal.reason as LeaseLostError).reason;
     this.lose("RELEASED");
+    // A downgrade in flight moves the revision: present the one it leaves.
+    await this.#changing?.catch(() => undefined);
     if ((lostBy === "LEASE_NOT_HELD" || lostBy === "LEASE_ENDED" || lostBy === "MISSED") && !this.releaseAfterLoss) {
       return false;
     }
@@ -188,8 +192,8 @@ export abstract class Renewing<R> implements AsyncDisposable {
    */
   protected async handOver<T>(send: () => Promise<T>): Promise<T> {
     this.assertHeld();
-    if (this.#handing || this.#releasing !== undefined) {
-      throw new RangeError("a hand-over or release of this session is already under way");
+    if (this.#handing || this.#changing !== undefined || this.#releasing !== undefined) {
+      throw new RangeError("a hand-over, downgrade or release of this session is already under way");
     }
     this.#handing = true;
     let handed = false;
@@ -221,6 +225,41 @@ export abstract class Renewing<R> implements AsyncDisposable {
       } else if (back !== undefined) {
         this.lose(back.reason, back.cause);
       }
+    }
+  }
+
+  /**
+   * Changes the holding in place with `send` (a Downgrade, which takes the
+   * reply in before it resolves), with no renewal in flight beside it: a
+   * renewal in flight lands first, and renewals due meanwhile wait until it
+   * is done (then they present the revision it left). The session stays as
+   * it is on failure, unless the server says the holding ended
+   * (`LEASE_NOT_HELD`, `LEASE_NOT_FOUND`: the session is then lost).
+   * @internal
+   */
+  protected async changeInPlace<T>(send: () => Promise<T>): Promise<T> {
+    this.assertHeld();
+    if (this.#handing || this.#changing !== undefined || this.#releasing !== undefined) {
+      throw new RangeError("a hand-over, downgrade or release of this session is already under way");
+    }
+    const change = (async () => {
+      await this.#inflight?.result.catch(() => undefined);
+      this.assertHeld();
+      try {
+        return await send();
+      } catch (err) {
+        const error = err instanceof TenureError ? err : undefined;
+        if (error?.reason === ErrorReason.LEASE_NOT_HELD || error?.reason === ErrorReason.LEASE_NOT_FOUND) {
+          this.lose("LEASE_NOT_HELD", error);
+        }
+        throw err;
+      }
+    })();
+    this.#changing = change;
+    try {
+      return await change;
+    } finally {
+      this.#changing = undefined;
     }
   }
 
@@ -275,8 +314,9 @@ export abstract class Renewing<R> implements AsyncDisposable {
   /** One renewal attempt; schedules the next one or ends the session. */
   async #renew(): Promise<void> {
     if (!this.isHeld()) return;
-    if (this.#handing) {
-      // A hand-over is in flight: renew after it, if it fails.
+    if (this.#handing || this.#changing !== undefined) {
+      // A hand-over is in flight (renew after it, if it fails), or a
+      // downgrade (renew after it, with the revision it leaves).
       this.#scheduleRenew(this.#retryIntervalMs());
       return;
     }

@@ -17,6 +17,7 @@ export {
 export { Session, type RenewalOptions } from "./session";
 export { GroupSession } from "./group";
 export { Semaphore, type SemaphoreAcquireOptions } from "./semaphore";
+export { RWLock, type RWLockAcquireOptions } from "./rwlock";
 export type { RenewalStats } from "./keepalive";
 export { ELECTION_VALUE_KEY, Elections, LeaderElector, type ElectorOptions, type Leader } from "./election";
 export { FencingGuard } from "./fencing";
@@ -33,7 +34,15 @@ export {
   TenureError,
   type LossReason,
 } from "./errors";
-export { EventType, eventTypeToJSON, type FenceKey, type Lease, type LeaseEvent } from "./gen/tenure/v1/lease";
+export {
+  EventType,
+  eventTypeToJSON,
+  LockMode,
+  lockModeToJSON,
+  type FenceKey,
+  type Lease,
+  type LeaseEvent,
+} from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1`. */
 export * as v1 from "./gen/tenure/v1/lease";
 /** The raw generated messages and stubs of `tenure.v1.ElectionService`. */

@@ -38,9 +38,14 @@ export interface Watched {
   readonly name: string;
   /** The semaphore slot of the holding; 0 for a plain lease (or a group member). */
   readonly slot: number;
+  /** The holding's current fencing token (a read-write lock's downgrade replaces it). */
   readonly fencingToken: bigint;
-  /** Called once an event shows the holding ended. */
-  ended(event: LeaseEvent): void;
+  /**
+   * Called once an event shows the holding ended. Returning `false` keeps
+   * the session followed: it holds the event back (a downgrade in flight,
+   * whose reply tells whether the event ended the holding).
+   */
+  ended(event: LeaseEvent): boolean | void;
 }
 
 /** The narrowest watch filter covering every name in `names` (non-empty). */
@@ -230,10 +235,11 @@ export class LossWatch {
       if (state.startRevision !== 0n && !state.sawCurrent) return;
       for (const session of state.expected) {
         if (state.shown.has(session) || !this.#sessions.has(session)) continue;
-        this.#sessions.delete(session);
-        session.ended(
-          LeaseEventMessage.fromPartial({ type: EventType.SNAPSHOT_COMPLETE, name: session.name, slot: session.slot }),
-        );
+        const kept =
+          session.ended(
+            LeaseEventMessage.fromPartial({ type: EventType.SNAPSHOT_COMPLETE, name: session.name, slot: session.slot }),
+          ) === false;
+        if (!kept) this.#sessions.delete(session);
       }
       return;
     }
@@ -247,10 +253,7 @@ export class LossWatch {
       }
     }
     for (const session of [...this.#sessions]) {
-      if (showsLoss(session, event)) {
-        this.#sessions.delete(session);
-        session.ended(event);
-      }
+      if (showsLoss(session, event) && session.ended(event) !== false) this.#sessions.delete(session);
     }
   }
 

@@ -10,8 +10,8 @@
 import type { AcquireOptions, LeaseState, TenureClient } from "./client";
 import type { Session } from "./session";
 
-/** What to ask for in {@link Semaphore.acquire}: a lease's options but `limit`, `lockDelayMs` and `preference`. */
-export type SemaphoreAcquireOptions = Omit<AcquireOptions, "limit" | "lockDelayMs" | "preference">;
+/** What to ask for in {@link Semaphore.acquire}: a lease's options but `limit`, `lockDelayMs`, `preference` and `mode`. */
+export type SemaphoreAcquireOptions = Omit<AcquireOptions, "limit" | "lockDelayMs" | "preference" | "mode">;
 
 /**
  * The semaphore `name` with `limit` slots.

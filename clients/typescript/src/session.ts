@@ -1,14 +1,18 @@
 /**
- * A held lease (or one slot of a semaphore) that renews itself in the
- * background and says, through an AbortSignal, the moment it can no longer
- * be trusted.
+ * A held lease (or one slot of a semaphore, or one holding of a read-write
+ * lock) that renews itself in the background and says, through an
+ * AbortSignal, the moment it can no longer be trusted.
  */
 import { LeaseLostError, TenureError, type LossReason } from "./errors";
 import { fenceHeaders } from "./fenceproof";
 import {
+  DowngradeRequest,
+  EventType,
+  LockMode,
   ReleaseRequest,
   RenewRequest,
   TransferRequest,
+  type DowngradeResponse,
   type Lease,
   type LeaseEvent,
   type LeaseServiceClient,
@@ -17,7 +21,7 @@ import {
 } from "./gen/tenure/v1/lease";
 import { Renewing, type RenewalOptions } from "./holding";
 import type { Renewer } from "./keepalive";
-import { lossReasonOf, type LossWatch, type Watched } from "./losswatch";
+import { lossReasonOf, showsLoss, type LossWatch, type Watched } from "./losswatch";
 import { unary, type CallContext, type PendingCall, type UnaryMethod } from "./rpc";
 import { durationToMs } from "./time";
 
@@ -38,8 +42,8 @@ export interface SessionInit {
 }
 
 /**
- * One holding of a lease, or of one slot of a semaphore, kept alive by a
- * background renewal.
+ * One holding of a lease, of one slot of a semaphore, or of a read-write
+ * lock (exclusive or shared), kept alive by a background renewal.
  *
  * - `signal` aborts as soon as the session is no longer held: the client's
  *   loss watch saw the holding end, a renewal was refused (`LEASE_NOT_HELD`)
@@ -49,7 +53,8 @@ export interface SessionInit {
  * - `isHeld()` is true only before the safe deadline (checked against the
  *   monotonic clock on every call) and while the signal has not aborted.
  * - `release()` (or `await using`) ends the holding at once; `transfer()`
- *   hands it to a waiting acquire.
+ *   hands it to a waiting acquire; `downgrade()` turns an exclusive
+ *   read-write lock holding shared, in place.
  *
  * Pass `fencingToken` (and, to a store that verifies proofs, `fenceProof`:
  * {@link fenceHeaders} gives both as HTTP headers) with every write to a
@@ -60,20 +65,13 @@ export class Session extends Renewing<Lease> {
   readonly name: string;
   /** Who holds it. */
   readonly holder: string;
-  /** The fencing token: constant for this holding, greater for every later holder. */
-  readonly fencingToken: bigint;
   /** The ownership secret presented on Renew and Release. */
   readonly leaseKey: string;
-  /** The semaphore slot of this holding (1 to the limit); 0 for a plain lease. */
-  readonly slot: number;
   /**
-   * The grant's fence proof: Tenure's Ed25519-signed statement of this
-   * holding (bucket, name, slot, token, holder, grant time, TTL) that a
-   * store verifies offline before it compares tokens (docs/fencing.md).
-   * Constant across renewals; empty when the server signs no proofs (it
-   * runs without `--fence-signing-key`).
+   * The semaphore slot of this holding (1 to the limit), or a read-write
+   * lock holding's own slot; 0 for a plain lease.
    */
-  readonly fenceProof: Uint8Array;
+  readonly slot: number;
 
   readonly #stub: LeaseServiceClient;
   readonly #ctx: CallContext;
@@ -82,6 +80,11 @@ export class Session extends Renewing<Lease> {
   readonly #watched: Watched;
   #lease: Lease;
   #following = false;
+  #fencingToken: bigint;
+  #fenceProof: Uint8Array;
+  #mode: LockMode;
+  /** The loss watch's events of this holding while a downgrade is in flight (judged by its reply). */
+  #duringDowngrade: LeaseEvent[] | undefined;
 
   /** Starts a session from an Acquire reply; use `TenureClient.acquire`. @internal */
   constructor(init: SessionInit) {
@@ -93,15 +96,28 @@ export class Session extends Renewing<Lease> {
     this.#lease = init.lease;
     this.name = init.lease.name;
     this.holder = init.lease.holder;
-    this.fencingToken = init.lease.fencingToken;
+    this.#fencingToken = init.lease.fencingToken;
     this.slot = init.lease.slot;
-    this.fenceProof = init.lease.fenceProof;
+    this.#fenceProof = init.lease.fenceProof;
+    this.#mode = init.lease.mode ?? LockMode.UNSPECIFIED;
     this.leaseKey = init.leaseKey;
+    const session = this;
     this.#watched = {
       name: this.name,
       slot: this.slot,
-      fencingToken: this.fencingToken,
-      ended: (event: LeaseEvent) => this.lostOnWatch(lossReasonOf(event), event),
+      // The current token: a downgrade replaces it.
+      get fencingToken() {
+        return session.fencingToken;
+      },
+      ended: (event: LeaseEvent) => {
+        if (this.#duringDowngrade !== undefined) {
+          // The downgrade changes the token: its reply judges the event.
+          this.#duringDowngrade.push(event);
+          return false;
+        }
+        this.lostOnWatch(lossReasonOf(event), event);
+        return true;
+      },
     };
     this.granted(durationToMs(init.lease.ttl), init.sentAt);
     if (this.isHeld()) {
@@ -111,9 +127,40 @@ export class Session extends Renewing<Lease> {
     }
   }
 
-  /** A one-line summary for logs: name, slot, holder, token (decimal) and whether held. */
+  /**
+   * The fencing token: constant across renewals, greater for every later
+   * holder. A {@link downgrade} replaces it with a greater one.
+   */
+  get fencingToken(): bigint {
+    return this.#fencingToken;
+  }
+
+  /**
+   * The grant's fence proof: Tenure's Ed25519-signed statement of this
+   * holding (bucket, name, slot, token, holder, grant time, TTL) that a
+   * store verifies offline before it compares tokens (docs/fencing.md).
+   * Constant across renewals (a {@link downgrade} replaces it with the
+   * shared holding's); empty when the server signs no proofs (it runs
+   * without `--fence-signing-key`).
+   */
+  get fenceProof(): Uint8Array {
+    return this.#fenceProof;
+  }
+
+  /**
+   * How a read-write lock's holding holds it: `LockMode.EXCLUSIVE`
+   * ({@link RWLock.lock}) or `LockMode.SHARED` ({@link RWLock.lockShared},
+   * or after {@link downgrade}); `LockMode.UNSPECIFIED` for a plain lease or
+   * a semaphore slot.
+   */
+  get mode(): LockMode {
+    return this.#mode;
+  }
+
+  /** A one-line summary for logs: name, slot, mode, holder, token (decimal) and whether held. */
   override toString(): string {
-    const slot = this.slot === 0 ? "" : ` slot ${this.slot}`;
+    const mode = this.#mode === LockMode.EXCLUSIVE ? " exclusive" : this.#mode === LockMode.SHARED ? " shared" : "";
+    const slot = this.slot === 0 ? "" : ` slot ${this.slot}${mode}`;
     return `Session(${this.name}${slot} held by ${this.holder}, token ${this.fencingToken}, ${this.isHeld() ? "held" : "lost"})`;
   }
 
@@ -189,7 +236,8 @@ export class Session extends Renewing<Lease> {
    */
   async transfer(to?: string, timeoutMs = this.rpcTimeoutMs): Promise<Lease> {
     if (this.slot !== 0) {
-      throw new RangeError(`lease ${JSON.stringify(this.name)} slot ${this.slot} is a semaphore slot: only a plain lease can be handed over`);
+      const kind = this.#mode === LockMode.UNSPECIFIED ? "semaphore slot" : "read-write lock holding";
+      throw new RangeError(`lease ${JSON.stringify(this.name)} slot ${this.slot} is a ${kind}: only a plain lease can be handed over`);
     }
     const transfer: UnaryMethod<TransferRequest, TransferResponse> = this.#stub.transfer.bind(this.#stub);
     const reply = await this.handOver(
@@ -209,6 +257,84 @@ export class Session extends Renewing<Lease> {
     );
     if (reply.lease === undefined) throw new TenureError(13 /* INTERNAL */, undefined, "Transfer replied without a lease", {}, { rpc: "Transfer" });
     return reply.lease;
+  }
+
+  /**
+   * Turns this exclusive read-write lock holding ({@link RWLock.lock}) into
+   * a shared one with no gap (`LeaseService.Downgrade`): the session holds
+   * the lock throughout, from now on beside shared holders, whose waiting
+   * {@link RWLock.lockShared} calls may get in at once. Resolves with the
+   * shared lease.
+   *
+   * The session goes on as the shared holding, in place: same `slot` and
+   * `leaseKey`, {@link mode} `SHARED`, a new and greater
+   * {@link fencingToken} (the exclusive one is superseded: a store that
+   * fences by token refuses writes made with it from now on), the reply's
+   * {@link fenceProof} and {@link revision}, which the background renewals
+   * present from now on. No renewal is in flight beside it. The safe
+   * deadline stays as it was (the next renewal moves it).
+   *
+   * Rejects with a {@link TenureError} `MODE_MISMATCH` (FAILED_PRECONDITION,
+   * permanent) when the holding is not an exclusive read-write lock holding
+   * (a shared one, a plain lease, a semaphore slot): the session is
+   * unchanged; `LEASE_NOT_HELD` when the holding has ended (the session is
+   * then lost); with the {@link LeaseLostError} when the session is not
+   * held. Any other failure leaves the session as it was, unless the loss
+   * watch saw the holding end meanwhile.
+   */
+  async downgrade(timeoutMs = this.rpcTimeoutMs): Promise<Lease> {
+    const downgrade: UnaryMethod<DowngradeRequest, DowngradeResponse> = this.#stub.downgrade.bind(this.#stub);
+    return this.changeInPlace(async () => {
+      this.#duringDowngrade = [];
+      let reply: DowngradeResponse;
+      try {
+        reply = await unary(
+          this.#ctx,
+          "Downgrade",
+          downgrade,
+          DowngradeRequest.fromPartial({
+            name: this.name,
+            expectedRevision: this.revision,
+            leaseKey: this.leaseKey,
+            slot: this.slot,
+          }),
+          timeoutMs,
+        ).result;
+      } catch (err) {
+        // The holding as it was judges what the loss watch saw meanwhile.
+        this.#judgeDuringDowngrade();
+        throw err;
+      }
+      const lease = reply.lease;
+      if (lease === undefined) {
+        this.#judgeDuringDowngrade();
+        throw new TenureError(13 /* INTERNAL */, undefined, "Downgrade replied without a lease", {}, { target: this.#ctx.target, rpc: "Downgrade" });
+      }
+      // The shared holding replaces the exclusive one: renewals present its
+      // revision, the loss watch follows its token.
+      this.#lease = lease;
+      this.#fencingToken = lease.fencingToken;
+      this.#fenceProof = lease.fenceProof;
+      this.#mode = lease.mode;
+      this.#judgeDuringDowngrade();
+      return lease;
+    });
+  }
+
+  /**
+   * Ends the hold-back of a downgrade: the events the loss watch saw
+   * meanwhile are judged by the holding as it is now. A snapshot that
+   * lacked the holding (its SNAPSHOT_COMPLETE) ends it, unless the snapshot
+   * showed it with the current token (it was told apart by the old one).
+   */
+  #judgeDuringDowngrade(): void {
+    const events = this.#duringDowngrade ?? [];
+    this.#duringDowngrade = undefined;
+    const shown = events.some((event) => event.type === EventType.CURRENT && event.fencingToken === this.fencingToken);
+    const gone = events.find((event) =>
+      event.type === EventType.SNAPSHOT_COMPLETE ? !shown : showsLoss(this.#watched, event),
+    );
+    if (gone !== undefined) this.lostOnWatch(lossReasonOf(gone), gone);
   }
 
   /**

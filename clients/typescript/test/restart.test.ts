@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
 import { after, before, describe, it } from "node:test";
 
-import { EventType, LeaseLostError, TenureClient, type LeaseEvent } from "../src";
+import { EventType, LeaseLostError, LockMode, TenureClient, type LeaseEvent } from "../src";
 import { aborted, NatsServer, nextMatching, TenureServer, uniqueName, within } from "./harness";
 
 let nats: NatsServer;
@@ -38,7 +38,7 @@ async function restart(between?: () => Promise<void>): Promise<void> {
 function acquireRaw(c: TenureClient, name: string, holder: string, ttl = 60n): Promise<{ token: bigint; key: string; revision: bigint }> {
   return new Promise((ok, fail) =>
     c.stub.acquire(
-      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
+      { name, holder, ttl: { seconds: ttl, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0, mode: LockMode.UNSPECIFIED },
       (err, reply) => (err ? fail(err) : ok({ token: reply.lease!.fencingToken, key: reply.leaseKey, revision: reply.lease!.revision })),
     ),
   );

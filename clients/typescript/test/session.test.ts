@@ -11,6 +11,7 @@ import {
   EventType,
   FencingGuard,
   LeaseLostError,
+  LockMode,
   Reason,
   Session,
   TenureClient,
@@ -231,7 +232,7 @@ describe("session", () => {
     // A holding nobody renews: it expires after 2 s.
     const orphan = await new Promise<bigint>((ok, fail) =>
       client.stub.acquire(
-        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
+        { name, holder: "orphan", ttl: { seconds: 2n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0, mode: LockMode.UNSPECIFIED },
         (err, reply) => (err ? fail(err) : ok(reply.lease!.fencingToken)),
       ),
     );

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { ErrorReason, EventType, TenureClient, TenureError, type LeaseEvent } from "../src";
+import { ErrorReason, EventType, LockMode, TenureClient, TenureError, type LeaseEvent } from "../src";
 import { nextMatching, TenureServer, uniqueName, within, serverPerFile } from "./harness";
 
 let server: TenureServer;
@@ -20,7 +20,7 @@ serverPerFile((s, c) => {
 function acquireUnrenewed(name: string, holder: string): Promise<bigint> {
   return new Promise((ok, fail) =>
     client.stub.acquire(
-      { name, holder, ttl: { seconds: 1n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0 },
+      { name, holder, ttl: { seconds: 1n, nanos: 0 }, leaseKey: "", wait: undefined, metadata: {}, lockDelay: undefined, limit: 0, preference: 0, mode: LockMode.UNSPECIFIED },
       (err, reply) => (err ? fail(err) : ok(reply.lease!.fencingToken)),
     ),
   );

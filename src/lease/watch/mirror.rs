@@ -145,6 +145,14 @@ impl Mirror {
             .as_ref()
             .map(|h| h.revision)
             .or_else(|| self.ended.get(&key).map(|e| e.0));
+        // An acquiring write conditional on a wildcard rather than its own
+        // key (a read-write lock's, design section 23) carries no replaced
+        // revision of its key; its record names the one it replaced, which
+        // the wildcard's condition made exact.
+        let replaced = replaced.or(match &entry.kind {
+            Kind::Held(record) if record.token == 0 && record.mode.is_some() => record.over,
+            _ => None,
+        });
         // Whether messages of this key between the last one applied and
         // this one were not seen.
         let broken = match (replaced, last_seen) {

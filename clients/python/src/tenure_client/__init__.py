@@ -9,6 +9,8 @@ The generated stubs are in :mod:`tenure_client._gen` (``lease_pb2``,
   (an :class:`asyncio.Event`), :meth:`~Session.is_held`, :meth:`~Session.release`.
 - :class:`GroupSession` — several leases taken all or none, lost as a whole.
 - :class:`Semaphore` — up to N holders of a name, each slot a :class:`Session`.
+- :class:`RWLock` — a read-write lock: one exclusive or many shared holders,
+  each a :class:`Session` (:attr:`~Session.mode`, :meth:`~Session.downgrade`).
 - :class:`TenureError` — a failed call with its typed :class:`Reason` (made
   from the generated ``ErrorReason``) and whether it is retryable.
 - :mod:`~tenure_client.fencing` — :func:`~tenure_client.fencing.fence_headers`
@@ -27,13 +29,13 @@ first), type-only imports included, so there is no import circle:
 (``_session`` and ``_group`` import it).
 """
 
-from ._client import AcquireContext, LeaseWatch, Semaphore, TenureClient
+from ._client import AcquireContext, LeaseWatch, RWLock, Semaphore, TenureClient
 from ._election import Leader, LeaderElector, elect, leader, proclaim
 from ._group import GroupRelease, GroupSession
 from ._errors import DOMAIN, RETRYABLE_REASONS, Reason, TenureError
 from ._gen import lease_pb2, lease_pb2_grpc
 from ._session import LossCause, Session
-from ._types import EventType, Lease, LeaseEvent, LeaseInfo
+from ._types import EventType, Lease, LeaseEvent, LeaseInfo, LockMode
 from .fencing import FencingGuard, StaleTokenError
 
 __all__ = [
@@ -49,8 +51,10 @@ __all__ = [
     "LeaseWatch",
     "Leader",
     "LeaderElector",
+    "LockMode",
     "LossCause",
     "RETRYABLE_REASONS",
+    "RWLock",
     "Reason",
     "Semaphore",
     "Session",

@@ -30,7 +30,16 @@ from ._losswatch import LossWatch
 from ._resume import Backoff, ResumePoint, watch_step
 from ._group import GroupSession
 from ._session import Session
-from ._types import EventType, Lease, LeaseEvent, LeaseInfo, Seconds, to_duration, to_seconds
+from ._types import (
+    EventType,
+    Lease,
+    LeaseEvent,
+    LeaseInfo,
+    LockMode,
+    Seconds,
+    to_duration,
+    to_seconds,
+)
 
 #: A Session or a GroupSession.
 S = TypeVar("S", bound=Session)
@@ -303,6 +312,13 @@ class TenureClient:
         (see :class:`Semaphore`). Makes no call: acquire does."""
         return Semaphore(self, name, limit)
 
+    def rwlock(self, name: str) -> "RWLock":
+        """The read-write lock `name`: one exclusive holder
+        (:meth:`RWLock.write`) or any number of shared ones
+        (:meth:`RWLock.read`) at once (see :class:`RWLock`). Makes no call:
+        acquiring does."""
+        return RWLock(self, name)
+
     def _acquire_context(
         self,
         name: str,
@@ -318,6 +334,7 @@ class TenureClient:
         lock_delay: Optional[Seconds],
         limit: int,
         preference: int = 0,
+        mode: LockMode = LockMode.UNSPECIFIED,
     ) -> "AcquireContext":
         """Checks the arguments of an acquire and returns its context."""
         ttl_s, margin = self._check_timing(ttl, renew_fraction, safety_margin)
@@ -336,6 +353,7 @@ class TenureClient:
                 lock_delay,
                 limit,
                 preference,
+                mode,
             )
         )
 
@@ -371,6 +389,7 @@ class TenureClient:
         lock_delay: Optional[Seconds],
         limit: int,
         preference: int,
+        mode: LockMode,
     ) -> Session:
         request = lease_pb2.AcquireRequest(
             name=name,
@@ -380,6 +399,7 @@ class TenureClient:
             metadata=dict(metadata or {}),
             limit=limit,
             preference=preference,
+            mode=lease_pb2.LockMode.Name(mode),
         )
         if lock_delay is not None and to_seconds(lock_delay) > 0:
             request.lock_delay.CopyFrom(to_duration(lock_delay))
@@ -627,6 +647,149 @@ class Semaphore:
             timeout=timeout,
             lock_delay=None,
             limit=self.limit,
+        )
+
+
+class RWLock:
+    """A read-write lock on the server: either one exclusive holder
+    (:meth:`write`) or any number of shared holders (:meth:`read`, up to the
+    server's ``--max-shared-holders``, 64 by default) at once. Every holder
+    has its own slot (:attr:`Session.slot`), lease key and fencing token
+    (tokens increase across all holders of the name, shared and exclusive,
+    in grant order). Get one from :meth:`TenureClient.rwlock`::
+
+        lock = client.rwlock("catalog")
+        async with lock.read("reader-1", ttl=10, wait=30) as r:
+            await read_catalog(r.fencing_token)
+        async with lock.write("writer-1", ttl=10, wait=30) as w:
+            await rebuild_catalog(w.fencing_token)
+            await w.downgrade()  # keep reading, let readers in
+            await verify_catalog(w.fencing_token)
+
+    Each holding is a :class:`Session` like a lease's: renewed in the
+    background, :attr:`Session.lost` set the moment it is lost (only its
+    own slot counts: other holders coming and going never end it), never
+    held past its safe deadline; :attr:`Session.mode` says EXCLUSIVE or
+    SHARED, and :meth:`Session.downgrade` turns an exclusive holding shared
+    without a gap.
+
+    Waiters of both modes queue in one arrival-order queue across replicas:
+    a :meth:`read` arriving after a queued :meth:`write` waits behind it, so
+    writers are never starved by a stream of readers. Without a wait an
+    acquire is refused LEASE_HELD when the lock is held incompatibly or
+    anyone is queued (``metadata["state"]`` QUEUED). There is no upgrade:
+    a :meth:`write` by a shared holder's holder and key is refused
+    MODE_MISMATCH. A semaphore's name is refused MODE_MISMATCH, and the
+    other way round (a plain lease of the same name is kept apart from the
+    lock).
+
+    Attributes:
+        name: the lock's name.
+    """
+
+    def __init__(self, client: TenureClient, name: str) -> None:
+        self._client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"RWLock(name={self.name!r})"
+
+    def write(
+        self,
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+    ) -> "AcquireContext":
+        """Takes the lock exclusively for `holder` (mode EXCLUSIVE), as
+        :meth:`TenureClient.acquire` takes a lease (same arguments; `wait`
+        waits in the lock's queue). Await it for the :class:`Session`, or
+        use ``async with``.
+
+        Raises:
+            TenureError: LEASE_HELD when anyone holds the lock or waits for
+                it (without a wait); MODE_MISMATCH when the name is a
+                semaphore's, or `holder` with this key holds it shared (no
+                upgrade); and as for a lease.
+        """
+        return self._acquire(
+            LockMode.EXCLUSIVE,
+            holder,
+            ttl,
+            wait,
+            lease_key,
+            metadata,
+            renew_fraction,
+            safety_margin,
+            timeout,
+        )
+
+    def read(
+        self,
+        holder: str,
+        ttl: Seconds = 10.0,
+        *,
+        wait: Optional[Seconds] = None,
+        lease_key: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        renew_fraction: float = DEFAULT_RENEW_FRACTION,
+        safety_margin: Optional[Seconds] = None,
+        timeout: Optional[float] = None,
+    ) -> "AcquireContext":
+        """Takes the lock shared for `holder` (mode SHARED), beside other
+        shared holders; arguments as for :meth:`write`.
+
+        Raises:
+            TenureError: LEASE_HELD when the lock is held exclusively or
+                anyone waits for it (without a wait);
+                TOO_MANY_SHARED_HOLDERS (retryable) when the server's
+                ``--max-shared-holders`` hold it shared (without a wait;
+                with one it waits for a holder to leave); MODE_MISMATCH
+                when the name is a semaphore's, or `holder` with this key
+                holds it exclusively; and as for a lease.
+        """
+        return self._acquire(
+            LockMode.SHARED,
+            holder,
+            ttl,
+            wait,
+            lease_key,
+            metadata,
+            renew_fraction,
+            safety_margin,
+            timeout,
+        )
+
+    def _acquire(
+        self,
+        mode: LockMode,
+        holder: str,
+        ttl: Seconds,
+        wait: Optional[Seconds],
+        lease_key: Optional[str],
+        metadata: Optional[Mapping[str, str]],
+        renew_fraction: float,
+        safety_margin: Optional[Seconds],
+        timeout: Optional[float],
+    ) -> "AcquireContext":
+        return self._client._acquire_context(
+            self.name,
+            holder,
+            ttl,
+            wait=wait,
+            lease_key=lease_key,
+            metadata=metadata,
+            renew_fraction=renew_fraction,
+            safety_margin=safety_margin,
+            timeout=timeout,
+            lock_delay=None,
+            limit=0,
+            mode=mode,
         )
 
 

@@ -68,6 +68,7 @@ RETRYABLE_REASONS: frozenset[_ReasonBase] = frozenset(
         Reason.TOO_MANY_REQUESTS,
         Reason.TOO_MANY_WATCHES,
         Reason.TOO_MANY_WAITERS,
+        Reason.TOO_MANY_SHARED_HOLDERS,
     }
 )
 

@@ -116,6 +116,15 @@ class GroupSession(Session):
         name = self.names[0] if name is None else name
         return fence_headers(self.fencing_token_of(name), self.fence_proof_of(name))
 
+    async def downgrade(self, *, timeout: float = 5.0) -> Lease:
+        """A group's members are plain leases: only a read-write lock's
+        exclusive holding downgrades.
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("a group holds plain leases: only a read-write lock holding downgrades")
+
     async def release(self, *, timeout: float = 5.0) -> GroupRelease:  # type: ignore[override]
         """Stops renewing, sets :attr:`lost` (cause RELEASED unless already
         lost), then releases every member still held in one ReleaseGroup.

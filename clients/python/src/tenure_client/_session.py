@@ -13,7 +13,7 @@ from ._errors import Reason, TenureError
 from ._gen import lease_pb2
 from ._keepalive import KeepAlive, UseUnary
 from ._losswatch import LossWatch
-from ._types import EventType, Lease, LeaseEvent
+from ._types import EventType, Lease, LeaseEvent, LockMode
 from .fencing import fence_headers
 
 _log = logging.getLogger("tenure_client")
@@ -90,10 +90,17 @@ class Session:
     Attributes:
         name: the lease name.
         holder: who holds it (as given to acquire).
-        fencing_token: the holding's fencing token (constant across renewals).
+        fencing_token: the holding's fencing token (constant across
+            renewals; a :meth:`downgrade` replaces it with a greater one).
         fence_proof: the holding's fence proof (see the property).
         slot: the semaphore slot of the holding (1 to the limit, see
-            :class:`Semaphore`); 0 for a plain lease.
+            :class:`Semaphore`), or the slot of a read-write lock's holding
+            (see :class:`RWLock`); 0 for a plain lease.
+        mode: for a read-write lock's holding, :attr:`LockMode.EXCLUSIVE`
+            (:meth:`RWLock.write`) or :attr:`LockMode.SHARED`
+            (:meth:`RWLock.read`, or after :meth:`downgrade`);
+            :attr:`LockMode.UNSPECIFIED` for a plain lease or a semaphore
+            slot.
         revision: the revision from the last Acquire or Renew reply (the one
             the next Renew or Release presents).
         lease_key: the ownership secret (the caller's own, or minted).
@@ -131,6 +138,7 @@ class Session:
         #: The acquiring reply's proof: renewal replies carry none.
         self._fence_proof = lease.fence_proof
         self.slot = lease.slot
+        self.mode: LockMode = lease.mode
         self.lease_key = lease_key
         self.renew_fraction = renew_fraction
         self._margin_given = safety_margin
@@ -151,6 +159,10 @@ class Session:
         #: A hand-over is in flight: a watch's loss waits for its reply.
         self._handing = False
         self._held_back: Any = None
+        #: A downgrade is in flight: the watch's events of the name wait for
+        #: its reply (the holding's token changes), then are judged again.
+        self._downgrading = False
+        self._during_downgrade: list[Optional[LeaseEvent]] = []
         # Set by _update: revision, ttl, lease, safety_margin, safe_deadline.
         self.revision = 0
         self.ttl = 0.0
@@ -243,11 +255,13 @@ class Session:
                 has ended (the session is then lost), also without a call when
                 the session was already lost, released or past its safe
                 deadline. Any other failure leaves the session as it was.
-            ValueError: a semaphore slot (only a plain lease is handed over).
+            ValueError: a semaphore slot or a read-write lock holding (only a
+                plain lease is handed over).
         """
         if self.slot:
+            kind = "read-write lock holding" if self.mode else "semaphore slot"
             raise ValueError(
-                f"lease {self.name!r} slot {self.slot} is a semaphore slot: "
+                f"lease {self.name!r} slot {self.slot} is a {kind}: "
                 "only a plain lease can be handed over"
             )
 
@@ -262,6 +276,88 @@ class Session:
             return Lease.from_proto(reply.lease)
 
         return await self._hand_over(send)
+
+    async def downgrade(self, *, timeout: float = 5.0) -> Lease:
+        """Turns this exclusive read-write lock holding (:meth:`RWLock.write`)
+        into a shared one with no gap (``LeaseService.Downgrade``): the
+        session holds the lock throughout, from now on beside any shared
+        holders, whose waiting :meth:`RWLock.read` calls may get in at once.
+        Returns the shared :class:`Lease`.
+
+        The session goes on as the shared holding: same slot and lease key,
+        :attr:`mode` SHARED, a new and greater :attr:`fencing_token` (the
+        exclusive one is superseded: a store that fences by token refuses
+        writes made with it from now on), the reply's :attr:`revision`,
+        which the background renewals present from now on, and the reply's
+        :attr:`fence_proof`. One call at a time with the renewals. The safe
+        deadline is left as it was (the next renewal moves it).
+
+        Raises:
+            TenureError: MODE_MISMATCH (FAILED_PRECONDITION, permanent) when
+                the holding is not an exclusive read-write lock holding (a
+                shared one, a plain lease, a semaphore slot): the session is
+                unchanged. LEASE_NOT_HELD when the holding has ended (the
+                session is then lost), also without a call when the session
+                was already lost, released or past its safe deadline. Any
+                other failure leaves the session as it was, unless the
+                client's watch saw the holding end meanwhile.
+        """
+        self._raise_unless_held()
+        async with self._rpc_lock:
+            self._raise_unless_held()
+            request = lease_pb2.DowngradeRequest(
+                name=self.name,
+                expected_revision=self.revision,
+                lease_key=self.lease_key,
+                slot=self.slot,
+            )
+            self._downgrading = True
+            try:
+                reply = await self._client._unary("Downgrade", request, timeout)
+            except BaseException as err:
+                # The holding as it was judges what the watch saw meanwhile.
+                self._judge_downgrade_events()
+                if isinstance(err, TenureError) and err.reason in (
+                    Reason.LEASE_NOT_HELD,
+                    Reason.LEASE_NOT_FOUND,
+                ):
+                    self._lose(LossCause.NOT_HELD, err)
+                raise
+            lease = Lease.from_proto(reply.lease)
+            # The shared holding replaces the exclusive one: renewals present
+            # its revision and expect its token; watch events older than it
+            # are the exclusive holding's.
+            self.fencing_token = lease.fencing_token
+            self._fence_proof = lease.fence_proof
+            self.mode = lease.mode
+            self._acquired = lease.revision
+            self.lease = lease
+            self.revision = lease.revision
+            self._judge_downgrade_events()
+            return lease
+
+    def _judge_downgrade_events(self) -> None:
+        """Ends the hold-back of a downgrade: the watch's events of the name
+        meanwhile are judged by the holding as it is now (see
+        :func:`lost_by`). A reopened watch's snapshot that lacked the
+        holding (``None``) ends it, unless the snapshot showed it with the
+        current token (it was told apart by the old one)."""
+        self._downgrading = False
+        held, self._during_downgrade = self._during_downgrade, []
+        shown = any(
+            event is not None
+            and event.type is EventType.CURRENT
+            and self._holds(event)
+            for event in held
+        )
+        for event in held:
+            if (
+                not shown
+                if event is None
+                else lost_by(event, self._acquired, self.slot, self.fencing_token)
+            ):
+                self._lose_on_watch(event)
+                return
 
     # ---- ending ------------------------------------------------------------
 
@@ -289,6 +385,10 @@ class Session:
         ):
             return False
         self._lose(LossCause.RELEASED)
+        if self._downgrading:
+            # Present the revision the downgrade leaves: wait for its reply.
+            async with self._rpc_lock:
+                pass
         request = lease_pb2.ReleaseRequest(
             name=self.name,
             expected_revision=self.revision,
@@ -451,6 +551,10 @@ class Session:
     def _observe(self, event: LeaseEvent) -> None:
         """Ends the session when a watch event shows its holding gone (see
         :func:`lost_by`)."""
+        if self._downgrading and event.name == self.name:
+            # The downgrade changes the token: judge the event by its reply.
+            self._during_downgrade.append(event)
+            return
         if event.name == self.name and lost_by(
             event, self._acquired, self.slot, self.fencing_token
         ):
@@ -460,6 +564,9 @@ class Session:
         """Marks the session lost by the shared watch (cause WATCH, or
         MISSED for a MISSED event)."""
         if self.lost.is_set():
+            return
+        if self._downgrading:
+            self._during_downgrade.append(event)
             return
         if self._handing:
             # Most likely the hand-over's own RELEASED: its reply decides.

@@ -1,5 +1,5 @@
-"""Plain Python views of Tenure's messages: :class:`Lease`, :class:`LeaseEvent`
-and :class:`EventType`, plus duration conversion."""
+"""Plain Python views of Tenure's messages: :class:`Lease`, :class:`LeaseEvent`,
+:class:`EventType` and :class:`LockMode`, plus duration conversion."""
 
 from __future__ import annotations
 
@@ -60,6 +60,30 @@ class EventType(enum.IntEnum):
         return self.name
 
 
+class LockMode(enum.IntEnum):
+    """How a holding holds a read-write lock (:meth:`TenureClient.rwlock`);
+    the values are the proto's ``tenure.v1.LockMode``."""
+
+    #: Not a read-write lock's holding: a plain lease or a semaphore slot.
+    UNSPECIFIED = lease_pb2.LOCK_MODE_UNSPECIFIED
+    #: The lock's only holder: nobody else, shared or exclusive, holds it.
+    EXCLUSIVE = lease_pb2.LOCK_MODE_EXCLUSIVE
+    #: One of the shared holders, while nobody holds it exclusively.
+    SHARED = lease_pb2.LOCK_MODE_SHARED
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def of(cls, value: int) -> "LockMode":
+        """The mode of a proto value; one newer than this client is
+        UNSPECIFIED."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+
+
 def _time(ts, present: bool) -> Optional[_dt.datetime]:
     return ts.ToDatetime(tzinfo=_dt.timezone.utc) if present else None
 
@@ -80,8 +104,9 @@ class Lease:
         renew_time: when it was last written (server clock, UTC).
         lock_delay: the holding's lock delay in seconds (``None`` when none):
             after it expires or is revoked the name stays refused this long.
-        slot: the semaphore slot of the holding (1 to the limit); 0 for a
-            plain lease.
+        slot: the semaphore slot of the holding (1 to the limit), or the
+            read-write lock slot of a lock's holding (every holder of a
+            read-write lock has its own); 0 for a plain lease.
         group: every name of the group this holding was acquired with
             (:meth:`TenureClient.acquire_group`), in request order; empty for
             a holding acquired alone.
@@ -89,6 +114,9 @@ class Lease:
             of the grant a downstream store verifies offline (docs/fencing.md);
             set in the replies that grant a holding when the server has a
             fence signing key, empty otherwise (renewal replies too).
+        mode: for a read-write lock's holding, :attr:`LockMode.EXCLUSIVE`
+            or :attr:`LockMode.SHARED`; :attr:`LockMode.UNSPECIFIED` for a
+            plain lease or a semaphore slot.
     """
 
     name: str
@@ -103,6 +131,7 @@ class Lease:
     slot: int = 0
     group: Tuple[str, ...] = ()
     fence_proof: bytes = b""
+    mode: LockMode = LockMode.UNSPECIFIED
 
     @classmethod
     def from_proto(cls, msg: lease_pb2.Lease) -> "Lease":
@@ -122,6 +151,7 @@ class Lease:
             slot=msg.slot,
             group=tuple(msg.group),
             fence_proof=msg.fence_proof,
+            mode=LockMode.of(msg.mode),
         )
 
 

@@ -1,5 +1,6 @@
 package dev.tenure.client;
 
+import dev.tenure.v1.LockMode;
 import java.time.Duration;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -39,8 +40,22 @@ public final class AcquireOptions {
   private final Duration lockDelay;
   private final List<String> names;
   private final int preference;
+  private final LockMode mode;
 
   private AcquireOptions(Builder b) {
+    if (b.mode != LockMode.LOCK_MODE_UNSPECIFIED) {
+      String with =
+          b.names != null
+              ? "a group"
+              : b.limit > 0
+                  ? "limit"
+                  : b.lockDelay != null ? "lockDelay" : b.preference > 0 ? "preference" : null;
+      if (with != null) {
+        throw new IllegalArgumentException(
+            "a read-write lock's mode does not combine with " + with);
+      }
+    }
+    this.mode = b.mode;
     if (b.names != null && b.limit > 0) {
       throw new IllegalArgumentException("a group takes plain leases: limit does not apply");
     }
@@ -164,6 +179,14 @@ public final class AcquireOptions {
     return preference;
   }
 
+  /**
+   * @return the read-write lock mode ({@code LOCK_MODE_EXCLUSIVE} or {@code LOCK_MODE_SHARED}), or
+   *     {@code LOCK_MODE_UNSPECIFIED} for a plain lease or a semaphore slot
+   */
+  public LockMode getMode() {
+    return mode;
+  }
+
   /** The safety margin for a granted TTL: the configured one or a tenth of the TTL. */
   Duration marginFor(Duration grantedTtl) {
     return safetyMargin != null ? safetyMargin : grantedTtl.dividedBy(DEFAULT_MARGIN_DIVISOR);
@@ -184,6 +207,7 @@ public final class AcquireOptions {
     private Duration lockDelay;
     private List<String> names;
     private int preference;
+    private LockMode mode = LockMode.LOCK_MODE_UNSPECIFIED;
 
     private Builder(String name, String holder) {
       this.name = Objects.requireNonNull(name, "name");
@@ -343,6 +367,25 @@ public final class AcquireOptions {
         throw new IllegalArgumentException("preference must not be negative, got " + preference);
       }
       this.preference = preference;
+      return this;
+    }
+
+    /**
+     * Makes the Acquire a read-write lock's: {@code LOCK_MODE_EXCLUSIVE} (the only holder) or
+     * {@code LOCK_MODE_SHARED} (one of any number of shared holders, up to the server's {@code
+     * --max-shared-holders}, while nobody holds it exclusively). Each holder gets its own slot
+     * and fencing token. Not combinable with {@link #limit(int)}, {@link #lockDelay(Duration)},
+     * {@link #preference(int)} or a group. {@link ReadWriteLock} is the helper for this.
+     *
+     * @param mode the mode; {@code LOCK_MODE_UNSPECIFIED} (the default) for a plain lease
+     * @return this builder
+     */
+    public Builder mode(LockMode mode) {
+      Objects.requireNonNull(mode, "mode");
+      if (mode == LockMode.UNRECOGNIZED) {
+        throw new IllegalArgumentException("mode must be a LockMode value, got " + mode);
+      }
+      this.mode = mode;
       return this;
     }
 

@@ -218,6 +218,7 @@ public final class LeaseClient implements AutoCloseable {
     if (options.getLockDelay() != null) {
       request.setLockDelay(toProto(options.getLockDelay()));
     }
+    request.setMode(options.getMode());
     Duration timeout = options.getRpcTimeout().plus(options.getWait());
     long send = System.nanoTime();
     AcquireResponse reply;
@@ -232,6 +233,17 @@ public final class LeaseClient implements AutoCloseable {
     session.start();
     lossWatch.add(session.watched());
     return session;
+  }
+
+  /**
+   * The read-write lock {@code name} over this client's connection; it makes no call ({@link
+   * ReadWriteLock#writeLock()} and {@link ReadWriteLock#readLock()} acquire).
+   *
+   * @param name the lock's name (a lease name)
+   * @return the lock
+   */
+  public ReadWriteLock readWriteLock(String name) {
+    return new ReadWriteLock(this, name);
   }
 
   /**
@@ -561,6 +573,11 @@ public final class LeaseClient implements AutoCloseable {
   /** The KeepAlive stream the sessions' renewals go through. */
   KeepAliveStream keepAlive() {
     return keepAlive;
+  }
+
+  /** The one watch that follows every live session. */
+  LossWatch lossWatch() {
+    return lossWatch;
   }
 
   void forget(GroupSession group) {

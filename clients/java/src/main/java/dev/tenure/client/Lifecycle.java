@@ -14,6 +14,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.function.Function;
+import java.util.function.Predicate;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -132,10 +133,18 @@ final class Lifecycle<R> {
   private Consumer<R> renewalObserver;
   /** A renewal was sent and has not been answered yet. */
   private boolean renewInFlight;
-  /** A hand-over is in flight: renewals wait, a watch's loss is held back. */
+  /**
+   * A hand-over or a change (a Downgrade) is in flight: renewals and a release wait, a watch's
+   * loss is held back.
+   */
   private boolean handing;
-  /** A watch event that ended the holding while a hand-over was in flight. */
+  /** A watch event that ended the holding while a hand-over or a change was in flight. */
   private LeaseEvent heldBack;
+  /**
+   * Counts the changes of the holding ({@link #change}): the answer to a renewal sent before one
+   * (with the old revision) is ignored.
+   */
+  private long generation;
 
   /**
    * The life of {@code held}, acquired by a request sent at {@code sendNanos}, logging to {@code
@@ -190,15 +199,17 @@ final class Lifecycle<R> {
   /** A blocking renewal for {@link #start()}; throws when the holding cannot be kept. */
   private void renewOnce() {
     R request;
+    long gen;
     synchronized (this) {
       request = held;
+      gen = generation;
     }
     long send = System.nanoTime();
     try {
       R reply = holding.renewBlocking(request, options.getRpcTimeout().toNanos());
       // The safe deadline may have passed during a long wait: this reply counts from a recent
       // send, so it is taken all the same.
-      renewed(send, reply, false);
+      renewed(gen, send, reply, false);
     } catch (TenureException error) {
       boolean expired;
       synchronized (this) {
@@ -279,6 +290,9 @@ final class Lifecycle<R> {
     boolean wasHeld;
     boolean refused;
     synchronized (this) {
+      // A hand-over or change in flight decides what there is to release (and with which
+      // revision): wait for its answer.
+      awaitLocked(() -> handing);
       if (state == State.RELEASED) {
         return false;
       }
@@ -326,64 +340,16 @@ final class Lifecycle<R> {
    *     the failure of {@code send}
    */
   <T> T handOver(Function<R, T> send) {
-    R toSend;
-    synchronized (this) {
-      if (!isHeld()) {
-        throw notHeldLocked();
-      }
-      if (handing) {
-        throw new IllegalStateException(
-            "a hand-over of " + holding.kind() + " " + holding.label() + " is already under way");
-      }
-      handing = true;
-      long until = System.nanoTime() + options.getRpcTimeout().toNanos();
-      boolean interrupted = false;
-      while (renewInFlight && until - System.nanoTime() > 0) {
-        try {
-          NANOSECONDS.timedWait(this, Math.max(1, until - System.nanoTime()));
-        } catch (InterruptedException e) {
-          interrupted = true;
-        }
-      }
-      if (interrupted) {
-        Thread.currentThread().interrupt();
-      }
-      if (!isHeld()) {
-        handing = false;
-        throw notHeldLocked();
-      }
-      toSend = held;
-    }
+    R toSend = beginExclusive("hand-over");
     T out;
     try {
       out = send.apply(toSend);
     } catch (RuntimeException error) {
-      List<Session.LossListener> toNotify = null;
-      Session.Loss lost = null;
-      synchronized (this) {
-        handing = false;
-        LeaseEvent back = heldBack;
-        heldBack = null;
-        if (state == State.HELD) {
-          ErrorReason reason =
-              error instanceof TenureException ? ((TenureException) error).getReason() : null;
-          if (back != null) {
-            toNotify = loseLocked(watchReason(back), null, back);
-          } else if (reason == ErrorReason.LEASE_NOT_HELD || reason == ErrorReason.LEASE_NOT_FOUND) {
-            toNotify = loseLocked(Session.LossReason.NOT_HELD, (TenureException) error);
-          } else if (renewTask == null) {
-            scheduleRenewLocked(System.nanoTime()); // one may have been skipped meanwhile
-          }
-          lost = loss;
-        }
-      }
-      if (toNotify != null) {
-        notify(toNotify, lost);
-      }
+      exclusiveFailed(error);
       throw error;
     }
     synchronized (this) {
-      handing = false;
+      endExclusiveLocked();
       heldBack = null;
       if (state == State.HELD) {
         state = State.RELEASED;
@@ -393,6 +359,141 @@ final class Lifecycle<R> {
     }
     holding.forget();
     return out;
+  }
+
+  /**
+   * Changes the holding in place with {@code send} (a Downgrade: a new fencing token and revision,
+   * the same holding otherwise), after the renewal in flight (if any) landed and with no renewal
+   * beside it; a {@link #release()} meanwhile waits for it. On success {@code apply} (called
+   * under this lock with what {@code send} returned, also if the holding was lost meanwhile, so
+   * that a release sends the new revision) returns the new holding, which the renewals send from
+   * then on; a watch event held back meanwhile (most likely the change's own write) ends the
+   * holding only if {@code endsNew} says it shows the new holding ended. On failure it is as
+   * after a failed hand-over: unchanged, unless the server says it ended ({@code LEASE_NOT_HELD},
+   * {@code LEASE_NOT_FOUND}) or the loss watch saw it end meanwhile.
+   *
+   * @param send sends the change of the given (latest) holding; throws on failure
+   * @param apply takes the reply in (under this lock) and returns the new holding
+   * @param endsNew whether a held-back watch event shows the new holding ended
+   * @param <T> what the change returns
+   * @return what {@code send} returned
+   * @throws TenureException {@code LEASE_NOT_HELD} without a call when the holding is not held;
+   *     the failure of {@code send}
+   */
+  <T> T change(Function<R, T> send, Function<T, R> apply, Predicate<LeaseEvent> endsNew) {
+    R toSend = beginExclusive("change");
+    T out;
+    try {
+      out = send.apply(toSend);
+    } catch (RuntimeException error) {
+      exclusiveFailed(error);
+      throw error;
+    }
+    List<Session.LossListener> toNotify = null;
+    Session.Loss lost = null;
+    synchronized (this) {
+      endExclusiveLocked();
+      LeaseEvent back = heldBack;
+      heldBack = null;
+      held = apply.apply(out);
+      // A renewal still unanswered (its wait timed out) carries the old revision: ignore it.
+      generation++;
+      renewInFlight = false;
+      if (state == State.HELD) {
+        if (back != null && endsNew.test(back)) {
+          toNotify = loseLocked(watchReason(back), null, back);
+          lost = loss;
+        } else if (renewTask == null) {
+          // Skipped while the change was in flight, or its answer is now ignored: renew (when due).
+          scheduleRenewLocked(lastSendNanos + intervalNanos());
+        }
+      }
+    }
+    if (toNotify != null) {
+      notify(toNotify, lost);
+    }
+    return out;
+  }
+
+  /**
+   * Starts a hand-over or change: marks it in flight (renewals wait, a watch's loss is held back)
+   * and waits for the renewal in flight, if any, to land.
+   *
+   * @param what "hand-over" or "change", for messages
+   * @return the latest holding, to send
+   */
+  private synchronized R beginExclusive(String what) {
+    if (!isHeld()) {
+      throw notHeldLocked();
+    }
+    if (handing) {
+      throw new IllegalStateException(
+          "cannot start a "
+              + what
+              + " of "
+              + holding.kind()
+              + " "
+              + holding.label()
+              + ": a hand-over or change is already under way");
+    }
+    handing = true;
+    awaitLocked(() -> renewInFlight);
+    if (!isHeld()) {
+      endExclusiveLocked();
+      throw notHeldLocked();
+    }
+    return held;
+  }
+
+  /** A hand-over or change is over: renewals and a release may go. Caller holds the lock. */
+  private void endExclusiveLocked() {
+    handing = false;
+    notifyAll();
+  }
+
+  /** Waits (at most the RPC timeout) while {@code condition} holds. Caller holds the lock. */
+  private void awaitLocked(java.util.function.BooleanSupplier condition) {
+    long until = System.nanoTime() + options.getRpcTimeout().toNanos();
+    boolean interrupted = false;
+    while (condition.getAsBoolean() && until - System.nanoTime() > 0) {
+      try {
+        NANOSECONDS.timedWait(this, Math.max(1, until - System.nanoTime()));
+      } catch (InterruptedException e) {
+        interrupted = true;
+      }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /**
+   * A hand-over or change failed with {@code error}: the holding is unchanged, unless the server
+   * says it ended or the loss watch saw it end meanwhile (then it is lost).
+   */
+  private void exclusiveFailed(RuntimeException error) {
+    List<Session.LossListener> toNotify = null;
+    Session.Loss lost = null;
+    synchronized (this) {
+      endExclusiveLocked();
+      LeaseEvent back = heldBack;
+      heldBack = null;
+      if (state == State.HELD) {
+        ErrorReason reason =
+            error instanceof TenureException ? ((TenureException) error).getReason() : null;
+        if (back != null) {
+          toNotify = loseLocked(watchReason(back), null, back);
+        } else if (reason == ErrorReason.LEASE_NOT_HELD || reason == ErrorReason.LEASE_NOT_FOUND) {
+          toNotify = loseLocked(Session.LossReason.NOT_HELD, (TenureException) error);
+        } else if (renewTask == null) {
+          scheduleRenewLocked(System.nanoTime()); // one may have been skipped meanwhile
+        }
+        lost = loss;
+      }
+    }
+    if (toNotify != null) {
+      notify(toNotify, lost);
+    }
   }
 
   private TenureException notHeldLocked() {
@@ -462,7 +563,7 @@ final class Lifecycle<R> {
         return;
       }
       if (handing) {
-        // Most likely the hand-over's own RELEASED: its reply decides.
+        // Most likely the hand-over's own RELEASED, or the change's own write: its reply decides.
         if (heldBack == null) {
           heldBack = event;
         }
@@ -532,6 +633,7 @@ final class Lifecycle<R> {
     R request;
     long send;
     long timeout;
+    long gen;
     List<Session.LossListener> toNotify;
     Session.Loss lost;
     synchronized (this) {
@@ -540,9 +642,10 @@ final class Lifecycle<R> {
         return;
       }
       if (renewalsPaused || handing) {
-        return; // a failed hand-over schedules the next one
+        return; // a change, or a failed hand-over, schedules the next one
       }
       send = System.nanoTime();
+      gen = generation;
       long left = deadlineNanos - send;
       if (left > 0) {
         request = held;
@@ -561,14 +664,18 @@ final class Lifecycle<R> {
       notify(toNotify, lost);
       return;
     }
-    holding.renewAsync(request, timeout, reply -> renewed(send, reply, true), this::renewFailed);
+    holding.renewAsync(
+        request, timeout, reply -> renewed(gen, send, reply, true), error -> renewFailed(gen, error));
   }
 
-  private void renewed(long send, R reply, boolean reschedule) {
+  private void renewed(long gen, long send, R reply, boolean reschedule) {
     List<Session.LossListener> toNotify = null;
     Session.Loss lost = null;
     Consumer<R> observer = null;
     synchronized (this) {
+      if (gen != generation) {
+        return; // sent before a change, with the old revision; the change renews anew
+      }
       landedLocked();
       if (state != State.HELD) {
         return;
@@ -605,10 +712,13 @@ final class Lifecycle<R> {
     }
   }
 
-  private void renewFailed(TenureException error) {
+  private void renewFailed(long gen, TenureException error) {
     List<Session.LossListener> toNotify;
     Session.Loss lost;
     synchronized (this) {
+      if (gen != generation) {
+        return; // sent before a change, with the old revision; the change renews anew
+      }
       landedLocked();
       if (state != State.HELD) {
         return;

@@ -140,6 +140,16 @@ final class LossWatch {
     }
   }
 
+  /**
+   * Follows {@code next} instead of {@code previous} (the same holding after a Downgrade gave it a
+   * new token), also when the watch already stopped following {@code previous} because an event
+   * (the downgrade's own write, most likely) seemed to end it.
+   */
+  synchronized void replace(Watched previous, Watched next) {
+    sessions.remove(previous);
+    add(next);
+  }
+
   synchronized void remove(Watched session) {
     sessions.remove(session);
     if (sessions.isEmpty()) {

@@ -3,8 +3,10 @@ package dev.tenure.client;
 import static java.util.concurrent.TimeUnit.NANOSECONDS;
 
 import com.google.protobuf.ByteString;
+import dev.tenure.v1.DowngradeRequest;
 import dev.tenure.v1.Lease;
 import dev.tenure.v1.LeaseEvent;
+import dev.tenure.v1.LockMode;
 import dev.tenure.v1.ReleaseRequest;
 import dev.tenure.v1.ReleaseResponse;
 import dev.tenure.v1.RenewRequest;
@@ -141,13 +143,17 @@ public final class Session implements AutoCloseable {
   private final String name;
   private final String holder;
   private final String leaseKey;
-  private final long fencingToken;
-  /** The fence proof of the grant (the Acquire reply's; renewal replies carry none). */
-  private final ByteString fenceProof;
   private final int slot;
-  private final LossWatch.Watched watched;
   /** The life of the holding; its lock guards the last lease and {@code releaseRevision}. */
   private final Lifecycle<Lease> life;
+
+  // Written under the lock of {@code life} (by a Downgrade, which no renewal runs beside), read
+  // without it too.
+  private volatile long fencingToken;
+  /** The fence proof of the grant (the Acquire or Downgrade reply's; renewal replies carry none). */
+  private volatile ByteString fenceProof;
+  private volatile LockMode mode;
+  private volatile LossWatch.Watched watched;
 
   private long releaseRevision;
 
@@ -158,9 +164,29 @@ public final class Session implements AutoCloseable {
     this.leaseKey = leaseKey;
     this.fencingToken = lease.getFencingToken();
     this.fenceProof = lease.getFenceProof();
+    this.mode = lease.getMode();
     this.slot = lease.getSlot();
     this.life = new Lifecycle<>(client, options, new LeaseHolding(), LOG, lease, sendNanos);
-    this.watched = new LossWatch.Watched(name, slot, fencingToken, life::endedByWatch);
+    this.watched = watchedFor(fencingToken);
+  }
+
+  /** What the loss watch follows for this holding while its fencing token is {@code token}. */
+  private LossWatch.Watched watchedFor(long token) {
+    return new LossWatch.Watched(name, slot, token, event -> endedByWatch(token, event));
+  }
+
+  /**
+   * The loss watch saw the holding it followed with {@code token} end. After a downgrade replaced
+   * that token (the watch may have judged the downgrade's own write against the old one just as
+   * its reply came), the event counts only if it shows the current holding ended.
+   */
+  private void endedByWatch(long token, LeaseEvent event) {
+    synchronized (life) {
+      if (token != fencingToken && !LossWatch.showsLoss(name, slot, fencingToken, event)) {
+        return;
+      }
+      life.endedByWatch(event);
+    }
   }
 
   /**
@@ -184,7 +210,7 @@ public final class Session implements AutoCloseable {
   /**
    * The fencing token of this holding: the same for every renewal, and strictly greater for every
    * later holder of the name. Send it with every write to a downstream store (see {@link
-   * FencingGuard}).
+   * FencingGuard}). {@link #downgrade()} replaces it with a greater one.
    *
    * @return the fencing token
    */
@@ -196,7 +222,8 @@ public final class Session implements AutoCloseable {
    * The fence proof of this holding: an Ed25519-signed statement of (bucket, lease name, slot,
    * fencing token, holder, grant time, TTL) that a downstream store verifies offline before it
    * trusts the token, so that a forged or foreign token can never become its highest ({@code
-   * docs/fencing.md}). The same for every renewal. Send it with every write, e.g. as the headers of
+   * docs/fencing.md}). The same for every renewal; {@link #downgrade()} replaces it with its
+   * reply's (empty when that carries none). Send it with every write, e.g. as the headers of
    * {@link #fenceHeaders()}.
    *
    * @return a copy of the proof bytes; empty when the server signs no proofs (it was started
@@ -214,17 +241,30 @@ public final class Session implements AutoCloseable {
    * @return the header names and values, in that order (unmodifiable)
    */
   public Map<String, String> fenceHeaders() {
-    return FenceHeaders.of(fenceProof, fencingToken);
+    synchronized (life) {
+      return FenceHeaders.of(fenceProof, fencingToken);
+    }
   }
 
   /**
-   * The semaphore slot of this holding (1 to the semaphore's limit), sent with every renewal and
-   * the release; 0 for a plain lease.
+   * The slot of this holding, sent with every renewal and the release: a semaphore's (1 to the
+   * semaphore's limit) or a read-write lock holding's; 0 for a plain lease.
    *
    * @return the slot, or 0
    */
   public int getSlot() {
     return slot;
+  }
+
+  /**
+   * How a read-write lock's holding holds the name ({@link ReadWriteLock}): {@code
+   * LOCK_MODE_EXCLUSIVE} or {@code LOCK_MODE_SHARED} ({@code LOCK_MODE_SHARED} after a {@link
+   * #downgrade()}); {@code LOCK_MODE_UNSPECIFIED} for a plain lease or a semaphore slot.
+   *
+   * @return the mode
+   */
+  public LockMode getMode() {
+    return mode;
   }
 
   /** What the client's loss watch follows for this session. */
@@ -371,6 +411,60 @@ public final class Session implements AutoCloseable {
         });
   }
 
+  /**
+   * Turns an exclusive read-write lock holding ({@link ReadWriteLock#writeLock()}) into a shared
+   * one with no gap ({@code LeaseService.Downgrade}): the session holds the name throughout, keeps
+   * its slot and lease key, and from this call on is a shared holder with a new, greater fencing
+   * token, so waiting readers may join it. The session is updated in place: {@link
+   * #getFencingToken()}, {@link #getRevision()}, {@link #getMode()} ({@code LOCK_MODE_SHARED}) and
+   * {@link #fenceProof()} are the reply's, and the background renewals go on with the new
+   * revision. The exclusive token is superseded (a store that fences by token refuses it from now
+   * on): send the new token with later writes. The call waits for a renewal in flight; renewals
+   * and a release wait for it.
+   *
+   * <p>If the call fails without an answer (deadline, connection), the holding may have been
+   * downgraded all the same: the session then learns it from its loss watch or next renewal and
+   * is lost.
+   *
+   * @return the shared holding, as the server returned it
+   * @throws TenureException {@code MODE_MISMATCH} (permanent) when the holding is not an exclusive
+   *     read-write lock holding: the session is unchanged and still held; {@code LEASE_NOT_HELD}
+   *     when the holding has ended (the session is then lost), also without a call when the session
+   *     is not held; any other failure leaves the session as it was
+   */
+  public Lease downgrade() {
+    return life.change(
+        held -> {
+          DowngradeRequest request =
+              DowngradeRequest.newBuilder()
+                  .setName(name)
+                  .setExpectedRevision(held.getRevision())
+                  .setLeaseKey(leaseKey)
+                  .setSlot(slot)
+                  .build();
+          try {
+            return client
+                .blockingStub()
+                .withDeadlineAfter(AcquireOptions.DEFAULT_RPC_TIMEOUT.toNanos(), NANOSECONDS)
+                .downgrade(request)
+                .getLease();
+          } catch (StatusRuntimeException e) {
+            throw client.error(e, "Downgrade");
+          }
+        },
+        // Under the lock of life, with no renewal in flight.
+        lease -> {
+          fencingToken = lease.getFencingToken();
+          fenceProof = lease.getFenceProof();
+          mode = lease.getMode();
+          LossWatch.Watched previous = watched;
+          watched = watchedFor(fencingToken);
+          client.lossWatch().replace(previous, watched);
+          return lease;
+        },
+        event -> LossWatch.showsLoss(name, slot, fencingToken, event));
+  }
+
   /** Hands the holding over with {@code send} (see {@link Lifecycle#handOver}). */
   <T> T handOver(Function<Lease, T> send) {
     return life.handOver(send);
@@ -391,6 +485,7 @@ public final class Session implements AutoCloseable {
       return "Session{name="
           + name
           + (slot != 0 ? ", slot=" + slot : "")
+          + (mode != LockMode.LOCK_MODE_UNSPECIFIED ? ", mode=" + mode : "")
           + ", holder="
           + holder
           + ", fencingToken="

@@ -45,7 +45,8 @@ public final class TenureException extends RuntimeException {
               ErrorReason.SHUTTING_DOWN,
               ErrorReason.TOO_MANY_REQUESTS,
               ErrorReason.TOO_MANY_WATCHES,
-              ErrorReason.TOO_MANY_WAITERS));
+              ErrorReason.TOO_MANY_WAITERS,
+              ErrorReason.TOO_MANY_SHARED_HOLDERS));
 
   /** The gRPC codes after which a failure without a Tenure reason may pass. */
   private static final Set<Status.Code> RETRYABLE_CODES =
@@ -239,7 +240,7 @@ public final class TenureException extends RuntimeException {
 
   /**
    * For {@code ATOMIC_BATCH_UNSUPPORTED} (the server's NATS has no atomic batches, which lock-delay,
-   * semaphores and groups need): the nats-server version needed.
+   * semaphores, read-write locks and groups need): the nats-server version needed.
    *
    * @return the version, for that reason only
    */

@@ -119,4 +119,21 @@ class TenureExceptionTest {
         TenureException.from(status(Code.RESOURCE_EXHAUSTED, "tenure.v1", "TOO_MANY_REQUESTS"))
             .isRetryable());
   }
+
+  @Test
+  void readWriteLockReasons() {
+    // A reader refused at --max-shared-holders may retry (like TOO_MANY_WAITERS) ...
+    TenureException full =
+        TenureException.from(
+            status(Code.RESOURCE_EXHAUSTED, "tenure.v1", "TOO_MANY_SHARED_HOLDERS"));
+    assertEquals(ErrorReason.TOO_MANY_SHARED_HOLDERS, full.getReason());
+    assertTrue(full.isRetryable());
+    assertTrue(TenureException.RETRYABLE_REASONS.contains(ErrorReason.TOO_MANY_SHARED_HOLDERS));
+    // ... a name used another way, an upgrade or a downgrade of a shared holding may not.
+    TenureException mismatch =
+        TenureException.from(status(Code.FAILED_PRECONDITION, "tenure.v1", "MODE_MISMATCH"));
+    assertEquals(ErrorReason.MODE_MISMATCH, mismatch.getReason());
+    assertFalse(mismatch.isRetryable());
+    assertFalse(TenureException.isRetryable(ErrorReason.MODE_MISMATCH));
+  }
 }
