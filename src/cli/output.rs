@@ -183,7 +183,11 @@ pub fn lease_row(l: &Lease, now: SystemTime) -> Vec<String> {
             0 => l.name.clone(),
             slot => format!("{}#{slot}", l.name),
         },
-        l.holder.clone(),
+        // A read-write lock's holder says how it holds.
+        match mode_name(l.mode) {
+            Some(mode) => format!("{} ({mode})", l.holder),
+            None => l.holder.clone(),
+        },
         l.fencing_token.to_string(),
         l.revision.to_string(),
         ttl_left(l, now).map(secs).unwrap_or_else(|| "-".into()),
@@ -194,6 +198,16 @@ pub fn lease_row(l: &Lease, now: SystemTime) -> Vec<String> {
         "-".into(),
         l.renew_time.map(rfc3339).unwrap_or_else(|| "-".into()),
     ]
+}
+
+/// How a read-write lock's holding holds it (`shared`, `exclusive`);
+/// `None` for a plain lease or a semaphore slot.
+fn mode_name(mode: i32) -> Option<&'static str> {
+    match crate::proto::LockMode::try_from(mode) {
+        Ok(crate::proto::LockMode::Shared) => Some("shared"),
+        Ok(crate::proto::LockMode::Exclusive) => Some("exclusive"),
+        _ => None,
+    }
 }
 
 /// A table of leases.
@@ -221,6 +235,9 @@ pub fn lease_json(l: &Lease) -> Value {
     });
     if l.slot > 0 {
         v["slot"] = l.slot.into();
+    }
+    if let Some(mode) = mode_name(l.mode) {
+        v["mode"] = mode.into();
     }
     if !l.group.is_empty() {
         v["group"] = l.group.clone().into();

@@ -316,6 +316,27 @@ async fn lock_exit_codes() {
     // --limit N > 1 holds one of N semaphore slots, renewed and released.
     let limit = code(&["lock", "x.sem", "--limit", "3", "--", "true"]).await;
     assert_eq!(limit.code, 0, "{}", limit.stderr);
+    // --mode shared joins a shared holder of a read-write lock (renewed
+    // and released by its slot); --mode exclusive is refused beside it.
+    let mut c = t.client().await;
+    acquire(
+        &mut c,
+        tenure::proto::AcquireRequest {
+            mode: tenure::proto::LockMode::Shared as i32,
+            ..acquire_req("x.rw", "reader", 60)
+        },
+    )
+    .await;
+    let shared = code(&["lock", "x.rw", "--mode", "shared", "--", "true"]).await;
+    assert_eq!(shared.code, 0, "{}", shared.stderr);
+    let exclusive = code(&["lock", "x.rw", "--mode", "exclusive", "--", "true"]).await;
+    assert_eq!(exclusive.code, 75, "{}", exclusive.stderr);
+    let listed = code(&["get", "x.rw"]).await;
+    assert!(
+        listed.stdout.contains("reader (shared)"),
+        "{}",
+        listed.stdout
+    );
 
     let mut c = t.client().await;
     acquire(&mut c, acquire_req("x.held", "other", 60)).await;
