@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Model check of the lease protocol (model/lease.pml), fair queueing
-# (model/fifo.pml), semaphores (model/sem.pml), groups (model/group.pml) and
-# lock-delay fences (model/delay.pml) with spin; model/README.md explains the
-# models.
+# (model/fifo.pml), semaphores (model/sem.pml), groups (model/group.pml),
+# lock-delay fences (model/delay.pml) and read-write locks (model/rwlock.pml)
+# with spin; model/README.md explains the models.
 #
-#   scripts/model-check.sh            every check (about 9 minutes on 2 cores)
+#   scripts/model-check.sh            every check (about 10 minutes on 2 cores)
 #   scripts/model-check.sh fifo NO_   only checks whose name contains a word
 #   scripts/model-check.sh --install  only installs spin and gcc (CI, before
 #                                     running the checks beside other apt users)
@@ -332,6 +332,23 @@ probe delay-probe-3 delay 3 "the waiter goes on once the delay has passed"
 probe delay-probe-4 delay 4 "the waiter's batch deletes an older fence"
 probe delay-probe-5 delay 5 "the waiter's batch writes its own fence"
 probe delay-probe-6 delay 6 "an Acquire of an empty name deletes a fence that outlived the marker"
+
+# ---- read-write locks: the filter condition, modes, downgrade and the queue ----
+verify rwlock rwlock "" \
+  "slot keys S1, S2 (N = 2) and the definition (defined before, never changed) under one filter F; A (EXCLUSIVE) 2 Acquires, B (SHARED) 1, C (SHARED or EXCLUSIVE, chosen per call) 1; the scan reads one message at a time in revision order, each at its own moment, L the last revision read; the record into a free slot read, filter-conditional on L, 2 attempts; a call without a ticket only into an empty queue, then a ticket at the tail, only the head takes; 1 renewal and 1 downgrade (own slot's revision); release, deadline and expiry; tombstones and markers age out at any time; stream sequence <= 11 (cuts nothing)"
+control rwlock-EXACT_COND rwlock "-DEXACT_COND" "the Acquire's write is conditional on its own slot's revision as read, not on the filter" RW1
+control rwlock-NO_MODE_CHECK rwlock "-DNO_MODE_CHECK" "a SHARED Acquire counts an EXCLUSIVE record as a shared one" RW1
+control rwlock-DOWNGRADE_OLD_TOKEN rwlock "-DDOWNGRADE_OLD_TOKEN" "the downgrade keeps the EXCLUSIVE grant's token" RW2
+control rwlock-BARGE rwlock "-DBARGE" "an Acquire without a ticket does not read the queue" RW3
+control rwlock-SCAN_ANY_ORDER rwlock "-DSCAN_ANY_ORDER" "the scan reads each slot once, in any order (concurrent gets), L the largest revision read" RW1
+probe rwlock-probe-1 rwlock 1 "two SHARED holders at once"
+probe rwlock-probe-2 rwlock 2 "a downgrade"
+probe rwlock-probe-3 rwlock 3 "a SHARED grant while a downgraded holder holds"
+probe rwlock-probe-4 rwlock 4 "a filter-conditional write refused by a write to another slot"
+probe rwlock-probe-5 rwlock 5 "an EXCLUSIVE waiter granted with a SHARED waiter queued behind it"
+probe rwlock-probe-6 rwlock 6 "an Acquire without a ticket refused by the queue alone"
+probe rwlock-probe-7 rwlock 7 "a scan reads a slot twice (a message written during the scan)"
+probe rwlock-probe-8 rwlock 8 "a SHARED Acquire finds N SHARED records held (not compatible)"
 
 echo "model-check: total $((SECONDS - start)) s"
 if [ "$failed" -gt 0 ]; then

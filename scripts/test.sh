@@ -101,7 +101,7 @@ scripts/check-ops.sh
 # redis-server with apt-get too, and two apt-gets at once fail on its lock.
 scripts/model-check.sh --install
 model_log=$(mktemp)
-step "model check of the lease, fair-queue, semaphore, group and lock-delay protocols starts in the background (spin; about 8 minutes of one core, at the lowest CPU priority)"
+step "model check of the lease, fair-queue, semaphore, group, lock-delay and read-write lock protocols starts in the background (spin; about 8 minutes of one core, at the lowest CPU priority)"
 nice -n 19 scripts/model-check.sh >"$model_log" 2>&1 &
 model_pid=$!
 trap 'kill "$model_pid" "$tools_pid" 2>/dev/null || true; rm -f "$model_log" "$tools_log"' EXIT

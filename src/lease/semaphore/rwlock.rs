@@ -206,7 +206,10 @@ impl Leases {
 
     /// Reads every key of read-write lock `name` (one scan of its
     /// wildcard); `max`: this replica's `--max-shared-holders`, which
-    /// bounds how many keys it reads.
+    /// bounds how many keys it reads. The scan walks revisions upwards,
+    /// which makes it a consistent read at its last revision (reading
+    /// each key once in any order would not be: `model/rwlock.pml`,
+    /// control `SCAN_ANY_ORDER`).
     async fn read_lock(&self, name: &str, max: u32) -> Result<Lock> {
         // Slots, the definition, and slots of a replica with a larger
         // --max-shared-holders, up to a cap.
