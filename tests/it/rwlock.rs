@@ -649,3 +649,36 @@ async fn a_watch_sees_a_fresh_lock_without_missed_events() {
         );
     }
 }
+
+/// An unused read-write lock is swept like a semaphore (its definition's
+/// tombstone, conditional on the lock's wildcard, in the batch with its
+/// slots'), and the name is a lock again at the next Acquire, with a
+/// higher token.
+#[tokio::test]
+async fn an_unused_lock_is_swept_and_taken_again() {
+    let t = Tenure::start_with(|c| c.marker_ttl = Duration::from_secs(2)).await;
+    let mut c = t.client().await;
+    let kv = t.kv().await;
+    let mut changes = kv.watch("_tenure.sem.rw.swept.limit").await.unwrap();
+    let got = c
+        .acquire(rw_req("rw.swept", "w", LockMode::Exclusive))
+        .await
+        .unwrap()
+        .into_inner();
+    release(&mut c, &got).await;
+    within("the unused lock's removal", async {
+        loop {
+            let e = changes.next().await.expect("watch").expect("entry");
+            if e.operation == async_nats::jetstream::kv::Operation::Delete {
+                break;
+            }
+        }
+    })
+    .await;
+    let again = c
+        .acquire(rw_req("rw.swept", "r", LockMode::Shared))
+        .await
+        .expect("the lock is defined again")
+        .into_inner();
+    assert!(again.lease.unwrap().fencing_token > got.lease.unwrap().fencing_token);
+}

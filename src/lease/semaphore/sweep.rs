@@ -26,6 +26,15 @@
 //! half the marker TTL reads again before it writes (`model/sem.pml`,
 //! controls `SWEEP_DEF_ONLY` and `AGE_ANY_TIME`).
 //!
+//! A read-write lock (`rwlock.rs`) is removed the same way, but its
+//! definition's tombstone, first in the batch, is conditional on the lock's
+//! wildcard (the last revision the sweep read of any of its keys) rather
+//! than on the definition alone: the lock's Acquires write conditional on
+//! that wildcard, and the leader of a replicated stream holds a condition
+//! back only while another with the same subject string is in flight, so a
+//! slot tombstone's own-key condition would not see an Acquire of that slot
+//! proposed but not yet applied.
+//!
 //! Every replica sweeps each of its shards every [`sweep_every`]; replicas
 //! that race to remove the same semaphore conflict on the definition and
 //! one wins. A sweep reads at most [`SCAN_MAX`] semaphore keys from the
@@ -56,6 +65,10 @@ pub fn sweep_every(marker_ttl: Duration) -> Duration {
 struct Seen {
     /// The definition's revision and limit (`None`: no live definition).
     definition: Option<(u64, u32)>,
+    /// Whether the definition is a read-write lock's.
+    rw: bool,
+    /// The largest revision of any of its keys.
+    last: u64,
     /// Each slot's last revision, by slot.
     slots: BTreeMap<u32, u64>,
     /// Whether a slot holds a record.
@@ -116,11 +129,27 @@ impl Leases {
                     Write::delete(slot_key(name, slot), bytes::Bytes::new(), Some(read))
                 })
                 .collect();
-            writes.push(Write::delete(
-                keys::semaphore_definition(name),
-                bytes::Bytes::new(),
-                Some(revision),
-            ));
+            let definition = match seen.rw {
+                // A read-write lock's Acquires write conditional on the
+                // lock's wildcard, which the leader of a replicated stream
+                // holds back only against writes with the same condition
+                // (design section 23): the removal names it too, first in
+                // its batch, over the last revision it read of the lock.
+                true => Write {
+                    expected: Some(seen.last),
+                    expected_of: Some(keys::semaphore_filter(name)),
+                    ..Write::delete(keys::semaphore_definition(name), bytes::Bytes::new(), None)
+                },
+                false => Write::delete(
+                    keys::semaphore_definition(name),
+                    bytes::Bytes::new(),
+                    Some(revision),
+                ),
+            };
+            match seen.rw {
+                true => writes.insert(0, definition),
+                false => writes.push(definition),
+            }
             match self.store.batch(&writes).await {
                 Ok(_) => {
                     removed += 1;
@@ -144,14 +173,17 @@ fn gather(messages: &[Message]) -> BTreeMap<&str, Seen> {
         if let Some(name) = keys::parse_semaphore_definition(&m.name) {
             let seen = out.entry(name).or_default();
             seen.newest_ms = seen.newest_ms.max(m.time_ms);
+            seen.last = seen.last.max(m.revision);
             if let Op::Put(payload) = &m.op {
                 if let Ok(d) = serde_json::from_slice::<Definition>(payload) {
                     seen.definition = Some((m.revision, d.limit));
+                    seen.rw = d.rw;
                 }
             }
         } else if let Some((name, slot)) = keys::parse_semaphore_slot(&m.name) {
             let seen = out.entry(name).or_default();
             seen.newest_ms = seen.newest_ms.max(m.time_ms);
+            seen.last = seen.last.max(m.revision);
             seen.slots.insert(slot, m.revision);
             // A record is a holding until it is released or expires (NATS
             // then writes a marker over it).
@@ -204,6 +236,20 @@ mod tests {
         assert_eq!(ab.newest_ms, 300);
         // A removed definition is no definition.
         assert_eq!(seen["c"].definition, None);
+        // The last revision of each name's keys, and a lock's flag.
+        assert_eq!((a.last, ab.last), (2, 4));
+        let lock = [msg(
+            "_tenure.sem.l.limit",
+            7,
+            1,
+            Op::Put(
+                serde_json::to_vec(&Definition { limit: 4, rw: true })
+                    .unwrap()
+                    .into(),
+            ),
+        )];
+        let lock = gather(&lock);
+        assert!(lock["l"].rw && !a.rw);
     }
 
     #[test]
