@@ -55,6 +55,7 @@ mod ownership;
 mod partition;
 mod restart;
 mod rwlock;
+mod rwlock_r3;
 mod security;
 mod semaphore;
 mod shards;
