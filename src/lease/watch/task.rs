@@ -477,14 +477,19 @@ impl HubState {
         let Some(name) = crate::lease::keys::waited_name(key) else {
             return;
         };
+        // Load follows are of one name each (waiters follow their name).
         let woken: Vec<u64> = self
-            .loading
-            .keys()
+            .by_name
+            .get(name)
+            .into_iter()
+            .flatten()
             .copied()
             .filter(|id| {
-                self.subscribers
-                    .get(id)
-                    .is_some_and(|s| s.filter.matches(name) && s.queue.bytes() == 0)
+                self.loading.contains_key(id)
+                    && self
+                        .subscribers
+                        .get(id)
+                        .is_some_and(|s| s.queue.bytes() == 0)
             })
             .collect();
         let wake = wake(name);
@@ -571,7 +576,7 @@ impl HubState {
                 reply,
                 ..
             } if self.mirror.live || !following => {
-                let subscription = self.register(filter, kinds, false);
+                let (_, subscription) = self.register(filter, kinds, false);
                 let _ = reply.send(Ok(subscription));
                 return;
             }
@@ -585,8 +590,8 @@ impl HubState {
                 // Loading: confirmed at once (a waiter does not wait for the
                 // load, nor poll meanwhile), and woken once it is live, for
                 // whatever ended during the load.
-                let subscription = self.register(filter, kinds, false);
-                self.loading.insert(self.next_id - 1, false);
+                let (id, subscription) = self.register(filter, kinds, false);
+                self.loading.insert(id, false);
                 let _ = reply.send(Ok(subscription));
                 return;
             }
@@ -639,7 +644,7 @@ impl HubState {
         for p in ready {
             match p.waiter {
                 Waiter::Snapshot(reply) => {
-                    let subscription = self.register(p.filter, p.kinds, true);
+                    let (_, subscription) = self.register(p.filter, p.kinds, true);
                     let _ = reply.send(Ok(subscription));
                 }
                 Waiter::Resume { reply, .. } if !self.mirror.live => {
@@ -655,7 +660,7 @@ impl HubState {
                     cutoff_ms,
                     reply,
                 } => {
-                    let subscription = self.register(p.filter, p.kinds, false);
+                    let (_, subscription) = self.register(p.filter, p.kinds, false);
                     let _ = reply.send(Ok(Registered {
                         subscription,
                         at: self.mirror.position,
@@ -669,8 +674,13 @@ impl HubState {
     }
 
     /// Adds a subscriber to the indexes; with `snapshot`, its subscription
-    /// first reads the mirror as it is now.
-    fn register(&mut self, filter: Filter, kinds: Vec<EventKind>, snapshot: bool) -> Subscription {
+    /// first reads the mirror as it is now. Returns its id and subscription.
+    fn register(
+        &mut self,
+        filter: Filter,
+        kinds: Vec<EventKind>,
+        snapshot: bool,
+    ) -> (u64, Subscription) {
         let queue = Outbox::new(self.budget.clone());
         let subscriber = Subscriber {
             filter: filter.clone(),
@@ -694,13 +704,14 @@ impl HubState {
             Filter::Subtree(p) => self.by_prefix.entry(p.clone()).or_default().push(id),
         }
         self.subscribers.insert(id, subscriber);
-        Subscription {
+        let subscription = Subscription {
             prelude,
             queue,
             // A snapshot is the mirror at its position; every live event
             // queued from now on is later (a resume sets its own seam).
             seam: self.mirror.position,
-        }
+        };
+        (id, subscription)
     }
 
     /// Applies one bucket message: to the queue view, then as a lease
@@ -1038,7 +1049,7 @@ mod tests {
         let mut state = state(usize::MAX, usize::MAX);
         state.set_marker_ttl(Duration::from_secs(10));
         state.mirror.live = true;
-        let mut sub = state.register(Filter::parse(">"), Vec::new(), false);
+        let (_, mut sub) = state.register(Filter::parse(">"), Vec::new(), false);
         let now = crate::lease::now_ms();
         let at = |rev, ms| Entry {
             time_ms: ms,
@@ -1059,8 +1070,8 @@ mod tests {
     #[tokio::test]
     async fn slow_subscriber_is_ended_and_freed_at_once() {
         let mut state = state(usize::MAX, usize::MAX);
-        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
-        let mut fast = state.register(Filter::parse("a"), Vec::new(), false);
+        let (_, mut slow) = state.register(Filter::parse(">"), Vec::new(), false);
+        let (_, mut fast) = state.register(Filter::parse("a"), Vec::new(), false);
         for i in 0..(WATCH_BUFFER_EVENTS as u64 + 10) {
             state.apply(
                 entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
@@ -1162,7 +1173,7 @@ mod tests {
     #[tokio::test]
     async fn a_watch_is_bounded_in_bytes() {
         let mut state = state(4096, usize::MAX);
-        let mut slow = state.register(Filter::parse(">"), Vec::new(), false);
+        let (_, mut slow) = state.register(Filter::parse(">"), Vec::new(), false);
         for i in 0..100 {
             state.apply(
                 entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
@@ -1187,8 +1198,8 @@ mod tests {
                 .weight()
         };
         let mut state = state(usize::MAX, one * 6);
-        let mut behind = state.register(Filter::parse(">"), Vec::new(), false);
-        let mut reader = state.register(Filter::parse(">"), Vec::new(), false);
+        let (_, mut behind) = state.register(Filter::parse(">"), Vec::new(), false);
+        let (_, mut reader) = state.register(Filter::parse(">"), Vec::new(), false);
         for i in 0..20 {
             state.apply(
                 entry("a", i + 1, rec("h", if i == 0 { 0 } else { 1 })),
@@ -1209,7 +1220,7 @@ mod tests {
         for (i, name) in ["jobs.b", "jobs.a", "other.x", "jobs"].iter().enumerate() {
             state.apply(entry(name, i as u64 + 1, rec("h", 0)), Some(0), 0);
         }
-        let mut sub = state.register(Filter::parse("jobs.>"), Vec::new(), true);
+        let (_, mut sub) = state.register(Filter::parse("jobs.>"), Vec::new(), true);
         state.apply(entry("jobs.c", 9, rec("h", 0)), Some(0), 0);
         let mut names = Vec::new();
         loop {
