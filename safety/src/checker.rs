@@ -1,6 +1,6 @@
 //! The history checker: turns the clients' histories (and the runner's
 //! revokes), the store's log of accepted writes, the lease events, the
-//! queue tickets and the bucket's messages into verdicts on nine
+//! queue tickets and the bucket's messages into verdicts on ten
 //! properties.
 //!
 //! 1. **Tokens increase.** Per name, holdings ordered by when their holder
@@ -59,10 +59,13 @@
 //!    delay of a holding that expired or was revoked: the next grant's
 //!    server time is at least the end (the `EXPIRED` event's time; the
 //!    `REVOKED` event's, or the revoke's send) plus the delay.
-//! 6. **FIFO order** (plain leases and semaphores). A waiter's arrival is
-//!    the place NATS gave its queue ticket (`_tenure.q.<name>.<slot>` for a
-//!    lease; `_tenure.q._tenure.sem.<name>.<slot>` for a semaphore, whose
-//!    waiters queue under the reserved name `_tenure.sem.<name>`), the
+//! 6. **FIFO order** (plain leases, semaphores and read-write locks). A
+//!    waiter's arrival is the place NATS gave its queue ticket
+//!    (`_tenure.q.<name>.<slot>` for a lease;
+//!    `_tenure.q._tenure.sem.<name>.<slot>` for a semaphore, whose waiters
+//!    queue under the reserved name `_tenure.sem.<name>`, and for a
+//!    read-write lock, kept as a semaphore: its waiters, shared and
+//!    exclusive alike, are judged as a semaphore's), the
 //!    revision of the ticket's first write, read by the runner from a
 //!    watch on the bucket and tied to the Acquire that was in flight from
 //!    that holder when the ticket was written. Of two waiters A and B on a
@@ -106,12 +109,20 @@
 //!    its revision, coalesced into a later change of its name in a replay
 //!    (live, into the same holding's next write), or inside a `MISSED`
 //!    event (see [`watch_resume`]).
+//! 10. **Read-write exclusion.** Of the holdings of a read-write lock
+//!     (Acquire with a mode, recorded on its Acquire lines), no exclusive
+//!     holding's acting interval (property 3's, by client deadlines)
+//!     overlaps the acting interval of any other holding of the same lock,
+//!     shared or exclusive, whatever their slots; shared holdings may
+//!     overlap each other (the run counts the pairs that did: readers
+//!     shared). Each slot of a lock is also checked like a plain lease
+//!     (properties 1 and 3 to 5 per `name#slot`), as a semaphore's.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::admit;
 use crate::forge::Forgery;
-use crate::history::{Op, OpKind, Phase};
+use crate::history::{Mode, Op, OpKind, Phase};
 use crate::store::Accepted;
 
 /// One observed lease event (from `WatchLease`).
@@ -294,6 +305,15 @@ pub struct Report {
     pub p6_fifo: usize,
     /// Property 7 violations (more holders of a semaphore than its limit).
     pub p7_limit: usize,
+    /// Property 10 violations (a holding of a read-write lock acting while
+    /// an exclusive one did).
+    pub p10_rw: usize,
+    /// Exclusive read-write lock holdings that acted, judged by property
+    /// 10.
+    pub rw_exclusive: usize,
+    /// Pairs of shared holdings of a read-write lock that acted at once
+    /// (allowed; evidence that readers shared).
+    pub rw_shared_pairs: usize,
     /// Waiting Acquires tied to a queue ticket (property 6's input).
     pub fifo_waiters: usize,
     /// Contended waiter pairs judged by property 6.
@@ -408,6 +428,7 @@ impl Report {
             + self.p7_limit
             + self.p8_group
             + self.p9_watch
+            + self.p10_rw
     }
 
     /// Unreleased holdings that property 4 looked at.
@@ -480,6 +501,8 @@ struct Holding {
     lost_t0: Option<u64>,
     /// Releases refused with `LEASE_NOT_HELD`: send and reply, wall ms.
     refused_releases: Vec<(u64, u64)>,
+    /// A read-write lock holding's mode (`None`: not a read-write lock's).
+    mode: Option<Mode>,
 }
 
 impl Holding {
@@ -531,6 +554,9 @@ fn holdings(ops: &[Op]) -> Vec<Holding> {
             name: op.name.clone(),
             ..Default::default()
         });
+        if op.op == OpKind::Acquire && op.mode.is_some() {
+            h.mode = op.mode;
+        }
         match (op.op, op.phase) {
             (OpKind::Acquire, Phase::Invoke) => {
                 h.first_acquire_t0 = Some(h.first_acquire_t0.map_or(op.t0, |t| t.min(op.t0)));
@@ -625,7 +651,7 @@ fn fault_extension_ms(faults: &[Window], grace_ms: u64, t_ms: u64) -> u64 {
         .sum()
 }
 
-/// Checks the eight properties.
+/// Checks the ten properties.
 pub fn check(input: &Input) -> Report {
     let mut r = Report::default();
     let ops = input.ops;
@@ -934,6 +960,7 @@ pub fn check(input: &Input) -> Report {
     if let Some(limit) = input.limit {
         semaphore_limit(&all, limit, &mut r);
     }
+    rw_exclusion(&all, &mut r);
 
     for name in input.leftover {
         r.p4_expiry += 1;
@@ -1159,7 +1186,8 @@ fn fifo(input: &Input, r: &mut Report) {
     }
     // Per queue: a lease's name, or a semaphore's (`true`). A semaphore
     // Acquire is one granted a slot, or any of a run with a limit (a
-    // refusal carries no slot).
+    // refusal carries no slot), or a read-write lock's (with a mode): its
+    // waiters, of either mode, queue in the semaphore's queue.
     let mut per_name: BTreeMap<(&str, bool), Vec<Waiter>> = BTreeMap::new();
     for o in ops.iter().filter(|o| {
         o.op == OpKind::Acquire
@@ -1167,7 +1195,7 @@ fn fifo(input: &Input, r: &mut Report) {
             && attempts.get(o.holding.as_str()) == Some(&1)
             && (o.phase == Phase::Ok || o.detail.starts_with("LEASE_HELD"))
     }) {
-        let semaphore = o.slot > 0 || input.limit.is_some();
+        let semaphore = o.slot > 0 || input.limit.is_some() || o.mode.is_some();
         // The tickets this holder wrote for this name while the call was
         // in flight (same machine, one wall clock; a few ms of slack for
         // NATS's millisecond stamps).
@@ -1567,6 +1595,52 @@ fn semaphore_limit(all: &[Holding], limit: u32, r: &mut Report) {
     }
 }
 
+/// Property 10: no holding of a read-write lock acts while an exclusive
+/// holding of the same lock does (property 3's intervals, by client
+/// deadlines, half-open: one that ends when another begins does not
+/// overlap it); shared holdings may overlap each other.
+fn rw_exclusion(all: &[Holding], r: &mut Report) {
+    /// A holding of a lock, its mode and its acting interval.
+    type Acting<'a> = (&'a Holding, Mode, (u64, u64));
+    let mut per_name: BTreeMap<&str, Vec<Acting>> = BTreeMap::new();
+    for h in all.iter().filter(|h| h.token > 0) {
+        if let (Some(mode), Some(iv)) = (h.mode, h.interval()) {
+            per_name.entry(&h.name).or_default().push((h, mode, iv));
+        }
+    }
+    for (name, mut hs) in per_name {
+        hs.sort_by_key(|(_, _, (start, _))| *start);
+        for (i, (a, a_mode, (_, a_end))) in hs.iter().enumerate() {
+            if *a_mode == Mode::Exclusive {
+                r.rw_exclusive += 1;
+            }
+            // Every later start before A's end overlaps A (sorted by start).
+            let overlapping = hs[i + 1..]
+                .iter()
+                .take_while(|(_, _, (start, _))| start < a_end);
+            for (b, b_mode, (b_start, b_end)) in overlapping {
+                if (*a_mode, *b_mode) == (Mode::Shared, Mode::Shared) {
+                    r.rw_shared_pairs += 1;
+                    continue;
+                }
+                r.p10_rw += 1;
+                let ms = ((*a_end).min(*b_end) - b_start) as f64 / 1e6;
+                r.example(format!(
+                    "P10 {name}: {} ({}, slot {}, token {}) acted for {ms:.1} ms while {} ({}, slot {}, token {}) did",
+                    b.id,
+                    b_mode.name(),
+                    b.slot,
+                    b.token,
+                    a.id,
+                    a_mode.name(),
+                    a.slot,
+                    a.token
+                ));
+            }
+        }
+    }
+}
+
 /// The deadline the holder had when it sent this Renew (from the latest
 /// earlier successful Acquire/Renew of the holding).
 fn o_deadline(ops: &[Op], renew: &Op) -> u64 {
@@ -1631,6 +1705,7 @@ mod tests {
             lock_delay_ms: 0,
             group: String::new(),
             detail: String::new(),
+            mode: None,
             replaced: None,
         }
     }
@@ -2146,6 +2221,117 @@ mod tests {
         assert_eq!(r.max_concurrent, 3);
         // The same holdings under a limit of 3 are fine.
         assert_eq!(check_limit(&ops, 3).violations(), 0);
+    }
+
+    /// A read-write lock holding in `mode`: slot, token, acquired at `t0`
+    /// (reply `t0+2`), TTL 1000, released at `end`.
+    fn rw_holding(holding: &str, mode: Mode, slot: u32, token: u64, t0: u64, end: u64) -> Vec<Op> {
+        sem_holding(holding, slot, token, t0, end)
+            .into_iter()
+            .map(|o| match o.op {
+                OpKind::Acquire => Op {
+                    mode: Some(mode),
+                    ..o
+                },
+                _ => o,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn readers_sharing_and_a_writer_alone_pass_rw_exclusion() {
+        use Mode::{Exclusive, Shared};
+        // a and b read at once (1102 to 1400); c writes once both have
+        // released (from 1502), d reads from the moment c released (its
+        // interval starts at 1900, when c's ends: no overlap).
+        let ops = [
+            rw_holding("a#1", Shared, 1, 10, 1000, 1400),
+            rw_holding("b#1", Shared, 2, 11, 1100, 1500),
+            rw_holding("c#1", Exclusive, 1, 12, 1500, 1900),
+            rw_holding("d#1", Shared, 2, 13, 1898, 2300),
+        ]
+        .concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.examples);
+        assert_eq!((r.rw_exclusive, r.rw_shared_pairs), (1, 1));
+        // Slots are leases of their own: a handoff on each.
+        assert_eq!(r.handoffs, 2);
+    }
+
+    #[test]
+    fn a_holding_acting_beside_an_exclusive_one_breaks_rw_exclusion() {
+        use Mode::{Exclusive, Shared};
+        // A reader in another slot while a writer holds (1202 to 1400).
+        let ops = [
+            rw_holding("a#1", Exclusive, 1, 10, 1000, 1400),
+            rw_holding("b#1", Shared, 2, 11, 1200, 1600),
+        ]
+        .concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!(r.p10_rw, 1, "{:?}", r.examples);
+        assert!(
+            r.examples[0].contains("P10 n: b#1 (shared, slot 2, token 11) acted for 198.0 ms"),
+            "{:?}",
+            r.examples
+        );
+        // Other slots, so property 3 has nothing to say.
+        assert_eq!(r.p3_overlap, 0);
+
+        // A writer that begins while a reader holds.
+        let ops = [
+            rw_holding("a#1", Shared, 1, 10, 1000, 1400),
+            rw_holding("b#1", Exclusive, 2, 11, 1200, 1600),
+        ]
+        .concat();
+        assert_eq!(check_ops(&ops, &[], &[], &[]).p10_rw, 1);
+
+        // Two writers at once, and a reader beside both: three pairs.
+        let ops = [
+            rw_holding("a#1", Exclusive, 1, 10, 1000, 1400),
+            rw_holding("b#1", Exclusive, 2, 11, 1200, 1600),
+            rw_holding("c#1", Shared, 3, 12, 1300, 1500),
+        ]
+        .concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.p10_rw, r.rw_exclusive), (3, 2), "{:?}", r.examples);
+
+        // The same intervals as a semaphore's (no mode) are not judged.
+        let ops = [
+            sem_holding("a#1", 1, 10, 1000, 1400),
+            sem_holding("b#1", 2, 11, 1200, 1600),
+        ]
+        .concat();
+        let r = check_ops(&ops, &[], &[], &[]);
+        assert_eq!((r.p10_rw, r.rw_exclusive), (0, 0));
+    }
+
+    #[test]
+    fn read_write_lock_waiters_are_judged_as_semaphore_waiters() {
+        // A writer queued first (place 10) gave up at 2500, still within
+        // its wait when a reader that queued after it (place 12) was
+        // granted slot 1 at 1500: overtaken. A run of read-write locks has
+        // no limit: the refusal (no slot) is a semaphore waiter by its mode.
+        let with_mode = |ops: Vec<Op>, mode: Mode| -> Vec<Op> {
+            ops.into_iter()
+                .map(|o| Op {
+                    mode: Some(mode),
+                    ..o
+                })
+                .collect()
+        };
+        let ops = [
+            with_mode(sem_waited("a#1", 1000, 2500, 1500, 0, 0), Mode::Exclusive),
+            with_mode(sem_waited("b#1", 1100, 1500, 1500, 20, 1), Mode::Shared),
+        ]
+        .concat();
+        let tickets = [sem_ticket("a", 10, 1001), sem_ticket("b", 12, 1102)];
+        let r = check_fifo(&ops, &tickets, &[]);
+        assert_eq!((r.p6_fifo, r.fifo_pairs), (1, 1), "{:?}", r.examples);
+        assert!(r.examples[0].contains("(semaphore)"), "{:?}", r.examples);
+        // The same waiters' tickets in a lease's queue are not the lock's.
+        let lease_tickets = [ticket("a", 10, 1001), ticket("b", 12, 1102)];
+        let r = check_fifo(&ops, &lease_tickets, &[]);
+        assert_eq!((r.fifo_waiters, r.fifo_pairs), (0, 0), "{:?}", r.examples);
     }
 
     #[test]

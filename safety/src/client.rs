@@ -31,7 +31,10 @@
 //! KeepAlive stream instead of unary Renew calls; with `--lock-delay-s`
 //! they are acquired with a lock delay; with `--wait-ms` and
 //! `--hold-max-ms` the client queues (a fixed wait, short holds, always
-//! released), which makes long, fast-moving queues.
+//! released), which makes long, fast-moving queues. With `--mode` it takes
+//! a read-write lock (each Acquire exclusive or shared; `mixed`: either,
+//! at random), each holding in a slot of its own like a semaphore's, and
+//! records the mode on its Acquire lines (property 10).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -47,7 +50,7 @@ use tenure::proto::keep_alive_result::Outcome as KeepAliveOutcome;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{
     AcquireGroupRequest, AcquireRequest, CampaignRequest, GroupMember, KeepAliveEntry,
-    KeepAliveRequest, KeepAliveResponse, Lease, ProclaimRequest, ReleaseGroupRequest,
+    KeepAliveRequest, KeepAliveResponse, Lease, LockMode, ProclaimRequest, ReleaseGroupRequest,
     ReleaseRequest, RenewGroupRequest, RenewRequest, ResignRequest,
 };
 use tenure_fence::Keyset;
@@ -59,7 +62,7 @@ use crate::admit::{self, Admitted};
 use crate::checker::{HANDOVER, KEEPALIVE, PROOF_REFUSED, STALE};
 use crate::clock::{mono_ns, ms_to_ns, real_ms};
 use crate::forge::{Book, Genuine};
-use crate::history::{Op, OpKind, Phase, Recorder};
+use crate::history::{Mode, Op, OpKind, Phase, Recorder};
 use crate::hostile;
 use crate::store::{self, Store, Written};
 
@@ -163,6 +166,33 @@ pub struct ClientArgs {
     /// queueing client: short holds, many handoffs, long queues).
     #[arg(long)]
     pub hold_max_ms: Option<u64>,
+    /// Take a read-write lock instead of a lock: every Acquire
+    /// `exclusive`, `shared`, or `mixed` (each exclusive or shared at
+    /// random, half and half). Each holding gets a slot (renewed and
+    /// released with it, as a semaphore's); the store keeps one fence per
+    /// slot.
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+}
+
+/// The modes a client takes read-write locks in (`--mode`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    /// Every Acquire exclusive.
+    Exclusive,
+    /// Every Acquire shared.
+    Shared,
+    /// Each Acquire exclusive or shared at random, half and half.
+    Mixed,
+}
+
+/// The `LockMode` of `mode` on the wire.
+fn lock_mode(mode: Option<Mode>) -> LockMode {
+    match mode {
+        None => LockMode::Unspecified,
+        Some(Mode::Exclusive) => LockMode::Exclusive,
+        Some(Mode::Shared) => LockMode::Shared,
+    }
 }
 
 /// Tenure replicas with failover.
@@ -521,6 +551,7 @@ impl Client {
             lock_delay_ms: 0,
             group: String::new(),
             detail: String::new(),
+            mode: None,
             replaced: None,
         }
     }
@@ -597,14 +628,23 @@ impl Client {
             .take(32)
             .map(char::from)
             .collect();
+        // A read-write lock's mode, for this holding (all its attempts).
+        let mode = match self.args.mode {
+            None => None,
+            Some(ModeArg::Exclusive) => Some(Mode::Exclusive),
+            Some(ModeArg::Shared) => Some(Mode::Shared),
+            Some(ModeArg::Mixed) if self.rng.random_bool(0.5) => Some(Mode::Exclusive),
+            Some(ModeArg::Mixed) => Some(Mode::Shared),
+        };
         // Half the TTL, and never past the end of the run (a poller: none).
         let left_ms = self.args.until_ns.saturating_sub(mono_ns()) / 1_000_000;
         let wait = match self.args.poll {
             true => Duration::ZERO,
             false => Duration::from_millis(self.args.wait_ms.unwrap_or(ttl_s * 500).min(left_ms)),
         };
-        // A lock delay on plain leases only (not semaphores, elections).
-        let lock_delay_s = match self.args.limit == 0 && !self.args.election {
+        // A lock delay on plain leases only (not semaphores, read-write
+        // locks, elections).
+        let lock_delay_s = match self.args.limit == 0 && !self.args.election && mode.is_none() {
             true => self.args.lock_delay_s,
             false => 0,
         };
@@ -630,6 +670,7 @@ impl Client {
                     seconds: lock_delay_s as i64,
                     nanos: 0,
                 }),
+                mode: lock_mode(mode) as i32,
             };
             let (t0, w0) = (mono_ns(), real_ms());
             let mut op = self.op(holding, name, OpKind::Acquire, Phase::Invoke, t0, w0);
@@ -637,6 +678,7 @@ impl Client {
             op.wait_ms = wait.as_millis() as u64;
             op.lock_delay_ms = lock_delay_s * 1000;
             op.group = group.to_string();
+            op.mode = mode;
             self.rec.record(&op);
             let res = if self.args.election {
                 let campaign = CampaignRequest {
@@ -676,6 +718,11 @@ impl Client {
                     // renew_time: a retried Acquire renews the holding it took.
                     op.server_ms = stamp_ms(lease.renew_time);
                     op.slot = lease.slot;
+                    if mode.is_some() && lease.mode != lock_mode(mode) as i32 {
+                        let granted = LockMode::try_from(lease.mode)
+                            .map_or("an unknown mode", |m| m.as_str_name());
+                        op.detail = format!("granted in {granted}");
+                    }
                     self.rec.record(&op);
                     self.keep(name, lease.slot, lease.fencing_token, &lease.fence_proof);
                     return Some(Held {
@@ -723,6 +770,15 @@ impl Client {
                 let max = max.max(5) * 1_000_000;
                 (self.rng.random_range(max / 5..max), true)
             }
+            // A read-write lock's holdings are brief, from the grant (its
+            // wait may have used half the TTL), and seldom abandoned: a
+            // holding kept until it expires keeps the lock's whole queue
+            // waiting (behind a writer, readers too), and its waiters give
+            // up one after the other.
+            None if self.args.mode.is_some() => (
+                self.rng.random_range(ttl_ns / 8..ttl_ns / 2),
+                self.rng.random_bool(0.85),
+            ),
             None => (
                 self.rng.random_range(ttl_ns / 4..ttl_ns * 3 / 2),
                 self.rng.random_bool(0.6),
@@ -730,9 +786,9 @@ impl Client {
         };
         // (From the grant: a long wait may have used much of the TTL.)
         let sent = held.iter().map(|h| h.last_ok_send).min().unwrap_or(0);
-        let plan_end = match self.args.hold_max_ms {
-            Some(_) => mono_ns() + hold_for,
-            None => sent + hold_for,
+        let plan_end = match (self.args.hold_max_ms, self.args.mode) {
+            (Some(_), _) | (None, Some(_)) => mono_ns() + hold_for,
+            (None, None) => sent + hold_for,
         }
         .min(self.args.until_ns);
         let work_ns = self.args.work_ms * 1_000_000;

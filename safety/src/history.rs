@@ -40,6 +40,27 @@ pub enum OpKind {
     Revoke,
 }
 
+/// How a read-write lock's holding holds its name (`AcquireRequest.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// `LOCK_MODE_EXCLUSIVE`: nobody else, shared or exclusive, holds it.
+    Exclusive,
+    /// `LOCK_MODE_SHARED`: any number of shared holders, and no exclusive
+    /// one.
+    Shared,
+}
+
+impl Mode {
+    /// The mode as the history writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
 /// How an operation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +136,11 @@ pub struct Op {
     /// its Acquire lines); empty outside groups.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
+    /// The mode a read-write lock's Acquire asked for (on its Acquire
+    /// lines; property 10 reads a holding's mode from them); none for a
+    /// plain lease, a semaphore or an election.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
     /// Error reason or note.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,

@@ -117,6 +117,7 @@ async fn send(set: &Settings, store: &mut Store, forged: &Forged, n: u64) -> Op 
         wait_ms: 0,
         lock_delay_ms: 0,
         group: String::new(),
+        mode: None,
         detail,
         replaced: None,
     }

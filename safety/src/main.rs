@@ -2,7 +2,8 @@
 //! break. `run` plays the scenarios (holders paused and killed, a Tenure
 //! replica killed, nats-server killed, a 3-node JetStream cluster losing its
 //! stream leader or having nodes stopped, election leaders paused,
-//! semaphore holders and groups racing single leases, and a negative
+//! semaphore holders, read-write lock holders, and groups racing single
+//! leases, and a negative
 //! control per property family) with at least 8 client processes contending
 //! for 3 names through real Tenure processes that sign fence proofs, every
 //! holder verifying its grant's proof and writing through a fence kit:
@@ -266,10 +267,12 @@ async fn run(args: RunArgs) -> Result<bool, String> {
             r.expiry_unverified
         );
         eprintln!(
-            "   FIFO: {} queued waiters, {} grants without a ticket judged, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit; groups: {} taken, {} complete blocks watched, {} in part ({} in the watch stream)",
+            "   FIFO: {} queued waiters, {} grants without a ticket judged, {} contended pairs judged, {} excused, {} overtaken; semaphore: {} holders at most, {} over the limit; read-write: {} exclusive holdings judged, {} pairs of readers at once, {} holdings beside an exclusive one; groups: {} taken, {} complete blocks watched, {} in part ({} in the watch stream)",
             r.fifo_waiters,
             r.fifo_ticketless,
-            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit, r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
+            r.fifo_pairs, r.fifo_excused, r.p6_fifo, r.max_concurrent, r.p7_limit,
+            r.rw_exclusive, r.rw_shared_pairs, r.p10_rw,
+            r.groups_taken, r.group_blocks, r.p8_group, r.p8_watch
         );
         eprintln!(
             "   P5: {} pairs judged, {} lock delays judged ({} granted inside one); revokes: {} holdings revoked, their writes after the revoke {} refused / {} accepted; {} acted after a loss; {} renewals on KeepAlive streams; {} releases answered LEASE_NOT_HELD though their own tombstone landed; {} leaderships handed over",
@@ -338,10 +341,10 @@ async fn run(args: RunArgs) -> Result<bool, String> {
 /// Prints the results as a Markdown table.
 fn print_table(outcomes: &[scenario::Outcome]) {
     println!(
-        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early (pairs / lock delays judged) | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | P9 watch resume (resumes / changes judged) | holdings revoked | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | store tokens not granted | forged writes sent / refused | verdict |"
+        "| scenario | NATS | secs | ops | faults | handoffs | writes | stale writes refused | P1 tokens | P2 store (stale writes accepted) | P3 overlap | P4 late | P5 early (pairs / lock delays judged) | P6 FIFO (pairs judged / excused) | P7 limit (most holders) | P8 groups (taken / blocks watched) | P9 watch resume (resumes / changes judged) | P10 rw exclusion (exclusive holdings / reader pairs judged) | holdings revoked | expiries measured / under faults (bounded) / by handoff / unverified | max expiry lag ms | closest expiry handoff ms | longest unavailable ms | store tokens not granted | forged writes sent / refused | verdict |"
     );
     println!(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|---|---:|---|---:|---:|---:|---:|---|---|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|---|---|---:|---|---:|---:|---:|---:|---|---|"
     );
     for o in outcomes {
         let r = &o.report;
@@ -356,7 +359,7 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             (false, true) => "FAIL (checker missed the violations)",
         };
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} ({} / {}) | {} ({} / {}) | {} | {} | {} ({} / {}) | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} ({} / {}) | {} ({} / {}) | {} | {} | {} ({} / {}) | {} | {} | {} / {} / {} / {} | {} | {} | {:.0} | {} | {} | {} |",
             o.scenario.name,
             if o.scenario.nats_nodes > 1 { "R3" } else { "R1" },
             o.seconds,
@@ -389,6 +392,14 @@ fn print_table(outcomes: &[scenario::Outcome]) {
             r.p9_watch,
             r.watch_resumes,
             r.watch_judged,
+            if o.scenario.rw {
+                format!(
+                    "{} ({} / {})",
+                    r.p10_rw, r.rw_exclusive, r.rw_shared_pairs
+                )
+            } else {
+                "-".to_string()
+            },
             if o.scenario.revokes {
                 r.revoked.to_string()
             } else {

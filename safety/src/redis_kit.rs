@@ -250,6 +250,7 @@ mod tests {
             wait_ms: 0,
             lock_delay_ms: 0,
             group: String::new(),
+            mode: None,
             detail: String::new(),
             replaced: Some(replaced.into()),
         }

@@ -75,6 +75,10 @@ pub struct Minimums {
     pub watch_resumes: usize,
     /// Changes property 9 judged.
     pub watch_judged: usize,
+    /// Read-write lock scenarios: exclusive holdings property 10 judged,
+    /// and pairs of shared holdings seen acting at once (readers did
+    /// share), at least this many of each.
+    pub rw: usize,
 }
 
 /// The property a negative control must be caught breaking: its verdict
@@ -104,6 +108,9 @@ pub enum Expected {
     /// A change reported twice or not at all by resumed watches
     /// (property 9).
     WatchResume,
+    /// A read-write lock held by another holder while an exclusive holder
+    /// held it (property 10).
+    RwExclusion,
 }
 
 /// What goes wrong in a scenario.
@@ -162,6 +169,9 @@ pub struct Scenario {
     pub election: bool,
     /// Semaphore limit the clients acquire with (0: plain leases).
     pub limit: u32,
+    /// Whether the clients take read-write locks (`--mode mixed`: each
+    /// Acquire exclusive or shared at random, half and half).
+    pub rw: bool,
     /// Every client contends for the first name only: long queues (FIFO)
     /// and a limit that binds (semaphores).
     pub one_name: bool,
@@ -226,6 +236,7 @@ pub fn all() -> Vec<Scenario> {
         late_writes: false,
         election: false,
         limit: 0,
+        rw: false,
         one_name: false,
         test_fault: None,
         pollers: 0,
@@ -254,6 +265,7 @@ pub fn all() -> Vec<Scenario> {
             delays: 0,
             watch_resumes: 2,
             watch_judged: 20,
+            rw: 0,
         },
         quick_secs: None,
     };
@@ -296,6 +308,16 @@ pub fn all() -> Vec<Scenario> {
             fifo_pairs: 50,
             ..sc.min
         },
+        ..sc
+    };
+    // Read-write locks: the clients on the 3 names, with mixed modes and
+    // TTLs of 1 s (a holding that is abandoned keeps its lock's whole
+    // queue waiting until it expires: not for long); at least 3 exclusive
+    // holdings judged and 3 pairs of readers at once.
+    let rw = |sc: Scenario| Scenario {
+        rw: true,
+        ttl_max_s: 1,
+        min: Minimums { rw: 3, ..sc.min },
         ..sc
     };
     let expiring = |sc: Scenario| Scenario {
@@ -442,6 +464,40 @@ pub fn all() -> Vec<Scenario> {
             "semaphore-herd",
             Expected::Fifo,
         ),
+        // Read-write locks: the 8 clients on 3 locks (one at a time, about
+        // 3 on each), each Acquire exclusive or shared at random (half and
+        // half), with a TTL of 1 s, waiting 0.5 s in the lock's queue (the
+        // semaphore's); each holding brief (1/8 to 1/2 of its TTL) and one
+        // in seven abandoned; two replicas. (On one lock, whichever mode
+        // waits longer starves the other: the queue is never empty.) No
+        // holding may act while an exclusive one does (property 10); each
+        // slot is a lease of its own (properties 1, 3 to 5), and waiters
+        // are served in arrival order whatever their mode (property 6, as
+        // semaphore waiters).
+        rw(s("rwlock", 1, 2, Fault::None)),
+        // A holder (reader or writer) paused inside its work, between its
+        // deadline check and its write, until another holder has its slot:
+        // its write then carries a stale token for that slot.
+        stale(rw(Scenario {
+            work_ms: 150,
+            ..s("rwlock-holder-sigstop", 1, 1, Fault::PauseHolder)
+        })),
+        // A shared Acquire takes an exclusive holder for a shared one: a
+        // reader holds while a writer does (property 10). One writer
+        // judged is enough to be caught.
+        broken(
+            Scenario {
+                min: Minimums { rw: 1, ..base_min },
+                ..rw(s(
+                    "negative-rwlock-shared-over-exclusive",
+                    1,
+                    1,
+                    Fault::None,
+                ))
+            },
+            "shared-over-exclusive",
+            Expected::RwExclusion,
+        ),
         grouped(s("group-tenure-sigkill", 1, 2, Fault::KillTenure)),
         grouped(Scenario {
             fake_group: true,
@@ -506,6 +562,9 @@ pub fn all() -> Vec<Scenario> {
             // The queueing clients release every holding: fewer expiries.
             _ if sc.queuers > 0 => (2, 1, 50),
             "semaphore" => (2, 1, 10),
+            // Read-write locks (12 s, 3 names): 30-40 writers, 30-70 pairs
+            // of readers at once, 55-85 FIFO pairs and 10-16 ends judged.
+            _ if sc.rw => (2, 1, 10),
             "group-tenure-sigkill" => (2, 2, 0),
             "tenure-sigkill" | "fenced-redis" | "negative-forged-tokens" => (3, 2, 3),
             _ if sc.limit > 0 => (3, 2, 10),
@@ -639,6 +698,14 @@ impl Outcome {
                 self.scenario.limit as usize,
             );
         }
+        if self.scenario.rw {
+            need("exclusive holdings judged", r.rw_exclusive, min.rw);
+            need(
+                "pairs of shared holdings at once",
+                r.rw_shared_pairs,
+                min.rw,
+            );
+        }
         if self.scenario.forgers > 0 {
             for (kind, sent) in Forgery::ALL.iter().zip(r.forged_kinds) {
                 need(
@@ -687,6 +754,7 @@ impl Outcome {
                 Expected::Group => r.p8_group > 0,
                 Expected::GroupWatch => r.p8_watch > 0,
                 Expected::WatchResume => r.p9_watch > 0,
+                Expected::RwExclusion => r.p10_rw > 0,
             }
         } else {
             self.report.violations() == 0
@@ -1248,6 +1316,9 @@ fn spawn_client(
     if sc.limit > 0 {
         cmd.args(["--limit", &sc.limit.to_string()]);
     }
+    if sc.rw {
+        cmd.args(["--mode", "mixed"]);
+    }
     let queuer = slot >= set.clients;
     if !queuer && slot + sc.pollers >= set.clients {
         cmd.arg("--poll");
@@ -1436,6 +1507,7 @@ async fn revoke_holdings(addrs: Vec<String>, names: Vec<String>, until_ns: u64, 
             wait_ms: 0,
             lock_delay_ms: 0,
             group: String::new(),
+            mode: None,
             detail,
             replaced: None,
         });
@@ -1707,6 +1779,12 @@ async fn inject(
                     sleep(200).await;
                     continue;
                 };
+                // A read-write lock's next holding takes its lowest free
+                // slot: only slot 1 is surely taken again soon.
+                if sc.rw && slot != 1 {
+                    sleep(50).await;
+                    continue;
+                }
                 // Stop it inside its work, between its deadline check and
                 // its write (its history's last line is the write's invoke),
                 // and let it go only once another holder has the name and
@@ -1930,6 +2008,8 @@ mod tests {
                 watch_resumes: min.watch_resumes,
                 watch_judged: min.watch_judged,
                 max_concurrent: scenario.limit as usize,
+                rw_exclusive: min.rw,
+                rw_shared_pairs: min.rw,
                 ..Report::default()
             },
             scenario,
@@ -1945,7 +2025,7 @@ mod tests {
     #[test]
     fn a_control_is_caught_only_by_its_own_property() {
         type Own = fn(&mut Report) -> &mut usize;
-        let controls: [(&str, &str, Own); 8] = [
+        let controls: [(&str, &str, Own); 9] = [
             ("negative-tokens", "tokens-go-back", |r| &mut r.p1_tokens),
             ("negative-late-expiry", "late-expiry", |r| &mut r.p4_expiry),
             ("negative-early-expiry", "early-expiry", |r| &mut r.p5_early),
@@ -1960,6 +2040,11 @@ mod tests {
             ("negative-replay-repeats", "replay-repeats", |r| {
                 &mut r.p9_watch
             }),
+            (
+                "negative-rwlock-shared-over-exclusive",
+                "shared-over-exclusive",
+                |r| &mut r.p10_rw,
+            ),
         ];
         for (name, fault, own) in controls {
             let mut o = met(name);
@@ -1969,7 +2054,7 @@ mod tests {
             let r = &mut o.report;
             (r.p1_tokens, r.p2_store, r.p3_overlap, r.p4_expiry) = (1, 1, 1, 1);
             (r.p5_early, r.p6_fifo, r.p7_limit, r.p8_group) = (1, 1, 1, 1);
-            (r.p8_watch, r.p9_watch) = (1, 1);
+            (r.p8_watch, r.p9_watch, r.p10_rw) = (1, 1, 1);
             *own(r) = 0;
             assert!(!o.passed(), "{name} passed on other properties");
             *own(&mut o.report) = 1;
@@ -2002,6 +2087,30 @@ mod tests {
         // Neither is a lease key (property 9's ground truth).
         assert_eq!(lease_key("_tenure.q._tenure.sem.res.a.3"), None);
         assert_eq!(lease_key("_tenure.sem.res.a.3"), Some(("res.a", 3)));
+    }
+
+    /// A read-write lock run proves nothing unless writers held the lock
+    /// and readers shared it.
+    #[test]
+    fn a_read_write_lock_run_needs_writers_and_sharing_readers() {
+        let ok = met("rwlock");
+        assert!(ok.passed(), "{:?}", ok.shortfalls());
+        assert!(ok.scenario.rw && ok.scenario.limit == 0);
+        let mut serial = met("rwlock");
+        serial.report.rw_shared_pairs = 0;
+        assert!(serial.short_only().is_some());
+        let mut readers_only = met("rwlock");
+        readers_only.report.rw_exclusive = 0;
+        assert!(readers_only.short_only().is_some());
+        let mut broken = met("rwlock");
+        broken.report.p10_rw = 1;
+        assert!(!broken.passed() && broken.short_only().is_none());
+        for name in [
+            "rwlock-holder-sigstop",
+            "negative-rwlock-shared-over-exclusive",
+        ] {
+            assert!(met(name).scenario.rw, "{name}");
+        }
     }
 
     #[test]
