@@ -778,9 +778,13 @@ pub fn check(input: &Input) -> Report {
             }
         }
 
-        // Unavailability: the longest gap with no acting holder.
+        // Unavailability: the longest gap with no acting holder (a
+        // read-write lock's over all its slots, in `rw_exclusion`: a slot
+        // of a lock is one of many places to hold it, and the higher ones
+        // stay unused while few hold it).
         let mut covered: Option<u64> = None;
-        for (_, (start, end)) in &acting {
+        let lock_slot = hs.iter().any(|h| h.mode.is_some());
+        for (_, (start, end)) in acting.iter().filter(|_| !lock_slot) {
             if let Some(c) = covered {
                 if *start > c {
                     let gap = (start - c) as f64 / 1e6;
@@ -1610,6 +1614,16 @@ fn rw_exclusion(all: &[Holding], r: &mut Report) {
     }
     for (name, mut hs) in per_name {
         hs.sort_by_key(|(_, _, (start, _))| *start);
+        // Unavailability of the lock: the longest gap with no holding of
+        // any mode acting in any slot.
+        let mut covered: Option<u64> = None;
+        for (_, _, (start, end)) in &hs {
+            if let Some(c) = covered.filter(|c| start > c) {
+                let gap = (start - c) as f64 / 1e6;
+                r.longest_unavailable_ms = r.longest_unavailable_ms.max(gap);
+            }
+            covered = Some(covered.map_or(*end, |c| c.max(*end)));
+        }
         for (i, (a, a_mode, (_, a_end))) in hs.iter().enumerate() {
             if *a_mode == Mode::Exclusive {
                 r.rw_exclusive += 1;
@@ -2303,6 +2317,24 @@ mod tests {
         .concat();
         let r = check_ops(&ops, &[], &[], &[]);
         assert_eq!((r.p10_rw, r.rw_exclusive), (0, 0));
+
+        // Unavailability is the lock's, over all its slots: slot 1 idle
+        // between two readers while a reader in slot 2 held is no gap.
+        let readers = |with: fn(&str, Mode, u32, u64, u64, u64) -> Vec<Op>| {
+            [
+                with("a#1", Shared, 1, 10, 1000, 1400),
+                with("b#1", Shared, 2, 11, 1300, 3100),
+                with("c#1", Shared, 1, 12, 3000, 3400),
+            ]
+            .concat()
+        };
+        let r = check_ops(&readers(rw_holding), &[], &[], &[]);
+        assert_eq!(r.longest_unavailable_ms, 0.0);
+        // As a semaphore's slots, slot 1's idle time is a gap.
+        let as_slots =
+            |h: &str, _: Mode, slot, token, t0, end| sem_holding(h, slot, token, t0, end);
+        let r = check_ops(&readers(as_slots), &[], &[], &[]);
+        assert!(r.longest_unavailable_ms > 0.0);
     }
 
     #[test]
