@@ -2323,8 +2323,8 @@ mod tests {
         let readers = |with: fn(&str, Mode, u32, u64, u64, u64) -> Vec<Op>| {
             [
                 with("a#1", Shared, 1, 10, 1000, 1400),
-                with("b#1", Shared, 2, 11, 1300, 3100),
-                with("c#1", Shared, 1, 12, 3000, 3400),
+                with("b#1", Shared, 2, 11, 1300, 1900),
+                with("c#1", Shared, 1, 12, 1800, 2200),
             ]
             .concat()
         };
