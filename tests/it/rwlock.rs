@@ -178,6 +178,31 @@ async fn shared_holders_share_and_exclude_a_writer() {
     assert_eq!(reason(&err), "MODE_MISMATCH", "{err:?}");
 }
 
+/// Grants in the order they came: (holder, token).
+type Grants = Arc<Mutex<Vec<(&'static str, u64)>>>;
+
+/// A waiting Acquire of lock `name` by `holder` in `mode` through `c`,
+/// noting its grant in `grants`.
+fn wait_in_line(
+    c: &Client,
+    name: &'static str,
+    holder: &'static str,
+    mode: LockMode,
+    grants: &Grants,
+) -> tokio::task::JoinHandle<AcquireResponse> {
+    let (mut c, grants) = (c.clone(), grants.clone());
+    tokio::spawn(async move {
+        let got = c
+            .acquire(rw_wait(name, holder, mode))
+            .await
+            .expect("its turn comes")
+            .into_inner();
+        let token = got.lease.as_ref().unwrap().fencing_token;
+        grants.lock().unwrap().push((holder, token));
+        got
+    })
+}
+
 /// Waiters of both modes queue in one line across replicas: an exclusive
 /// waiter behind a shared holder, then a shared waiter behind it. The
 /// shared waiter does not join the shared holder (it arrived after a
@@ -194,38 +219,10 @@ async fn waiters_are_served_in_arrival_order_whatever_their_mode() {
         .await
         .unwrap()
         .into_inner();
-    let grants: Arc<Mutex<Vec<(&str, u64)>>> = Arc::default();
-    let writer = {
-        let (mut b, grants) = (b.clone(), grants.clone());
-        tokio::spawn(async move {
-            let got = b
-                .acquire(rw_wait(name, "writer", LockMode::Exclusive))
-                .await
-                .expect("the writer's turn comes")
-                .into_inner();
-            grants
-                .lock()
-                .unwrap()
-                .push(("writer", got.lease.as_ref().unwrap().fencing_token));
-            got
-        })
-    };
+    let grants: Grants = Arc::default();
+    let writer = wait_in_line(&b, name, "writer", LockMode::Exclusive, &grants);
     until_waiting(&mut a, name, 1).await;
-    let reader = {
-        let (mut a, grants) = (a.clone(), grants.clone());
-        tokio::spawn(async move {
-            let got = a
-                .acquire(rw_wait(name, "reader-2", LockMode::Shared))
-                .await
-                .expect("the reader's turn comes")
-                .into_inner();
-            grants
-                .lock()
-                .unwrap()
-                .push(("reader-2", got.lease.as_ref().unwrap().fencing_token));
-            got
-        })
-    };
+    let reader = wait_in_line(&a, name, "reader-2", LockMode::Shared, &grants);
     until_waiting(&mut a, name, 2).await;
     // Compatible with the shared holder, but people are queued.
     let err = b

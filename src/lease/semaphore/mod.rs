@@ -72,6 +72,23 @@ struct Definition {
     rw: bool,
 }
 
+impl Definition {
+    /// The write of this definition of semaphore (or read-write lock)
+    /// `name` over the definition's revision `expected` (0: none); no TTL.
+    fn write(&self, name: &str, expected: u64) -> Write {
+        Write {
+            name: keys::semaphore_definition(name),
+            op: WriteOp::Put,
+            payload: serde_json::to_vec(self)
+                .expect("a definition always serialises")
+                .into(),
+            expected: Some(expected),
+            expected_of: None,
+            ttl: Duration::ZERO,
+        }
+    }
+}
+
 /// The limit a semaphore's definition key's value defines; `None` for a
 /// value that is no definition, or a read-write lock's (the slot view
 /// never vouches for a slot of a lock: its Acquires read everything).
@@ -390,16 +407,7 @@ impl Leases {
             // read this one, after this batch; the definition and the
             // slot are the whole write.
             let fresh = def.revision == 0;
-            let mut writes = vec![Write {
-                name: keys::semaphore_definition(name),
-                op: WriteOp::Put,
-                payload: serde_json::to_vec(&Definition { limit, rw: false })
-                    .expect("a definition always serialises")
-                    .into(),
-                expected: Some(def.revision),
-                expected_of: None,
-                ttl: Duration::ZERO,
-            }];
+            let mut writes = vec![Definition { limit, rw: false }.write(name, def.revision)];
             for (n, entry) in &slots {
                 let revision = entry.as_ref().map_or(0, |e| e.revision);
                 if fresh

@@ -174,19 +174,11 @@ impl Leases {
                         expected_of: Some(filter.clone()),
                         ttl,
                     },
-                    Write {
-                        name: keys::semaphore_definition(name),
-                        op: WriteOp::Put,
-                        payload: serde_json::to_vec(&Definition {
-                            limit: max,
-                            rw: true,
-                        })
-                        .expect("a definition always serialises")
-                        .into(),
-                        expected: Some(lock.definition.revision),
-                        expected_of: None,
-                        ttl: Duration::ZERO,
-                    },
+                    Definition {
+                        limit: max,
+                        rw: true,
+                    }
+                    .write(name, lock.definition.revision),
                 ];
                 if let Some((ticket, _)) = queued {
                     writes.push(ticket.grant_write());
