@@ -119,24 +119,17 @@ async fn shared_holders_share_and_exclude_a_writer() {
     );
 
     // A renewal of a shared holder is its slot's business alone.
-    a.renew(RenewRequest {
-        slot: l1.slot,
-        ..renew_req(name, l1.revision, &r1.lease_key)
-    })
-    .await
-    .expect("a shared holder renews");
-    let mut a2 = t.client().await;
+    let renewed = a
+        .renew(RenewRequest {
+            slot: l1.slot,
+            ..renew_req(name, l1.revision, &r1.lease_key)
+        })
+        .await
+        .expect("a shared holder renews")
+        .into_inner()
+        .lease;
     let r1 = AcquireResponse {
-        lease: Some(
-            a2.get_lease(GetLeaseRequest { name: name.into() })
-                .await
-                .unwrap()
-                .into_inner()
-                .holders
-                .into_iter()
-                .find(|h| h.slot == l1.slot)
-                .unwrap(),
-        ),
+        lease: renewed,
         ..r1
     };
     release(&mut a, &r1).await;
