@@ -40,6 +40,31 @@
  * batch. P's arrival is its queue read: a waiter that queues after it
  * arrived after P and may be served after P.
  *
+ * The one-publish plain Acquire (-DONE_WRITE; a single-node R1 stream): a
+ * name's lease record and its tickets (and group guard) sit under one
+ * filter F = _tenure.q.<name>.*, and a publish may be conditional on the
+ * last sequence among all subjects under F (Nats-Expected-Last-Subject-
+ * Sequence with ...-Subject: F), exact and serial on R1. The replica caches
+ * per name (E, free): at sequence E, E was the last sequence under F, the
+ * record was free and no ticket was live. With it, P's Acquire is ONE
+ * publish, the record conditional on last-under-F == E, nothing read; its
+ * arrival is that write. Refused, the cache is dropped and P takes the full
+ * path: one scan of F (the record, every ticket, the last sequence L under
+ * F; the model reads it in one step), and with the record free and no live
+ * ticket the record conditional on last-under-F == L. Either grant at g
+ * sets the cache to (g, held). P's Release, with the cache at its own
+ * holding's revision, is a tombstone conditional on last-under-F == that
+ * revision, and sets the cache to (tombstone, free); refused (a message
+ * under F since: a ticket, a refresh, a delete, a marker), the cache is
+ * dropped and the release is the exact one (conditional on the record's own
+ * last sequence), which sets no cache. Nothing else sets it. Every waiter
+ * write and every marker is a message under F, so any of them after E makes
+ * the cached publish fail; ageing out removes messages, so last-under-F may
+ * fall back to E, but only once everything after E is gone, and what is
+ * gone is no live ticket. P does CYCLES Acquire/Release cycles and P_TRIES
+ * full-path scans in all. Waiters, tickets and the head's grant are as
+ * above (the grant conditional on the record's own revision).
+ *
  * The queue view (-DVIEW; run with two waiters, -DNW=2, and no plain
  * Acquire, -DPLAIN=0; -DNR replicas, waiter w on replica w % NR): each
  * replica's shared watcher reads the whole stream with one ordered consumer,
@@ -61,7 +86,8 @@
  *   F1 no overtaking: a queued waiter is granted only if no waiter that
  *      arrived before it (an earlier first ticket) still waits; a plain
  *      Acquire is granted only if no waiter whose ticket was written at or
- *      before P's queue read still waits
+ *      before P's queue read still waits (with ONE_WRITE: before P's write,
+ *      one publish or full path, i.e. no ticket at all)
  *   F2 mutual exclusion: at most one client holds the lease
  *
  * Design mutations (negative controls: each must yield a counterexample):
@@ -80,6 +106,16 @@
  *                            write failed
  *   VIEW_POSITION_RULE       (with VIEW) the view says Mine once its position
  *                            reaches the waiter's revision, complete or not
+ *   ONE_WRITE_EXACT          (with ONE_WRITE) the one publish is conditional
+ *                            on the record's own last sequence, not on F: a
+ *                            ticket written after E is overtaken
+ *   CHAIN_FROM_EXACT_RELEASE (with ONE_WRITE) the exact release, which proved
+ *                            nothing of the tickets, also sets the cache free
+ *   SCAN_NOT_F               (with ONE_WRITE) the full path writes the record
+ *                            conditional on its revision as scanned and still
+ *                            sets the cache; its own arrival is then the scan
+ *                            (the two-read rule, which it keeps), so the
+ *                            violation comes through the cache
  * Assumption removed:
  *   EXPIRE_WHILE_HOLDING     (with EXPIRY) NATS may expire a lease while its
  *                            holder still acts
@@ -90,7 +126,11 @@
  *                            of releasing; NATS then expires its lease
  *   BATCH_GRANT              every grant may instead be the one atomic batch
  *                            (ticket delete + lease) of a grant with a fence
- *   SPLIT_READ, VIEW, NW, PLAIN, NR, MAXSEQ, REFRESHES, GIVEUPS, FAILED_DELETES
+ *   ONE_WRITE                the plain Acquire P as the one publish on R1
+ *                            (above), with CYCLES and P_TRIES; without it, P
+ *                            is the two-read Acquire
+ *   SPLIT_READ, VIEW, NW, PLAIN, NR, MAXSEQ, REFRESHES, GIVEUPS, FAILED_DELETES,
+ *   CYCLES, P_TRIES
  */
 
 #ifndef NW
@@ -139,6 +179,7 @@
 #define P_TRYING  2     /* it read the queue with no live ticket; the lease write is next */
 #define P_HOLDING 3
 #define P_DONE    4
+#define P_EXACT   5     /* ONE_WRITE: the filter-conditional release was refused; the exact one is next */
 
 byte seq;
 byte lk_kind, lk_rev, lk_holder;                /* the lease subject */
@@ -162,6 +203,17 @@ byte gone[NW];          /* ghost: revision that ended that ticket (0: live) */
 byte refreshes = REFRESHES, giveups = GIVEUPS, failed_deletes = FAILED_DELETES;
 byte pst;               /* the plain client P: P_NEW ... P_DONE */
 byte p_arr;             /* ghost: the stream position of P's queue read (its arrival) */
+#ifdef ONE_WRITE
+/*
+ * The replica's cached knowledge of the name (one replica, so one cache):
+ * at stream sequence c_e (0: no knowledge) c_e was the last sequence under
+ * the filter F, no ticket was live, and the lease record was free (c_free)
+ * or P's holding of revision c_e (!c_free).
+ */
+byte c_e;
+bool c_free;
+byte p_rev;             /* the revision of P's holding (0: none) */
+#endif
 byte undeleted;         /* ghost, probes only: the grantee (w + 1) whose ticket delete failed */
 #ifdef PROBE
 bool lk_expired;        /* ghost, probes only: the lease's last message is an expiry marker */
@@ -241,7 +293,7 @@ inline check_grant(w) {
      v++
   :: else -> break
   od;
-  CHECK(pst != P_HOLDING, "VIOLATED F2: two clients hold the lease\n");
+  CHECK(pst != P_HOLDING && pst != P_EXACT, "VIOLATED F2: two clients hold the lease\n");
   /* probe 1: granted past an earlier waiter that gave up and whose ticket expired */
 #define LEFT_AHEAD(v) (arrival[v] != 0 && arrival[v] < arrival[w] && st[v] == W_LEFT && gone[v] != 0)
   REACH(1, ANYW(LEFT_AHEAD));
@@ -639,6 +691,7 @@ end:
   od
 }
 
+#ifndef ONE_WRITE
 /* P's queue read (its arrival): no live ticket, or LEASE_HELD */
 inline p_queue_read() {
 #ifdef NO_QUEUE_CHECK
@@ -730,6 +783,189 @@ end:
   :: pst == P_DONE || (pst == P_NEW && tries == 0) -> break
   od
 }
+#else /* ONE_WRITE */
+#ifndef CYCLES
+#define CYCLES 2        /* P's grants: Acquire/Release cycles */
+#endif
+#ifndef P_TRIES
+#define P_TRIES 2       /* P's full-path scans, all calls together */
+#endif
+
+/* the last sequence under F: the highest of the subjects' last messages (an
+   emptied subject has none: 0) */
+#define MAX2(a, b) ((a) > (b) -> (a) : (b))
+#define LASTF MAX2(lk_rev, MAX2(sl_rev[0], sl_rev[1]))
+
+/* the cache says free: the one publish may be tried */
+#define CACHED_FREE (c_e != 0 && c_free)
+
+/* the one publish: conditional on last-under-F == E (ONE_WRITE_EXACT: on
+   the record's own last sequence) */
+#ifdef ONE_WRITE_EXACT
+#define ONE_COND (lk_rev == c_e)
+#else
+#define ONE_COND (LASTF == c_e)
+#endif
+
+/* the full path's write: conditional on last-under-F == L, the last
+   sequence of its scan (SCAN_NOT_F: on the record's revision as scanned) */
+#ifdef SCAN_NOT_F
+#define SCAN_COND (lk_rev == el)
+#else
+#define SCAN_COND (LASTF == el)
+#endif
+
+/* a live ticket written after sequence e */
+#define TICKET_AFTER(e) ((sl_kind[0] == S_LIVE && sl_rev[0] > (e)) || (sl_kind[1] == S_LIVE && sl_rev[1] > (e)))
+
+/*
+ * P's grant at seq + 1 (its condition checked by the caller), arrived at
+ * p_arr: F1 (no waiter that queued at or before p_arr still waits) and F2;
+ * the cache becomes (the grant, held).
+ */
+inline p_grant() {
+  v = 0;
+  do
+  :: v < NW ->
+     CHECK(!(WAITS(v) && arrival[v] != 0 && arrival[v] <= p_arr),
+           "VIOLATED F1: a plain Acquire is granted while a waiter that queued before its arrival still waits (barging)\n");
+     CHECK(!HOLDER(v), "VIOLATED F2: two clients hold the lease\n");
+     v++
+  :: else -> break
+  od;
+  v = 0;
+  seq++;
+  lk_kind = S_LIVE; lk_rev = seq; lk_holder = NW + 1;
+#ifdef PROBE
+  lk_expired = 0;
+#endif
+  p_rev = seq; c_e = seq; c_free = 0;
+  cycles--; p_arr = 0; pst = P_HOLDING
+}
+
+/* P's tombstone at seq + 1 (its condition checked by the caller) */
+inline p_release() {
+  seq++;
+  lk_kind = S_DEL; lk_rev = seq; lk_holder = 0;
+#ifdef PROBE
+  lk_expired = 0;
+#endif
+  p_rev = 0;
+  pst = (cycles > 0 -> P_NEW : P_DONE)
+}
+
+/*
+ * Client P with the one-publish plain Acquire (-DONE_WRITE, R1): CYCLES
+ * Acquire/Release cycles, P_TRIES full-path scans in all. With the cache
+ * free at E an Acquire is one publish, the lease record conditional on
+ * last-under-F == E, nothing read; refused, the cache is dropped and the
+ * full path follows. The full path scans F in one step (the record, every
+ * ticket, the last sequence L under F) and, the record free and no ticket
+ * live, writes the record conditional on last-under-F == L. Either grant
+ * sets the cache to (grant, held). The release is a tombstone conditional
+ * on last-under-F == P's holding (the cache), which sets the cache to
+ * (tombstone, free); refused, the cache is dropped and the release is the
+ * exact one (conditional on the record's own last sequence).
+ */
+proctype Plain() {
+  byte el, v, tries = P_TRIES, cycles = CYCLES;
+end:
+  do
+  /* the one publish on the cached (E, free): P's arrival is this write */
+  :: d_step {
+       pst == P_NEW && CACHED_FREE ->
+       if
+       :: seq < MAXSEQ && ONE_COND ->
+#ifdef ONE_WRITE_EXACT
+          printf("P: one publish: lease written rev %d (expected lease rev %d): granted\n", seq + 1, c_e);
+#else
+          printf("P: one publish: lease written rev %d (expected last under F %d): granted\n", seq + 1, c_e);
+#endif
+          /* granted by the one publish, a waiter served before */
+#define SERVED(v) (st[v] == W_DONE)
+          REACH(13, ANYW(SERVED));
+          p_arr = seq;
+          p_grant()
+       :: else ->
+          printf("P: one publish refused (expected last under F %d, now %d): cache dropped\n", c_e, LASTF);
+          REACH(14, TICKET_AFTER(c_e));     /* refused: a ticket came in after E */
+          c_e = 0; c_free = 0
+       fi
+     }
+  /* the full path: one scan of F */
+  :: d_step {
+       pst == P_NEW && !CACHED_FREE && tries > 0 ->
+       tries--;
+       if
+       :: lk_kind != S_LIVE && !ANY_TICKET ->
+#ifdef SCAN_NOT_F
+          el = lk_rev;
+#else
+          el = LASTF;
+#endif
+          p_arr = seq; pst = P_TRYING;
+          printf("P: scans F as of rev %d: lease rev %d free, no live ticket, last under F %d\n", seq, lk_rev, LASTF)
+       :: else -> printf("P: scans F: lease held or waiters queued: LEASE_HELD\n")
+       fi
+     }
+  :: d_step {
+       pst == P_TRYING ->
+       if
+       :: seq < MAXSEQ && SCAN_COND ->
+#ifdef SCAN_NOT_F
+          /* arrival: the scan (the two-read rule, which this write keeps) */
+          printf("P: lease written rev %d (expected lease rev %d): granted, arrived at rev %d\n", seq + 1, el, p_arr);
+#else
+          /* arrival: this write (nothing under F since the scan) */
+          printf("P: lease written rev %d (expected last under F %d): granted\n", seq + 1, el);
+          p_arr = seq;
+#endif
+          p_grant()
+       :: else ->
+          printf("P: lease write refused (expected %d, lease rev %d, last under F %d)\n", el, lk_rev, LASTF);
+          p_arr = 0; pst = P_NEW
+       fi;
+       el = 0
+     }
+  /* release: tombstone conditional on last-under-F == the cached holding */
+  :: d_step {
+       pst == P_HOLDING && seq < MAXSEQ ->
+       if
+       :: c_e != 0 && c_e == p_rev && LASTF == c_e ->
+          printf("P: released rev %d (expected last under F %d): cache free\n", seq + 1, c_e);
+          p_release();
+          c_e = seq; c_free = 1
+       :: else ->
+          printf("P: release refused (expected last under F %d, now %d): cache dropped\n", c_e, LASTF);
+          c_e = 0; c_free = 0; pst = P_EXACT
+       fi
+     }
+  /* the exact release: conditional on the record's own last sequence */
+  :: d_step {
+       pst == P_EXACT && seq < MAXSEQ ->
+       if
+       :: lk_rev == p_rev ->
+          printf("P: released rev %d (expected %d, exact)\n", seq + 1, p_rev);
+          /* the filter-conditional release refused for a ticket, the exact one used */
+          REACH(15, TICKET_AFTER(p_rev));
+          p_release();
+#ifdef CHAIN_FROM_EXACT_RELEASE
+          c_e = seq; c_free = 1
+#else
+          skip
+#endif
+       :: else ->
+          printf("P: exact release refused (the lease moved on)\n");
+          p_rev = 0; pst = (cycles > 0 -> P_NEW : P_DONE)
+       fi
+     }
+#ifdef EXPIRY
+  :: d_step { pst == P_HOLDING -> printf("P: deadline passed: stops acting (no release)\n"); p_rev = 0; pst = P_DONE }
+#endif
+  :: pst == P_DONE || (pst == P_NEW && tries == 0 && !CACHED_FREE) -> break
+  od
+}
+#endif /* ONE_WRITE */
 
 /*
  * slot s holds the live ticket of a waiter that no longer waits: it gave
@@ -811,7 +1047,7 @@ end:
  */
 #ifdef EXPIRE_WHILE_HOLDING
 #define STOPPED(v) (st[v] == W_DONE || st[v] == W_HOLDING)
-#define P_STOPPED (pst == P_DONE || pst == P_HOLDING)
+#define P_STOPPED (pst == P_DONE || pst == P_HOLDING || pst == P_EXACT)
 #else
 #define STOPPED(v) (st[v] == W_DONE)
 #define P_STOPPED (pst == P_DONE)

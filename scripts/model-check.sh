@@ -272,6 +272,22 @@ verify fifo-batch-grant fifo "$batch" \
   "as fifo, but every grant is either the two writes or the one atomic batch (ticket delete + lease; the model has no fence); stream sequence <= 7"
 probe fifo-batch-probe-12 fifo 12 "a grant by the batch" "$batch"
 
+# ---- fair queueing on R1: the plain Acquire as one filter-conditional publish ----
+# Two waiters and P (3 cycles); no run needs more than 15 writes, so the
+# sequence bound cuts nothing.
+onewrite="-DONE_WRITE -DEXPIRY -DNW=2 -DCYCLES=3 -DP_TRIES=3 -DMAXSEQ=16"
+verify fifo-one-write fifo "$onewrite" \
+  "waiters W0, W1 in 2 slots and the plain Acquire P, 3 Acquire/Release cycles: the one publish on the cached (E, free), conditional on last-under-F == E; refused, the full path (one scan of F, the record conditional on last-under-F == L, 3 scans in all); release conditional on last-under-F == its holding, refused then exact; lease expiry; 1 refresh, 1 give-up, 1 failed ticket delete; stream sequence <= 16 (cuts nothing)"
+control fifo-one-write-ONE_WRITE_EXACT fifo "$onewrite -DONE_WRITE_EXACT" \
+  "the one publish is conditional on the lease record's own last sequence, not on F" F1
+control fifo-one-write-CHAIN_FROM_EXACT_RELEASE fifo "$onewrite -DCHAIN_FROM_EXACT_RELEASE" \
+  "the exact release (after the filter-conditional one was refused) also sets the cache free" F1
+control fifo-one-write-SCAN_NOT_F fifo "$onewrite -DSCAN_NOT_F" \
+  "the full path writes the record conditional on its revision as scanned, not on F, and still sets the cache" F1
+probe fifo-one-write-probe-13 fifo 13 "P granted by the one publish, after a waiter was served" "$onewrite"
+probe fifo-one-write-probe-14 fifo 14 "P's one publish refused: a ticket written after the cached E" "$onewrite"
+probe fifo-one-write-probe-15 fifo 15 "P's filter-conditional release refused for a ticket, the exact release used" "$onewrite"
+
 # ---- semaphores: the limit under concurrent limit changes ----
 verify sem sem "" \
   "clients A (limit 1), B (limit 2), C (limit 1 or 2, chosen per call), 2 Acquires each; slot keys 1, 2 and the definition key; slots read in any order, then the definition, then the slots of a larger limit in force; lone slot writes, first-definition batches, redefinition batches with tombstones; release, deadline and expiry; tombstones and markers age out, not under an attempt that read the slot before them; stream sequence <= 24 (cuts nothing)"

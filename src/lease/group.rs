@@ -161,10 +161,9 @@ impl Leases {
     /// (`None`: the batch lost a race and wrote nothing).
     async fn attempt_group(&self, args: &GroupArgs) -> Result<Option<Vec<Holding>>> {
         let hash = KeyHash::of(&args.key);
-        let lasts = try_join_all(args.names.iter().map(|n| self.store.last(n))).await?;
+        let lasts = try_join_all(args.names.iter().map(|n| self.read_lease(n))).await?;
         let mut plans = Vec::with_capacity(args.names.len());
         for (name, last) in args.names.iter().zip(lasts) {
-            let last = last.map(Entry::from);
             let plan = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
                 AcquirePlan::Take { expected } => Plan::Take {
                     expected,
@@ -257,7 +256,7 @@ impl Leases {
                 ),
             };
             writes.push(Write::put(
-                name.clone(),
+                keys::lease(name),
                 record.encode(),
                 expected,
                 self.nats_ttl(args.ttl_s),
@@ -304,7 +303,7 @@ impl Leases {
             let expected = put.expected.unwrap_or(0);
             let written = self
                 .store
-                .put(name, put.payload.clone(), expected, put.ttl)
+                .put(&keys::lease(name), put.payload.clone(), expected, put.ttl)
                 .await;
             let failed = match written {
                 Ok(revision) => {
@@ -322,7 +321,7 @@ impl Leases {
                 };
                 let _ = self
                     .store
-                    .delete(&h.name, released.encode(), h.revision)
+                    .delete(&keys::lease(&h.name), released.encode(), h.revision)
                     .await;
                 self.cache.remove(&h.name);
             }
@@ -374,7 +373,7 @@ impl Leases {
             for (m, (revision, rec)) in members.iter().zip(&current) {
                 let record = rec.renewal(*revision, ttl_s, now);
                 writes.push(Write::put(
-                    m.name.clone(),
+                    keys::lease(&m.name),
                     record.encode(),
                     *revision,
                     self.nats_ttl(record.ttl_s),
@@ -424,7 +423,7 @@ impl Leases {
                     ));
                 }
                 ends.push(Write {
-                    name: m.name.clone(),
+                    name: keys::lease(&m.name),
                     op: WriteOp::Delete,
                     payload: Released {
                         holder: rec.holder.clone(),

@@ -35,7 +35,8 @@ fn waiting(name: &str, holder: &str) -> AcquireRequest {
 async fn next_ticket_change(w: &mut async_nats::jetstream::kv::Watch) -> (String, bool) {
     loop {
         let entry = within("a queue change", w.next()).await.unwrap().unwrap();
-        if !entry.key.ends_with(".plain") {
+        // The guard and the lease record share the queue's wildcard.
+        if !entry.key.ends_with(".plain") && !entry.key.ends_with(".lease") {
             return (entry.key, entry.operation == Operation::Put);
         }
     }
