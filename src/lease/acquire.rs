@@ -39,6 +39,11 @@ use crate::observe::METRICS;
 /// these reads were more than half of Tenure's NATS requests).
 const VIEW_PATIENCE: Duration = Duration::from_millis(25);
 
+/// Most grant attempts of a waiter shown the head, per turn: each lost one
+/// means the name's line moved (a ticket behind it, a refresh), and the
+/// next waits for the view to show what did.
+const HEAD_ATTEMPTS: usize = 16;
+
 /// What Acquire asks for, already validated.
 #[derive(Debug, Clone)]
 pub struct AcquireArgs {
@@ -377,22 +382,27 @@ impl Leases {
         let mut known = newer(lane.take(), self.hub.queue(&name))
             .filter(|q| !q.free_slots(self.max_waiters, start).is_empty());
         // The revision a ticket write lost its race at: a retry takes the
-        // view once it has applied something newer (a ticket, a grant's
-        // delete: the common race of a busy queue), and reads the queue
-        // from the stream leader (a request per message under the queue's
-        // filter) only when the view has not moved on.
-        // Only after the first lost race, though: the view can trail the
-        // leader by several writes of a busy queue, and a second race lost
-        // on it would likely be lost again (20 waiters on two replicas
-        // lost six in a row and were refused), so later retries read.
+        // view once it has applied something newer (a ticket, a grant, a
+        // release, a grant's ticket delete: the line of a busy name moves
+        // several times a handoff), and reads the queue from the stream
+        // leader (a request per message under the line) only when the view
+        // has not moved on within VIEW_PATIENCE, at most MAX_CAS_ATTEMPTS
+        // times. Retries on the view's word go on while the wait lasts (the
+        // caller bounds this call by the Acquire's deadline): each costs
+        // one write, and each lost race means the line moved on.
         let mut lost_at = 0;
-        for attempt in 0..=MAX_CAS_ATTEMPTS {
-            if known.is_none() && lost_at > 0 && attempt == 1 {
+        let mut reads = 0;
+        loop {
+            if known.is_none() && lost_at > 0 {
                 known = self.hub.queue_after(&name, lost_at, VIEW_PATIENCE).await;
             }
             let queue = match known.take() {
                 Some(queue) => queue,
-                None => fifo::Queue::read(&self.store, &name, self.max_waiters).await?,
+                None if reads < MAX_CAS_ATTEMPTS => {
+                    reads += 1;
+                    fifo::Queue::read(&self.store, &name, self.max_waiters).await?
+                }
+                None => break,
             };
             let Some(&slot) = queue.free_slots(self.max_waiters, start).first() else {
                 return Err(full(&queue));
@@ -583,51 +593,46 @@ impl Leases {
         }
     }
 
-    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
-    /// waiter waits for the next event rather than retrying at once),
-    /// except that an attempt on hints that lost its race reads everything
-    /// and tries again at once.
+    /// One turn of a queued waiter as the head: up to `MAX_CAS_ATTEMPTS`
+    /// attempts, each on the view's word when it has one, else after a
+    /// read; races lost on all of them are `LEASE_HELD` (the waiter waits
+    /// for the next event).
     async fn attempt_queued(
         &self,
         args: &AcquireArgs,
         ticket: &fifo::Ticket,
         known: Known,
     ) -> Result<Holding> {
-        let hinted = known.last.is_some() || known.head;
-        let line = known.line;
-        if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
-            return Ok(holding);
-        }
-        if hinted {
-            METRICS.acquire_hint_misses.inc();
-            // A grant on the view's word that lost its race (most often to
-            // a ticket written behind it, which moved the line): once the
-            // view has applied what won, and still names this waiter the
-            // head over a release, once more on its word; then a read.
-            let again = match line {
-                Some(line) => self
-                    .hub
-                    .released_after(&args.name, line, VIEW_PATIENCE)
-                    .await
-                    .filter(|_| {
-                        self.hub
-                            .turn(&queue_of(args), ticket.place, ticket.revision)
-                            == Turn::Mine
-                    }),
-                None => None,
-            };
-            if let Some(released) = again {
-                let known = Known::released(&args.name, released);
-                if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
-                    return Ok(holding);
-                }
-            }
-            if let Some(holding) = self
-                .attempt(args, Place::Queued(ticket), Known::default())
-                .await?
-            {
+        // Once the view (complete since this waiter's ticket) or a read has
+        // shown it the head, it stays the head: tickets written later are
+        // behind it, and one that left is no longer ahead. A grant that
+        // lost its race (most often to a ticket written behind it, or a
+        // refresh, which moved the line) tries again on the view's word as
+        // soon as the view has applied what won, as long as the lease is
+        // still released; it reads only when the view cannot say.
+        let mut known = known;
+        for _ in 0..HEAD_ATTEMPTS {
+            let hinted = known.last.is_some() || known.head;
+            let line = known.line;
+            if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
                 return Ok(holding);
             }
+            if hinted {
+                METRICS.acquire_hint_misses.inc();
+            }
+            // On the view's word: past the line it lost on; after a read,
+            // as the view has it now (a stale one fails, then waits).
+            let released = match line {
+                Some(line) => {
+                    self.hub
+                        .released_after(&args.name, line, VIEW_PATIENCE)
+                        .await
+                }
+                None => self.hub.released_at(&args.name),
+            };
+            known = released.map_or_else(Known::default, |released| {
+                Known::released(&args.name, released)
+            });
         }
         Err(contended(&args.name))
     }
@@ -716,7 +721,7 @@ impl Leases {
             (Place::Queued(ticket), Some(queue)) => {
                 if !queue.holds(ticket.slot, ticket.revision) {
                     // Gone or rewritten: the next refresh finds out which.
-                    return Ok(None);
+                    return Err(contended(&args.name));
                 }
                 let ahead = queue.ahead_of(ticket.place);
                 if ahead > 0 {
