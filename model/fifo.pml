@@ -40,11 +40,16 @@
  * batch. P's arrival is its queue read: a waiter that queues after it
  * arrived after P and may be served after P.
  *
- * The one-publish plain Acquire (-DONE_WRITE; a serial stream, as one node): a
- * name's lease record and its tickets (and group guard) sit under one
- * filter F = _tenure.q.<name>.*, and a publish may be conditional on the
+ * The one-publish plain Acquire (-DONE_WRITE; a single-node R1 stream): a
+ * DESIGN STUDY, not what src/ ships (docs/design.md section 16, "One write
+ * per lock cycle step: tried, and the layout that would"). A name's lease
+ * record and its tickets (and group guard) sit under one filter F (in the
+ * layout that would ship, _tenure.q.<name>.*.* over the record
+ * _tenure.q.<name>.lease.holder and the tickets
+ * _tenure.q.<name>.ticket.<slot>, each ticket conditional on the queue
+ * alone as here), and a publish may be conditional on the
  * last sequence among all subjects under F (Nats-Expected-Last-Subject-
- * Sequence with ...-Subject: F), exact and serial on one node. The replica caches
+ * Sequence with ...-Subject: F), exact and serial on R1. The replica caches
  * per name (E, free): at sequence E, E was the last sequence under F, the
  * record was free and no ticket was live. With it, P's Acquire is ONE
  * publish, the record conditional on last-under-F == E, nothing read; its
@@ -126,7 +131,7 @@
  *                            of releasing; NATS then expires its lease
  *   BATCH_GRANT              every grant may instead be the one atomic batch
  *                            (ticket delete + lease) of a grant with a fence
- *   ONE_WRITE                the plain Acquire P as the one publish
+ *   ONE_WRITE                the plain Acquire P as the one publish on R1
  *                            (above), with CYCLES and P_TRIES; without it, P
  *                            is the two-read Acquire
  *   SPLIT_READ, VIEW, NW, PLAIN, NR, MAXSEQ, REFRESHES, GIVEUPS, FAILED_DELETES,
@@ -855,7 +860,7 @@ inline p_release() {
 }
 
 /*
- * Client P with the one-publish plain Acquire (-DONE_WRITE): CYCLES
+ * Client P with the one-publish plain Acquire (-DONE_WRITE, R1): CYCLES
  * Acquire/Release cycles, P_TRIES full-path scans in all. With the cache
  * free at E an Acquire is one publish, the lease record conditional on
  * last-under-F == E, nothing read; refused, the cache is dropped and the

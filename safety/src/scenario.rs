@@ -814,18 +814,14 @@ fn queue_owner(queue: &str) -> (&str, bool) {
 
 /// The lease and semaphore-slot key of a bucket key (`None` for Tenure's
 /// other keys): what a watch reports changes of.
-/// A lease's record is `_tenure.q.<name>.lease` (beside its queue), a
-/// semaphore's slot `_tenure.sem.<name>.<slot>`.
 fn lease_key(key: &str) -> Option<(&str, u32)> {
-    let rest = key.strip_prefix("_tenure.")?;
-    if let Some(name) = rest
-        .strip_prefix("q.")
-        .and_then(|r| r.strip_suffix(".lease"))
-    {
-        return (!name.is_empty() && !name.starts_with("_tenure.")).then_some((name, 0));
+    match key.strip_prefix("_tenure.") {
+        None => Some((key, 0)),
+        Some(rest) => {
+            let (name, slot) = rest.strip_prefix("sem.")?.rsplit_once('.')?;
+            slot.parse::<u32>().ok().map(|slot| (name, slot))
+        }
     }
-    let (name, slot) = rest.strip_prefix("sem.")?.rsplit_once('.')?;
-    slot.parse::<u32>().ok().map(|slot| (name, slot))
 }
 
 /// Records every message of `bucket` (shard `shard`): the queue tickets
@@ -2088,13 +2084,8 @@ mod tests {
         assert_eq!(owner("_tenure.q.res.a.3"), Some(("res.a", false)));
         assert_eq!(owner("_tenure.q._tenure.sem.res.a.plain"), None);
         assert_eq!(owner("_tenure.q.res.a.plain"), None);
-        // A lease's record sits beside its queue, and is no ticket.
-        assert_eq!(owner("_tenure.q.res.a.lease"), None);
-        // Neither ticket is a lease key (property 9's ground truth).
+        // Neither is a lease key (property 9's ground truth).
         assert_eq!(lease_key("_tenure.q._tenure.sem.res.a.3"), None);
-        assert_eq!(lease_key("_tenure.q.res.a.3"), None);
-        assert_eq!(lease_key("_tenure.q.res.a.lease"), Some(("res.a", 0)));
-        assert_eq!(lease_key("res.a"), None, "not a key of this layout");
         assert_eq!(lease_key("_tenure.sem.res.a.3"), Some(("res.a", 3)));
     }
 

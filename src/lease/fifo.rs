@@ -9,14 +9,12 @@
 //! it (0 in that first write: "this revision", like a lease's token), so the
 //! refreshes that keep the ticket alive (conditional rewrites with a TTL)
 //! keep its place. The head is the live ticket with the lowest place. Only
-//! the head writes the lease: one write conditional on the name's line
-//! (the record at `_tenure.q.<name>.lease` and the queue, under the one
-//! wildcard `_tenure.q.<name>.*`; with its fence in one atomic batch when a
-//! lock delay is involved), then the delete of its ticket; the waiters
-//! behind it still see its ticket until then, and the lease is held
-//! meanwhile. An Acquire without a wait reads the line from the stream
-//! leader (or, over this replica's own last write of it, nothing) and
-//! writes conditional on it, so a ticket written since fails it.
+//! the head writes the lease: one write conditional on the lease's last
+//! revision (with its fence in one atomic batch when a lock delay is
+//! involved), then the delete of its ticket; the waiters behind it still
+//! see its ticket until then, and the lease is held meanwhile. An Acquire
+//! without a wait reads the queue from the stream leader and writes only
+//! when no ticket is live.
 //!
 //! A new ticket is conditional on the last revision of the whole queue
 //! (`_tenure.q.<name>.*`), and so is a group's guard: its batch carries the
@@ -49,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{self, QueueKey};
 use crate::error::Result;
-use crate::nats::{Message, Op, Store, Write, WriteOp};
+use crate::nats::{Op, Store, Write, WriteOp};
 
 /// The TTL of a ticket: a waiter that stops refreshing (its replica died)
 /// leaves the queue at most this long after its last refresh.
@@ -126,13 +124,9 @@ pub struct Live {
 pub struct Queue {
     /// The live tickets.
     pub live: Vec<Live>,
-    /// The last revision of any key of the queue or of the lease record
-    /// beside it (0: none; the name's line, [`keys::line_filter`]): what a
-    /// write conditional on "no change to the queue" names.
+    /// The last revision of any key of the queue (0: none): what a write
+    /// conditional on "no change to the queue" names.
     pub last: u64,
-    /// The last message of the lease record, read in the same scan
-    /// (`None`: none, or not read: a queue from the view).
-    pub lease: Option<Message>,
 }
 
 impl Queue {
@@ -152,11 +146,6 @@ impl Queue {
         let mut queue = Queue::default();
         for msg in messages {
             queue.last = queue.last.max(msg.revision);
-            if keys::parse_lease(&msg.name) == Some(name) {
-                // Read in revision order: a later message of it wins.
-                queue.lease = Some(msg);
-                continue;
-            }
             // The guard, and anything else under the wildcard, is no slot.
             let Some(QueueKey::Slot(of, slot)) = keys::parse_queue(&msg.name) else {
                 continue;
@@ -395,7 +384,6 @@ mod tests {
                 })
                 .collect(),
             last,
-            lease: None,
         }
     }
 

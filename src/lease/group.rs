@@ -161,9 +161,10 @@ impl Leases {
     /// (`None`: the batch lost a race and wrote nothing).
     async fn attempt_group(&self, args: &GroupArgs) -> Result<Option<Vec<Holding>>> {
         let hash = KeyHash::of(&args.key);
-        let lasts = try_join_all(args.names.iter().map(|n| self.read_lease(n))).await?;
+        let lasts = try_join_all(args.names.iter().map(|n| self.store.last(n))).await?;
         let mut plans = Vec::with_capacity(args.names.len());
         for (name, last) in args.names.iter().zip(lasts) {
+            let last = last.map(Entry::from);
             let plan = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
                 AcquirePlan::Take { expected } => Plan::Take {
                     expected,
@@ -256,7 +257,7 @@ impl Leases {
                 ),
             };
             writes.push(Write::put(
-                keys::lease(name),
+                name.clone(),
                 record.encode(),
                 expected,
                 self.nats_ttl(args.ttl_s),
@@ -303,7 +304,7 @@ impl Leases {
             let expected = put.expected.unwrap_or(0);
             let written = self
                 .store
-                .put(&keys::lease(name), put.payload.clone(), expected, put.ttl)
+                .put(name, put.payload.clone(), expected, put.ttl)
                 .await;
             let failed = match written {
                 Ok(revision) => {
@@ -321,7 +322,7 @@ impl Leases {
                 };
                 let _ = self
                     .store
-                    .delete(&keys::lease(&h.name), released.encode(), h.revision)
+                    .delete(&h.name, released.encode(), h.revision)
                     .await;
                 self.cache.remove(&h.name);
             }
@@ -373,7 +374,7 @@ impl Leases {
             for (m, (revision, rec)) in members.iter().zip(&current) {
                 let record = rec.renewal(*revision, ttl_s, now);
                 writes.push(Write::put(
-                    keys::lease(&m.name),
+                    m.name.clone(),
                     record.encode(),
                     *revision,
                     self.nats_ttl(record.ttl_s),
@@ -423,7 +424,7 @@ impl Leases {
                     ));
                 }
                 ends.push(Write {
-                    name: keys::lease(&m.name),
+                    name: m.name.clone(),
                     op: WriteOp::Delete,
                     payload: Released {
                         holder: rec.holder.clone(),

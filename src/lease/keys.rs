@@ -1,25 +1,18 @@
 //! Every key of the data model, built and parsed in one place (TiKV's
 //! `keys` crate is the model).
 //!
-//! Everything Tenure keeps in the bucket lives under the reserved first
-//! level [`RESERVED`], which no lease name may use. A lease's record sits
-//! beside its queue, one level below the name, so that one wildcard
-//! ([`line_filter`]) matches exactly the record and the queue of one name
-//! and nothing else: a write conditional on it fails if the holder changed
-//! or a waiter queued (design section 16, "One write"):
+//! A lease is kept under its own name. Everything else Tenure keeps in the
+//! bucket lives under the reserved first level [`RESERVED`], which no lease
+//! name may use:
 //!
 //! | key | what |
 //! | --- | --- |
-//! | `_tenure.q.<name>.lease` | the lease record of `name` (its revision is the fencing token) |
+//! | `<name>` | the lease record of `name` (its revision is the fencing token) |
+//! | `_tenure.delay.<name>` | the fence: the lock delay of `name`'s latest holding |
 //! | `_tenure.q.<name>.<slot>` | a waiter's ticket in slot `slot` of `name`'s queue |
 //! | `_tenure.q.<name>.plain` | the queue's guard, written only by group batches |
-//! | `_tenure.delay.<name>` | the fence: the lock delay of `name`'s latest holding |
 //! | `_tenure.sem.<name>.<slot>` | slot `slot` (1 to the limit) of semaphore `name` |
 //! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name`, or of read-write lock `name` (`"rw":true`); removed once unused |
-//!
-//! A bucket's stream description names this layout (`key layout 2`,
-//! `nats/bucket.rs`); older versions kept a lease's record at the lease
-//! name itself, and a bucket they wrote is refused.
 //!
 //! Parsing is the inverse of building: a key either parses to exactly what
 //! built it or to nothing, so a foreign key under the reserved level is
@@ -39,53 +32,6 @@ const SEMAPHORE: &str = "sem";
 const GUARD: &str = "plain";
 /// The last level of a semaphore's definition key.
 const DEFINITION: &str = "limit";
-/// The last level of a lease record's key (never a slot number nor the
-/// guard).
-const LEASE: &str = "lease";
-
-/// The key of the lease record of `name`.
-pub fn lease(name: &str) -> String {
-    format!("{RESERVED}.{QUEUE}.{name}.{LEASE}")
-}
-
-/// The key of the record a lease call names: a lease name's record key
-/// ([`lease`]), or a semaphore slot's key as it is (the semaphore layer
-/// renews, releases and revokes its holders through the lease calls, by
-/// slot key).
-pub fn record_of(name_or_slot: &str) -> String {
-    match parse_semaphore_slot(name_or_slot) {
-        Some(_) => name_or_slot.to_string(),
-        None => lease(name_or_slot),
-    }
-}
-
-/// The lease name of a record key ([`lease`]); `None` for every other key.
-pub fn parse_lease(key: &str) -> Option<&str> {
-    let name = key
-        .strip_prefix(RESERVED)?
-        .strip_prefix('.')?
-        .strip_prefix(QUEUE)?
-        .strip_prefix('.')?
-        .strip_suffix(LEASE)?
-        .strip_suffix('.')?;
-    (!name.is_empty() && !is_reserved(name)).then_some(name)
-}
-
-/// The KV wildcard that matches exactly the record and the queue (slots
-/// and guard) of lease `name`, never another name's keys: a write
-/// conditional on the last revision under it fails if the record changed
-/// or anything was queued since. The same string as [`queue_filter`]: a
-/// ticket's condition covers the record too.
-pub fn line_filter(name: &str) -> String {
-    queue_filter(name)
-}
-
-/// The KV wildcard that matches the records (and queue keys) of every
-/// lease whose name starts with the whole levels `level` (empty, or ending
-/// in `.`): what a listing or a prefix watch reads.
-pub fn leases_under(level: &str) -> String {
-    format!("{RESERVED}.{QUEUE}.{level}>")
-}
 
 /// Whether `key` is one of Tenure's own keys rather than a lease name.
 pub fn is_reserved(key: &str) -> bool {
@@ -111,8 +57,7 @@ pub fn queue_guard(name: &str) -> String {
 }
 
 /// The KV wildcard that matches every key of the queue of `name` (slots and
-/// guard) and its lease record: one level below `_tenure.q.<name>`, never a
-/// deeper name's keys.
+/// guard): one level below `_tenure.q.<name>`, never a deeper name's queue.
 pub fn queue_filter(name: &str) -> String {
     format!("{RESERVED}.{QUEUE}.{name}.*")
 }
@@ -134,7 +79,7 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
         .strip_prefix(QUEUE)?
         .strip_prefix('.')?;
     let (name, last) = rest.rsplit_once('.')?;
-    if name.is_empty() || last == LEASE {
+    if name.is_empty() {
         return None;
     }
     if last == GUARD {
@@ -143,35 +88,14 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
     Some(QueueKey::Slot(name, last.parse().ok()?))
 }
 
-/// What a key shows as in a watch: a lease name and slot 0 for a lease
-/// record's key (or for a lease name itself, as the shared watcher keeps
-/// records: [`watched_as`]), the semaphore's name and slot for a semaphore
-/// slot key; `None` for Tenure's other keys (fences, definitions,
-/// tickets).
+/// What a bucket key shows as in a watch: a lease name and slot 0 for a
+/// lease key, the semaphore's name and slot for a semaphore slot key;
+/// `None` for Tenure's other keys (fences, definitions, tickets).
 pub fn shown_as(key: &str) -> Option<(&str, u32)> {
-    if let Some(shown) = parse_semaphore_slot(key) {
-        return Some(shown);
-    }
-    if let Some(name) = parse_lease(key) {
-        return Some((name, 0));
-    }
-    (!is_reserved(key)).then_some((key, 0))
-}
-
-/// What the shared watcher never takes for a lease: the key it keeps a
-/// key Tenure does not write under (a reserved key nothing parses).
-const FOREIGN: &str = "_tenure.foreign";
-
-/// The key the shared watcher keeps a bucket key under (its mirror, queue
-/// view and ends are keyed so): a lease record's key as its lease name,
-/// Tenure's other keys as they are, and a key Tenure does not write (in
-/// no reserved level, so not of this layout) as a reserved key that parses
-/// as nothing.
-pub fn watched_as(key: &str) -> &str {
-    match parse_lease(key) {
-        Some(name) => name,
-        None if is_reserved(key) => key,
-        None => FOREIGN,
+    match parse_semaphore_slot(key) {
+        Some(shown) => Some(shown),
+        None if is_reserved(key) => None,
+        None => Some((key, 0)),
     }
 }
 
@@ -259,10 +183,6 @@ pub fn parse_semaphore_slot(key: &str) -> Option<(&str, u32)> {
 /// name, and the name of its fence or queue key; a semaphore's name for
 /// its slots, definition and queue. `None` for a foreign reserved key.
 pub fn waited_name(key: &str) -> Option<&str> {
-    if let Some(name) = parse_lease(key) {
-        return Some(name);
-    }
-    // A lease name as the shared watcher keeps its record ([`watched_as`]).
     if !is_reserved(key) {
         return Some(key);
     }
@@ -292,7 +212,7 @@ mod tests {
     #[test]
     fn every_key_of_a_name_concerns_its_waiters() {
         for key in [
-            lease("a.b"),
+            "a.b".to_string(),
             fence("a.b"),
             queue_slot("a.b", 3),
             queue_guard("a.b"),
@@ -303,7 +223,6 @@ mod tests {
             assert_eq!(waited_name(&key), Some("a.b"), "{key}");
         }
         assert_eq!(waited_name("_tenure.other.x"), None);
-        assert_eq!(waited_name("a.b"), Some("a.b"), "as the watcher keeps it");
         assert_eq!(waited_name("_tenure"), None);
     }
 
@@ -313,36 +232,6 @@ mod tests {
         assert!(is_reserved("_tenure"));
         assert!(!is_reserved("_tenured.a"));
         assert!(!is_reserved("jobs._tenure"));
-    }
-
-    /// A record sits beside its queue: the line's wildcard matches both
-    /// and no other name's keys; a record key parses back to its name and
-    /// never as a queue key; a reserved name never parses.
-    #[test]
-    fn records() {
-        assert_eq!(lease("jobs.a"), "_tenure.q.jobs.a.lease");
-        assert_eq!(line_filter("jobs.a"), "_tenure.q.jobs.a.*");
-        assert_eq!(parse_lease(&lease("jobs.a")), Some("jobs.a"));
-        assert_eq!(parse_lease(&lease("lease")), Some("lease"));
-        assert_eq!(parse_lease(&lease("a.lease")), Some("a.lease"));
-        assert_eq!(parse_lease("_tenure.q.lease"), None);
-        assert_eq!(parse_lease("jobs.a"), None);
-        assert_eq!(parse_lease("_tenure.q._tenure.sem.a.lease"), None);
-        assert_eq!(parse_queue(&lease("jobs.a")), None);
-        assert_eq!(shown_as(&lease("jobs.a")), Some(("jobs.a", 0)));
-        assert_eq!(watched_as(&lease("jobs.a")), "jobs.a");
-        assert_eq!(shown_as(watched_as(&lease("jobs.a"))), Some(("jobs.a", 0)));
-        assert_eq!(watched_as("_tenure.sem.a.1"), "_tenure.sem.a.1");
-        assert_eq!(
-            shown_as(watched_as("jobs.a")),
-            None,
-            "not a key of this layout"
-        );
-        assert_eq!(leases_under("jobs."), "_tenure.q.jobs.>");
-        assert_eq!(leases_under(""), "_tenure.q.>");
-        // The record of a child name is two levels deeper: not on the line.
-        assert!(lease("jobs.a.b").starts_with("_tenure.q.jobs.a."));
-        assert_eq!(lease("jobs.a.b").matches('.').count(), 5);
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Leases {
                     Some(ticket.revision),
                 ),
                 Write::put(
-                    super::keys::lease(name),
+                    name.to_string(),
                     record.encode(),
                     revision,
                     self.nats_ttl(record.ttl_s),

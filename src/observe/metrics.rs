@@ -60,10 +60,6 @@ pub struct Metrics {
     /// replica knew (its own release, the watcher's view of the queue)
     /// that failed their condition and were made again after a read.
     pub acquire_hint_misses: IntCounter,
-    /// `tenure_line_writes_total`: plain Acquires and Releases written as
-    /// one write conditional on the name's line with no read before it
-    /// (over this replica's own last write of the line, design section 16).
-    pub line_writes: IntCounter,
     /// `tenure_leases_acquired_total`: new holdings taken through this replica.
     pub acquired: IntCounter,
     /// `tenure_groups_acquired_total`: AcquireGroup batches that took (or,
@@ -189,10 +185,6 @@ impl Metrics {
             acquire_hint_misses: counter(
                 "tenure_acquire_hint_misses_total",
                 "Acquire writes made on what the replica knew without a read that failed their condition",
-            ),
-            line_writes: counter(
-                "tenure_line_writes_total",
-                "plain Acquires and Releases made as one conditional write with no read",
             ),
             acquired: counter(
                 "tenure_leases_acquired_total",

@@ -35,8 +35,7 @@ fn waiting(name: &str, holder: &str) -> AcquireRequest {
 async fn next_ticket_change(w: &mut async_nats::jetstream::kv::Watch) -> (String, bool) {
     loop {
         let entry = within("a queue change", w.next()).await.unwrap().unwrap();
-        // The guard and the lease record share the queue's wildcard.
-        if !entry.key.ends_with(".plain") && !entry.key.ends_with(".lease") {
+        if !entry.key.ends_with(".plain") {
             return (entry.key, entry.operation == Operation::Put);
         }
     }
