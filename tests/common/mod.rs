@@ -661,3 +661,57 @@ impl HealthStatuses {
 /// (lease and semaphore FIFO, semaphore races), take turns under this lock,
 /// whichever file they are in.
 pub static CAS_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts one Tenure replica per NATS URL in `urls`, each with `config` and
+/// that URL as its only seed (so that replicas on a cluster reach the
+/// stream through different nodes), and waits until a first write goes
+/// through each: a new replicated stream takes a moment to be writable
+/// from every node (`UNAVAILABLE` or a deadline meanwhile).
+pub async fn replicas_on(
+    config: &tenure::Config,
+    urls: &[String],
+) -> (Vec<tenure::Running>, Vec<LeaseServiceClient<Channel>>) {
+    let mut running = Vec::new();
+    let mut clients = Vec::new();
+    for url in urls {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let r = tenure::start(config, url, listener)
+            .await
+            .expect("tenure starts");
+        clients.push(
+            LeaseServiceClient::connect(format!("http://{}", r.addr()))
+                .await
+                .expect("connect to tenure"),
+        );
+        running.push(r);
+    }
+    for (i, client) in clients.iter().enumerate() {
+        within("a first write through every replica", async {
+            loop {
+                let mut c = client.clone();
+                let probe = format!("ready.{i}");
+                match c.acquire(acquire_req(&probe, "ready", 10)).await {
+                    Ok(resp) => {
+                        let resp = resp.into_inner();
+                        let lease = resp.lease.unwrap();
+                        c.release(release_req(&probe, lease.revision, resp.lease_key))
+                            .await
+                            .expect("release the probe");
+                        return;
+                    }
+                    Err(s)
+                        if matches!(
+                            s.code(),
+                            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                        ) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    Err(s) => panic!("probe: {s:?}"),
+                }
+            }
+        })
+        .await;
+    }
+    (running, clients)
+}

@@ -47,7 +47,6 @@ use rand::Rng;
 use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireGroupRequest, AcquireRequest, GroupMember, ReleaseGroupRequest};
 use tenure::Config;
-use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 /// The names waiters and groups race on (every group takes two of them).
@@ -570,51 +569,8 @@ async fn race(backend: &Backend) -> Judged {
         Backend::Three(_) => 3,
     };
     config.metrics_listen = None;
-    let mut running = Vec::new();
-    let mut clients = Vec::new();
-    for node in 0..3 {
-        // Each replica's only seed is its own node, so that the three talk
-        // to the stream through three different nodes.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let r = tenure::start(&config, &backend.url(node), listener)
-            .await
-            .expect("tenure starts");
-        clients.push(
-            LeaseServiceClient::connect(format!("http://{}", r.addr()))
-                .await
-                .expect("connect to tenure"),
-        );
-        running.push(r);
-    }
-    // A new R3 stream takes a moment to be writable from every node.
-    for (i, client) in clients.iter().enumerate() {
-        within("a first write through every replica", async {
-            loop {
-                let mut c = client.clone();
-                let probe = format!("ready.{i}");
-                match c.acquire(acquire_req(&probe, "ready", 10)).await {
-                    Ok(resp) => {
-                        let resp = resp.into_inner();
-                        let lease = resp.lease.unwrap();
-                        c.release(release_req(&probe, lease.revision, resp.lease_key))
-                            .await
-                            .expect("release the probe");
-                        return;
-                    }
-                    Err(s)
-                        if matches!(
-                            s.code(),
-                            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
-                        ) =>
-                    {
-                        tokio::time::sleep(Duration::from_millis(100)).await
-                    }
-                    Err(s) => panic!("probe: {s:?}"),
-                }
-            }
-        })
-        .await;
-    }
+    let urls: Vec<String> = (0..3).map(|node| backend.url(node)).collect();
+    let (running, clients) = replicas_on(&config, &urls).await;
 
     // Every message of the queues, from the first revision on.
     let stream_name = format!("KV_{}", config.bucket);

@@ -19,14 +19,10 @@
 //! holder) is one too. The same run with the test fault
 //! `shared-over-exclusive` is the control: the judge must see it.
 
-use std::time::Duration;
-
 use crate::common::*;
 use rand::Rng;
-use tenure::proto::lease_service_client::LeaseServiceClient;
 use tenure::proto::{AcquireRequest, LockMode, ReleaseRequest};
 use tenure::Config;
-use tokio::net::TcpListener;
 
 use crate::common::CAS_SERIAL as ONE_AT_A_TIME;
 
@@ -43,44 +39,8 @@ async fn race(cluster: &NatsCluster, fault: Option<tenure::TestFault>) -> Vec<He
     config.replicas = 3;
     config.metrics_listen = None;
     config.test_fault = fault.into_iter().collect();
-    let mut running = Vec::new();
-    let mut clients = Vec::new();
-    for node in 0..3 {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let r = tenure::start(&config, &cluster.url(node), listener)
-            .await
-            .expect("tenure starts");
-        clients.push(
-            LeaseServiceClient::connect(format!("http://{}", r.addr()))
-                .await
-                .expect("connect to tenure"),
-        );
-        running.push(r);
-    }
-    // A new R3 stream takes a moment to be writable from every node.
-    for (i, client) in clients.iter().enumerate() {
-        within("a first write through every replica", async {
-            loop {
-                let mut c = client.clone();
-                let probe = format!("ready.{i}");
-                match c.acquire(acquire_req(&probe, "ready", 10)).await {
-                    Ok(resp) => {
-                        let resp = resp.into_inner();
-                        let lease = resp.lease.unwrap();
-                        c.release(release_req(&probe, lease.revision, resp.lease_key))
-                            .await
-                            .expect("release the probe");
-                        return;
-                    }
-                    Err(s) if s.code() == tonic::Code::Unavailable => {
-                        tokio::time::sleep(Duration::from_millis(100)).await
-                    }
-                    Err(s) => panic!("probe: {s:?}"),
-                }
-            }
-        })
-        .await;
-    }
+    let urls: Vec<String> = (0..3).map(|node| cluster.url(node)).collect();
+    let (running, clients) = replicas_on(&config, &urls).await;
     let mut tasks = Vec::new();
     for i in 0..9 {
         let mut c = clients[i % 3].clone();
