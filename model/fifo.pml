@@ -40,14 +40,13 @@
  * batch. P's arrival is its queue read: a waiter that queues after it
  * arrived after P and may be served after P.
  *
- * The one-publish plain Acquire (-DONE_WRITE; a single-node R1 stream): a
- * DESIGN STUDY, not what src/ ships (docs/design.md section 16, "One write
- * per lock cycle step: tried, and the layout that would"). A name's lease
- * record and its tickets (and group guard) sit under one filter F (in the
- * layout that would ship, _tenure.q.<name>.*.* over the record
- * _tenure.q.<name>.lease.holder and the tickets
- * _tenure.q.<name>.ticket.<slot>, each ticket conditional on the queue
- * alone as here), and a publish may be conditional on the
+ * The one-publish plain Acquire (-DONE_WRITE; a single-node R1 stream), as
+ * src/ ships it (docs/design.md section 16, "One write"). A name's lease
+ * record and its tickets (and group guard) sit under one filter F, the
+ * line _tenure.q.<name>.*.* over the record _tenure.q.<name>.lease.holder
+ * and the tickets _tenure.q.<name>.ticket.<slot>, each ticket conditional
+ * on the queue _tenure.q.<name>.ticket.* alone as here, and a publish may
+ * be conditional on the
  * last sequence among all subjects under F (Nats-Expected-Last-Subject-
  * Sequence with ...-Subject: F), exact and serial on R1. The replica caches
  * per name (E, free): at sequence E, E was the last sequence under F, the

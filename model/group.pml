@@ -8,11 +8,16 @@
  *   - G, the group client: AcquireGroup {N0, N1}: reads both members from
  *     the leader (concurrent gets: any order); a member held by another is
  *     LEASE_HELD; then reads the queue of each member (a scan of
- *     _tenure.q.<name>.*: its slots and guard; any order); a live ticket is
- *     QUEUED; then ONE atomic batch: per member the queue guard (a delete of
- *     _tenure.q.<name>.plain, expected = the last revision of any key of
- *     that queue, Nats-Expected-Last-Subject-Sequence-Subject), then the
- *     records in request order, each expected = the member's revision read.
+ *     _tenure.q.<name>.ticket.*: its slots and guard; any order); a live
+ *     ticket is QUEUED; then ONE atomic batch: per member the queue guard (a
+ *     delete of _tenure.q.<name>.ticket.plain, expected = the last revision
+ *     of any key of that queue, Nats-Expected-Last-Subject-Sequence-Subject),
+ *     and the records in request order, each expected = the member's
+ *     revision read. (src/ writes the records first, each conditional on
+ *     its name's line _tenure.q.<name>.*.* as scanned with the queue, the
+ *     scan showing the record at the revision read: a stronger condition
+ *     than the record's own, for the leader's hold-back on R3; the batch
+ *     is atomic, so its order is not observable.)
  *     A lost race reads again. G then releases both in one batch (each
  *     tombstone over the revision it holds) or stops acting at its deadline,
  *     after which NATS expires each member on its own.

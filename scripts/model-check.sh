@@ -275,8 +275,8 @@ probe fifo-batch-probe-12 fifo 12 "a grant by the batch" "$batch"
 # ---- fair queueing on R1: the plain Acquire as one filter-conditional publish ----
 # Two waiters and P (3 cycles); no run needs more than 15 writes, so the
 # sequence bound cuts nothing.
-# A design study of the one-publish plain Acquire (not what src/ ships;
-# docs/design.md section 16, "One write per lock cycle step").
+# The one-publish plain Acquire src/ ships (docs/design.md section 16,
+# "One write").
 onewrite="-DONE_WRITE -DEXPIRY -DNW=2 -DCYCLES=3 -DP_TRIES=3 -DMAXSEQ=16"
 verify fifo-one-write fifo "$onewrite" \
   "waiters W0, W1 in 2 slots and the plain Acquire P, 3 Acquire/Release cycles: the one publish on the cached (E, free), conditional on last-under-F == E; refused, the full path (one scan of F, the record conditional on last-under-F == L, 3 scans in all); release conditional on last-under-F == its holding, refused then exact; lease expiry; 1 refresh, 1 give-up, 1 failed ticket delete; stream sequence <= 16 (cuts nothing)"

@@ -318,7 +318,7 @@ impl TicketLog {
 
 impl Raw {
     /// Follows the tickets of Tenure's queue of lease `name` (the keys
-    /// `_tenure.q.<name>.*` of this bucket) from now on: every ticket write
+    /// `_tenure.q.<name>.ticket.*` of this bucket) from now on: every ticket write
     /// (a waiter's first, and its refreshes, which keep its place), by the
     /// hash of the lease key it would be granted with.
     pub async fn follow_tickets(&self, name: &str) -> R<TicketLog> {
@@ -326,7 +326,7 @@ impl Raw {
             .stream
             .create_consumer(consumer::push::OrderedConfig {
                 deliver_subject: self.client.new_inbox(),
-                filter_subject: format!("{}_tenure.q.{name}.*", self.prefix),
+                filter_subject: format!("{}_tenure.q.{name}.ticket.*", self.prefix),
                 deliver_policy: consumer::DeliverPolicy::New,
                 ..Default::default()
             })

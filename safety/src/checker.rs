@@ -61,8 +61,8 @@
 //!    `REVOKED` event's, or the revoke's send) plus the delay.
 //! 6. **FIFO order** (plain leases, semaphores and read-write locks). A
 //!    waiter's arrival is the place NATS gave its queue ticket
-//!    (`_tenure.q.<name>.<slot>` for a lease;
-//!    `_tenure.q._tenure.sem.<name>.<slot>` for a semaphore, whose waiters
+//!    (`_tenure.q.<name>.ticket.<slot>` for a lease;
+//!    `_tenure.q._tenure.sem.<name>.ticket.<slot>` for a semaphore, whose waiters
 //!    queue under the reserved name `_tenure.sem.<name>`, and for a
 //!    read-write lock, kept as a semaphore: its waiters, shared and
 //!    exclusive alike, are judged as a semaphore's), the
@@ -2029,7 +2029,7 @@ mod tests {
     }
 
     /// The first write of `holder`'s ticket in semaphore `n`'s queue
-    /// (`_tenure.q._tenure.sem.n.<slot>`) at `time_ms`.
+    /// (`_tenure.q._tenure.sem.n.ticket.<slot>`) at `time_ms`.
     fn sem_ticket(holder: &str, place: u64, time_ms: u64) -> Ticket {
         Ticket {
             semaphore: true,

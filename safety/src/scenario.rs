@@ -795,8 +795,9 @@ struct TicketLog {
     live: HashMap<String, (String, u64)>,
 }
 
-/// The value of a queue ticket (Tenure's `_tenure.q.<name>.<slot>` keys,
-/// and `_tenure.q._tenure.sem.<name>.<slot>` for a semaphore's waiters).
+/// The value of a queue ticket (Tenure's `_tenure.q.<name>.ticket.<slot>`
+/// keys, and `_tenure.q._tenure.sem.<name>.ticket.<slot>` for a semaphore's
+/// waiters).
 #[derive(serde::Deserialize)]
 struct TicketValue {
     /// The revision of the ticket's first write (0 in that write).
@@ -811,6 +812,7 @@ struct TicketValue {
 fn queued_name(key: &str) -> Option<&str> {
     let rest = key.strip_prefix("_tenure.q.")?;
     let (name, slot) = rest.rsplit_once('.')?;
+    let name = name.strip_suffix(".ticket")?;
     slot.parse::<usize>().ok().map(|_| name)
 }
 
@@ -825,15 +827,19 @@ fn queue_owner(queue: &str) -> (&str, bool) {
 }
 
 /// The lease and semaphore-slot key of a bucket key (`None` for Tenure's
-/// other keys): what a watch reports changes of.
+/// other keys): what a watch reports changes of. A lease's record is
+/// `_tenure.q.<name>.lease.holder` (on its line, beside its queue), a
+/// semaphore's slot `_tenure.sem.<name>.<slot>`.
 fn lease_key(key: &str) -> Option<(&str, u32)> {
-    match key.strip_prefix("_tenure.") {
-        None => Some((key, 0)),
-        Some(rest) => {
-            let (name, slot) = rest.strip_prefix("sem.")?.rsplit_once('.')?;
-            slot.parse::<u32>().ok().map(|slot| (name, slot))
-        }
+    let rest = key.strip_prefix("_tenure.")?;
+    if let Some(name) = rest
+        .strip_prefix("q.")
+        .and_then(|r| r.strip_suffix(".lease.holder"))
+    {
+        return (!name.is_empty() && !name.starts_with("_tenure.")).then_some((name, 0));
     }
+    let (name, slot) = rest.strip_prefix("sem.")?.rsplit_once('.')?;
+    slot.parse::<u32>().ok().map(|slot| (name, slot))
 }
 
 /// Records every message of `bucket` (shard `shard`): the queue tickets
@@ -2090,14 +2096,24 @@ mod tests {
     fn semaphore_tickets_are_recorded_under_the_semaphores_name() {
         let owner = |key| queued_name(key).map(queue_owner);
         assert_eq!(
-            owner("_tenure.q._tenure.sem.res.a.3"),
+            owner("_tenure.q._tenure.sem.res.a.ticket.3"),
             Some(("res.a", true))
         );
-        assert_eq!(owner("_tenure.q.res.a.3"), Some(("res.a", false)));
-        assert_eq!(owner("_tenure.q._tenure.sem.res.a.plain"), None);
-        assert_eq!(owner("_tenure.q.res.a.plain"), None);
-        // Neither is a lease key (property 9's ground truth).
-        assert_eq!(lease_key("_tenure.q._tenure.sem.res.a.3"), None);
+        assert_eq!(owner("_tenure.q.res.a.ticket.3"), Some(("res.a", false)));
+        assert_eq!(owner("_tenure.q._tenure.sem.res.a.ticket.plain"), None);
+        assert_eq!(owner("_tenure.q.res.a.ticket.plain"), None);
+        // A lease's record sits on its line beside the queue, and is no
+        // ticket.
+        assert_eq!(owner("_tenure.q.res.a.lease.holder"), None);
+        assert_eq!(owner("_tenure.q.res.a.3"), None, "not of this layout");
+        // Neither ticket is a lease key (property 9's ground truth).
+        assert_eq!(lease_key("_tenure.q._tenure.sem.res.a.ticket.3"), None);
+        assert_eq!(lease_key("_tenure.q.res.a.ticket.3"), None);
+        assert_eq!(
+            lease_key("_tenure.q.res.a.lease.holder"),
+            Some(("res.a", 0))
+        );
+        assert_eq!(lease_key("res.a"), None, "not a key of this layout");
         assert_eq!(lease_key("_tenure.sem.res.a.3"), Some(("res.a", 3)));
     }
 

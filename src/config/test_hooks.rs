@@ -103,6 +103,11 @@ pub enum TestFault {
     /// A shared Acquire of a read-write lock takes an exclusive holder
     /// for a shared one: a reader holds while a writer does (property 10).
     SharedOverExclusive,
+    /// A plain Acquire over this replica's own release is conditional on
+    /// the lease record alone, not on its whole line (record and queue):
+    /// it takes a free name ahead of a waiter that queued since the
+    /// release (property 6).
+    OneWriteExact,
 }
 
 /// How far before the resume point the `replay-repeats` fault starts.

@@ -1,9 +1,10 @@
 //! Taking a lease: Acquire, with its wait, its fair queue and its
 //! refusals.
 //!
-//! An Acquire without a wait is one attempt: read the name's last message
-//! (unless this replica knows it), decide with [`rules::plan_acquire`],
-//! and write the new holding conditional on what it read. A waiting
+//! An Acquire without a wait is one attempt: read the name's line, its
+//! record and queue together (unless this replica wrote it last), decide
+//! with [`rules::plan_acquire`], and write the new holding conditional on
+//! the whole line (design section 16, "One write"). A waiting
 //! Acquire on a bucket with atomic batches queues a ticket ([`fifo`]) and
 //! takes the lease only as the head of the queue; a plain Acquire never
 //! jumps a queued waiter. The lock delay of an ended holding is kept in its
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::cache::Line;
 use super::fifo;
 use super::keys;
 use super::record::{Entry, Fence, Holding, KeyHash, Kind, Mode, Record};
@@ -23,7 +25,7 @@ use super::refusals::{
 };
 use super::rules::{self, AcquirePlan};
 use super::wait::{Wait, Wakeups, Woke, FOLLOW_PATIENCE, WAIT_POLL};
-use super::watch::{Dormant, Turn};
+use super::watch::{Dormant, Released, Turn};
 use super::{now_ms, EventKind, Filter, Leases, MAX_CAS_ATTEMPTS};
 use crate::config::TestFault;
 use crate::error::{Reason, Result};
@@ -36,6 +38,11 @@ use crate::observe::METRICS;
 /// filter (with 64 waiters of one semaphore, workload 8 of the benchmark,
 /// these reads were more than half of Tenure's NATS requests).
 const VIEW_PATIENCE: Duration = Duration::from_millis(25);
+
+/// Most grant attempts of a waiter shown the head, per turn: each lost one
+/// means the name's line moved (a ticket behind it, a refresh), and the
+/// next waits for the view to show what did.
+const HEAD_ATTEMPTS: usize = 16;
 
 /// What Acquire asks for, already validated.
 #[derive(Debug, Clone)]
@@ -67,6 +74,7 @@ pub struct AcquireArgs {
 }
 
 /// Where an attempt to take a lease stands towards the name's queue.
+#[derive(Clone, Copy)]
 enum Place<'a> {
     /// An Acquire without a ticket: only when nobody is queued.
     Plain,
@@ -84,6 +92,27 @@ struct Known {
     last: Option<Entry>,
     /// A queued waiter: the shared watcher's view says it is the head.
     head: bool,
+    /// The last revision of the name's line (record and queue) at which
+    /// `last` is the record and nobody but a known head is queued: the
+    /// grant is then one write conditional on the line, with no read.
+    line: Option<u64>,
+}
+
+impl Known {
+    /// The head's knowledge from the view: the lease released at
+    /// `released.at`, its line last written at `released.line`.
+    fn released(name: &str, released: Released) -> Known {
+        Known {
+            last: Some(Entry {
+                name: name.to_string(),
+                revision: released.at,
+                time_ms: 0,
+                kind: Kind::Released(None),
+            }),
+            head: true,
+            line: Some(released.line),
+        }
+    }
 }
 
 impl Leases {
@@ -353,22 +382,27 @@ impl Leases {
         let mut known = newer(lane.take(), self.hub.queue(&name))
             .filter(|q| !q.free_slots(self.max_waiters, start).is_empty());
         // The revision a ticket write lost its race at: a retry takes the
-        // view once it has applied something newer (a ticket, a grant's
-        // delete: the common race of a busy queue), and reads the queue
-        // from the stream leader (a request per message under the queue's
-        // filter) only when the view has not moved on.
-        // Only after the first lost race, though: the view can trail the
-        // leader by several writes of a busy queue, and a second race lost
-        // on it would likely be lost again (20 waiters on two replicas
-        // lost six in a row and were refused), so later retries read.
+        // view once it has applied something newer (a ticket, a grant, a
+        // release, a grant's ticket delete: the line of a busy name moves
+        // several times a handoff), and reads the queue from the stream
+        // leader (a request per message under the line) only when the view
+        // has not moved on within VIEW_PATIENCE, at most MAX_CAS_ATTEMPTS
+        // times. Retries on the view's word go on while the wait lasts (the
+        // caller bounds this call by the Acquire's deadline): each costs
+        // one write, and each lost race means the line moved on.
         let mut lost_at = 0;
-        for attempt in 0..=MAX_CAS_ATTEMPTS {
-            if known.is_none() && lost_at > 0 && attempt == 1 {
+        let mut reads = 0;
+        loop {
+            if known.is_none() && lost_at > 0 {
                 known = self.hub.queue_after(&name, lost_at, VIEW_PATIENCE).await;
             }
             let queue = match known.take() {
                 Some(queue) => queue,
-                None => fifo::Queue::read(&self.store, &name, self.max_waiters).await?,
+                None if reads < MAX_CAS_ATTEMPTS => {
+                    reads += 1;
+                    fifo::Queue::read(&self.store, &name, self.max_waiters).await?
+                }
+                None => break,
             };
             let Some(&slot) = queue.free_slots(self.max_waiters, start).first() else {
                 return Err(full(&queue));
@@ -443,8 +477,19 @@ impl Leases {
     /// without reading the lease (the queue is still read); any write since
     /// fails that CAS, and the next try reads.
     async fn try_acquire(&self, args: &AcquireArgs) -> Result<Holding> {
-        // A name this replica released last is taken over its release
-        // (the queue is still read), unless its watcher sees waiters.
+        if self.fair() {
+            if let Some(holding) = self.take_released_line(args).await? {
+                return Ok(holding);
+            }
+            for _ in 0..MAX_CAS_ATTEMPTS {
+                if let Some(holding) = self.attempt(args, Place::Plain, Known::default()).await? {
+                    return Ok(holding);
+                }
+            }
+            return Err(contended(&args.name));
+        }
+        // Without fair waiting, a name this replica released last is
+        // taken over its release without reading it.
         let hint = args.lock_delay_s == 0 && !self.hub.queued(&args.name);
         let mut known = match self.free.released_at(&args.name).filter(|_| hint) {
             Some(revision) => Known {
@@ -455,6 +500,7 @@ impl Leases {
                     kind: Kind::Released(None),
                 }),
                 head: false,
+                line: None,
             },
             None => Known::default(),
         };
@@ -472,6 +518,40 @@ impl Leases {
         Err(contended(&args.name))
     }
 
+    /// A plain Acquire of a name whose line this replica wrote last with
+    /// its release, nobody queued: one write conditional on the whole line
+    /// at that release, and no read (design section 16, "One write").
+    /// `None` when there is no such release, or the line changed since (a
+    /// waiter queued, someone else took or released it): the caller reads.
+    async fn take_released_line(&self, args: &AcquireArgs) -> Result<Option<Holding>> {
+        // TEST FAULT barging: the faulty Acquire reads nothing at all.
+        if args.lock_delay_s > 0 || self.faults.contains(TestFault::Barging) {
+            return Ok(None);
+        }
+        let Some(Line { last, free: true }) = self.lines.get(&args.name) else {
+            return Ok(None);
+        };
+        let known = Known {
+            last: Some(Entry {
+                name: args.name.clone(),
+                revision: last,
+                time_ms: 0,
+                kind: Kind::Released(None),
+            }),
+            head: false,
+            line: Some(last),
+        };
+        let taken = self.attempt(args, Place::Plain, known).await?;
+        match taken {
+            Some(_) => METRICS.line_writes.inc(),
+            None => {
+                METRICS.acquire_hint_misses.inc();
+                self.lines.forget(&args.name);
+            }
+        }
+        Ok(taken)
+    }
+
     /// What a queued waiter does when it wakes (it queued, an event of its
     /// name, a turn, the poll): nothing (`None`)
     /// when the shared watcher's view of the queue shows a waiter ahead of
@@ -486,6 +566,7 @@ impl Leases {
             return Some(Known {
                 last: None,
                 head: true,
+                line: None,
             });
         }
         let turn = self
@@ -497,51 +578,80 @@ impl Leases {
             Turn::Mine => {
                 // The release the watcher saw last, not the event's: a
                 // waiter slow to read its events may hold an older one.
-                let last = match args.lock_delay_s {
-                    0 if args.limit == 0 => {
-                        self.hub.released_at(&args.name).map(|revision| Entry {
-                            name: args.name.clone(),
-                            revision,
-                            time_ms: 0,
-                            kind: Kind::Released(None),
-                        })
-                    }
+                let released = match args.lock_delay_s {
+                    0 if args.limit == 0 => self.hub.released_at(&args.name),
                     _ => None,
                 };
-                Some(Known { last, head: true })
+                Some(match released {
+                    Some(released) => Known::released(&args.name, released),
+                    None => Known {
+                        head: true,
+                        ..Known::default()
+                    },
+                })
             }
         }
     }
 
-    /// One attempt of a queued waiter; a lost race is `LEASE_HELD` (the
-    /// waiter waits for the next event rather than retrying at once),
-    /// except that an attempt on hints that lost its race reads everything
-    /// and tries again at once.
+    /// One turn of a queued waiter as the head: up to `MAX_CAS_ATTEMPTS`
+    /// attempts, each on the view's word when it has one, else after a
+    /// read; races lost on all of them are `LEASE_HELD` (the waiter waits
+    /// for the next event).
     async fn attempt_queued(
         &self,
         args: &AcquireArgs,
         ticket: &fifo::Ticket,
         known: Known,
     ) -> Result<Holding> {
-        let hinted = known.last.is_some() || known.head;
-        if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
-            return Ok(holding);
-        }
-        if hinted {
-            METRICS.acquire_hint_misses.inc();
-            if let Some(holding) = self
-                .attempt(args, Place::Queued(ticket), Known::default())
-                .await?
-            {
+        // Once the view (complete since this waiter's ticket) or a read has
+        // shown it the head, it stays the head: tickets written later are
+        // behind it, and one that left is no longer ahead. A grant that
+        // lost its race (most often to a ticket written behind it, or a
+        // refresh, which moved the line) tries again on the view's word as
+        // soon as the view has applied what won, as long as the lease is
+        // still released; it reads only when the view cannot say.
+        let mut known = known;
+        for _ in 0..HEAD_ATTEMPTS {
+            let hinted = known.last.is_some() || known.head;
+            let line = known.line;
+            if let Some(holding) = self.attempt(args, Place::Queued(ticket), known).await? {
                 return Ok(holding);
             }
+            if hinted {
+                METRICS.acquire_hint_misses.inc();
+            }
+            // On the view's word: past the line it lost on; after a read,
+            // as the view has it now (a stale one fails, then waits).
+            let released = match line {
+                Some(line) => {
+                    self.hub
+                        .released_after(&args.name, line, VIEW_PATIENCE)
+                        .await
+                }
+                None => self.hub.released_at(&args.name),
+            };
+            known = released.map_or_else(Known::default, |released| {
+                Known::released(&args.name, released)
+            });
         }
         Err(contended(&args.name))
     }
 
-    /// One attempt to take a lease: read the last message (unless `known`),
-    /// then CAS over it (`None`: a lost race). A plain attempt writes only
-    /// when no waiter is queued; a queued one only as the head of the queue.
+    /// One attempt to take a lease: read the last message and the queue
+    /// (unless `known`), then CAS over them (`None`: a lost race). A plain
+    /// attempt writes only when no waiter is queued; a queued one only as
+    /// the head of the queue.
+    ///
+    /// With fair waiting, the record and the queue sit on one line
+    /// ([`keys::line_filter`]) and are read together in one scan; a free
+    /// lease is taken with one write conditional on the whole line, which
+    /// fails if the record changed or anyone queued since (design section
+    /// 16, "One write"). Every write that takes a free lease names the line
+    /// so: on a replicated stream the leader holds back a condition while
+    /// another on the same string is in flight, and two grants over one
+    /// release can never both pass. An expired holding still in the record
+    /// is taken over on the record's own revision, as its holder's
+    /// renewal names it.
     async fn attempt(
         &self,
         args: &AcquireArgs,
@@ -549,9 +659,29 @@ impl Leases {
         known: Known,
     ) -> Result<Option<Holding>> {
         let hash = KeyHash::of(&args.key);
-        let last = match known.last {
-            Some(last) => Some(last),
-            None => self.store.last(&args.name).await?.map(Entry::from),
+        let plain = matches!(place, Place::Plain);
+        // TEST FAULT barging: an Acquire without a ticket does not read
+        // the queue, and takes a free name ahead of its waiters.
+        let barging = plain && self.faults.contains(TestFault::Barging);
+        let (last, queue, line) = match known {
+            Known {
+                last: Some(last),
+                line: Some(line),
+                ..
+            } if self.fair() => (Some(last), None, Some(line)),
+            _ if self.fair() && !barging => {
+                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+                let last = queue.lease.clone().map(|msg| Entry {
+                    name: args.name.clone(),
+                    ..Entry::from(msg)
+                });
+                let line = queue.line;
+                (last, Some(queue), Some(line))
+            }
+            Known {
+                last: Some(last), ..
+            } => (Some(last), None, None),
+            _ => (self.read_lease(&args.name).await?, None, None),
         };
         let expected = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
             AcquirePlan::Take { expected } => expected,
@@ -567,36 +697,31 @@ impl Leases {
             AcquirePlan::Held { revision, record } => {
                 let mut err = held(&args.name, record, revision);
                 // The queue length, for an Acquire that does not wait (one
-                // that waits learns its place by queueing: no second scan;
-                // TEST FAULT barging: no queue read at all).
-                let barging = self.faults.contains(TestFault::Barging);
-                if matches!(place, Place::Plain) && args.wait.is_none() && self.fair() && !barging {
-                    err = err.with("waiters", self.waiting(&args.name).await?);
+                // that waits learns its place by queueing; TEST FAULT
+                // barging: no queue read at all).
+                if plain && args.wait.is_none() && self.fair() && !barging {
+                    let waiting = match &queue {
+                        Some(queue) => queue.waiting(),
+                        None => self.waiting(&args.name).await?,
+                    };
+                    err = err.with("waiters", waiting);
                 }
                 return Err(err);
             }
             AcquirePlan::Unreadable => return Err(unreadable(&args.name, self.store.bucket())),
         };
         // The queue decides who may write: nobody queued (plain), or the
-        // head (queued); the batch re-checks what this read saw.
-        let queue_write = match place {
-            // TEST FAULT barging: an Acquire without a ticket does not
-            // read the queue, and takes a free name ahead of its waiters.
-            Place::Plain if self.faults.contains(TestFault::Barging) => None,
-            Place::Plain if self.fair() => {
-                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
-                if queue.waiting() > 0 {
-                    return Err(queued(&args.name, queue.waiting()));
-                }
-                None
+        // head (queued); the write's condition re-checks what was read. A
+        // line known without a read vouches for the queue itself.
+        let queue_write = match (place, &queue) {
+            (Place::Plain, Some(queue)) if queue.waiting() > 0 => {
+                return Err(queued(&args.name, queue.waiting()));
             }
-            Place::Plain => None,
-            Place::Queued(ticket) if known.head => Some(ticket.grant_write()),
-            Place::Queued(ticket) => {
-                let queue = fifo::Queue::read(&self.store, &args.name, self.max_waiters).await?;
+            (Place::Plain, _) => None,
+            (Place::Queued(ticket), Some(queue)) => {
                 if !queue.holds(ticket.slot, ticket.revision) {
                     // Gone or rewritten: the next refresh finds out which.
-                    return Ok(None);
+                    return Err(contended(&args.name));
                 }
                 let ahead = queue.ahead_of(ticket.place);
                 if ahead > 0 {
@@ -604,7 +729,11 @@ impl Leases {
                 }
                 Some(ticket.grant_write())
             }
+            (Place::Queued(ticket), None) => Some(ticket.grant_write()),
         };
+        // A free lease is taken on its line; an expired holding still in
+        // the record on the record's revision.
+        let line = line.filter(|_| !matches!(last.as_ref().map(|e| &e.kind), Some(Kind::Held(_))));
         // The lock delay of the holding the last message ended, and the
         // fence the new holding replaces.
         let fence = if rules::needs_fence(last.as_ref(), args.lock_delay_s) {
@@ -638,17 +767,22 @@ impl Leases {
         // and the head's ticket delete.
         let fence_write = (args.lock_delay_s > 0 || fence_live)
             .then(|| fence_write(&args.name, args.lock_delay_s, fence_revision));
+        let key = keys::lease(&args.name);
+        let filter = keys::line_filter(&args.name);
+        let fenced = fence_write.is_some();
         let written = match fence_write {
             Some(fence) => {
-                let mut writes: Vec<Write> = queue_write.into_iter().collect();
+                // The record first, so that the batch's first condition is
+                // the line's; its revision (the token) is the batch's first.
+                let mut writes = vec![Write {
+                    expected: Some(line.unwrap_or(expected)),
+                    expected_of: line.map(|_| filter.clone()),
+                    ..Write::put(key.clone(), record.encode(), expected, ttl)
+                }];
+                writes.extend(queue_write);
                 writes.push(fence);
-                writes.push(Write::put(
-                    args.name.clone(),
-                    record.encode(),
-                    expected,
-                    ttl,
-                ));
-                self.store.batch(&writes).await
+                let later = writes.len() as u64 - 1;
+                self.store.batch(&writes).await.map(|last| last - later)
             }
             // Otherwise one conditional write: the lease first, then the
             // head's ticket (a batch costs the stream a sync of its file
@@ -656,10 +790,18 @@ impl Leases {
             // and the lease is held meanwhile: nobody can take it between
             // the two writes (design section 16).
             None => {
-                let put = self
-                    .store
-                    .put(&args.name, record.encode(), expected, ttl)
-                    .await;
+                // TEST FAULT one-write-exact: the Acquire over this
+                // replica's release names the record alone.
+                let exact =
+                    plain && queue.is_none() && self.faults.contains(TestFault::OneWriteExact);
+                let put = match line.filter(|_| !exact) {
+                    Some(line) => {
+                        self.store
+                            .put_under(&key, record.encode(), line, &filter, ttl)
+                            .await
+                    }
+                    None => self.store.put(&key, record.encode(), expected, ttl).await,
+                };
                 if let (Ok(_), Place::Queued(ticket)) = (&put, &place) {
                     if let Err(CasError::Failed(err)) = self
                         .store
@@ -678,6 +820,18 @@ impl Leases {
                 METRICS.acquired.inc();
                 self.cache.insert(&args.name, revision, &record);
                 self.free.acquired(&args.name);
+                // Written on the line with nobody queued: this replica's
+                // release of it needs no read (`end.rs`).
+                match line {
+                    Some(_) if plain && !fenced => self.lines.set(
+                        &args.name,
+                        Line {
+                            last: revision,
+                            free: false,
+                        },
+                    ),
+                    _ => self.lines.forget(&args.name),
+                }
                 Ok(Some(Holding::at(&args.name, revision, record)))
             }
             Err(CasError::Conflict) => Ok(None),

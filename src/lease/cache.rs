@@ -92,6 +92,54 @@ impl FreeHints {
     }
 }
 
+/// Names whose line (lease record and queue, `keys::line_filter`) this
+/// replica wrote last, with a write conditional on the whole line made
+/// from a state with no live ticket: at that revision the record was what
+/// this replica wrote and nobody was queued. The next write conditional on
+/// the line at that revision needs no read: a plain Acquire over this
+/// replica's release, a release of this replica's grant (design section
+/// 16, "One write"). Anything written to the line since fails that
+/// write's condition, and the writer reads.
+#[derive(Default)]
+pub struct Lines {
+    /// name → what this replica wrote last on its line.
+    entries: Mutex<HashMap<String, Line>>,
+}
+
+/// This replica's last write on a name's line, with nobody queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    /// Its revision: the line's last revision when it was written.
+    pub last: u64,
+    /// Whether it freed the lease (a release) rather than took it (a
+    /// grant, `false`).
+    pub free: bool,
+}
+
+impl Lines {
+    /// Most names remembered; the map is cleared when it grows past this.
+    const CAPACITY: usize = 100_000;
+
+    /// What this replica wrote last on `name`'s line, if it knows.
+    pub fn get(&self, name: &str) -> Option<Line> {
+        self.entries.lock().expect("lines lock").get(name).copied()
+    }
+
+    /// This replica wrote `line` on `name`'s line, conditional on the line.
+    pub fn set(&self, name: &str, line: Line) {
+        let mut entries = self.entries.lock().expect("lines lock");
+        if entries.len() >= Self::CAPACITY && !entries.contains_key(name) {
+            entries.clear();
+        }
+        entries.insert(name.to_string(), line);
+    }
+
+    /// Forgets `name` (its line changed since).
+    pub fn forget(&self, name: &str) {
+        self.entries.lock().expect("lines lock").remove(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +162,36 @@ mod tests {
         assert!(cache.get("a", 5).is_none(), "a newer write replaces it");
         cache.remove("a");
         assert!(cache.get("a", 6).is_none());
+    }
+
+    /// A line is what was set last, until forgotten.
+    #[test]
+    fn lines_keep_the_last_write() {
+        let lines = Lines::default();
+        assert_eq!(lines.get("a"), None);
+        lines.set(
+            "a",
+            Line {
+                last: 4,
+                free: false,
+            },
+        );
+        lines.set(
+            "a",
+            Line {
+                last: 5,
+                free: true,
+            },
+        );
+        assert_eq!(
+            lines.get("a"),
+            Some(Line {
+                last: 5,
+                free: true
+            })
+        );
+        lines.forget("a");
+        assert_eq!(lines.get("a"), None);
     }
 
     /// A hint exists only between this replica's Acquire and its release,

@@ -177,7 +177,7 @@ impl Elections {
             match self
                 .leases
                 .store
-                .put(name, record.encode(), revision, ttl)
+                .put(&super::keys::lease(name), record.encode(), revision, ttl)
                 .await
             {
                 Ok(written) => {

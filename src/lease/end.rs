@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cache::Line;
 use super::keys;
 use super::record::{Entry, Holding, KeyHash, Kind, Record, Released, Revoked};
 use super::refusals::{contended, group_member, not_revocable, unreadable};
@@ -98,14 +99,52 @@ impl Leases {
                     .encode(),
                 ),
             };
-            let written = if rec.lock_delay_s > 0 {
+            // A release of this replica's grant, written on the line with
+            // nobody queued and the line unchanged since: one write
+            // conditional on the line, so the next plain Acquire needs no
+            // read either (design section 16, "One write"). A line that
+            // changed (a waiter queued) fails it, and the release is
+            // written as any other (so it is not tried while this
+            // replica's watcher shows a waiter).
+            let on_line = matches!(ending, Ending::Release { .. })
+                && rec.lock_delay_s == 0
+                && !self.hub.queued(name)
+                && self.lines.get(name)
+                    == Some(Line {
+                        last: revision,
+                        free: false,
+                    });
+            let mut freed_line = false;
+            let written = if on_line {
+                match self
+                    .store
+                    .delete_under(
+                        &keys::lease(name),
+                        payload.clone(),
+                        revision,
+                        &keys::line_filter(name),
+                    )
+                    .await
+                {
+                    Err(CasError::Conflict) => {
+                        self.lines.forget(name);
+                        self.store
+                            .delete(&keys::record_of(name), payload, revision)
+                            .await
+                    }
+                    other => {
+                        freed_line = other.is_ok();
+                        other
+                    }
+                }
+            } else if rec.lock_delay_s > 0 {
                 // A holding with a lock delay has a fence: it goes in the same
                 // batch, so that neither a release (no delay) nor a revoke
                 // (its delay is in the purge) leaves one behind for the
                 // marker that replaces this message when it ages out.
                 let fence = Write::delete(keys::fence(name), bytes::Bytes::new(), None);
                 let end = Write {
-                    name: name.to_string(),
+                    name: keys::record_of(name),
                     op,
                     payload,
                     expected: Some(revision),
@@ -114,13 +153,30 @@ impl Leases {
                 };
                 self.store.batch(&[fence, end]).await
             } else if op == WriteOp::Delete {
-                self.store.delete(name, payload, revision).await
+                self.store
+                    .delete(&keys::record_of(name), payload, revision)
+                    .await
             } else {
-                self.store.purge(name, payload, revision).await
+                self.store
+                    .purge(&keys::record_of(name), payload, revision)
+                    .await
             };
             match written {
                 Ok(at) => {
                     self.cache.remove(name);
+                    match freed_line {
+                        true => {
+                            METRICS.line_writes.inc();
+                            self.lines.set(
+                                name,
+                                Line {
+                                    last: at,
+                                    free: true,
+                                },
+                            );
+                        }
+                        false => self.lines.forget(name),
+                    }
                     match &ending {
                         Ending::Release { .. } => {
                             self.free.released(name, at);
@@ -148,7 +204,7 @@ impl Leases {
     /// Reads the current holding of `name` from the leader for a revoke:
     /// any holder's, or only the one with `token` when not 0.
     pub(super) async fn revocable(&self, name: &str, token: u64) -> Result<(u64, Arc<Record>)> {
-        let last = self.store.last(name).await?.map(Entry::from);
+        let last = self.read_lease(name).await?;
         let (revision, record) = match last {
             Some(Entry {
                 revision,

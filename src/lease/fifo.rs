@@ -3,25 +3,29 @@
 //! and no replica holds queue state of its own.
 //!
 //! A waiting Acquire writes a ticket in one of the name's queue slots,
-//! `_tenure.q.<name>.<slot>` (slot `0..max_waiters`; the `_tenure` level is
-//! not a lease name, so tickets never collide with leases and never show as
-//! leases). Its place is the revision of its first write: the ticket stores
-//! it (0 in that first write: "this revision", like a lease's token), so the
-//! refreshes that keep the ticket alive (conditional rewrites with a TTL)
-//! keep its place. The head is the live ticket with the lowest place. Only
-//! the head writes the lease: one write conditional on the lease's last
-//! revision (with its fence in one atomic batch when a lock delay is
-//! involved), then the delete of its ticket; the waiters behind it still
-//! see its ticket until then, and the lease is held meanwhile. An Acquire
-//! without a wait reads the queue from the stream leader and writes only
-//! when no ticket is live.
+//! `_tenure.q.<name>.ticket.<slot>` (slot `0..max_waiters`; the `_tenure`
+//! level is not a lease name, so tickets never collide with leases and never
+//! show as leases). Its place is the revision of its first write: the ticket
+//! stores it (0 in that first write: "this revision", like a lease's token),
+//! so the refreshes that keep the ticket alive (conditional rewrites with a
+//! TTL) keep its place. The head is the live ticket with the lowest place.
+//! Only the head writes the lease: one write conditional on the name's line
+//! (the record at `_tenure.q.<name>.lease.holder` and the queue, under the
+//! one wildcard `_tenure.q.<name>.*.*`; with its fence in one atomic batch
+//! when a lock delay is involved), then the delete of its ticket; the
+//! waiters behind it still see its ticket until then, and the lease is held
+//! meanwhile. An Acquire without a wait reads the line from the stream
+//! leader (or, over this replica's own last write of it, nothing) and
+//! writes conditional on it, so a ticket written since fails it.
 //!
-//! A new ticket is conditional on the last revision of the whole queue
-//! (`_tenure.q.<name>.*`), and so is a group's guard: its batch carries the
-//! guard key `_tenure.q.<name>.plain` under that condition. On a replicated
+//! A new ticket is conditional on the last revision of the queue alone
+//! (`_tenure.q.<name>.ticket.*`: a record's write never fails it), and so
+//! is a group's guard: its batch carries the guard key
+//! `_tenure.q.<name>.ticket.plain` under that condition. On a replicated
 //! stream the leader holds back a condition while another one on the same
 //! subject string is in flight, so a group's batch and a new ticket never
-//! pass each other unseen (design sections 16 and 21). Since any ticket
+//! pass each other unseen, nor two grants of one name (design sections 16
+//! and 21). Since any ticket
 //! fails every other write over the same queue revision, waiters of one
 //! name write their tickets one at a time on a replica ([`Lanes`]).
 //! `model/fifo.pml` checks this design.
@@ -47,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{self, QueueKey};
 use crate::error::Result;
-use crate::nats::{Op, Store, Write, WriteOp};
+use crate::nats::{Message, Op, Store, Write, WriteOp};
 
 /// The TTL of a ticket: a waiter that stops refreshing (its replica died)
 /// leaves the queue at most this long after its last refresh.
@@ -124,9 +128,18 @@ pub struct Live {
 pub struct Queue {
     /// The live tickets.
     pub live: Vec<Live>,
-    /// The last revision of any key of the queue (0: none): what a write
-    /// conditional on "no change to the queue" names.
+    /// The last revision of any key of the queue (0: none;
+    /// [`keys::queue_filter`]): what a ticket's write, conditional on "no
+    /// change to the queue", names.
     pub last: u64,
+    /// The last revision of any key of the name's line: the queue and the
+    /// lease record beside it (0: none; [`keys::line_filter`]): what a
+    /// write that takes the free lease names. Exact only for a queue read
+    /// from the leader (or the view); a lane's queue may be behind it.
+    pub line: u64,
+    /// The last message of the lease record, read in the same scan
+    /// (`None`: none, or not read: a queue from the view).
+    pub lease: Option<Message>,
 }
 
 impl Queue {
@@ -142,17 +155,27 @@ impl Queue {
         // Slots past max_waiters may exist (another replica with a higher
         // limit): read them too, up to a hard cap.
         let cap = max_waiters.saturating_mul(2).saturating_add(8);
-        let (messages, _) = store.scan(&keys::queue_filter(name), cap).await?;
+        let (messages, _) = store.scan(&keys::line_filter(name), cap).await?;
         let mut queue = Queue::default();
         for msg in messages {
-            queue.last = queue.last.max(msg.revision);
-            // The guard, and anything else under the wildcard, is no slot.
-            let Some(QueueKey::Slot(of, slot)) = keys::parse_queue(&msg.name) else {
+            queue.line = queue.line.max(msg.revision);
+            if keys::parse_lease(&msg.name) == Some(name) {
+                // Read in revision order: a later message of it wins.
+                queue.lease = Some(msg);
                 continue;
+            }
+            // The guard is no slot; anything else under the line's
+            // wildcard (written by something else) is not the queue's.
+            let (of, slot) = match keys::parse_queue(&msg.name) {
+                Some(QueueKey::Slot(of, slot)) => (of, Some(slot)),
+                Some(QueueKey::Guard(of)) => (of, None),
+                None => continue,
             };
             if of != name {
                 continue;
             }
+            queue.last = queue.last.max(msg.revision);
+            let Some(slot) = slot else { continue };
             queue.live.retain(|t| t.slot != slot);
             if let Op::Put(payload) = &msg.op {
                 if let Ok(ticket) = serde_json::from_slice::<TicketRecord>(payload) {
@@ -186,7 +209,8 @@ impl Queue {
     }
 
     /// The queue once a new ticket was written into `slot` at `revision`
-    /// over this one (its condition named [`Queue::last`]).
+    /// over this one (its condition named [`Queue::last`]; the record may
+    /// have been written before it, so the line is then a lower bound).
     pub fn with_ticket(mut self, slot: usize, revision: u64) -> Queue {
         self.live.push(Live {
             slot,
@@ -197,6 +221,7 @@ impl Queue {
             preference: 0,
         });
         self.last = revision;
+        self.line = self.line.max(revision);
         self
     }
 
@@ -221,7 +246,10 @@ impl Queue {
     /// The guard write of a group's member (an AcquireGroup is one atomic
     /// batch anyway): a tombstone on the guard key, conditional on the
     /// queue's last revision, so the batch that carries it fails if any
-    /// ticket was written or removed since this queue was read.
+    /// ticket was written or removed since this queue was read. Named on
+    /// the queue's wildcard as a ticket's write is, so that on a
+    /// replicated stream the leader holds back either while the other is
+    /// in flight (design section 21).
     pub fn guard(&self, name: &str) -> Write {
         Write {
             name: keys::queue_guard(name),
@@ -384,6 +412,8 @@ mod tests {
                 })
                 .collect(),
             last,
+            line: last,
+            lease: None,
         }
     }
 

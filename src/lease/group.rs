@@ -161,10 +161,9 @@ impl Leases {
     /// (`None`: the batch lost a race and wrote nothing).
     async fn attempt_group(&self, args: &GroupArgs) -> Result<Option<Vec<Holding>>> {
         let hash = KeyHash::of(&args.key);
-        let lasts = try_join_all(args.names.iter().map(|n| self.store.last(n))).await?;
+        let lasts = try_join_all(args.names.iter().map(|n| self.read_lease(n))).await?;
         let mut plans = Vec::with_capacity(args.names.len());
         for (name, last) in args.names.iter().zip(lasts) {
-            let last = last.map(Entry::from);
             let plan = match rules::plan_acquire(last.as_ref(), &args.holder, &hash) {
                 AcquirePlan::Take { expected } => Plan::Take {
                     expected,
@@ -203,11 +202,18 @@ impl Leases {
             });
         let checks = try_join_all(checks).await?;
         let now = now_ms();
-        let mut writes = Vec::new();
+        let mut guards = Vec::new();
         for ((name, plan), check) in args.names.iter().zip(&plans).zip(&checks) {
-            let (Plan::Take { last, .. }, Some((queue, fence))) = (plan, check) else {
+            let (Plan::Take { last, expected }, Some((queue, fence))) = (plan, check) else {
                 continue;
             };
+            // The record's write names the line as read with the queue, so
+            // the record must be in that read as the plan read it: a
+            // holding taken in between is a lost race, read again.
+            let scanned = queue.lease.as_ref().map_or(0, |msg| msg.revision);
+            if scanned != *expected {
+                return Ok(None);
+            }
             // A group never jumps a queue: it writes only while no member
             // has a waiter, and each guard re-checks that in the batch.
             if queue.waiting() > 0 {
@@ -223,15 +229,22 @@ impl Leases {
                     return Err(delayed(name, free_at, now).with("name", name));
                 }
             }
-            writes.push(queue.guard(name));
+            guards.push(queue.guard(name));
             if args.lock_delay_s > 0 || fence.1.is_some() {
-                writes.push(fence_write(name, args.lock_delay_s, fence.0));
+                guards.push(fence_write(name, args.lock_delay_s, fence.0));
             }
         }
-        // The records last, in request order, so member i is at revision
-        // `last - (n - 1 - i)` of the batch.
+        // The records first, in request order, so member i is at revision
+        // `first + i` of the batch. A member taken anew is written on its
+        // line as read with its queue (design section 16, "One write"), as
+        // every write that takes a free lease is: on a replicated stream
+        // the leader holds it back while another grant of the name is in
+        // flight. Its guard, after it, names the queue alone (its record is
+        // on no queue), as tickets do, and is held back by a ticket in
+        // flight (section 21).
+        let mut writes = Vec::with_capacity(plans.len() + guards.len());
         let mut records = Vec::with_capacity(plans.len());
-        for (name, plan) in args.names.iter().zip(&plans) {
+        for ((name, plan), check) in args.names.iter().zip(&plans).zip(&checks) {
             let (record, expected) = match plan {
                 Plan::Take { expected, .. } => (
                     Record {
@@ -256,32 +269,42 @@ impl Leases {
                     *revision,
                 ),
             };
-            writes.push(Write::put(
-                name.clone(),
+            let put = Write::put(
+                keys::lease(name),
                 record.encode(),
                 expected,
                 self.nats_ttl(args.ttl_s),
-            ));
+            );
+            writes.push(match check {
+                Some((queue, _)) => Write {
+                    expected: Some(queue.line),
+                    expected_of: Some(keys::line_filter(name)),
+                    ..put
+                },
+                None => put,
+            });
             records.push(record);
         }
         // TEST FAULT split-groups: the records one by one, not one batch.
         if self.faults.contains(TestFault::SplitGroups) {
-            let puts = &writes[writes.len() - records.len()..];
+            let puts = &writes[..records.len()];
             return self.write_one_by_one(&args.names, puts, records).await;
         }
-        let last = match self.store.batch(&writes).await {
-            Ok(last) => last,
+        writes.extend(guards);
+        let later = writes.len() as u64 - 1;
+        let first = match self.store.batch(&writes).await {
+            Ok(last) => last - later,
             Err(CasError::Conflict) => return Ok(None),
             Err(CasError::Failed(err)) => return Err(err),
         };
-        let holdings = self.written(&args.names, records, last);
+        let holdings = self.written(&args.names, records, first);
         let taken = plans
             .iter()
             .filter(|p| matches!(p, Plan::Take { .. }))
             .count();
         METRICS.acquired.inc_by(taken as u64);
         METRICS.group_acquired.inc();
-        tracing::debug!(names = ?args.names, holder = %args.holder, revision = last, "group acquired");
+        tracing::debug!(names = ?args.names, holder = %args.holder, revision = first, "group acquired");
         Ok(Some(holdings))
     }
 
@@ -302,10 +325,19 @@ impl Leases {
                 tokio::time::sleep(SPLIT_GROUP_PAUSE).await;
             }
             let expected = put.expected.unwrap_or(0);
-            let written = self
-                .store
-                .put(name, put.payload.clone(), expected, put.ttl)
-                .await;
+            let key = keys::lease(name);
+            let written = match &put.expected_of {
+                Some(line) => {
+                    self.store
+                        .put_under(&key, put.payload.clone(), expected, line, put.ttl)
+                        .await
+                }
+                None => {
+                    self.store
+                        .put(&key, put.payload.clone(), expected, put.ttl)
+                        .await
+                }
+            };
             let failed = match written {
                 Ok(revision) => {
                     self.cache.insert(name, revision, &record);
@@ -322,7 +354,7 @@ impl Leases {
                 };
                 let _ = self
                     .store
-                    .delete(&h.name, released.encode(), h.revision)
+                    .delete(&keys::lease(&h.name), released.encode(), h.revision)
                     .await;
                 self.cache.remove(&h.name);
             }
@@ -335,14 +367,13 @@ impl Leases {
     /// The holdings of a batch whose last `records.len()` writes were the
     /// records of `names`, in order, ending at revision `last`; each is
     /// remembered in the key cache.
-    fn written(&self, names: &[String], records: Vec<Record>, last: u64) -> Vec<Holding> {
-        let n = records.len() as u64;
+    fn written(&self, names: &[String], records: Vec<Record>, first: u64) -> Vec<Holding> {
         names
             .iter()
             .zip(records)
             .enumerate()
             .map(|(i, (name, record))| {
-                let revision = last - (n - 1 - i as u64);
+                let revision = first + i as u64;
                 self.cache.insert(name, revision, &record);
                 Holding::at(name, revision, record)
             })
@@ -374,7 +405,7 @@ impl Leases {
             for (m, (revision, rec)) in members.iter().zip(&current) {
                 let record = rec.renewal(*revision, ttl_s, now);
                 writes.push(Write::put(
-                    m.name.clone(),
+                    keys::lease(&m.name),
                     record.encode(),
                     *revision,
                     self.nats_ttl(record.ttl_s),
@@ -382,7 +413,10 @@ impl Leases {
                 records.push(record);
             }
             match self.store.batch(&writes).await {
-                Ok(last) => return Ok(self.written(&names, records, last)),
+                Ok(last) => {
+                    let first = last - (writes.len() as u64 - 1);
+                    return Ok(self.written(&names, records, first));
+                }
                 Err(CasError::Conflict) => METRICS.group_conflicts.inc(),
                 Err(CasError::Failed(err)) => return Err(err),
             }
@@ -424,7 +458,7 @@ impl Leases {
                     ));
                 }
                 ends.push(Write {
-                    name: m.name.clone(),
+                    name: keys::lease(&m.name),
                     op: WriteOp::Delete,
                     payload: Released {
                         holder: rec.holder.clone(),

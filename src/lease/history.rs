@@ -149,7 +149,7 @@ impl Leases {
             ));
         };
         let filters = vec![
-            self.store.subject(name),
+            self.store.subject(&keys::lease(name)),
             self.store
                 .subject(&format!("{}.*", keys::semaphore_prefix(name))),
         ];
@@ -234,11 +234,10 @@ impl Fold {
     /// Applies one recorded message (`op` its raw form, for a purge's
     /// payload); returns the holdings it ended and the gap it revealed.
     fn apply(&mut self, op: Op, entry: Entry) -> (Vec<Tenure>, Option<Gap>) {
-        let (shown, slot) = match keys::parse_semaphore_slot(&entry.name) {
-            Some((name, slot)) => (name.to_string(), slot),
-            None if keys::is_reserved(&entry.name) => return (Vec::new(), None),
-            None => (entry.name.clone(), 0),
+        let Some((shown, slot)) = keys::shown_as(&entry.name) else {
+            return (Vec::new(), None);
         };
+        let shown = shown.to_string();
         let last = self
             .last
             .insert(entry.name.clone(), (entry.revision, entry.time_ms));

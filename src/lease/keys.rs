@@ -1,18 +1,31 @@
 //! Every key of the data model, built and parsed in one place (TiKV's
 //! `keys` crate is the model).
 //!
-//! A lease is kept under its own name. Everything else Tenure keeps in the
-//! bucket lives under the reserved first level [`RESERVED`], which no lease
-//! name may use:
+//! Everything Tenure keeps in the bucket lives under the reserved first
+//! level [`RESERVED`], which no lease name may use. A lease's record and
+//! its queue sit two levels below the name, on sibling branches, so that
+//! two wildcards split them exactly (design section 16, "One write"):
+//!
+//! - the *queue* ([`queue_filter`], `_tenure.q.<name>.ticket.*`): the
+//!   tickets and the guard. A ticket's write is conditional on it, so a
+//!   record's write never fails a waiter's queueing;
+//! - the *line* ([`line_filter`], `_tenure.q.<name>.*.*`): the record and
+//!   the queue together, never another name's keys (a child name's are a
+//!   level deeper). Every write that takes a free lease is conditional on
+//!   it, so it fails if the holder changed or a waiter queued since.
 //!
 //! | key | what |
 //! | --- | --- |
-//! | `<name>` | the lease record of `name` (its revision is the fencing token) |
+//! | `_tenure.q.<name>.lease.holder` | the lease record of `name` (its revision is the fencing token) |
+//! | `_tenure.q.<name>.ticket.<slot>` | a waiter's ticket in slot `slot` of `name`'s queue |
+//! | `_tenure.q.<name>.ticket.plain` | the queue's guard, written only by group batches |
 //! | `_tenure.delay.<name>` | the fence: the lock delay of `name`'s latest holding |
-//! | `_tenure.q.<name>.<slot>` | a waiter's ticket in slot `slot` of `name`'s queue |
-//! | `_tenure.q.<name>.plain` | the queue's guard, written only by group batches |
 //! | `_tenure.sem.<name>.<slot>` | slot `slot` (1 to the limit) of semaphore `name` |
 //! | `_tenure.sem.<name>.limit` | the definition (the limit in force) of semaphore `name`, or of read-write lock `name` (`"rw":true`); removed once unused |
+//!
+//! A bucket's stream description names this layout (`key layout 2`,
+//! `nats/bucket.rs`); older versions kept a lease's record at the lease
+//! name itself, and a bucket they wrote is refused.
 //!
 //! Parsing is the inverse of building: a key either parses to exactly what
 //! built it or to nothing, so a foreign key under the reserved level is
@@ -32,6 +45,57 @@ const SEMAPHORE: &str = "sem";
 const GUARD: &str = "plain";
 /// The last level of a semaphore's definition key.
 const DEFINITION: &str = "limit";
+/// The branch of a lease record's key below the name.
+const LEASE: &str = "lease";
+/// The last level of a lease record's key.
+const HOLDER: &str = "holder";
+/// The branch of a queue's keys below the name.
+const TICKET: &str = "ticket";
+
+/// The key of the lease record of `name`.
+pub fn lease(name: &str) -> String {
+    format!("{RESERVED}.{QUEUE}.{name}.{LEASE}.{HOLDER}")
+}
+
+/// The key of the record a lease call names: a lease name's record key
+/// ([`lease`]), or a semaphore slot's key as it is (the semaphore layer
+/// renews, releases and revokes its holders through the lease calls, by
+/// slot key).
+pub fn record_of(name_or_slot: &str) -> String {
+    match parse_semaphore_slot(name_or_slot) {
+        Some(_) => name_or_slot.to_string(),
+        None => lease(name_or_slot),
+    }
+}
+
+/// The lease name of a record key ([`lease`]); `None` for every other key.
+pub fn parse_lease(key: &str) -> Option<&str> {
+    let name = key
+        .strip_prefix(RESERVED)?
+        .strip_prefix('.')?
+        .strip_prefix(QUEUE)?
+        .strip_prefix('.')?
+        .strip_suffix(HOLDER)?
+        .strip_suffix('.')?
+        .strip_suffix(LEASE)?
+        .strip_suffix('.')?;
+    (!name.is_empty() && !is_reserved(name)).then_some(name)
+}
+
+/// The KV wildcard that matches exactly the record and the queue (slots
+/// and guard) of lease `name`, never another name's keys: a write
+/// conditional on the last revision under it fails if the record changed
+/// or anything was queued since.
+pub fn line_filter(name: &str) -> String {
+    format!("{RESERVED}.{QUEUE}.{name}.*.*")
+}
+
+/// The KV wildcard that matches the records (and queue keys) of every
+/// lease whose name starts with the whole levels `level` (empty, or ending
+/// in `.`): what a listing or a prefix watch reads.
+pub fn leases_under(level: &str) -> String {
+    format!("{RESERVED}.{QUEUE}.{level}>")
+}
 
 /// Whether `key` is one of Tenure's own keys rather than a lease name.
 pub fn is_reserved(key: &str) -> bool {
@@ -47,19 +111,20 @@ pub fn fence(name: &str) -> String {
 
 /// The key of queue slot `slot` of lease `name`.
 pub fn queue_slot(name: &str, slot: usize) -> String {
-    format!("{RESERVED}.{QUEUE}.{name}.{slot}")
+    format!("{RESERVED}.{QUEUE}.{name}.{TICKET}.{slot}")
 }
 
 /// The guard key of `name`'s queue: a group's batch writes it conditional
 /// on the whole queue ([`queue_filter`]).
 pub fn queue_guard(name: &str) -> String {
-    format!("{RESERVED}.{QUEUE}.{name}.{GUARD}")
+    format!("{RESERVED}.{QUEUE}.{name}.{TICKET}.{GUARD}")
 }
 
 /// The KV wildcard that matches every key of the queue of `name` (slots and
-/// guard): one level below `_tenure.q.<name>`, never a deeper name's queue.
+/// guard) and nothing else (not its lease record, never a deeper name's
+/// keys): what a ticket's write is conditional on.
 pub fn queue_filter(name: &str) -> String {
-    format!("{RESERVED}.{QUEUE}.{name}.*")
+    format!("{RESERVED}.{QUEUE}.{name}.{TICKET}.*")
 }
 
 /// A key of a lease's queue, parsed.
@@ -79,6 +144,7 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
         .strip_prefix(QUEUE)?
         .strip_prefix('.')?;
     let (name, last) = rest.rsplit_once('.')?;
+    let name = name.strip_suffix(TICKET)?.strip_suffix('.')?;
     if name.is_empty() {
         return None;
     }
@@ -88,14 +154,35 @@ pub fn parse_queue(key: &str) -> Option<QueueKey<'_>> {
     Some(QueueKey::Slot(name, last.parse().ok()?))
 }
 
-/// What a bucket key shows as in a watch: a lease name and slot 0 for a
-/// lease key, the semaphore's name and slot for a semaphore slot key;
-/// `None` for Tenure's other keys (fences, definitions, tickets).
+/// What a key shows as in a watch: a lease name and slot 0 for a lease
+/// record's key (or for a lease name itself, as the shared watcher keeps
+/// records: [`watched_as`]), the semaphore's name and slot for a semaphore
+/// slot key; `None` for Tenure's other keys (fences, definitions,
+/// tickets).
 pub fn shown_as(key: &str) -> Option<(&str, u32)> {
-    match parse_semaphore_slot(key) {
-        Some(shown) => Some(shown),
-        None if is_reserved(key) => None,
-        None => Some((key, 0)),
+    if let Some(shown) = parse_semaphore_slot(key) {
+        return Some(shown);
+    }
+    if let Some(name) = parse_lease(key) {
+        return Some((name, 0));
+    }
+    (!is_reserved(key)).then_some((key, 0))
+}
+
+/// What the shared watcher never takes for a lease: the key it keeps a
+/// key Tenure does not write under (a reserved key nothing parses).
+const FOREIGN: &str = "_tenure.foreign";
+
+/// The key the shared watcher keeps a bucket key under (its mirror, queue
+/// view and ends are keyed so): a lease record's key as its lease name,
+/// Tenure's other keys as they are, and a key Tenure does not write (in
+/// no reserved level, so not of this layout) as a reserved key that parses
+/// as nothing.
+pub fn watched_as(key: &str) -> &str {
+    match parse_lease(key) {
+        Some(name) => name,
+        None if is_reserved(key) => key,
+        None => FOREIGN,
     }
 }
 
@@ -117,7 +204,7 @@ pub fn semaphore_definition(name: &str) -> String {
 
 /// The queue name of semaphore `name`'s waiters: the reserved name
 /// `_tenure.sem.<name>`, so that its queue is the keys
-/// `_tenure.q._tenure.sem.<name>.<slot>` ([`queue_slot`]), built, read and
+/// `_tenure.q._tenure.sem.<name>.ticket.<slot>` ([`queue_slot`]), built, read and
 /// watched exactly as a lease's queue, and never a lease's (lease names
 /// cannot start with `_tenure`) nor a semaphore key (those start
 /// `_tenure.sem.`).
@@ -183,6 +270,10 @@ pub fn parse_semaphore_slot(key: &str) -> Option<(&str, u32)> {
 /// name, and the name of its fence or queue key; a semaphore's name for
 /// its slots, definition and queue. `None` for a foreign reserved key.
 pub fn waited_name(key: &str) -> Option<&str> {
+    if let Some(name) = parse_lease(key) {
+        return Some(name);
+    }
+    // A lease name as the shared watcher keeps its record ([`watched_as`]).
     if !is_reserved(key) {
         return Some(key);
     }
@@ -212,7 +303,7 @@ mod tests {
     #[test]
     fn every_key_of_a_name_concerns_its_waiters() {
         for key in [
-            "a.b".to_string(),
+            lease("a.b"),
             fence("a.b"),
             queue_slot("a.b", 3),
             queue_guard("a.b"),
@@ -223,6 +314,7 @@ mod tests {
             assert_eq!(waited_name(&key), Some("a.b"), "{key}");
         }
         assert_eq!(waited_name("_tenure.other.x"), None);
+        assert_eq!(waited_name("a.b"), Some("a.b"), "as the watcher keeps it");
         assert_eq!(waited_name("_tenure"), None);
     }
 
@@ -234,6 +326,50 @@ mod tests {
         assert!(!is_reserved("jobs._tenure"));
     }
 
+    /// A record sits on the line beside its queue, not in it: the line's
+    /// wildcard matches both and no other name's keys, the queue's only
+    /// the tickets; a record key parses back to its name and never as a
+    /// queue key; a reserved name never parses.
+    #[test]
+    fn records() {
+        assert_eq!(lease("jobs.a"), "_tenure.q.jobs.a.lease.holder");
+        assert_eq!(line_filter("jobs.a"), "_tenure.q.jobs.a.*.*");
+        assert_eq!(parse_lease(&lease("jobs.a")), Some("jobs.a"));
+        assert_eq!(parse_lease(&lease("lease")), Some("lease"));
+        assert_eq!(parse_lease(&lease("a.lease")), Some("a.lease"));
+        assert_eq!(parse_lease(&lease("a.ticket")), Some("a.ticket"));
+        assert_eq!(parse_lease("_tenure.q.lease.holder"), None);
+        assert_eq!(parse_lease("_tenure.q.a.lease"), None);
+        assert_eq!(parse_lease("jobs.a"), None);
+        assert_eq!(parse_lease("_tenure.q._tenure.sem.a.lease.holder"), None);
+        assert_eq!(parse_queue(&lease("jobs.a")), None);
+        assert_eq!(parse_queue(&lease("jobs.ticket")), None);
+        assert_eq!(parse_lease(&queue_slot("a.lease", 3)), None);
+        assert_eq!(parse_lease(&queue_guard("a.lease")), None);
+        assert_eq!(shown_as(&lease("jobs.a")), Some(("jobs.a", 0)));
+        assert_eq!(watched_as(&lease("jobs.a")), "jobs.a");
+        assert_eq!(shown_as(watched_as(&lease("jobs.a"))), Some(("jobs.a", 0)));
+        assert_eq!(watched_as("_tenure.sem.a.1"), "_tenure.sem.a.1");
+        assert_eq!(
+            shown_as(watched_as("jobs.a")),
+            None,
+            "not a key of this layout"
+        );
+        assert_eq!(leases_under("jobs."), "_tenure.q.jobs.>");
+        assert_eq!(leases_under(""), "_tenure.q.>");
+        // A child name's keys are a level deeper: on neither wildcard.
+        let levels = |key: &str| key.matches('.').count();
+        for child in [lease("jobs.a.b"), queue_slot("jobs.a.b", 1)] {
+            assert!(child.starts_with("_tenure.q.jobs.a."));
+            assert_eq!(levels(&child), levels(&line_filter("jobs.a")) + 1);
+        }
+        assert_eq!(levels(&lease("jobs.a")), levels(&line_filter("jobs.a")));
+        assert_eq!(
+            levels(&queue_slot("jobs.a", 0)),
+            levels(&queue_filter("jobs.a"))
+        );
+    }
+
     #[test]
     fn fences() {
         assert_eq!(fence("a.b"), "_tenure.delay.a.b");
@@ -241,21 +377,22 @@ mod tests {
 
     #[test]
     fn queues() {
-        assert_eq!(queue_slot("a.b", 3), "_tenure.q.a.b.3");
-        assert_eq!(queue_guard("a.b"), "_tenure.q.a.b.plain");
-        assert_eq!(queue_filter("a"), "_tenure.q.a.*");
+        assert_eq!(queue_slot("a.b", 3), "_tenure.q.a.b.ticket.3");
+        assert_eq!(queue_guard("a.b"), "_tenure.q.a.b.ticket.plain");
+        assert_eq!(queue_filter("a"), "_tenure.q.a.ticket.*");
         assert_eq!(
-            parse_queue("_tenure.q.a.b.3"),
+            parse_queue("_tenure.q.a.b.ticket.3"),
             Some(QueueKey::Slot("a.b", 3))
         );
         assert_eq!(
-            parse_queue("_tenure.q.a.b.plain"),
+            parse_queue("_tenure.q.a.b.ticket.plain"),
             Some(QueueKey::Guard("a.b"))
         );
-        assert_eq!(parse_queue("_tenure.delay.a.3"), None);
-        assert_eq!(parse_queue("a.3"), None);
-        assert_eq!(parse_queue("_tenure.q.3"), None);
-        for (name, slot) in [("a", 0), ("a.b.c", 63), ("x-1/y", 7)] {
+        assert_eq!(parse_queue("_tenure.q.a.b.3"), None);
+        assert_eq!(parse_queue("_tenure.delay.a.ticket.3"), None);
+        assert_eq!(parse_queue("a.ticket.3"), None);
+        assert_eq!(parse_queue("_tenure.q.ticket.3"), None);
+        for (name, slot) in [("a", 0), ("a.b.c", 63), ("x-1/y", 7), ("ticket", 1)] {
             assert_eq!(
                 parse_queue(&queue_slot(name, slot)),
                 Some(QueueKey::Slot(name, slot))
@@ -268,7 +405,7 @@ mod tests {
         assert_eq!(shown_as("_tenure.sem.jobs.2"), Some(("jobs", 2)));
         assert_eq!(shown_as("jobs.2"), Some(("jobs.2", 0)));
         assert_eq!(shown_as("_tenure.sem.jobs.limit"), None);
-        assert_eq!(shown_as("_tenure.q.jobs.0"), None);
+        assert_eq!(shown_as("_tenure.q.jobs.ticket.0"), None);
         assert_eq!(semaphore_slot("jobs", 2), "_tenure.sem.jobs.2");
         assert_eq!(semaphore_definition("jobs"), "_tenure.sem.jobs.limit");
         assert!(semaphore_slot("jobs.a", 1).starts_with(&semaphore_prefix("jobs")));
@@ -301,10 +438,16 @@ mod tests {
     fn semaphore_queues() {
         let queue = semaphore_queue("jobs.a");
         assert_eq!(queue, "_tenure.sem.jobs.a");
-        assert_eq!(queue_slot(&queue, 3), "_tenure.q._tenure.sem.jobs.a.3");
-        assert_eq!(queue_filter(&queue), "_tenure.q._tenure.sem.jobs.a.*");
         assert_eq!(
-            parse_queue("_tenure.q._tenure.sem.jobs.a.3"),
+            queue_slot(&queue, 3),
+            "_tenure.q._tenure.sem.jobs.a.ticket.3"
+        );
+        assert_eq!(
+            queue_filter(&queue),
+            "_tenure.q._tenure.sem.jobs.a.ticket.*"
+        );
+        assert_eq!(
+            parse_queue("_tenure.q._tenure.sem.jobs.a.ticket.3"),
             Some(QueueKey::Slot("_tenure.sem.jobs.a", 3))
         );
         assert_eq!(semaphore_of_queue(&queue), Some("jobs.a"));

@@ -65,10 +65,10 @@ pub async fn list(store: &Store, prefix: &str, page_size: u32, page_token: &str)
             }
         }
     };
-    read_all(store, &format!("{level}>"), |entry, record| {
-        if !keys::is_reserved(&entry.name) {
-            let holding = Holding::at(&entry.name, entry.revision, record);
-            keep((entry.name, 0), holding);
+    read_all(store, &keys::leases_under(level), |entry, record| {
+        if let Some(name) = keys::parse_lease(&entry.name) {
+            let holding = Holding::at(name, entry.revision, record);
+            keep((name.to_string(), 0), holding);
         }
     })
     .await?;

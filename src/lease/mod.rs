@@ -76,7 +76,7 @@ pub use record::{Holding, KeyHash, Mode, Record, Released};
 pub use shards::{shard_of, From as WatchFrom, ShardEvent, Shards};
 pub use watch::{Hub, Subscription, WatchBudget, WATCH_BUFFER_EVENTS};
 
-use cache::{FreeHints, KeyCache};
+use cache::{FreeHints, KeyCache, Lines};
 use record::{Entry, Kind};
 use refusals::unreadable;
 
@@ -113,8 +113,12 @@ pub struct Leases {
     /// whether it is the head, and when that read began: waiters woken
     /// together share one read (`semaphore::may_take_slot`).
     head_reads: Arc<fifo::Lanes<(tokio::time::Instant, fifo::Queue)>>,
-    /// Names this replica released, for Acquires in one round trip.
+    /// Names this replica released, for Acquires in one round trip on a
+    /// bucket without fair waiting.
     free: Arc<FreeHints>,
+    /// Names whose line this replica wrote last with nobody queued, for
+    /// an Acquire or a Release in one conditional write and no read.
+    lines: Arc<Lines>,
     /// Waiters without a queue ticket (semaphore slots) on this replica,
     /// per name, bounded by `max_waiters` like a queue.
     unqueued: Arc<wait::Unqueued>,
@@ -141,6 +145,7 @@ impl Leases {
             definers: Arc::default(),
             head_reads: Arc::default(),
             free: Arc::default(),
+            lines: Arc::default(),
             unqueued: Arc::default(),
             slot_reads: Arc::new(tokio::sync::Semaphore::new(semaphore::SLOT_READS)),
             faults: TestFaults::default(),
@@ -223,9 +228,23 @@ impl Leases {
         self.hub.preferred(name)
     }
 
+    /// The last message of `name`'s lease record (or of a semaphore slot,
+    /// by its key: [`keys::record_of`]), read from the stream leader
+    /// (`None`: none), named by `name`.
+    async fn read_lease(&self, name: &str) -> Result<Option<Entry>> {
+        Ok(self
+            .store
+            .last(&keys::record_of(name))
+            .await?
+            .map(|msg| Entry {
+                name: name.to_string(),
+                ..Entry::from(msg)
+            }))
+    }
+
     /// The current holding of a name.
     pub async fn get(&self, name: &str) -> Result<Holding> {
-        let last = self.store.last(name).await?.map(Entry::from);
+        let last = self.read_lease(name).await?;
         match last {
             Some(Entry {
                 revision,

@@ -3,7 +3,7 @@
 //! holding (a record at a revision), and what the last message of a name
 //! means ([`Kind`]).
 //!
-//! Records are JSON rather than protobuf so that `nats kv get <bucket> <name>`
+//! Records are JSON rather than protobuf so that `nats kv get <bucket> _tenure.q.<name>.lease.holder`
 //! shows an operator who holds what, with no decoder. Clients never read
 //! records directly (the gRPC API is their contract), so readability wins.
 //! Unknown fields are ignored, so later versions can add fields.

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::fifo;
+use super::keys;
 use super::record::Record;
 use crate::error::{Error, Reason};
 use crate::nats::CasError;
@@ -129,12 +130,14 @@ pub(super) fn contended(name: &str) -> Error {
     )
 }
 
-/// `RECORD_UNREADABLE` for a foreign value under a lease name.
+/// `RECORD_UNREADABLE` for a foreign value where the record of lease
+/// `name` (or a semaphore slot, by its key) is kept.
 pub(super) fn unreadable(name: &str, bucket: &str) -> Error {
+    let key = keys::record_of(name);
     Error::new(
         Reason::RecordUnreadable,
         format!(
-            "key {name:?} in bucket {bucket:?} holds a value that is not a Tenure lease; remove it with `nats kv del {bucket} {name}`"
+            "key {key:?} in bucket {bucket:?} holds a value that is not a Tenure lease; remove it with `nats kv del {bucket} {key}`"
         ),
     )
 }

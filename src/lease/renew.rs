@@ -62,7 +62,7 @@ impl Leases {
         expected: u64,
         hash: &KeyHash,
     ) -> Result<(u64, Arc<Record>)> {
-        let last = self.store.last(name).await?.map(Entry::from);
+        let last = self.read_lease(name).await?;
         let (revision, rec) = match last {
             Some(Entry {
                 revision,
@@ -117,7 +117,15 @@ impl Leases {
     ) -> Result<Holding, CasError> {
         let record = rec.renewal(revision, ttl_s, now_ms());
         let ttl = self.nats_ttl(record.ttl_s);
-        let new_revision = self.store.put(name, record.encode(), revision, ttl).await?;
+        let new_revision = self
+            .store
+            .put(
+                &super::keys::record_of(name),
+                record.encode(),
+                revision,
+                ttl,
+            )
+            .await?;
         self.cache.insert(name, new_revision, &record);
         Ok(Holding::at(name, new_revision, record))
     }

@@ -77,7 +77,7 @@ impl Leases {
                     Some(ticket.revision),
                 ),
                 Write::put(
-                    name.to_string(),
+                    super::keys::lease(name),
                     record.encode(),
                     revision,
                     self.nats_ttl(record.ttl_s),

@@ -83,10 +83,24 @@ pub fn shard_bucket(bucket: &str, i: u32) -> String {
     }
 }
 
+/// The key layout of the lease layer this version writes: a lease's record
+/// beside its queue at `_tenure.q.<name>.lease.holder`, not at the lease name
+/// itself as versions before it kept it (design section 2). Kept in the
+/// stream's description; a bucket without it that holds messages was
+/// written by an older version and is refused.
+const KEY_LAYOUT: &str = "key layout 2";
+
 /// The description of a bucket's stream made as shard `index` of `count`:
-/// where the shard count is kept.
+/// where the shard count and the key layout are kept.
 fn shard_description(index: u32, count: u32) -> String {
-    format!("Tenure leases: shard {index} of {count}")
+    format!("Tenure leases: shard {index} of {count}; {KEY_LAYOUT}")
+}
+
+/// Whether a stream's description names this version's key layout.
+fn in_key_layout(description: &Option<String>) -> bool {
+    description
+        .as_deref()
+        .is_some_and(|d| d.split("; ").any(|part| part == KEY_LAYOUT))
 }
 
 /// The shard count in a stream's description ([`shard_description`]); 1
@@ -96,7 +110,7 @@ fn parse_shard_description(description: &Option<String>) -> u32 {
         .as_deref()
         .and_then(|d| d.strip_prefix("Tenure leases: shard "))
         .and_then(|d| d.split_once(" of "))
-        .and_then(|(_, count)| count.parse().ok())
+        .and_then(|(_, count)| count.split(';').next()?.parse().ok())
         .filter(|count| *count >= 1)
         .unwrap_or(1)
 }
@@ -290,6 +304,7 @@ impl Store {
             Err(err) => return Err(Error::nats("looking up the bucket", err)),
         };
         let made_with = parse_shard_description(&stream.cached_info().config.description);
+        mark_key_layout(&js, &stream, &cfg.bucket, index, made_with).await?;
         let atomic = enable_atomic(&js, &stream).await?;
         let store = Store {
             client,
@@ -600,6 +615,30 @@ impl Store {
         self.end(name, KV_OPERATION_DELETE, payload, expected).await
     }
 
+    /// Writes a delete tombstone carrying `payload` to `name` if the last
+    /// revision of any key matching `of` (a KV wildcard that covers
+    /// `name`) is `expected`: [`Store::delete`] that fails if anything
+    /// under `of` changed ([`Store::put_under`]). Returns its revision.
+    pub async fn delete_under(
+        &self,
+        name: &str,
+        payload: Bytes,
+        expected: u64,
+        of: &str,
+    ) -> Result<u64, CasError> {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .header(KV_OPERATION, KV_OPERATION_DELETE)
+            .expected_last_subject_sequence(expected)
+            .header(
+                EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+                format!("{}{of}", self.prefix).as_str(),
+            )
+            .ttl(self.marker_ttl);
+        self.publish_counted(name, msg, &METRICS.queue_conflicts)
+            .await
+    }
+
     /// Writes a purge (`KV-Operation: PURGE`, what `nats kv purge` writes)
     /// carrying `payload` if the name's last revision is `expected`.
     /// Returns its revision.
@@ -835,6 +874,58 @@ struct RawStreamState {
 /// A request that got no answer (a new replicated stream still electing
 /// its leader) is an error to retry, not a "no": taking it for one would
 /// turn fair queues and groups off for the replica's whole life.
+/// Checks that the bucket is in this version's key layout
+/// ([`KEY_LAYOUT`]): a bucket that does not say so is marked when it is
+/// empty (made by `nats kv add`, or by an older version and emptied since),
+/// and refused when it holds messages, which an older version wrote with
+/// each lease record at the lease's name, where this version never reads.
+async fn mark_key_layout(
+    js: &jetstream::Context,
+    stream: &stream::Stream,
+    bucket: &str,
+    index: u32,
+    count: u32,
+) -> Result<()> {
+    let mut stream = stream.clone();
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| Error::nats("reading the bucket's stream info", e))?;
+    if in_key_layout(&info.config.description) {
+        return Ok(());
+    }
+    let messages = info.state.messages;
+    if messages > 0 {
+        return Err(Error::new(
+            Reason::Internal,
+            format!(
+                "bucket {bucket:?} holds {messages} message(s) written by an older Tenure, which kept each \
+                 lease record at the lease's name; this version keeps it at _tenure.q.<name>.lease.holder and \
+                 does not read the old keys. Start this version on a new bucket (--bucket), or stop the \
+                 old servers, let their leases end and the bucket empty (ended records age out within \
+                 --marker-ttl), then start again"
+            ),
+        ));
+    }
+    let config = stream::Config {
+        description: Some(shard_description(index, count)),
+        ..info.config.clone()
+    };
+    match js.update_stream(config).await {
+        Ok(_) => {
+            tracing::info!(stream = %info.config.name, KEY_LAYOUT, "marked the empty bucket's key layout");
+            Ok(())
+        }
+        Err(err) if cluster_not_ready(&err) => {
+            Err(Error::nats("marking the bucket's key layout", err))
+        }
+        Err(err) => {
+            tracing::warn!(stream = %info.config.name, %err, "cannot mark the empty bucket's key layout in its stream description; a server started on it once it holds leases will refuse it: let Tenure's NATS user update the stream, or let Tenure create the bucket");
+            Ok(())
+        }
+    }
+}
+
 async fn enable_atomic(js: &jetstream::Context, stream: &stream::Stream) -> Result<bool> {
     let mut stream = stream.clone();
     let info = stream

@@ -50,8 +50,9 @@ pub struct Metrics {
     pub rpc_duration: HistogramVec,
     /// `tenure_cas_conflicts_total`: conditional writes that lost a race.
     pub cas_conflicts: IntCounter,
-    /// `tenure_queue_conflicts_total`: new queue tickets that lost a race
-    /// with another write to their queue (not counted as CAS conflicts).
+    /// `tenure_queue_conflicts_total`: writes conditional on a wildcard of
+    /// a name (tickets on its queue, free-lease grants and releases on its
+    /// line) that lost a race (not counted as CAS conflicts).
     pub queue_conflicts: IntCounter,
     /// `tenure_semaphores_removed_total`: unused semaphores (their
     /// definitions and slots) this replica's sweep removed.
@@ -60,6 +61,10 @@ pub struct Metrics {
     /// replica knew (its own release, the watcher's view of the queue)
     /// that failed their condition and were made again after a read.
     pub acquire_hint_misses: IntCounter,
+    /// `tenure_line_writes_total`: plain Acquires and Releases written as
+    /// one write conditional on the name's line with no read before it
+    /// (over this replica's own last write of the line, design section 16).
+    pub line_writes: IntCounter,
     /// `tenure_leases_acquired_total`: new holdings taken through this replica.
     pub acquired: IntCounter,
     /// `tenure_groups_acquired_total`: AcquireGroup batches that took (or,
@@ -176,7 +181,7 @@ impl Metrics {
             ),
             queue_conflicts: counter(
                 "tenure_queue_conflicts_total",
-                "new queue tickets written over a queue that changed meanwhile, written again after a read",
+                "writes conditional on a name's queue or line (tickets, free-lease grants, releases) that found it changed meanwhile, made again",
             ),
             semaphores_removed: counter(
                 "tenure_semaphores_removed_total",
@@ -185,6 +190,10 @@ impl Metrics {
             acquire_hint_misses: counter(
                 "tenure_acquire_hint_misses_total",
                 "Acquire writes made on what the replica knew without a read that failed their condition",
+            ),
+            line_writes: counter(
+                "tenure_line_writes_total",
+                "plain Acquires and Releases made as one conditional write with no read",
             ),
             acquired: counter(
                 "tenure_leases_acquired_total",

@@ -269,7 +269,11 @@ async fn server_stop_sends_sigterm_before_the_lease_can_expire() {
     // machine's): the client sent it earlier, so its expiry is no later
     // than this + TTL.
     let kv = t.kv().await;
-    let entry = kv.entry("jobs.stop").await.unwrap().expect("the holding");
+    let entry = kv
+        .entry("_tenure.q.jobs.stop.lease.holder")
+        .await
+        .unwrap()
+        .expect("the holding");
     let written = entry.created.unix_timestamp_nanos() as f64 / 1e9;
     let expiry = written + 3.0;
     println!(

@@ -35,7 +35,8 @@ fn waiting(name: &str, holder: &str) -> AcquireRequest {
 async fn next_ticket_change(w: &mut async_nats::jetstream::kv::Watch) -> (String, bool) {
     loop {
         let entry = within("a queue change", w.next()).await.unwrap().unwrap();
-        if !entry.key.ends_with(".plain") {
+        // The guard and the lease record share the queue's wildcard.
+        if !entry.key.ends_with(".plain") && !entry.key.ends_with(".lease") {
             return (entry.key, entry.operation == Operation::Put);
         }
     }
@@ -89,7 +90,7 @@ async fn arrival_order_is_kept_across_two_replicas() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -180,7 +181,7 @@ async fn a_killed_waiter_is_skipped() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let (lease, key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
@@ -257,7 +258,7 @@ async fn plain_acquire_does_not_jump_waiters() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
 
@@ -286,7 +287,7 @@ async fn plain_acquire_does_not_jump_waiters() {
 
     // Free, but a ticket of a waiter whose replica died is queued.
     let js = t.nats.jetstream().await;
-    let ghost = format!("_tenure.q.{name}.7");
+    let ghost = format!("_tenure.q.{name}.ticket.7");
     js.send_publish(
         format!("$KV.{}.{ghost}", t.config.bucket),
         PublishMessage::build()
@@ -336,7 +337,7 @@ async fn a_cancelled_waiter_leaves_and_the_next_is_granted() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let (lease, key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
@@ -374,7 +375,7 @@ async fn a_waiter_that_gives_up_behind_others_says_so() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let (_lease, _key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
@@ -414,7 +415,7 @@ async fn the_queue_is_bounded() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let (_lease, _key) = acquire(&mut a, acquire_req(name, "holder", 30)).await;
@@ -544,7 +545,7 @@ async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
 
     // The earlier waiter's ticket, in slot 0.
     let js = t.nats.jetstream().await;
-    let slot0 = format!("$KV.{}._tenure.q.{name}.0", t.config.bucket);
+    let slot0 = format!("$KV.{}._tenure.q.{name}.ticket.0", t.config.bucket);
     let ticket = |place: u64, expected: u64| {
         PublishMessage::build()
             .payload(format!(r#"{{"place":{place},"holder":"earlier"}}"#).into())
@@ -554,7 +555,7 @@ async fn a_lagging_watcher_never_lets_a_later_waiter_overtake() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q.{name}.*"))
+        .watch(format!("_tenure.q.{name}.ticket.*"))
         .await
         .unwrap();
     let first = js

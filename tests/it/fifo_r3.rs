@@ -8,7 +8,7 @@
 //! and holds back in-flight writes only by their exact subject. A group's
 //! batch guards each member's queue with a condition over the queue's
 //! wildcard (`Nats-Expected-Last-Subject-Sequence-Subject:
-//! _tenure.q.<name>.*`), so a ticket proposed but not yet applied when the
+//! _tenure.q.<name>.ticket.*`), so a ticket proposed but not yet applied when the
 //! batch is checked might not be seen, and the group could be granted
 //! ahead of a waiter queued before it.
 //!
@@ -127,10 +127,11 @@ struct Grant {
     sent_ms: u64,
 }
 
-/// The queue slot's lease name of a key `_tenure.q.<name>.<slot>`.
+/// The queue slot's lease name of a key `_tenure.q.<name>.ticket.<slot>`.
 fn slot_name(key: &str) -> Option<&str> {
     let rest = key.strip_prefix("_tenure.q.")?;
     let (name, slot) = rest.rsplit_once('.')?;
+    let name = name.strip_suffix(".ticket")?;
     slot.parse::<usize>().ok().map(|_| name)
 }
 
@@ -385,9 +386,10 @@ async fn grouper(
 /// Probes, round after round, on `fq.d<lane>` and `fq.e<lane>`: a holder
 /// takes `fq.d<lane>` through one replica while a group waits for both
 /// names through another; the holder releases, the woken group reads the
-/// queues and sends its batch, whose first message (the guard of
-/// `fq.d<lane>`'s queue, a request: the rest follows its reply) this
-/// probe sees on a plain NATS subscription. At once, or a millisecond
+/// queues and sends its batch, whose first message (the record of
+/// `fq.d<lane>`, a request: the rest, its guard among them, follows its
+/// reply) this probe sees on a plain NATS subscription, told from the
+/// holder's own writes of the record by its `Nats-Batch-Id` header. At once, or a millisecond
 /// later, it writes a ticket straight into that queue (a slot no replica
 /// uses, through the stream leader's node, as a waiter's replica would):
 /// the ticket reaches the leader while the batch is open, and is proposed
@@ -407,12 +409,12 @@ async fn probes(
         .await
         .expect("the bucket");
     let (d, e) = (format!("fq.d{lane}"), format!("fq.e{lane}"));
-    let slot = format!("_tenure.q.{d}.{}", 900 + lane);
+    let slot = format!("_tenure.q.{d}.ticket.{}", 900 + lane);
     // The queue's last revision, as a watch of its keys shows it: what the
     // probe's ticket names, as a waiter's does.
     let last = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut queue = kv
-        .watch(format!("_tenure.q.{d}.*"))
+        .watch(format!("_tenure.q.{d}.ticket.*"))
         .await
         .expect("watch the queue");
     let follower = {
@@ -423,10 +425,19 @@ async fn probes(
             }
         })
     };
-    let mut guards = nats
-        .subscribe(format!("$KV.{bucket}._tenure.q.{d}.plain"))
+    let records = nats
+        .subscribe(format!("$KV.{bucket}._tenure.q.{d}.lease.holder"))
         .await
-        .expect("subscribe to the guard");
+        .expect("subscribe to the record");
+    let mut batches = records
+        .filter(|msg| {
+            let batched = msg
+                .headers
+                .as_ref()
+                .is_some_and(|h| h.get("Nats-Batch-Id").is_some());
+            std::future::ready(batched)
+        })
+        .boxed();
     let mut n = 0;
     while tokio::time::Instant::now() < until {
         n += 1;
@@ -460,12 +471,12 @@ async fn probes(
         };
         // The group is waiting by now (its first try was refused).
         tokio::time::sleep(Duration::from_millis(15)).await;
-        // Guards of earlier rounds' batches.
-        while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, guards.next()).await {}
+        // Batches of earlier rounds.
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, batches.next()).await {}
         x.release(release_req(&d, lease.revision, resp.lease_key))
             .await
             .expect("the holder's release");
-        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(2), guards.next()).await {
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(2), batches.next()).await {
             match delay {
                 0 => {}
                 1 => tokio::task::yield_now().await,
@@ -505,7 +516,7 @@ async fn write_ticket(
     );
     headers.insert(
         "Nats-Expected-Last-Subject-Sequence-Subject",
-        format!("$KV.{bucket}._tenure.q.{name}.*").as_str(),
+        format!("$KV.{bucket}._tenure.q.{name}.ticket.*").as_str(),
     );
     headers.insert("Nats-TTL", "5");
     let reply = nats
@@ -769,11 +780,11 @@ fn the_judge_reports_each_kind_of_overtaking() {
     // a queued at 10 (refreshed at 14, deleted at 30); b queued at 12,
     // deleted at 21.
     let msgs = vec![
-        slot("_tenure.q.n.0", 10, Some((0, "a")), 1000),
-        slot("_tenure.q.n.1", 12, Some((0, "b")), 1001),
-        slot("_tenure.q.n.0", 14, Some((10, "a")), 3000),
-        slot("_tenure.q.n.1", 21, None, 3100),
-        slot("_tenure.q.n.0", 30, None, 3200),
+        slot("_tenure.q.n.ticket.0", 10, Some((0, "a")), 1000),
+        slot("_tenure.q.n.ticket.1", 12, Some((0, "b")), 1001),
+        slot("_tenure.q.n.ticket.0", 14, Some((10, "a")), 3000),
+        slot("_tenure.q.n.ticket.1", 21, None, 3100),
+        slot("_tenure.q.n.ticket.0", 30, None, 3200),
     ];
     let ts = tickets(&msgs);
     assert_eq!(ts.len(), 2, "{ts:?}");

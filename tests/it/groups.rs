@@ -632,7 +632,7 @@ async fn invalid_groups_are_refused() {
         assert_eq!(meta(&s, "max_group_size"), "3", "{s:?}");
     }
     let s = c
-        .acquire_group(group_req(&["v.a", "_tenure.q.v.a.0"], "g"))
+        .acquire_group(group_req(&["v.a", "_tenure.q.v.a.ticket.0"], "g"))
         .await
         .unwrap_err();
     assert_eq!(s.code(), Code::InvalidArgument);
@@ -784,7 +784,7 @@ async fn a_group_kept_out_by_a_queue_writes_when_it_empties() {
     let kv = t.kv().await;
     // A waiter queued on the free name (as if its Acquire had just lost
     // the name to a holder that released it since).
-    let slot = "_tenure.q.qg.a.0";
+    let slot = "_tenure.q.qg.a.ticket.0";
     // The shared watcher is live, so the group waits on its events (with
     // the backstop tick), not on the short poll of a waiter without them.
     let mut w = watch(&mut c, ">").await;

@@ -25,7 +25,11 @@ async fn recorded(t: &Tenure, key: &str, revision: u64) {
         .get_stream(format!("TENURE_HISTORY_{}", t.config.bucket))
         .await
         .unwrap();
-    let subject = format!("$KV.{}.{key}", t.config.bucket);
+    // A lease's record is kept beside its queue (design section 2).
+    let subject = match key.starts_with("_tenure.") {
+        true => format!("$KV.{}.{key}", t.config.bucket),
+        false => format!("$KV.{}._tenure.q.{key}.lease.holder", t.config.bucket),
+    };
     within("the history to copy the write", async {
         loop {
             if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {

@@ -51,6 +51,8 @@ mod logs;
 mod metrics;
 mod nats_auth;
 mod no_atomic;
+mod one_write;
+mod one_write_r3;
 mod ownership;
 mod partition;
 mod restart;

@@ -199,7 +199,7 @@ async fn waiters_are_served_in_arrival_order_one_per_free_slot() {
     let mut queue = t
         .kv()
         .await
-        .watch(format!("_tenure.q._tenure.sem.{name}.*"))
+        .watch(format!("_tenure.q._tenure.sem.{name}.ticket.*"))
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -84,7 +84,7 @@ async fn each_name_lives_in_its_shard_and_replicas_agree() {
         let info = stream.info().await.unwrap();
         assert_eq!(
             info.config.description.as_deref(),
-            Some(format!("Tenure leases: shard {i} of {SHARDS}").as_str())
+            Some(format!("Tenure leases: shard {i} of {SHARDS}; key layout 2").as_str())
         );
     }
     let adopted = replica(&t, 0)
@@ -98,7 +98,10 @@ async fn each_name_lives_in_its_shard_and_replicas_agree() {
             // The record is in the name's shard, not in the others.
             for i in 0..SHARDS {
                 let stream = js.get_stream(stream_of(&t.config.bucket, i)).await.unwrap();
-                let subject = format!("$KV.{}.{name}", bucket_of(&t.config.bucket, i));
+                let subject = format!(
+                    "$KV.{}._tenure.q.{name}.lease.holder",
+                    bucket_of(&t.config.bucket, i)
+                );
                 let found = stream.get_last_raw_message_by_subject(&subject).await;
                 assert_eq!(found.is_ok(), i == shard, "{name} in shard {i}");
             }

@@ -29,6 +29,65 @@ async fn refuses_bucket_without_per_message_ttl() {
     assert!(err.to_string().contains("\"plain\""), "{}", err);
 }
 
+/// A bucket an older version wrote (a lease record at the lease's own
+/// name) is refused with what to do; an empty bucket made elsewhere is
+/// marked as this version's key layout and used.
+#[tokio::test]
+async fn refuses_a_bucket_in_the_old_key_layout() {
+    let nats = Nats::start().await;
+    let js = nats.jetstream().await;
+    for bucket in ["old", "empty"] {
+        let kv = js
+            .create_key_value(kv::Config {
+                bucket: bucket.into(),
+                history: 1,
+                limit_markers: Some(std::time::Duration::from_secs(60)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if bucket == "old" {
+            kv.put("jobs.a", r#"{"holder":"old"}"#.into())
+                .await
+                .unwrap();
+        }
+    }
+    let start = |bucket: &str| {
+        let mut config = Config::for_nats(&nats.url());
+        config.bucket = bucket.into();
+        let url = nats.url();
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tenure::start(&config, &url, listener).await
+        }
+    };
+    let err = start("old").await.err().expect("refused").to_string();
+    for words in [
+        "\"old\"",
+        "older Tenure",
+        "_tenure.q.<name>.lease.holder",
+        "--bucket",
+    ] {
+        assert!(err.contains(words), "{words} in: {err}");
+    }
+    start("empty").await.expect("starts").shutdown().await;
+    let info = js
+        .get_stream("KV_empty")
+        .await
+        .unwrap()
+        .cached_info()
+        .clone();
+    assert!(
+        info.config
+            .description
+            .unwrap_or_default()
+            .ends_with("; key layout 2"),
+        "marked"
+    );
+    // Marked, it is this version's from now on, messages or not.
+    start("empty").await.expect("starts again").shutdown().await;
+}
+
 /// A bucket Tenure created is accepted again on the next start.
 #[tokio::test]
 async fn reopens_its_own_bucket() {

@@ -423,16 +423,24 @@ async fn a_new_process_refuses_what_it_cannot_prove() {
     let (a, k) = acquire(&mut c, acquire_req("only.a", "alice", 60)).await;
     let a2 = renew(&mut c, renew_req("only.a", a.revision, k.clone())).await;
     let a3 = renew(&mut c, renew_req("only.a", a2.revision, k)).await;
-    // Tenure's own keys (the name's queue guard, written before the record)
-    // would still bound the time; remove them so only a3 is left.
+    // Tenure's other keys (the name's queue guard, written before the
+    // record) would still bound the time; remove them so only a3 is left.
     let js = t.nats.jetstream().await;
-    js.get_stream(format!("KV_{}", t.config.bucket))
-        .await
-        .unwrap()
-        .purge()
-        .filter(format!("$KV.{}._tenure.>", t.config.bucket))
+    let stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
         .await
         .unwrap();
+    for others in [
+        "_tenure.q.only.a.ticket.plain",
+        "_tenure.q.only.a.ticket.0",
+        "_tenure.delay.>",
+    ] {
+        stream
+            .purge()
+            .filter(format!("$KV.{}.{others}", t.config.bucket))
+            .await
+            .unwrap();
+    }
     let (fresh, mut c2) = t.replica().await;
     let err = resume(&mut c2, "only.a", a.revision).await.unwrap_err();
     assert_eq!(reason(&err), "WATCH_HISTORY_COMPACTED");
@@ -476,7 +484,10 @@ async fn a_compacted_history_is_refused() {
         .unwrap();
     within("the release's markers to age out", async {
         while stream
-            .get_last_raw_message_by_subject(&format!("$KV.{}.gone.a", t.config.bucket))
+            .get_last_raw_message_by_subject(&format!(
+                "$KV.{}._tenure.q.gone.a.lease.holder",
+                t.config.bucket
+            ))
             .await
             .is_ok()
         {

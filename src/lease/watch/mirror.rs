@@ -146,11 +146,12 @@ impl Mirror {
             .map(|h| h.revision)
             .or_else(|| self.ended.get(&key).map(|e| e.0));
         // An acquiring write conditional on a wildcard rather than its own
-        // key (a read-write lock's, design section 23) carries no replaced
-        // revision of its key; its record names the one it replaced, which
-        // the wildcard's condition made exact.
+        // key (a read-write lock's, design section 23; a lease's grant,
+        // conditional on its record and queue together, section 16)
+        // carries no replaced revision of its key; its record names the
+        // one it replaced, which the wildcard's condition made exact.
         let replaced = replaced.or(match &entry.kind {
-            Kind::Held(record) if record.token == 0 && record.mode.is_some() => record.over,
+            Kind::Held(record) if record.token == 0 => record.over,
             _ => None,
         });
         // Whether messages of this key between the last one applied and

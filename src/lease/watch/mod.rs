@@ -32,7 +32,7 @@ mod slot_view;
 mod task;
 
 pub use outbox::WatchBudget;
-pub use queue_view::{Candidate, Dormant, Turn};
+pub use queue_view::{Candidate, Dormant, Released, Turn};
 pub use slot_view::{SlotHint, Want};
 
 use std::ops::Bound;
@@ -337,9 +337,21 @@ impl Hub {
     }
 
     /// The revision of `name`'s release, when that is the last lease
-    /// message this hub saw and the name has waiters.
-    pub fn released_at(&self, name: &str) -> Option<u64> {
+    /// message this hub saw and the name has waiters, with the last
+    /// revision of the name's line ([`QueueView::released_at`]).
+    pub fn released_at(&self, name: &str) -> Option<Released> {
         self.view.released_at(name)
+    }
+
+    /// [`Hub::released_at`] once this hub has applied a message of the
+    /// name's line after `after` ([`QueueView::released_after`]).
+    pub async fn released_after(
+        &self,
+        name: &str,
+        after: u64,
+        patience: std::time::Duration,
+    ) -> Option<Released> {
+        self.view.released_after(name, after, patience).await
     }
 
     /// Whether this hub has seen a live ticket in `name`'s queue (false

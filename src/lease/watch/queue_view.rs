@@ -44,8 +44,10 @@ pub enum Turn {
 /// such skip leaves the refresh pending behind the later ticket, so a
 /// delivery with nothing pending proves that every ticket live at that
 /// moment has its last message applied (design section 16). The grant that
-/// follows a "Mine" is conditional on the lease only: the view is what
-/// keeps it fair. It holds only live tickets (bounded by the queues'
+/// follows a "Mine" is conditional on the name's line as the view last saw
+/// it (record and queue): a ticket written since fails it, but one the
+/// view missed before its position would not, so the view is what keeps
+/// it fair. It holds only live tickets (bounded by the queues'
 /// slots), and nothing while the watcher is idle.
 #[derive(Debug, Default)]
 pub struct QueueView {
@@ -70,6 +72,16 @@ pub struct QueueView {
     /// ticket write that lost its race and waits for the view to show
     /// the message that won ([`QueueView::queue_after`]).
     advanced: Notify,
+}
+
+/// A lease the view last saw released, with its line's last revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The revision of the release (the record's last message).
+    pub at: u64,
+    /// The last revision of any key of the name's line (its record and
+    /// queue) the view has applied: what the head's grant names.
+    pub line: u64,
 }
 
 /// What applying one message changed in the view.
@@ -111,6 +123,9 @@ struct Seen {
     /// and guard) since the view began keeping it (at a ticket, the newest
     /// of the queue's messages then): what a new ticket's write names.
     last: u64,
+    /// The same for the name's line: the queue and the lease record
+    /// beside it ([`keys::line_filter`]): what the head's grant names.
+    line: u64,
     /// The revision of the lease's last message when the view saw it
     /// released (and nothing written to the lease since); `None` otherwise.
     released_at: Option<u64>,
@@ -129,6 +144,7 @@ impl QueueView {
                 let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(seen) = tickets.get_mut(name) {
                     seen.last = seen.last.max(revision);
+                    seen.line = seen.line.max(revision);
                 }
                 return Applied::default();
             }
@@ -141,6 +157,7 @@ impl QueueView {
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         let seen = tickets.entry(name.to_string()).or_default();
         seen.last = seen.last.max(revision);
+        seen.line = seen.line.max(revision);
         // Only a candidate's ticket (preference above 0) can change who is
         // preferred; every other ticket skips the comparison.
         let was_candidate = seen.live.iter().any(|t| t.slot == slot && t.preference > 0);
@@ -227,23 +244,63 @@ impl QueueView {
     }
 
     /// Applies the lease message at `revision` of `name`: whether it is a
-    /// release (the head may write over it without reading it). Kept only
-    /// for names with a live ticket.
+    /// release (the head may write over it without reading it), and, the
+    /// record being on the name's line ([`keys::line_filter`]), the line's
+    /// last revision that the head's grant names (not the queue's: a
+    /// record write fails no ticket). Kept only for names with a live
+    /// ticket.
     pub fn apply_lease(&self, name: &str, revision: u64, released: bool) {
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(seen) = tickets.get_mut(name) {
             seen.released_at = released.then_some(revision);
+            seen.line = seen.line.max(revision);
         }
     }
 
     /// The revision of `name`'s release, if that is the last lease message
-    /// the view saw (and it is live).
-    pub fn released_at(&self, name: &str) -> Option<u64> {
+    /// the view saw (and it is live), with the last revision under the
+    /// name's line (record and queue) as the view has it: read together,
+    /// so the head's grant names a line the release is the record of.
+    pub fn released_at(&self, name: &str) -> Option<Released> {
+        self.released_past(name, None)
+    }
+
+    /// [`QueueView::released_at`], only when the line's last revision is
+    /// above `after`.
+    fn released_past(&self, name: &str, after: Option<u64>) -> Option<Released> {
+        self.line_past(name, after)?
+    }
+
+    /// Whether the view keeps `name`'s queue with its line's last revision
+    /// above `after` (`None`: not, or the view is not live), and if so the
+    /// release it shows ([`QueueView::released_at`]).
+    fn line_past(&self, name: &str, after: Option<u64>) -> Option<Option<Released>> {
         if self.position.load(Ordering::Acquire) == 0 {
             return None;
         }
         let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        tickets.get(name)?.released_at
+        let seen = tickets
+            .get(name)
+            .filter(|seen| after.is_none_or(|after| seen.line > after))?;
+        Some(seen.released_at.map(|at| Released {
+            at,
+            line: seen.line,
+        }))
+    }
+
+    /// [`QueueView::released_at`] once the view has applied a message of
+    /// `name`'s line after revision `after`, waiting for the watcher up to
+    /// `patience`; `None` when it has not by then, when the lease is no
+    /// longer released as the view saw last, or the view is not live.
+    pub async fn released_after(
+        &self,
+        name: &str,
+        after: u64,
+        patience: std::time::Duration,
+    ) -> Option<Released> {
+        self.when(patience, || self.line_past(name, Some(after)))
+            .await
+            .flatten()
     }
 
     /// How many live tickets the view shows for `name` (0 also when it is
@@ -277,6 +334,8 @@ impl QueueView {
         Some(Queue {
             live: seen.live.clone(),
             last: seen.last,
+            line: seen.line,
+            lease: None,
         })
     }
 
@@ -301,6 +360,18 @@ impl QueueView {
         after: u64,
         patience: std::time::Duration,
     ) -> Option<Queue> {
+        self.when(patience, || self.queue_past(name, Some(after)))
+            .await
+    }
+
+    /// What `shown` returns once it returns something, asked again each
+    /// time the view moves, up to `patience`; `None` when it has not by
+    /// then, or the view is not live.
+    async fn when<T>(
+        &self,
+        patience: std::time::Duration,
+        shown: impl Fn() -> Option<T>,
+    ) -> Option<T> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             // Registered before the view is asked: a move in between is
@@ -308,8 +379,8 @@ impl QueueView {
             let advanced = self.advanced.notified();
             tokio::pin!(advanced);
             advanced.as_mut().enable();
-            if let Some(queue) = self.queue_past(name, Some(after)) {
-                return Some(queue);
+            if let Some(shown) = shown() {
+                return Some(shown);
             }
             if self.position.load(Ordering::Acquire) == 0 {
                 return None;
@@ -552,21 +623,30 @@ mod tests {
         assert_eq!(free(&view, 5), Some((vec![0, 2, 3, 4], 13, 1)));
         assert_eq!(view.released_at("n"), None);
         view.apply_lease("n", 14, true);
-        assert_eq!(view.released_at("n"), Some(14));
+        assert_eq!(
+            view.released_at("n"),
+            Some(Released { at: 14, line: 14 }),
+            "the record is on the queue's line"
+        );
         view.apply_lease("n", 15, false);
         assert_eq!(view.released_at("n"), None, "written since");
         view.apply_lease("other", 16, true);
         assert_eq!(view.released_at("other"), None, "no queue: not kept");
-        assert_eq!(free(&view, 2), Some((vec![0], 13, 1)), "slot 1 live");
+        assert_eq!(
+            free(&view, 2),
+            Some((vec![0], 13, 1)),
+            "slot 1 live; the record's messages moved the line, not the queue"
+        );
+        assert_eq!(view.queue("n").map(|q| q.line), Some(15));
         // A guard write is not a ticket, but it moves the queue's last
         // revision; an empty queue is forgotten.
         assert!(view
-            .apply("_tenure.q.n.plain", 14, &Op::Delete(Bytes::new()))
+            .apply("_tenure.q.n.ticket.plain", 16, &Op::Delete(Bytes::new()))
             .left
             .is_none());
-        assert_eq!(free(&view, 2), Some((vec![0], 14, 1)));
+        assert_eq!(free(&view, 2), Some((vec![0], 16, 1)));
         assert!(view
-            .apply(&keys::queue_slot("n", 1), 15, &Op::Delete(Bytes::new()))
+            .apply(&keys::queue_slot("n", 1), 17, &Op::Delete(Bytes::new()))
             .left
             .is_some());
         assert_eq!(view.waiting("n"), 0);

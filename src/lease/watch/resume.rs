@@ -177,12 +177,12 @@ impl Proof {
 pub fn subjects(filter: &Filter) -> Vec<String> {
     match filter {
         Filter::Name(name) => vec![
-            name.clone(),
+            crate::lease::keys::lease(name),
             format!("{}.*", crate::lease::keys::semaphore_prefix(name)),
         ],
         Filter::Subtree(prefix) if prefix.is_empty() => vec![">".into()],
         Filter::Subtree(prefix) => vec![
-            format!("{prefix}.>"),
+            crate::lease::keys::leases_under(&format!("{prefix}.")),
             format!("{}.>", crate::lease::keys::semaphore_prefix(prefix)),
         ],
     }
@@ -299,7 +299,11 @@ impl Replay {
                 continue;
             }
             let replaced = message.replaced;
-            let entry = Entry::from(message);
+            // Kept as the hub keys it: a lease record under its name.
+            let entry = Entry {
+                name: crate::lease::keys::watched_as(&message.name).to_string(),
+                ..Entry::from(message)
+            };
             // A semaphore slot key stands for one holder of the semaphore,
             // shown under the semaphore's name and slot (as the hub shows
             // it); Tenure's other keys are not leases.
@@ -808,10 +812,11 @@ mod tests {
             ))
         };
         let slot = crate::lease::keys::semaphore_slot("pool", 2);
+        let a = crate::lease::keys::lease("a");
         let messages = vec![
-            put("a", 9, 0, 3),
-            put("a", 10, 9, 9),
-            put("a", 11, 9, 10),
+            put(&a, 9, 0, 3),
+            put(&a, 10, 9, 9),
+            put(&a, 11, 9, 10),
             put(&slot, 12, 0, 5),
         ];
         let follow = crate::nats::Follow {

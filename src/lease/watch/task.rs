@@ -717,6 +717,11 @@ impl HubState {
     /// Applies one bucket message: to the queue view, then as a lease
     /// message.
     fn apply_message(&mut self, message: Message, pending: u64) {
+        // Kept as the watcher keys it: a lease record under its name.
+        let message = Message {
+            name: crate::lease::keys::watched_as(&message.name).to_string(),
+            ..message
+        };
         let applied = self
             .view
             .apply(&message.name, message.revision, &message.op);
