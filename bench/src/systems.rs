@@ -271,6 +271,10 @@ pub struct Raw {
     prefix: String,
     /// A key hash to store, so records are the size of Tenure's.
     key_hex: String,
+    /// Whether the bucket is Tenure's (one this harness did not create):
+    /// a lease's record then lives at Tenure's record key,
+    /// `_tenure.q.<name>.lease.holder` (design section 2), not at the name.
+    tenure: bool,
 }
 
 /// What the last message of a key says.
@@ -418,6 +422,7 @@ impl Raw {
             stream,
             prefix: format!("$KV.{bucket}."),
             key_hex: KeyHash::of("bench-lease-key-0123456789").to_hex(),
+            tenure: !create,
         })
     }
 
@@ -579,7 +584,8 @@ impl Raw {
         }
     }
 
-    /// `n` fresh leases `<prefix>.<i>`, pipelined 1,000 acks in flight
+    /// `n` fresh leases `<prefix>.<i>` (at Tenure's record key in Tenure's
+    /// bucket), pipelined 1,000 acks in flight
     /// (under the 5,000 that would stall the publisher).
     pub async fn background(&self, prefix: &str, n: usize, ttl_s: u64) -> R<()> {
         let results: Vec<R<Option<u64>>> = futures::stream::iter(0..n)
@@ -588,7 +594,11 @@ impl Raw {
                     .payload(self.record(0, ttl_s).encode())
                     .expected_last_subject_sequence(0)
                     .ttl(Duration::from_secs(ttl_s));
-                self.publish(format!("{}{prefix}.{i}", self.prefix), msg)
+                let key = match self.tenure {
+                    true => format!("_tenure.q.{prefix}.{i}.lease.holder"),
+                    false => format!("{prefix}.{i}"),
+                };
+                self.publish(format!("{}{key}", self.prefix), msg)
             })
             .buffer_unordered(1000)
             .collect()
