@@ -262,13 +262,7 @@ impl QueueView {
     /// name's line (record and queue) as the view has it: read together,
     /// so the head's grant names a line the release is the record of.
     pub fn released_at(&self, name: &str) -> Option<Released> {
-        self.released_past(name, None)
-    }
-
-    /// [`QueueView::released_at`], only when the line's last revision is
-    /// above `after`.
-    fn released_past(&self, name: &str, after: Option<u64>) -> Option<Released> {
-        self.line_past(name, after)?
+        self.line_past(name, None).flatten()
     }
 
     /// Whether the view keeps `name`'s queue with its line's last revision
