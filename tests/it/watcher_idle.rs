@@ -2,7 +2,8 @@
 //! serving only Acquire/Renew/Release keeps no consumer on the bucket (it
 //! does not receive or decode its writes); the first watch starts it and
 //! still sees every write made before it began; it stops again once idle,
-//! and a waiting Acquire starts it too.
+//! catches up from where it stopped when started again (not a load of the
+//! whole bucket), and a waiting Acquire starts it too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +19,19 @@ async fn consumers(t: &Tenure) -> usize {
         .await
         .unwrap();
     stream.info().await.unwrap().state.consumer_count
+}
+
+/// Where the bucket's one consumer (the shared watcher's) started.
+async fn watcher_start(t: &Tenure) -> async_nats::jetstream::consumer::DeliverPolicy {
+    use futures::TryStreamExt;
+    let js = t.nats.jetstream().await;
+    let stream = js
+        .get_stream(format!("KV_{}", t.config.bucket))
+        .await
+        .unwrap();
+    let infos: Vec<_> = stream.consumers().try_collect().await.unwrap();
+    assert_eq!(infos.len(), 1, "one consumer: the shared watcher's");
+    infos[0].config.deliver_policy
 }
 
 /// Waits until the bucket has `n` consumers.
@@ -82,12 +96,25 @@ async fn the_watcher_follows_the_bucket_only_while_needed() {
     // The first watch starts it and sees every write before it began.
     let (seen, w) = snapshot(&mut c).await;
     assert_eq!(consumers(&t).await, 1);
+    assert_eq!(
+        watcher_start(&t).await,
+        async_nats::jetstream::consumer::DeliverPolicy::LastPerSubject,
+        "the first start loads the bucket"
+    );
     assert_eq!(seen, listed(&mut c).await);
     assert_eq!(seen.len(), 50);
     drop(w);
     until_consumers(&t, 0).await;
 
-    // Changes while idle: a fresh start sees the bucket as it is now.
+    // Changes while idle, an expiry among them: started again, it catches
+    // up from where it stopped and sees the bucket as it is now.
+    acquire(&mut c, acquire_req("idle.brief", "h", 1)).await;
+    within("idle.brief expired", async {
+        while listed(&mut c).await.contains_key("idle.brief") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     for i in 0..10 {
         let name = format!("idle.n{i:02}");
         let (revision, key) = &keys[&name];
@@ -98,6 +125,13 @@ async fn the_watcher_follows_the_bucket_only_while_needed() {
     acquire(&mut c, acquire_req("idle.late", "h", 60)).await;
     assert_eq!(consumers(&t).await, 0);
     let (seen, w) = snapshot(&mut c).await;
+    assert!(
+        matches!(
+            watcher_start(&t).await,
+            async_nats::jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence } if start_sequence > 50
+        ),
+        "started again within the marker TTL, it catches up from where it stopped"
+    );
     assert_eq!(seen, listed(&mut c).await);
     assert_eq!(seen.len(), 41);
     drop(w);

@@ -7,6 +7,13 @@
 //! to the subscribers whose filters match, ends a subscriber that falls
 //! behind its bounds at once, follows the bucket again after a failure from
 //! the last revision it applied, and goes idle when nothing needs it.
+//!
+//! Idle, it keeps what it learned and follows nothing. Woken within the
+//! marker TTL, it catches up from the revision it stopped at (each key's
+//! messages since, as after a failure) instead of loading the whole bucket
+//! again: the bucket keeps one message per key, and a marker stays the
+//! marker TTL, so nothing that changed while it was idle is missed. Idle
+//! longer, it forgets everything and loads afresh on waking.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -152,9 +159,10 @@ pub(super) struct Task {
 
 /// The hub task: applies bucket messages to the mirror and fans them out;
 /// follows the bucket again from the mirror's position when the consumer
-/// fails; when idle (see [`Hub::start`](super::Hub::start)) follows nothing and holds no
-/// mirror, and starts again, with a fresh initial load, on the next
-/// command.
+/// fails; when idle (see [`Hub::start`](super::Hub::start)) follows nothing, and starts
+/// again on the next command: from where it stopped while the marker TTL
+/// vouches for what it kept, else with a fresh initial load (and once idle
+/// that long, it drops what it kept).
 pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState) {
     let Task {
         store,
@@ -180,6 +188,8 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
     let mut retry = Instant::now();
     // Since when the bucket has not been followed after a failure.
     let mut interrupted: Option<Instant> = None;
+    // Since when it has been idle with what it learned kept.
+    let mut idled: Option<Instant> = None;
     let mut backoff = RESUBSCRIBE_MIN;
     let sweep_every = idle_after.map_or(SWEEP_EVERY, |d| {
         (d / 2).clamp(Duration::from_millis(50), SWEEP_EVERY)
@@ -246,10 +256,14 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
             command = commands.recv() => match command {
                 Some(command) => {
                     if !active {
-                        // Wake: a fresh initial load, as at start.
+                        // Wake: catch up from where it stopped, or a fresh
+                        // initial load, as at start.
                         active = true;
                         waking = true;
-                        state.reset();
+                        match idled.take() {
+                            Some(at) if !state.beyond_markers(at.elapsed()) => state.catch_up(),
+                            _ => state.reset(),
+                        }
                         retry = Instant::now();
                         backoff = RESUBSCRIBE_MIN;
                         METRICS.watcher_following.inc();
@@ -325,6 +339,11 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
             }
             _ = sweep.tick() => {
                 state.sweep();
+                if idled.is_some_and(|at| state.beyond_markers(at.elapsed())) {
+                    // Too old to catch up from: free it.
+                    idled = None;
+                    state.reset();
+                }
                 let Some(after) = idle_after else { continue };
                 if !active || !state.subscribers.is_empty() || !state.pending.is_empty() {
                     idle_since = None;
@@ -332,12 +351,13 @@ pub(super) async fn run(task: Task, follow: Option<Follow>, mut state: HubState)
                 }
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= after {
-                    // Nothing needs the bucket followed: stop, and drop the mirror.
+                    // Nothing needs the bucket followed: stop, keeping
+                    // what it learned to catch up from.
                     follow = None;
                     active = false;
                     waking = false;
                     idle_since = None;
-                    state.reset();
+                    idled = Some(Instant::now());
                     healthy.send_replace(true);
                     METRICS.watcher_following.dec();
                     tracing::debug!(?after, "shared bucket watch stopped: no subscriber");
@@ -441,14 +461,33 @@ impl HubState {
         mirror
     }
 
+    /// Readies a state kept while idle to catch up from its position: the
+    /// mirror is not live (snapshots wait for it, waiters read from the
+    /// stream leader and are woken by the writes as published) until the
+    /// messages written since are applied, as in an initial load; the
+    /// queue view keeps its tickets but answers nothing until then. What a
+    /// resume needs is forgotten as in [`HubState::reset`]: the idle period
+    /// left a hole in it.
+    fn catch_up(&mut self) {
+        self.mirror.live = false;
+        self.view.set_position(0, false);
+        self.forget_resume_state();
+    }
+
     /// Forgets everything learned from the bucket (the mirror, checkpoints,
     /// ends), for a fresh initial load; subscribers stay.
     fn reset(&mut self) {
         self.mirror = self.fresh_mirror();
-        self.checkpoints = Checkpoints::default();
-        self.ends = imbl::OrdMap::new();
         self.newest_ms = 0;
         self.view.clear();
+        self.forget_resume_state();
+    }
+
+    /// Forgets what a resume needs (checkpoints, recent ends) and the turns
+    /// and candidates not yet told.
+    fn forget_resume_state(&mut self) {
+        self.checkpoints = Checkpoints::default();
+        self.ends = imbl::OrdMap::new();
         self.turns.clear();
         self.candidates.clear();
     }
