@@ -119,8 +119,14 @@ async fn main() -> ExitCode {
             }
         },
         Cmd::List => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
             for s in scenario::all() {
-                println!("{}", s.name);
+                // A reader that stops early (`| head`) closes the pipe:
+                // stop there, not panic.
+                if writeln!(out, "{}", s.name).is_err() {
+                    break;
+                }
             }
             ExitCode::SUCCESS
         }

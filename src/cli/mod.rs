@@ -164,10 +164,11 @@ fn check_config(file: PathBuf) -> ExitCode {
         Ok(resolved) => resolved,
         Err(code) => return code,
     };
-    print!("{report}");
+    // A reader that stops early (`| head`) closes stdout: no panic.
+    output::write_out(&report);
     match server::check_config(&config) {
         Ok(summary) => {
-            println!("{summary}");
+            output::write_out(&format!("{summary}\n"));
             ExitCode::SUCCESS
         }
         Err(err) => {

@@ -86,3 +86,24 @@ fn refuses_bad_files() {
         assert!(err.contains(needle), "{text}: {err}");
     }
 }
+
+/// A reader that stops early (`tenure check-config FILE | head -1`) closes
+/// the pipe: the report stops there, without a panic. The pipe's read end
+/// is closed before the process starts, so every write fails.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenure.toml");
+    std::fs::write(&file, "listen = \"127.0.0.1:9000\"\n").unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("check-config")
+        .arg(&file)
+        .stdout(writer)
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
