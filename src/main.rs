@@ -13,7 +13,7 @@
 //! Memory comes from mimalloc, not the system allocator: each RPC allocates
 //! and frees its request, futures, NATS message and reply, and malloc/free
 //! were about 12 % of the process's CPU in a profile of bench workload 2.
-//! Measured A/B with the release profile's LTO (BENCHMARKS.md, "Build"):
+//! Measured A/B with the release profile's LTO (BENCHMARKS.md, "Issue 25 §3"):
 //! Tenure's CPU per 1,000 KeepAlive renewals fell by about a tenth with
 //! mimalloc alone and a fifth with LTO as well.
 
