@@ -50,7 +50,20 @@ pub struct NatsCluster {
     dir: tempfile::TempDir,
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
+/// How many times a cluster is started on fresh ports when a node finds
+/// one of its ports taken.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Why a node did not become healthy.
+struct Unhealthy {
+    /// It exited because a port it was given was taken meanwhile.
+    port_taken: bool,
+    /// What happened, with the end of its log.
+    report: String,
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released: another process
+/// may take it before the node binds it, see [`PORT_ATTEMPTS`]).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -97,9 +110,34 @@ impl NatsCluster {
         NatsCluster::start_some(n, up, "").await
     }
 
-    /// Configures `n` nodes and starts the first `up`.
+    /// Configures `n` nodes and starts the first `up`. A free port is found
+    /// by binding and releasing it, so a test running beside this one may
+    /// take it before the node binds it: the node then exits, and the whole
+    /// cluster is started again on fresh ports (up to [`PORT_ATTEMPTS`]
+    /// times).
     async fn start_some(n: usize, up: usize, jetstream_extra: &str) -> NatsCluster {
         assert!(n >= 1, "a cluster has at least one node");
+        'attempt: for attempt in 1..=PORT_ATTEMPTS {
+            let mut cluster = NatsCluster::configure(n, jetstream_extra);
+            for i in 0..up {
+                cluster.spawn(i);
+            }
+            for i in 0..up {
+                match cluster.healthy(i).await {
+                    Ok(()) => {}
+                    // Dropping the cluster stops the nodes it started.
+                    Err(e) if e.port_taken && attempt < PORT_ATTEMPTS => continue 'attempt,
+                    Err(e) => panic!("{}", e.report),
+                }
+            }
+            cluster.wait_meta_leader().await;
+            return cluster;
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// `n` nodes configured on fresh ports, none started.
+    fn configure(n: usize, jetstream_extra: &str) -> NatsCluster {
         let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<(u16, u16, u16)> = (0..n)
@@ -137,15 +175,7 @@ impl NatsCluster {
                 child: None,
             });
         }
-        let mut cluster = NatsCluster { bin, nodes, dir };
-        for i in 0..up {
-            cluster.spawn(i);
-        }
-        for i in 0..up {
-            cluster.wait_healthy(i).await;
-        }
-        cluster.wait_meta_leader().await;
-        cluster
+        NatsCluster { bin, nodes, dir }
     }
 
     /// Spawns node `i` from its configuration file.
@@ -176,13 +206,20 @@ impl NatsCluster {
     /// listens, and JetStream on it is current with the meta leader. Fails
     /// with the end of the node's log if it exits or never gets there.
     async fn wait_healthy(&mut self, i: usize) {
+        if let Err(e) = self.healthy(i).await {
+            panic!("{}", e.report);
+        }
+    }
+
+    /// [`NatsCluster::wait_healthy`], saying why not instead of failing.
+    async fn healthy(&mut self, i: usize) -> Result<(), Unhealthy> {
         let addr: SocketAddr = format!("127.0.0.1:{}", self.nodes[i].http_port)
             .parse()
             .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             if healthz_ok(addr).await {
-                return;
+                return Ok(());
             }
             let node = &mut self.nodes[i];
             let exited = node
@@ -192,11 +229,14 @@ impl NatsCluster {
             if exited.is_some() || tokio::time::Instant::now() > deadline {
                 let log = std::fs::read_to_string(&node.log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                panic!(
-                    "nats-server {} not healthy within 30s (exit: {exited:?}); its log ends:\n{}",
-                    node.name,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
+                return Err(Unhealthy {
+                    port_taken: exited.is_some() && log.contains("address already in use"),
+                    report: format!(
+                        "nats-server {} not healthy within 30s (exit: {exited:?}); its log ends:\n{}",
+                        node.name,
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ),
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
