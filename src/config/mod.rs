@@ -349,8 +349,8 @@ pub struct Config {
     #[arg(long, env = "TENURE_MARKER_TTL", default_value = "15m", value_parser = parse_duration)]
     pub marker_ttl: Duration,
 
-    /// How long the history stream (TENURE_HISTORY_<bucket>, sourced from
-    /// the bucket by NATS) keeps every lease write, for LeaseHistory and
+    /// How long the history stream (TENURE_HISTORY_<bucket>, a mirror of
+    /// the bucket NATS keeps) keeps every lease write, for LeaseHistory and
     /// `tenure history`; 0: no history (an existing stream is left alone).
     #[arg(long, env = "TENURE_HISTORY_RETENTION", default_value = "168h", value_parser = parse_duration)]
     pub history_retention: Duration,

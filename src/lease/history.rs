@@ -8,10 +8,11 @@
 //! expiry marker ends it.
 //!
 //! **What the history can miss, and says.** NATS copies the bucket into the
-//! history stream with a source consumer, which reads behind the writers;
-//! the bucket keeps one message per key, so a message superseded before
-//! that consumer read it (a tombstone the next Acquire wrote over within
-//! milliseconds, a holding that came and went) is never copied. The read
+//! history stream with a mirror's (or a source's) consumer, which reads
+//! behind the writers; the bucket keeps one message per key, so a message
+//! superseded before that consumer read it (a tombstone the next Acquire
+//! wrote over within milliseconds, a holding that came and went) is never
+//! copied. The read
 //! never hides that: a new holding whose record says it was written over
 //! a revision the history did not record (`Record::over`), or a tombstone
 //! of a holding other than the one open, is a gap, reported with the

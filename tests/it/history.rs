@@ -1,5 +1,6 @@
 //! Lease history (LeaseHistory, `tenure history`): the history stream NATS
-//! sources from the bucket answers who held a name, when, with which token
+//! copies from the bucket (a mirror; a sourced stream an older Tenure made
+//! is kept and read alike) answers who held a name, when, with which token
 //! and how each holding ended (released, revoked with who and why,
 //! expired, still held), after the bucket kept only the latest message;
 //! semaphore holdings come with their slots; `at` picks the holding of an
@@ -33,16 +34,17 @@ async fn recorded(t: &Tenure, key: &str, revision: u64) {
     within("the history to copy the write", async {
         loop {
             if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
-                let source = m
-                    .headers
-                    .get("Nats-Stream-Source")
-                    .map(|v| v.as_str().to_string())
-                    .unwrap_or_default();
-                let copied: u64 = source
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
+                // A mirror keeps the bucket's sequence; a sourced stream
+                // names it in a header.
+                let copied: u64 = match m.headers.get("Nats-Stream-Source") {
+                    Some(source) => source
+                        .as_str()
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                    None => m.sequence,
+                };
                 if copied >= revision {
                     return;
                 }
@@ -326,4 +328,102 @@ async fn what_the_history_did_not_copy_is_a_gap() {
         resp.holdings.len(),
         resp.gaps.len()
     );
+}
+
+/// A fresh server makes the history a mirror of the bucket's stream: the
+/// copies keep the bucket's sequences, so a copy's sequence is its
+/// revision and it carries no `Nats-Stream-Source`.
+#[tokio::test]
+async fn the_history_mirrors_the_bucket() {
+    let t = Tenure::start().await;
+    let mut c = t.client().await;
+    let (l, _) = acquire(&mut c, acquire_req("hist.mirror", "m", 30)).await;
+    recorded(&t, "hist.mirror", l.revision).await;
+    let js = t.nats.jetstream().await;
+    let mut stream = js
+        .get_stream(format!("TENURE_HISTORY_{}", t.config.bucket))
+        .await
+        .unwrap();
+    let info = stream.info().await.unwrap();
+    let mirror = info.config.mirror.as_ref().expect("a mirror");
+    assert_eq!(mirror.name, format!("KV_{}", t.config.bucket));
+    assert!(info.config.sources.as_ref().is_none_or(|s| s.is_empty()));
+    let copy = stream
+        .get_raw_message(l.revision)
+        .await
+        .expect("the grant's copy at its revision");
+    assert_eq!(
+        copy.subject.as_str(),
+        format!("$KV.{}._tenure.q.hist.mirror.lease.holder", t.config.bucket)
+    );
+    assert!(copy.headers.get("Nats-Stream-Source").is_none());
+}
+
+/// A history stream an older Tenure made (sourced from the one bucket
+/// stream, which NATS cannot turn into a mirror) is kept as it is, and
+/// read: tokens come from its `Nats-Stream-Source` headers.
+#[tokio::test]
+async fn a_sourced_history_stream_is_kept_and_read() {
+    use async_nats::jetstream::stream;
+    let nats = Nats::start().await;
+    let bucket = tenure::Config::for_nats(&nats.url()).bucket;
+    let js = nats.jetstream().await;
+    js.create_stream(stream::Config {
+        name: format!("TENURE_HISTORY_{bucket}"),
+        sources: Some(vec![stream::Source {
+            name: format!("KV_{bucket}"),
+            ..Default::default()
+        }]),
+        max_age: Duration::from_secs(7 * 24 * 3600),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let t = Tenure::start_on(nats, |_| {}).await;
+    let mut c = t.client().await;
+    let name = "hist.sourced";
+    let (l1, k1) = acquire(&mut c, acquire_req(name, "s1", 30)).await;
+    recorded(&t, name, l1.revision).await;
+    let rel = c
+        .release(release_req(name, l1.revision, &k1))
+        .await
+        .unwrap()
+        .into_inner();
+    recorded(&t, name, rel.revision).await;
+    let (l2, _) = acquire(&mut c, acquire_req(name, "s2", 30)).await;
+    recorded(&t, name, l2.revision).await;
+    let resp = history_with(
+        &mut c,
+        LeaseHistoryRequest {
+            name: name.into(),
+            ..Default::default()
+        },
+        l2.fencing_token,
+    )
+    .await;
+    let tokens: Vec<(u64, HoldingEnding)> = resp
+        .holdings
+        .iter()
+        .map(|h| (h.fencing_token, ending(h)))
+        .collect();
+    assert_eq!(
+        tokens,
+        vec![
+            (l1.fencing_token, HoldingEnding::Released),
+            (l2.fencing_token, HoldingEnding::Held)
+        ],
+        "{resp:?}"
+    );
+    let info = js
+        .get_stream(format!("TENURE_HISTORY_{bucket}"))
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert!(info.mirror.is_none(), "still sourced");
+    assert_eq!(info.sources.map(|s| s.len()), Some(1));
 }
