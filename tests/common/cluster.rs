@@ -22,7 +22,7 @@ use tokio::process::{Child, Command};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::within;
+use super::{free_port, within};
 
 /// One nats-server node of a [`NatsCluster`].
 struct ClusterNode {
@@ -60,15 +60,6 @@ struct Unhealthy {
     port_taken: bool,
     /// What happened, with the end of its log.
     report: String,
-}
-
-/// A free TCP port on 127.0.0.1 (bound, then released: another process
-/// may take it before the node binds it, see [`PORT_ATTEMPTS`]).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Whether the monitoring listener at `addr` answers `GET /healthz` with 200
@@ -110,11 +101,11 @@ impl NatsCluster {
         NatsCluster::start_some(n, up, "").await
     }
 
-    /// Configures `n` nodes and starts the first `up`. A free port is found
-    /// by binding and releasing it, so a test running beside this one may
-    /// take it before the node binds it: the node then exits, and the whole
-    /// cluster is started again on fresh ports (up to [`PORT_ATTEMPTS`]
-    /// times).
+    /// Configures `n` nodes and starts the first `up`. Ports come from
+    /// below the kernel's ephemeral range ([`free_port`]), which no test
+    /// beside this one is handed; should a node still find one taken (a
+    /// process that picked it by number), it exits and the whole cluster
+    /// is started again on fresh ports (up to [`PORT_ATTEMPTS`] times).
     async fn start_some(n: usize, up: usize, jetstream_extra: &str) -> NatsCluster {
         assert!(n >= 1, "a cluster has at least one node");
         'attempt: for attempt in 1..=PORT_ATTEMPTS {

@@ -1,12 +1,15 @@
 //! Test harness: a real nats-server per test (temp store, free port on
-//! 127.0.0.1, stopped by PID on drop) and an in-process Tenure over it, or
+//! 127.0.0.1, stopped by PID on drop; ports for other servers come from
+//! `ports`) and an in-process Tenure over it, or
 //! `tenure serve` as its own process (so its RSS is its own); raw HTTP/2
 //! helpers for what no gRPC client would send.
 #![allow(dead_code)]
 
 mod cluster;
+mod ports;
 #[allow(unused_imports)] // only the cluster tests use it
 pub use cluster::NatsCluster;
+pub use ports::free_port;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -112,9 +115,7 @@ impl Nats {
     /// sent it: each NATS request of Tenure's is one).
     pub async fn start_monitored() -> (Nats, SocketAddr) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = http.local_addr().unwrap();
-        drop(http);
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config = dir.path().join("monitored.conf");
         std::fs::write(&config, format!("http: \"{addr}\"\n")).unwrap();
         let bin = find_binary(None).expect("nats-server (run scripts/tools.sh)");
@@ -430,10 +431,8 @@ impl Serve {
         args: &[&str],
         adjust: impl FnOnce(&mut tokio::process::Command),
     ) -> Serve {
-        let grpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
-        drop((grpc, metrics));
+        let grpc_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let metrics_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
         command
             .args(["serve", "--nats-url", &nats.url()])

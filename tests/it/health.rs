@@ -68,11 +68,7 @@ async fn not_serving_exits_one() {
 /// from TENURE_SERVER when no --server is given (as in the image).
 #[tokio::test]
 async fn unreachable_exits_69() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let server = format!("http://127.0.0.1:{port}");
     let out = run_to_end(tenure_cli(&server).args(["health", "--timeout", "2s"])).await;
     assert_eq!(out.code, 69, "{out:?}");

@@ -203,10 +203,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 #[tokio::test]
 async fn accept_errors_back_off_and_are_logged() {
     let nats = Nats::start().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let log_dir = tempfile::tempdir().unwrap();
     let log_path = log_dir.path().join("stderr");

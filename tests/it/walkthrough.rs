@@ -161,11 +161,7 @@ async fn run_walkthrough(page: &str, marker: &str, expected: &[&[&str]]) {
         "the {marker} of {page} and the test disagree on the steps"
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let data = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args([
