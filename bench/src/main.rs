@@ -40,7 +40,7 @@ use clap::Parser;
 use crate::procs::{find_program, Launcher, Server, R};
 use crate::report::Report;
 use crate::stats::pct_ms;
-use crate::systems::{Kind, Raw, Sys, Tenure};
+use crate::systems::{HistoryCopy, Kind, Raw, Sys, Tenure};
 
 /// Benchmarks Tenure against raw NATS JetStream KV and etcd.
 #[derive(Parser, Debug)]
@@ -78,6 +78,12 @@ struct Args {
     /// the server default (fsync every 2 minutes).
     #[arg(long)]
     nats_sync_always: bool,
+    /// Give raw NATS's bucket a history stream as Tenure's has (a stream
+    /// NATS copies every write into, kept 7 days), `mirror` or `source`,
+    /// to measure what that copy costs NATS apart from Tenure (design
+    /// section 9, "Why a mirror"); default none.
+    #[arg(long, value_enum)]
+    raw_history: Option<HistoryCopy>,
     /// CPUs for the servers (`taskset -c` list), e.g. `0`.
     #[arg(long)]
     server_cpus: Option<String>,
@@ -193,6 +199,9 @@ async fn start(args: &Args, dir: &std::path::Path, launcher: &Launcher) -> R<Env
     servers.push(tenure);
 
     let raw = Raw::open(&nats_url, "raw", true).await?;
+    if let Some(copy) = args.raw_history {
+        raw.copy_into_history(copy).await?;
+    }
     let client = Tenure::connect(&tenure_addr, args.conns).await?;
     // Tenure creates its bucket at start; wait until it answers.
     client.ready().await?;

@@ -258,6 +258,17 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How NATS copies a bucket's writes into a history stream
+/// (`--raw-history`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HistoryCopy {
+    /// A mirror of the bucket's stream (what Tenure makes).
+    Mirror,
+    /// A stream that sources the bucket's stream (what Tenure made before,
+    /// and makes for a sharded bucket).
+    Source,
+}
+
 /// Direct async-nats access to one KV bucket.
 #[derive(Clone)]
 pub struct Raw {
@@ -424,6 +435,33 @@ impl Raw {
             key_hex: KeyHash::of("bench-lease-key-0123456789").to_hex(),
             tenure: !create,
         })
+    }
+
+    /// Makes NATS copy every write of the bucket into a history stream,
+    /// as Tenure's `TENURE_HISTORY_<bucket>` (file storage, kept 7 days,
+    /// no per-subject limit): a mirror of the bucket's stream, or a stream
+    /// sourcing it. Tenure's history is a mirror (a sharded bucket's is
+    /// sourced); this prices either copy in raw NATS's own rows.
+    pub async fn copy_into_history(&self, copy: HistoryCopy) -> R<()> {
+        let origin = stream::Source {
+            name: self.stream_name(),
+            ..Default::default()
+        };
+        let mut config = stream::Config {
+            name: format!("{}_HISTORY", self.stream_name()),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            storage: stream::StorageType::File,
+            ..Default::default()
+        };
+        match copy {
+            HistoryCopy::Mirror => config.mirror = Some(origin),
+            HistoryCopy::Source => config.sources = Some(vec![origin]),
+        }
+        self.js
+            .create_stream(config)
+            .await
+            .map_err(|e| format!("creating the raw bucket's history stream: {e}"))?;
+        Ok(())
     }
 
     /// The bucket's stream name (`KV_<bucket>`).

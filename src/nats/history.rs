@@ -13,11 +13,12 @@
 //! sequence (a mirror keeps the origin's), and in a sourced stream the
 //! second word of the `Nats-Stream-Source` header the copy gains.
 //!
-//! A mirror is the default because it costs NATS less per write: measured
-//! on one core (nats-server 2.15, conditional updates of a history-1
-//! bucket), the copy added 3.9 µs of server CPU per write sourced and 2.9
-//! µs mirrored, and 28-49 µs to the median write of one client sourced
-//! against 16-24 µs mirrored (docs/design.md section 9, "Lease history").
+//! A mirror is the default because it costs NATS less per write: on raw
+//! NATS, conditional renewals at c=64 took 9.8-10.2 µs of server CPU each
+//! mirrored against 11.4-11.5 sourced and 6.3-6.6 with no copy
+//! (`tenure-bench --raw-history`; docs/design.md section 9, "Lease
+//! history").
+//!
 //! A stream made by an older Tenure (sourced over one stream) is kept as it
 //! is: NATS cannot turn a sourced stream into a mirror, and deleting it
 //! would lose its history. Either way the history stream neither expires
