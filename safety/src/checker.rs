@@ -107,8 +107,10 @@
 //!    dropped and resumed after the last revision it processed, reports
 //!    every change of a lease or semaphore slot the bucket held, once: at
 //!    its revision, coalesced into a later change of its name in a replay
-//!    (live, into the same holding's next write), or inside a `MISSED`
-//!    event (see [`watch_resume`]).
+//!    (or, for a name changed again after the replay's seam, into that
+//!    later change, judged where it falls: live, or in the next stream's
+//!    replay when the stream ends first; live, into the same holding's
+//!    next write), or inside a `MISSED` event (see [`watch_resume`]).
 //! 10. **Read-write exclusion.** Of the holdings of a read-write lock
 //!     (Acquire with a mode, recorded on its Acquire lines), no exclusive
 //!     holding's acting interval (property 3's, by client deadlines)
@@ -1532,8 +1534,26 @@ fn watch_resume(input: &Input, r: &mut Report) {
                     && t.revision < next
             })
         };
+        // (In a replay, a name changed again after the seam P (the
+        // stream's caught-up revision) is no longer replayed: its later
+        // change is in the stream's live queue, and reaches the client
+        // live, or, should the stream end before it arrives, in the replay
+        // of the next stream, which resumes from P. That later change is
+        // judged itself, wherever it falls.)
+        let changed_after_seam = || {
+            let seam = replay_end.unwrap_or(u64::MAX);
+            input.truth.iter().any(|t| {
+                t.change
+                    && t.shard == m.shard
+                    && t.name == m.name
+                    && t.slot == m.slot
+                    && t.revision > seam
+            })
+        };
         let coalesced = match in_replay {
-            true => input.events.iter().filter(of_stream).any(|e| later(&e)),
+            true => {
+                input.events.iter().filter(of_stream).any(|e| later(&e)) || changed_after_seam()
+            }
             false => !m.end && within_holding(),
         };
         if coalesced {
@@ -2946,6 +2966,35 @@ mod tests {
         assert_eq!(
             (r.watch_resumes, r.watch_judged, r.watch_coalesced),
             (1, 7, 1)
+        );
+        // x at 13 unreported and stream 2 ended before x's next change (at
+        // 17, after the seam 16) reached it: that change is in the next
+        // stream's replay (judged there), so 13 is not a gap; y at 14 with
+        // no later change of y after the seam is.
+        let cut: Vec<Event> = events
+            .iter()
+            .filter(|e| {
+                !((e.name == "x" && e.revision >= 15) || (e.name == "y" && e.revision == 14))
+            })
+            .cloned()
+            .collect();
+        let cut_truth: Vec<Truth> = truth.iter().filter(|t| t.revision != 15).cloned().collect();
+        let r = check_watch(&cut, &streams, &cut_truth);
+        assert_eq!(
+            r.p9_watch, 0,
+            "16 reported, 14 coalesced into it: {:?}",
+            r.examples
+        );
+        let no_y_after: Vec<Event> = cut
+            .iter()
+            .filter(|e| e.name != "y" || e.revision < 14)
+            .cloned()
+            .collect();
+        let r = check_watch(&no_y_after, &streams, &cut_truth);
+        assert_eq!(
+            r.p9_watch, 2,
+            "y at 14 and 16, with no change of y after the seam: {:?}",
+            r.examples
         );
         // y at 14 missing (no later change of y in the replay but 16... so
         // drop 16 too): a gap.
